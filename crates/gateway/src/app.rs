@@ -1,0 +1,118 @@
+//! Builds the gateway's shared state and runs it. The request pipeline, outer to inner:
+//!
+//! 1. accept (HTTP/1.1 keep-alive or h2c), header-read timeout — `server.rs`
+//! 2. request id (propagated or minted), request counting — `http/routes.rs`
+//! 3. route table: proxy endpoints, `/v1/models`, `/health`, `/ready`, `/metrics` — `http/routes.rs`
+//! 4. body read under `limits.max_body_bytes`; parse only `model`/`stream` and the endpoint's
+//!    required field; alias → model rewrite by byte splice — `http/parse.rs`
+//! 5. model → candidate backends (404 if none serves it) → available ones (up, breaker closed)
+//!    → routing policy — `route.rs`, `route/policy/`
+//! 6. upstream call with connect/first-byte timeouts; a failure before anything reached the
+//!    client is retried on another backend, bounded by attempts and deadline — `proxy.rs`
+//! 7. relay the body frame by frame with an idle timeout; a completion guard releases the
+//!    in-flight slot and records metrics however the response ends — `http/relay.rs`
+//!
+//! Health probing and discovery run beside the pipeline, one task per backend — `route/health.rs`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::route::{health, Router};
+use crate::upstream::{self, UpstreamClient};
+
+pub struct App {
+    pub config: Arc<Config>,
+    pub router: Arc<Router>,
+    pub client: UpstreamClient,
+    pub metrics: Arc<Metrics>,
+}
+
+impl App {
+    pub fn new(config: Config) -> Result<App, String> {
+        let router = Router::new(&config)?;
+        let client = upstream::build(config.timeouts.connect)?;
+        Ok(App { config: Arc::new(config), router: Arc::new(router), client, metrics: Arc::new(Metrics::default()) })
+    }
+}
+
+/// A gateway serving on a bound address. Dropping it aborts everything; `shutdown` drains first.
+pub struct RunningGateway {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+    probers: Vec<JoinHandle<()>>,
+}
+
+impl RunningGateway {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stop accepting, let in-flight requests finish (up to `shutdown_grace`), stop probing.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+
+    /// Resolves when the server task ends (after a shutdown signal).
+    pub async fn wait(mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for RunningGateway {
+    fn drop(&mut self) {
+        for p in &self.probers {
+            p.abort();
+        }
+        if let Some(server) = &self.server {
+            server.abort();
+        }
+    }
+}
+
+/// Bind `config.listen`, probe every backend once, then serve until `shutdown` resolves (or
+/// `RunningGateway::shutdown` is called).
+pub async fn start(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<RunningGateway, String> {
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let app = Arc::new(App::new(config)?);
+    health::probe_all(&app.router, &app.client, &app.config.health).await;
+    let probers = app
+        .router
+        .backends
+        .iter()
+        .map(|b| {
+            tokio::spawn(health::run(app.router.clone(), b.clone(), app.client.clone(), app.config.health.clone()))
+        })
+        .collect();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server_app = app.clone();
+    let server = tokio::spawn(async move {
+        let signal = async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = stopped => {}
+            }
+        };
+        crate::server::serve(listener, server_app, signal).await;
+    });
+    Ok(RunningGateway { addr, app, stop: Some(stop), server: Some(server), probers })
+}

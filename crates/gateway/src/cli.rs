@@ -1,0 +1,238 @@
+//! Command line: `serve`, `check`, `mock`, `demo`. Logs go to stderr; stdout carries only
+//! machine-readable lines (`listening on http://ADDR`) and the output a command exists for.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use switchyard_testkit::MockConfig;
+
+use crate::config::{Config, ProcessEnv};
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "One fast gateway in front of every LLM backend")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// YAML config file. Without one the gateway starts with no backends.
+        #[arg(long, short, env = "SWITCHYARD_CONFIG")]
+        config: Option<PathBuf>,
+        /// Override `listen` from the config.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Validate a config file and print the model → backends table.
+    Check {
+        #[arg(long, short, env = "SWITCHYARD_CONFIG")]
+        config: PathBuf,
+        /// Do not contact backends; show only statically configured models.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Run a mock OpenAI-compatible backend (for tests, demos and benchmarks).
+    Mock {
+        #[arg(long, default_value = "127.0.0.1:8000")]
+        listen: SocketAddr,
+        /// Comma-separated model names.
+        #[arg(long, value_delimiter = ',', default_value = "mock-model")]
+        models: Vec<String>,
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+        #[arg(long, default_value_t = 5)]
+        stream_chunks: usize,
+        #[arg(long, default_value_t = 0)]
+        chunk_delay_ms: u64,
+        /// Fraction of requests (0..1) answered with --fail-status.
+        #[arg(long, default_value_t = 0.0)]
+        fail_rate: f64,
+        #[arg(long, default_value_t = 503)]
+        fail_status: u16,
+        /// Also serve Ollama's /api/tags and /api/version.
+        #[arg(long)]
+        ollama: bool,
+    },
+    /// Start mock backends and the real gateway, show routing and failover, then keep serving.
+    Demo {
+        /// Address for the demo gateway (falls back to a free port if taken).
+        #[arg(long, default_value = "127.0.0.1:4100")]
+        listen: SocketAddr,
+        /// Requests in the demo burst.
+        #[arg(long, default_value_t = 600)]
+        requests: usize,
+        /// Exit after the summary instead of serving until Ctrl-C.
+        #[arg(long)]
+        no_wait: bool,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve { config, listen } => serve(config, listen).await,
+            Command::Check { config, offline } => check(config, offline).await,
+            Command::Mock {
+                listen,
+                models,
+                latency_ms,
+                stream_chunks,
+                chunk_delay_ms,
+                fail_rate,
+                fail_status,
+                ollama,
+            } => {
+                if !(0.0..=1.0).contains(&fail_rate) {
+                    return Err("--fail-rate must be between 0 and 1".to_owned());
+                }
+                let cfg = MockConfig {
+                    models,
+                    latency: Duration::from_millis(latency_ms),
+                    stream_chunks,
+                    chunk_delay: Duration::from_millis(chunk_delay_ms),
+                    fail_rate,
+                    fail_status,
+                    ollama,
+                };
+                switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
+            }
+            Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn load(path: &std::path::Path) -> Result<Config, String> {
+    Config::load(path, &ProcessEnv).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<(), String> {
+    let mut config = match &path {
+        Some(p) => load(p)?,
+        None => Config::empty().map_err(|e| e.to_string())?,
+    };
+    if let Some(addr) = listen {
+        config.listen = addr;
+    }
+    if config.backends.is_empty() {
+        tracing::warn!(
+            "no backends configured: write a config with a `backends:` list (see config/switchyard.example.yaml) \
+             and start with `switchyard serve --config FILE`"
+        );
+    }
+    let strategy = config.strategy.as_str();
+    let gateway = crate::start(config, shutdown_signal()).await?;
+    for b in &gateway.app.router.backends {
+        tracing::info!(
+            backend = b.name(),
+            url = %b.cfg.url,
+            up = b.health.is_up(),
+            models = b.models().len(),
+            "backend"
+        );
+    }
+    tracing::info!(strategy, addr = %gateway.addr, "switchyard ready");
+    println!("listening on {}", gateway.url());
+    gateway.wait().await;
+    Ok(())
+}
+
+async fn check(path: PathBuf, offline: bool) -> Result<(), String> {
+    let config = load(&path)?;
+    let app = crate::App::new(config)?;
+    if !offline {
+        crate::route::health::probe_all(&app.router, &app.client, &app.config.health).await;
+    }
+    println!("config OK: {} (strategy {}, listen {})", path.display(), app.config.strategy.as_str(), app.config.listen);
+    println!();
+    println!("{:<20} {:<8} {:<8} {:<7} URL", "BACKEND", "TYPE", "STATE", "MODELS");
+    for b in &app.router.backends {
+        let state = if offline {
+            "-"
+        } else if b.health.is_up() {
+            "up"
+        } else {
+            "down"
+        };
+        let source = if b.cfg.models.is_some() { "static" } else { "found" };
+        println!(
+            "{:<20} {:<8} {:<8} {:<7} {}",
+            b.name(),
+            b.cfg.kind.as_str(),
+            state,
+            format!("{} {source}", b.models().len()),
+            b.cfg.url
+        );
+    }
+    let mut table: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for b in &app.router.backends {
+        for m in b.models().iter() {
+            table.entry(m.clone()).or_default().push(b.name().to_owned());
+        }
+    }
+    println!();
+    println!("{:<32} BACKENDS", "MODEL");
+    for (model, backends) in &table {
+        println!("{:<32} {}", model, backends.join(", "));
+    }
+    let mut aliases: Vec<_> = app.config.aliases.iter().collect();
+    aliases.sort();
+    for (alias, target) in aliases {
+        let backends = table.get(target).map(|b| b.join(", ")).unwrap_or_else(|| "(no backend serves it yet)".into());
+        println!("{:<32} {}", format!("{alias} -> {target}"), backends);
+    }
+    if table.is_empty() {
+        println!("(no models yet: backends without a static `models` list are discovered when reachable)");
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Validated configuration: what the rest of the gateway reads. Built in two stages from YAML
+//! (`config/raw.rs` → here), with `${VAR}` interpolation (`config/interpolate.rs`).
+
+mod duration;
+mod interpolate;
+mod raw;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+pub use duration::parse_duration;
+pub use interpolate::{Env, ProcessEnv};
+
+/// Where a configuration problem is, and what it is. `path` is the YAML key path (`backends[1].url`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError { path: path.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() || self.path == "." {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Any OpenAI-compatible server: vLLM, llama.cpp, SGLang, LM Studio, OpenAI itself.
+    OpenAi,
+    /// Ollama, reached through its OpenAI-compatible `/v1` API; models listed by `/api/tags`.
+    Ollama,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::OpenAi => "openai",
+            BackendKind::Ollama => "ollama",
+        }
+    }
+    /// The path probed for health, which also lists the backend's models.
+    pub fn discovery_path(self) -> &'static str {
+        match self {
+            BackendKind::OpenAi => "/v1/models",
+            BackendKind::Ollama => "/api/tags",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    RoundRobin,
+    LeastConnections,
+    Priority,
+    Weighted,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::RoundRobin => "round-robin",
+            Strategy::LeastConnections => "least-connections",
+            Strategy::Priority => "priority",
+            Strategy::Weighted => "weighted",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    pub name: String,
+    /// Base URL without a trailing slash, e.g. `http://127.0.0.1:11434` or `https://api.openai.com`.
+    pub url: String,
+    pub kind: BackendKind,
+    pub api_key: Option<String>,
+    /// Static model list; `None` means discover from the backend.
+    pub models: Option<Vec<String>>,
+    /// Higher wins under the `priority` strategy.
+    pub priority: i32,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// First re-probe delay for a backend that is down; doubles up to `down_backoff_max`.
+    pub down_backoff_min: Duration,
+    pub down_backoff_max: Duration,
+    /// Consecutive 5xx responses that open the circuit breaker.
+    pub failure_threshold: u32,
+    /// How long an open breaker waits before letting one trial request through.
+    pub breaker_cooldown: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// From sending a request until the upstream's response headers arrive.
+    pub first_byte: Duration,
+    /// Longest silence between two body chunks of an upstream response.
+    pub stream_idle: Duration,
+    /// Deadline for all attempts of one request together (retries included).
+    pub request: Duration,
+    /// Time a client has to send its request headers.
+    pub header_read: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub backends: Vec<BackendConfig>,
+    pub strategy: Strategy,
+    /// Upper bound on upstream attempts per request (first try included).
+    pub max_attempts: u32,
+    pub aliases: HashMap<String, String>,
+    pub health: HealthConfig,
+    pub timeouts: Timeouts,
+    pub max_body_bytes: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// Read, interpolate and validate a YAML file.
+    pub fn load(path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::at("", format!("cannot read {}: {e}", path.display())))?;
+        Config::from_yaml(&text, env)
+    }
+
+    pub fn from_yaml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
+        let raw = raw::parse(text, env)?;
+        raw::validate(raw)
+    }
+
+    /// The configuration used when no file is given: no backends, everything else default.
+    pub fn empty() -> Result<Config, ConfigError> {
+        Config::from_yaml("{}", &ProcessEnv)
+    }
+
+    /// Resolve an alias; a name that is not an alias resolves to itself.
+    pub fn resolve_alias<'a>(&'a self, model: &'a str) -> &'a str {
+        self.aliases.get(model).map(String::as_str).unwrap_or(model)
+    }
+}

@@ -1,0 +1,340 @@
+//! Stage one of config loading: YAML → interpolated values → serde structs that deny unknown keys,
+//! then stage two: checks and defaults → the validated `Config`.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration::parse_duration;
+use super::interpolate::{interpolate, Env};
+use super::{BackendConfig, BackendKind, Config, ConfigError, HealthConfig, Strategy, Timeouts};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    listen: Option<String>,
+    #[serde(default)]
+    backends: Vec<RawBackend>,
+    #[serde(default)]
+    routing: RawRouting,
+    #[serde(default)]
+    aliases: HashMap<String, String>,
+    #[serde(default)]
+    health: RawHealth,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    #[serde(default)]
+    limits: RawLimits,
+    shutdown_grace: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    name: String,
+    url: String,
+    #[serde(rename = "type", default = "default_kind")]
+    kind: String,
+    api_key: Option<String>,
+    models: Option<Vec<String>>,
+    priority: Option<i32>,
+    weight: Option<u32>,
+}
+
+fn default_kind() -> String {
+    "openai".to_owned()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRouting {
+    strategy: Option<String>,
+    max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    interval: Option<String>,
+    timeout: Option<String>,
+    down_backoff_min: Option<String>,
+    down_backoff_max: Option<String>,
+    failure_threshold: Option<u32>,
+    breaker_cooldown: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    connect: Option<String>,
+    first_byte: Option<String>,
+    stream_idle: Option<String>,
+    request: Option<String>,
+    header_read: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_body_bytes: Option<usize>,
+}
+
+/// YAML text → interpolated value tree → `RawConfig`, with the key path in every error.
+pub fn parse(text: &str, env: &dyn Env) -> Result<RawConfig, ConfigError> {
+    let mut value: serde_yaml::Value =
+        serde_yaml::from_str(text).map_err(|e| ConfigError::at("", format!("invalid YAML: {e}")))?;
+    if value.is_null() {
+        return Ok(RawConfig::default());
+    }
+    interpolate_tree(&mut value, String::new(), env)?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigError::at(path, e.into_inner().to_string())
+    })
+}
+
+fn interpolate_tree(value: &mut serde_yaml::Value, path: String, env: &dyn Env) -> Result<(), ConfigError> {
+    use serde_yaml::Value;
+    match value {
+        Value::String(s) => {
+            *s = interpolate(s, env).map_err(|m| ConfigError::at(path, m))?;
+        }
+        Value::Sequence(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                interpolate_tree(item, format!("{path}[{i}]"), env)?;
+            }
+        }
+        Value::Mapping(map) => {
+            for (k, v) in map.iter_mut() {
+                let key = k.as_str().unwrap_or("?");
+                let child = if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+                interpolate_tree(v, child, env)?;
+            }
+        }
+        Value::Tagged(t) => interpolate_tree(&mut t.value, path, env)?,
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+    Ok(())
+}
+
+fn duration(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(text) => parse_duration(text).map_err(|m| ConfigError::at(path, m)),
+    }
+}
+
+pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let listen_text = raw.listen.as_deref().unwrap_or("127.0.0.1:4100");
+    let listen: SocketAddr = listen_text
+        .parse()
+        .map_err(|_| ConfigError::at("listen", format!("`{listen_text}` is not an address like 127.0.0.1:4100")))?;
+
+    let mut names = HashSet::new();
+    let mut backends = Vec::with_capacity(raw.backends.len());
+    for (i, b) in raw.backends.into_iter().enumerate() {
+        backends.push(validate_backend(i, b, &mut names)?);
+    }
+
+    let strategy = match raw.routing.strategy.as_deref().unwrap_or("least-connections") {
+        "round-robin" => Strategy::RoundRobin,
+        "least-connections" => Strategy::LeastConnections,
+        "priority" => Strategy::Priority,
+        "weighted" => Strategy::Weighted,
+        other => {
+            return Err(ConfigError::at(
+                "routing.strategy",
+                format!("unknown strategy `{other}` (round-robin, least-connections, priority, weighted)"),
+            ))
+        }
+    };
+    let max_attempts = raw.routing.max_attempts.unwrap_or(3);
+    if max_attempts == 0 {
+        return Err(ConfigError::at("routing.max_attempts", "must be at least 1"));
+    }
+
+    for (alias, target) in &raw.aliases {
+        if target.is_empty() {
+            return Err(ConfigError::at(format!("aliases.{alias}"), "alias target is empty"));
+        }
+        if raw.aliases.contains_key(target) {
+            return Err(ConfigError::at(
+                format!("aliases.{alias}"),
+                format!("`{target}` is itself an alias; point `{alias}` at a model name"),
+            ));
+        }
+    }
+
+    let h = &raw.health;
+    let health = HealthConfig {
+        interval: duration("health.interval", &h.interval, Duration::from_secs(2))?,
+        timeout: duration("health.timeout", &h.timeout, Duration::from_secs(1))?,
+        down_backoff_min: duration("health.down_backoff_min", &h.down_backoff_min, Duration::from_millis(50))?,
+        down_backoff_max: duration("health.down_backoff_max", &h.down_backoff_max, Duration::from_millis(200))?,
+        failure_threshold: h.failure_threshold.unwrap_or(5).max(1),
+        breaker_cooldown: duration("health.breaker_cooldown", &h.breaker_cooldown, Duration::from_secs(5))?,
+    };
+    if health.interval.is_zero() {
+        return Err(ConfigError::at("health.interval", "must be greater than zero"));
+    }
+    if health.down_backoff_min.is_zero() || health.down_backoff_max < health.down_backoff_min {
+        return Err(ConfigError::at(
+            "health.down_backoff_min",
+            "must be greater than zero and not above health.down_backoff_max",
+        ));
+    }
+
+    let t = &raw.timeouts;
+    let timeouts = Timeouts {
+        connect: duration("timeouts.connect", &t.connect, Duration::from_secs(2))?,
+        first_byte: duration("timeouts.first_byte", &t.first_byte, Duration::from_secs(300))?,
+        stream_idle: duration("timeouts.stream_idle", &t.stream_idle, Duration::from_secs(120))?,
+        request: duration("timeouts.request", &t.request, Duration::from_secs(600))?,
+        header_read: duration("timeouts.header_read", &t.header_read, Duration::from_secs(30))?,
+    };
+    for (path, d) in [
+        ("timeouts.connect", timeouts.connect),
+        ("timeouts.first_byte", timeouts.first_byte),
+        ("timeouts.stream_idle", timeouts.stream_idle),
+        ("timeouts.request", timeouts.request),
+        ("timeouts.header_read", timeouts.header_read),
+    ] {
+        if d.is_zero() {
+            return Err(ConfigError::at(path, "must be greater than zero"));
+        }
+    }
+
+    let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(10 * 1024 * 1024);
+    if max_body_bytes == 0 {
+        return Err(ConfigError::at("limits.max_body_bytes", "must be greater than zero"));
+    }
+
+    Ok(Config {
+        listen,
+        backends,
+        strategy,
+        max_attempts,
+        aliases: raw.aliases,
+        health,
+        timeouts,
+        max_body_bytes,
+        shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,
+    })
+}
+
+fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Result<BackendConfig, ConfigError> {
+    let at = |field: &str| format!("backends[{i}].{field}");
+    if b.name.is_empty() || !b.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(ConfigError::at(at("name"), "use letters, digits, '-', '_' or '.'"));
+    }
+    if !names.insert(b.name.clone()) {
+        return Err(ConfigError::at(at("name"), format!("duplicate backend name `{}`", b.name)));
+    }
+    let url = b.url.trim_end_matches('/').to_owned();
+    let uri: http::Uri = url.parse().map_err(|_| ConfigError::at(at("url"), format!("`{}` is not a URL", b.url)))?;
+    match uri.scheme_str() {
+        Some("http") | Some("https") => {}
+        _ => return Err(ConfigError::at(at("url"), "must start with http:// or https://")),
+    }
+    if uri.host().is_none() || uri.query().is_some() {
+        return Err(ConfigError::at(at("url"), "must be a base URL like http://host:port"));
+    }
+    // `/v1` is appended per request; accept a base that already ends with it.
+    let url = url.strip_suffix("/v1").unwrap_or(&url).to_owned();
+    let kind = match b.kind.as_str() {
+        "openai" => BackendKind::OpenAi,
+        "ollama" => BackendKind::Ollama,
+        other => return Err(ConfigError::at(at("type"), format!("unknown backend type `{other}` (openai, ollama)"))),
+    };
+    let weight = b.weight.unwrap_or(1);
+    if weight == 0 {
+        return Err(ConfigError::at(at("weight"), "must be at least 1"));
+    }
+    if let Some(models) = &b.models {
+        if let Some(pos) = models.iter().position(|m| m.is_empty()) {
+            return Err(ConfigError::at(format!("backends[{i}].models[{pos}]"), "empty model name"));
+        }
+    }
+    Ok(BackendConfig {
+        name: b.name,
+        url,
+        kind,
+        api_key: b.api_key.filter(|k| !k.is_empty()),
+        models: b.models,
+        priority: b.priority.unwrap_or(0),
+        weight,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use std::collections::HashMap;
+
+    fn load(yaml: &str) -> Result<Config, String> {
+        let env = HashMap::from([("GPU_A_KEY".to_owned(), "k1".to_owned())]);
+        Config::from_yaml(yaml, &env).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn issue_example_parses() {
+        let c = load(
+            r#"
+listen: 127.0.0.1:4100
+backends:
+  - name: gpu-a
+    url: http://127.0.0.1:11434
+    type: ollama
+    api_key: ${GPU_A_KEY}
+    models: [llama3.2:1b]
+    priority: 100
+    weight: 1
+routing:
+  strategy: least-connections
+aliases:
+  fast: llama3.2:1b
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.backends[0].api_key.as_deref(), Some("k1"));
+        assert_eq!(c.resolve_alias("fast"), "llama3.2:1b");
+        assert_eq!(c.resolve_alias("other"), "other");
+    }
+
+    #[test]
+    fn unknown_keys_name_their_path() {
+        let e = load("backends:\n  - name: a\n    url: http://x:1\n    modles: [m]\n").unwrap_err();
+        assert!(e.starts_with("backends[0]"), "{e}");
+        assert!(e.contains("modles"), "{e}");
+        let e = load("routing:\n  stratgy: priority\n").unwrap_err();
+        assert!(e.contains("stratgy"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_path() {
+        assert!(load("routing: {strategy: fastest}").unwrap_err().starts_with("routing.strategy"));
+        assert!(load("backends: [{name: a, url: ftp://x}]").unwrap_err().starts_with("backends[0].url"));
+        assert!(load("backends: [{name: a, url: 'http://x:1', weight: 0}]").unwrap_err().contains("weight"));
+        assert!(load("backends: [{name: a, url: 'http://x:1'}, {name: a, url: 'http://y:1'}]")
+            .unwrap_err()
+            .contains("duplicate"));
+        assert!(load("backends: [{name: a, url: 'http://x:1', api_key: '${NOPE}'}]")
+            .unwrap_err()
+            .starts_with("backends[0].api_key"));
+        assert!(load("aliases: {a: b, b: c}").unwrap_err().contains("itself an alias"));
+        assert!(load("health: {interval: soon}").unwrap_err().starts_with("health.interval"));
+        assert!(load("listen: nowhere").unwrap_err().starts_with("listen"));
+    }
+
+    #[test]
+    fn empty_and_defaults() {
+        let c = load("").unwrap();
+        assert!(c.backends.is_empty());
+        assert_eq!(c.listen.port(), 4100);
+        let c = load("backends: [{name: a, url: 'http://x:1/v1/'}]").unwrap();
+        assert_eq!(c.backends[0].url, "http://x:1");
+        assert_eq!(c.backends[0].kind, crate::config::BackendKind::OpenAi);
+    }
+}

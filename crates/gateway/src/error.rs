@@ -1,0 +1,170 @@
+//! `GatewayError`, the one error type request handlers return. It knows its HTTP status, the
+//! OpenAI error `type`/`code` it renders as, and a short metric-safe kind. Messages are written for
+//! clients; internal details stay in logs.
+
+use bytes::Bytes;
+use http::StatusCode;
+use switchyard_protocol::openai::{ErrorBody, ErrorDetail};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum GatewayError {
+    /// Malformed JSON or a missing/ill-typed field.
+    BadRequest {
+        message: String,
+        param: Option<&'static str>,
+    },
+    PayloadTooLarge {
+        limit: usize,
+    },
+    RouteNotFound,
+    MethodNotAllowed,
+    UnsupportedMediaType,
+    ModelNotFound {
+        model: String,
+    },
+    /// Every backend serving the model is down or its breaker is open.
+    NoHealthyBackend {
+        model: String,
+    },
+    /// All attempts failed on transport errors.
+    UpstreamUnavailable,
+    UpstreamTimeout,
+}
+
+impl GatewayError {
+    pub fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        GatewayError::BadRequest { message: message.into(), param }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::RouteNotFound | GatewayError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
+            GatewayError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            GatewayError::NoHealthyBackend { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// Short label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GatewayError::BadRequest { .. } => "bad_request",
+            GatewayError::PayloadTooLarge { .. } => "payload_too_large",
+            GatewayError::RouteNotFound => "route_not_found",
+            GatewayError::MethodNotAllowed => "method_not_allowed",
+            GatewayError::UnsupportedMediaType => "unsupported_media_type",
+            GatewayError::ModelNotFound { .. } => "model_not_found",
+            GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
+            GatewayError::UpstreamUnavailable => "upstream_unavailable",
+            GatewayError::UpstreamTimeout => "upstream_timeout",
+        }
+    }
+
+    pub fn to_body(&self) -> ErrorBody {
+        let (message, kind, param, code): (String, &str, Option<&str>, Option<&str>) = match self {
+            GatewayError::BadRequest { message, param } => (message.clone(), "invalid_request_error", *param, None),
+            GatewayError::PayloadTooLarge { limit } => (
+                format!("request body is larger than the {limit}-byte limit"),
+                "invalid_request_error",
+                None,
+                Some("request_too_large"),
+            ),
+            GatewayError::RouteNotFound => {
+                ("no such route".to_owned(), "invalid_request_error", None, Some("unknown_url"))
+            }
+            GatewayError::MethodNotAllowed => {
+                ("method not allowed on this route".to_owned(), "invalid_request_error", None, None)
+            }
+            GatewayError::UnsupportedMediaType => (
+                "request body must be JSON (content-type: application/json)".to_owned(),
+                "invalid_request_error",
+                None,
+                None,
+            ),
+            GatewayError::ModelNotFound { model } => (
+                format!("the model `{model}` does not exist or no backend serves it"),
+                "invalid_request_error",
+                Some("model"),
+                Some("model_not_found"),
+            ),
+            GatewayError::NoHealthyBackend { model } => (
+                format!("no healthy backend is serving `{model}` right now; retry shortly"),
+                "server_error",
+                None,
+                Some("no_healthy_backend"),
+            ),
+            GatewayError::UpstreamUnavailable => {
+                ("the upstream backend failed to answer".to_owned(), "server_error", None, Some("upstream_unavailable"))
+            }
+            GatewayError::UpstreamTimeout => (
+                "the upstream backend did not answer in time".to_owned(),
+                "server_error",
+                None,
+                Some("upstream_timeout"),
+            ),
+        };
+        ErrorBody {
+            error: ErrorDetail {
+                message,
+                kind: kind.to_owned(),
+                param: param.map(str::to_owned),
+                code: code.map(str::to_owned),
+            },
+        }
+    }
+
+    pub fn to_json(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(&self.to_body()).unwrap_or_default())
+    }
+}
+
+impl std::fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_body().error.message)
+    }
+}
+
+impl std::error::Error for GatewayError {}
+
+/// A mid-stream failure rendered as a final SSE event in OpenAI error shape.
+pub fn sse_error_event(message: &str, code: &str) -> Bytes {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            message: message.to_owned(),
+            kind: "server_error".to_owned(),
+            param: None,
+            code: Some(code.to_owned()),
+        },
+    };
+    let mut out = b"data: ".to_vec();
+    out.extend(serde_json::to_vec(&body).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_openai_shape() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&GatewayError::ModelNotFound { model: "x".into() }.to_json()).unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert!(v["error"]["message"].as_str().unwrap().contains('x'));
+    }
+
+    #[test]
+    fn sse_event_is_one_data_line() {
+        let e = sse_error_event("boom", "upstream_stream_error");
+        let s = std::str::from_utf8(&e).unwrap();
+        assert!(s.starts_with("data: {\"error\":"));
+        assert!(s.ends_with("\n\n"));
+    }
+}

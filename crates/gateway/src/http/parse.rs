@@ -1,0 +1,175 @@
+//! Request bodies: read with a size limit, parse only the fields routing needs, and rewrite
+//! `model` in place (a byte splice, never a re-serialisation) when an alias resolved.
+
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::value::RawValue;
+use switchyard_protocol::openai::RoutingFields;
+
+use crate::config::Config;
+use crate::error::GatewayError;
+use crate::metrics::Endpoint;
+
+/// Read the whole request body, refusing more than `limit` bytes (early, by content-length, when sent).
+pub async fn read_body(headers: &http::HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, GatewayError> {
+    let declared =
+        headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(GatewayError::PayloadTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(GatewayError::PayloadTooLarge { limit }),
+        Err(_) => Err(GatewayError::bad_request("the request body could not be read", None)),
+    }
+}
+
+/// What routing needs from a request.
+#[derive(Debug)]
+pub struct RoutedRequest {
+    /// The model name after alias resolution: what backends are asked for.
+    pub model: String,
+    pub stream: bool,
+    /// The body to send upstream (rewritten only when an alias resolved).
+    pub body: Bytes,
+}
+
+pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result<RoutedRequest, GatewayError> {
+    // serde would also accept a JSON array as a struct in sequence form; only objects are requests.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(GatewayError::bad_request("the request body must be a JSON object", None));
+    }
+    let fields: RoutingFields = serde_json::from_slice(&body).map_err(|e| {
+        let what =
+            if e.is_data() { "the request body must be a JSON object" } else { "the request body is not valid JSON" };
+        GatewayError::bad_request(format!("{what}: {e}"), None)
+    })?;
+    let raw_model =
+        fields.model.ok_or_else(|| GatewayError::bad_request("you must provide a model parameter", Some("model")))?;
+    let model: Cow<str> = serde_json::from_str(raw_model.get())
+        .map_err(|_| GatewayError::bad_request("`model` must be a string", Some("model")))?;
+    if model.is_empty() {
+        return Err(GatewayError::bad_request("`model` must not be empty", Some("model")));
+    }
+    let stream = match &fields.stream {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => return Err(GatewayError::bad_request("`stream` must be a boolean", Some("stream"))),
+    };
+    let (field, name, must_be_array) = match endpoint {
+        Endpoint::ChatCompletions => (fields.messages, "messages", true),
+        Endpoint::Completions => (fields.prompt, "prompt", false),
+        Endpoint::Embeddings => (fields.input, "input", false),
+        Endpoint::Models | Endpoint::Other => (None, "", false),
+    };
+    if !name.is_empty() {
+        check_required(field, name, must_be_array)?;
+    }
+    let resolved = config.resolve_alias(&model);
+    let body = if resolved != model { rewrite_model(&body, raw_model, resolved)? } else { body.clone() };
+    Ok(RoutedRequest { model: resolved.to_owned(), stream, body })
+}
+
+fn check_required(field: Option<&RawValue>, name: &'static str, must_be_array: bool) -> Result<(), GatewayError> {
+    let param = Some(name);
+    match field.map(|r| r.get().as_bytes().first().copied()) {
+        None | Some(Some(b'n')) => Err(GatewayError::bad_request(format!("you must provide `{name}`"), param)),
+        Some(Some(b'[')) => Ok(()),
+        Some(_) if must_be_array => Err(GatewayError::bad_request(format!("`{name}` must be an array"), param)),
+        Some(Some(b'"')) => Ok(()),
+        Some(_) => Err(GatewayError::bad_request(format!("`{name}` must be a string or an array"), param)),
+    }
+}
+
+/// Replace the bytes of the `model` value, found by where serde's borrowed `RawValue` points.
+fn rewrite_model(body: &Bytes, raw: &RawValue, new_model: &str) -> Result<Bytes, GatewayError> {
+    let value = raw.get().as_bytes();
+    let start = (value.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
+    let end = start.wrapping_add(value.len());
+    if body.get(start..end) != Some(value) {
+        // Not a sub-slice of the body: cannot happen with a borrowed RawValue, but never guess.
+        return Err(GatewayError::bad_request("the request body could not be routed", None));
+    }
+    let quoted = serde_json::to_string(new_model).unwrap_or_default();
+    let mut out = BytesMut::with_capacity(body.len() - value.len() + quoted.len());
+    out.extend_from_slice(&body[..start]);
+    out.extend_from_slice(quoted.as_bytes());
+    out.extend_from_slice(&body[end..]);
+    Ok(out.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config() -> Config {
+        Config::from_yaml("aliases: {fast: \"llama3.2:1b\"}", &HashMap::<String, String>::new()).unwrap()
+    }
+
+    fn parse(body: &str) -> Result<RoutedRequest, GatewayError> {
+        parse_request(Endpoint::ChatCompletions, Bytes::from(body.to_owned()), &config())
+    }
+
+    #[test]
+    fn alias_rewrites_only_the_model_bytes() {
+        let body = r#"{"messages":[{"role":"user","content":"model: fast"}], "model" : "fast","stream":true}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.model, "llama3.2:1b");
+        assert!(r.stream);
+        assert_eq!(
+            std::str::from_utf8(&r.body).unwrap(),
+            r#"{"messages":[{"role":"user","content":"model: fast"}], "model" : "llama3.2:1b","stream":true}"#
+        );
+    }
+
+    #[test]
+    fn no_alias_keeps_the_same_bytes() {
+        let body = Bytes::from_static(br#"{"model":"m","messages":[]}"#);
+        let r = parse_request(Endpoint::ChatCompletions, body.clone(), &config()).unwrap();
+        assert_eq!(r.body.as_ptr(), body.as_ptr(), "forwarded without a copy");
+    }
+
+    #[test]
+    fn escaped_model_names_are_decoded() {
+        let r = parse(r#"{"model":"f\u0061st","messages":[]}"#).unwrap();
+        assert_eq!(r.model, "llama3.2:1b");
+    }
+
+    #[test]
+    fn bad_input_is_a_400_with_param() {
+        let cases = [
+            ("not json", None),
+            ("[1,2]", None),
+            ("{\"model\": 5, \"messages\": []}", Some("model")),
+            ("{\"messages\": []}", Some("model")),
+            ("{\"model\": \"\", \"messages\": []}", Some("model")),
+            ("{\"model\": \"m\"}", Some("messages")),
+            ("{\"model\": \"m\", \"messages\": null}", Some("messages")),
+            ("{\"model\": \"m\", \"messages\": \"hi\"}", Some("messages")),
+            ("{\"model\": \"m\", \"messages\": [], \"stream\": \"yes\"}", Some("stream")),
+            ("{\"model\": \"m\", \"messages\": []", None),
+        ];
+        for (body, param) in cases {
+            match parse(body) {
+                Err(GatewayError::BadRequest { param: p, .. }) => assert_eq!(p, param, "{body}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn completions_and_embeddings_take_strings_or_arrays() {
+        let c = config();
+        for (ep, ok, bad) in [
+            (Endpoint::Completions, r#"{"model":"m","prompt":"hi"}"#, r#"{"model":"m","prompt":3}"#),
+            (Endpoint::Embeddings, r#"{"model":"m","input":["a"]}"#, r#"{"model":"m"}"#),
+        ] {
+            assert!(parse_request(ep, Bytes::from(ok), &c).is_ok());
+            assert!(parse_request(ep, Bytes::from(bad), &c).is_err());
+        }
+    }
+}

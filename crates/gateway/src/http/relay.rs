@@ -1,0 +1,137 @@
+//! `RelayBody`: streams an upstream response body to the client frame by frame as it arrives
+//! (never buffered whole), with an idle timeout between frames. A failure after bytes reached
+//! the client is never retried: an SSE stream ends with a final `data: {"error": ...}` event,
+//! other bodies end with an error (the client sees a truncated response). Its `Completion`
+//! releases the in-flight slot and records the request's duration when the body ends or the
+//! client goes away.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+
+use crate::error::{sse_error_event, GatewayError};
+use crate::metrics::Metrics;
+use crate::route::backend::InFlight;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Settles one proxied request when its response body is finished or dropped.
+pub struct Completion {
+    pub guard: InFlight,
+    pub metrics: Arc<Metrics>,
+    pub started: std::time::Instant,
+}
+
+impl Completion {
+    fn stream_failed(&self, kind: &'static str) {
+        self.metrics.count_error(kind);
+        self.guard.backend().mark_failed(kind);
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        self.metrics.duration.observe(self.started.elapsed());
+    }
+}
+
+pin_project! {
+    pub struct RelayBody {
+        #[pin]
+        inner: Incoming,
+        // Read before the response was committed, so a failure there could still be retried.
+        first: Option<Frame<Bytes>>,
+        #[pin]
+        idle: Sleep,
+        idle_timeout: Duration,
+        sse: bool,
+        done: bool,
+        completion: Completion,
+    }
+}
+
+impl RelayBody {
+    pub fn new(
+        inner: Incoming,
+        first: Option<Frame<Bytes>>,
+        idle_timeout: Duration,
+        sse: bool,
+        completion: Completion,
+    ) -> Self {
+        RelayBody {
+            done: first.is_none() && inner.is_end_stream(),
+            inner,
+            first,
+            idle: tokio::time::sleep(idle_timeout),
+            idle_timeout,
+            sse,
+            completion,
+        }
+    }
+}
+
+impl Body for RelayBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        if let Some(frame) = this.first.take() {
+            this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        let (kind, message, error): (&'static str, &str, BoxError) = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            Poll::Ready(None) => {
+                *this.done = true;
+                return Poll::Ready(None);
+            }
+            Poll::Ready(Some(Err(e))) => ("stream_aborted", "the upstream stream was interrupted", Box::new(e)),
+            Poll::Pending => match this.idle.poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) => {
+                    ("stream_idle_timeout", "the upstream stream stalled", Box::new(GatewayError::UpstreamTimeout))
+                }
+            },
+        };
+        *this.done = true;
+        this.completion.stream_failed(kind);
+        if *this.sse {
+            Poll::Ready(Some(Ok(Frame::data(sse_error_event(message, kind)))))
+        } else {
+            Poll::Ready(Some(Err(error)))
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.sse {
+            // An error event may be appended; never promise a length.
+            return SizeHint::default();
+        }
+        let mut hint = self.inner.size_hint();
+        let extra = self.first.as_ref().and_then(|f| f.data_ref()).map_or(0, |d| d.len() as u64);
+        hint.set_lower(hint.lower() + extra);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + extra);
+        }
+        hint
+    }
+}

@@ -1,0 +1,97 @@
+//! The route table: which handler answers which method and path. Every response gets an
+//! `x-request-id`, every request is counted; errors render in OpenAI's shape.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::{full, request_id, GatewayBody};
+use crate::app::App;
+use crate::error::GatewayError;
+use crate::metrics::Endpoint;
+use crate::proxy;
+
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBody> {
+    let started = Instant::now();
+    let rid = request_id::from_request(req.headers());
+    // Accept both `/v1/...` and the bare paths some clients build from a base URL without `/v1`.
+    let path = req.uri().path();
+    let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);
+    let endpoint = match path {
+        "/chat/completions" => Endpoint::ChatCompletions,
+        "/completions" => Endpoint::Completions,
+        "/embeddings" => Endpoint::Embeddings,
+        "/models" => Endpoint::Models,
+        _ => Endpoint::Other,
+    };
+    let result = match (endpoint, req.method(), path) {
+        (Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings, &Method::POST, _) => {
+            proxy::forward(&app, endpoint, req, started, &rid).await
+        }
+        (Endpoint::Models, &Method::GET, _) => Ok(models(&app)),
+        (Endpoint::Other, &Method::GET, "/health") => Ok(json_response(StatusCode::OK, json!({"status": "ok"}))),
+        (Endpoint::Other, &Method::GET, "/ready") => Ok(ready(&app)),
+        (Endpoint::Other, &Method::GET, "/metrics") => Ok(metrics(&app)),
+        (Endpoint::Other, _, "/health" | "/ready" | "/metrics") => Err(GatewayError::MethodNotAllowed),
+        (Endpoint::Other, _, _) => Err(GatewayError::RouteNotFound),
+        _ => Err(GatewayError::MethodNotAllowed),
+    };
+    let mut resp = result.unwrap_or_else(|e| {
+        app.metrics.count_error(e.kind());
+        error_response(&e)
+    });
+    resp.headers_mut().insert(request_id::HEADER, rid);
+    app.metrics.count_request(endpoint, resp.status().as_u16());
+    resp
+}
+
+pub fn error_response(e: &GatewayError) -> Response<GatewayBody> {
+    let mut resp = Response::new(full(e.to_json()));
+    *resp.status_mut() = e.status();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn json_response(status: StatusCode, value: serde_json::Value) -> Response<GatewayBody> {
+    let mut resp = Response::new(full(serde_json::to_vec(&value).unwrap_or_default()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// One de-duplicated catalogue of the models served by healthy backends, plus usable aliases.
+fn models(app: &App) -> Response<GatewayBody> {
+    let catalogue = app.router.catalogue();
+    let mut data: Vec<serde_json::Value> = catalogue
+        .iter()
+        .map(|(id, backends)| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard", "backends": backends}))
+        .collect();
+    let mut aliases: Vec<_> = app.config.aliases.iter().filter(|(_, t)| catalogue.contains_key(*t)).collect();
+    aliases.sort();
+    for (alias, target) in aliases {
+        if !catalogue.contains_key(alias) {
+            data.push(
+                json!({"id": alias, "object": "model", "created": 0, "owned_by": "switchyard", "alias_of": target}),
+            );
+        }
+    }
+    json_response(StatusCode::OK, json!({"object": "list", "data": data}))
+}
+
+fn ready(app: &App) -> Response<GatewayBody> {
+    let up = app.router.healthy_count();
+    let total = app.router.backends.len();
+    let (status, word) =
+        if up > 0 { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "not_ready") };
+    json_response(status, json!({"status": word, "backends_up": up, "backends": total}))
+}
+
+fn metrics(app: &App) -> Response<GatewayBody> {
+    let mut resp = Response::new(full(app.metrics.render(&app.router.backends)));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    resp
+}

@@ -1,0 +1,251 @@
+//! Process-wide counters and histograms, rendered as Prometheus text by `render`. Lock-free
+//! atomics on the hot path; per-backend figures live on each `Backend` and are read at scrape time.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::route::backend::Backend;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    ChatCompletions,
+    Completions,
+    Embeddings,
+    Models,
+    Other,
+}
+
+impl Endpoint {
+    const ALL: [Endpoint; 5] =
+        [Endpoint::ChatCompletions, Endpoint::Completions, Endpoint::Embeddings, Endpoint::Models, Endpoint::Other];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat_completions",
+            Endpoint::Completions => "completions",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Models => "models",
+            Endpoint::Other => "other",
+        }
+    }
+
+    /// Upstream path under the backend's base URL.
+    pub fn upstream_path(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+            Endpoint::Embeddings => "/v1/embeddings",
+            Endpoint::Models => "/v1/models",
+            Endpoint::Other => "/",
+        }
+    }
+}
+
+/// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
+const ERROR_KINDS: [&str; 13] = [
+    "bad_request",
+    "payload_too_large",
+    "route_not_found",
+    "method_not_allowed",
+    "unsupported_media_type",
+    "model_not_found",
+    "no_healthy_backend",
+    "upstream_unavailable",
+    "upstream_timeout",
+    "upstream_connect",
+    "upstream_status",
+    "stream_aborted",
+    "stream_idle_timeout",
+];
+
+/// Bucket upper bounds in seconds, from 10 µs (gateway overhead) to 2 min (long generations).
+const BOUNDS: [f64; 24] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+pub struct Histogram {
+    buckets: [AtomicU64; BOUNDS.len()],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BOUNDS.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (bound, bucket) in BOUNDS.iter().zip(&self.buckets) {
+            cumulative += bucket.load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}");
+        }
+        let count = self.count.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let brace = |s: &str| if s.is_empty() { String::new() } else { format!("{{{s}}}") };
+        let _ = writeln!(out, "{name}_sum{} {}", brace(labels), self.sum_ns.load(Relaxed) as f64 / 1e9);
+        let _ = writeln!(out, "{name}_count{} {count}", brace(labels));
+    }
+}
+
+pub struct Metrics {
+    /// `[endpoint][status class 1xx..5xx]`
+    requests: [[AtomicU64; 5]; Endpoint::ALL.len()],
+    errors: [AtomicU64; ERROR_KINDS.len()],
+    pub retries: AtomicU64,
+    /// Time from request arrival to the end of the response body.
+    pub duration: Histogram,
+    /// Time the gateway itself spent: until response headers, minus time waiting on upstreams.
+    pub overhead: Histogram,
+    /// Time from sending upstream until its response headers arrived (last attempt).
+    pub upstream_ttfb: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            errors: std::array::from_fn(|_| AtomicU64::new(0)),
+            retries: AtomicU64::new(0),
+            duration: Histogram::default(),
+            overhead: Histogram::default(),
+            upstream_ttfb: Histogram::default(),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn count_request(&self, endpoint: Endpoint, status: u16) {
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        self.requests[endpoint as usize][class].fetch_add(1, Relaxed);
+    }
+
+    pub fn count_error(&self, kind: &str) {
+        if let Some(i) = ERROR_KINDS.iter().position(|k| *k == kind) {
+            self.errors[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn render(&self, backends: &[std::sync::Arc<Backend>]) -> String {
+        let mut out = String::with_capacity(8192);
+        out.push_str("# HELP switchyard_requests_total Requests answered, by endpoint and status class.\n");
+        out.push_str("# TYPE switchyard_requests_total counter\n");
+        for ep in Endpoint::ALL {
+            for (class, counter) in self.requests[ep as usize].iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "switchyard_requests_total{{endpoint=\"{}\",code=\"{}xx\"}} {}",
+                    ep.as_str(),
+                    class + 1,
+                    counter.load(Relaxed)
+                );
+            }
+        }
+        out.push_str("# HELP switchyard_errors_total Errors, by kind.\n# TYPE switchyard_errors_total counter\n");
+        for (kind, counter) in ERROR_KINDS.iter().zip(&self.errors) {
+            let _ = writeln!(out, "switchyard_errors_total{{kind=\"{kind}\"}} {}", counter.load(Relaxed));
+        }
+        out.push_str("# HELP switchyard_retries_total Upstream attempts beyond the first.\n");
+        out.push_str("# TYPE switchyard_retries_total counter\n");
+        let _ = writeln!(out, "switchyard_retries_total {}", self.retries.load(Relaxed));
+        for (name, help, h) in [
+            ("switchyard_request_duration_seconds", "Request arrival to end of response body.", &self.duration),
+            (
+                "switchyard_overhead_seconds",
+                "Time spent in the gateway itself, upstream waits excluded.",
+                &self.overhead,
+            ),
+            ("switchyard_upstream_ttfb_seconds", "Upstream send to response headers.", &self.upstream_ttfb),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            h.render(&mut out, name, "");
+        }
+        render_backends(&mut out, backends);
+        out
+    }
+}
+
+/// A per-backend series: name, help text, and how to read it off a backend.
+type BackendSeries = (&'static str, &'static str, fn(&Backend) -> u64);
+
+fn render_backends(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
+    let gauges: [BackendSeries; 5] = [
+        ("switchyard_backend_up", "1 when the backend passes health checks.", |b| b.health.is_up() as u64),
+        ("switchyard_backend_circuit_open", "1 when the backend's circuit breaker is not closed.", |b| {
+            b.health.breaker_open() as u64
+        }),
+        ("switchyard_backend_in_flight", "Requests in flight to the backend.", |b| b.in_flight() as u64),
+        ("switchyard_backend_requests_total", "Upstream attempts sent to the backend.", |b| {
+            b.stats.attempts.load(Relaxed)
+        }),
+        ("switchyard_backend_failures_total", "Failed upstream attempts (transport, timeout or 5xx).", |b| {
+            b.stats.failures.load(Relaxed)
+        }),
+    ];
+    for (name, help, get) in gauges {
+        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for b in backends {
+            let _ = writeln!(out, "{name}{{backend=\"{}\"}} {}", b.name(), get(b));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP switchyard_backend_models Models the backend serves.\n# TYPE switchyard_backend_models gauge"
+    );
+    for b in backends {
+        let _ = writeln!(out, "switchyard_backend_models{{backend=\"{}\"}} {}", b.name(), b.models().len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(20));
+        h.observe(Duration::from_millis(2));
+        let mut s = String::new();
+        h.render(&mut s, "x", "");
+        assert!(s.contains("x_bucket{le=\"0.000025\"} 1"), "{s}");
+        assert!(s.contains("x_bucket{le=\"0.0025\"} 2"), "{s}");
+        assert!(s.contains("x_bucket{le=\"+Inf\"} 2"), "{s}");
+        assert!(s.contains("x_count 2"), "{s}");
+    }
+
+    #[test]
+    fn requests_by_class() {
+        let m = Metrics::default();
+        m.count_request(Endpoint::ChatCompletions, 200);
+        m.count_request(Endpoint::ChatCompletions, 503);
+        m.count_error("no_healthy_backend");
+        let s = m.render(&[]);
+        assert!(s.contains("switchyard_requests_total{endpoint=\"chat_completions\",code=\"2xx\"} 1"));
+        assert!(s.contains("switchyard_requests_total{endpoint=\"chat_completions\",code=\"5xx\"} 1"));
+        assert!(s.contains("switchyard_errors_total{kind=\"no_healthy_backend\"} 1"));
+    }
+}

@@ -1,0 +1,221 @@
+//! Forwarding with failover: select a backend, send, and retry on another backend while nothing
+//! has reached the client yet. An attempt counts as committed only once the upstream's status,
+//! headers and first body frame have arrived, so a backend that dies during prefill, or drops
+//! the connection before its body, costs the client nothing. Attempts are bounded by
+//! `routing.max_attempts` and by the request deadline (`timeouts.request`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+
+use crate::app::App;
+use crate::error::GatewayError;
+use crate::http::parse::{parse_request, read_body, RoutedRequest};
+use crate::http::relay::{Completion, RelayBody};
+use crate::http::GatewayBody;
+use crate::metrics::Endpoint;
+use crate::route::backend::{now_ms, Backend, InFlight};
+use crate::route::SelectError;
+
+pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
+static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// An upstream answer whose status, headers and first frame are in hand.
+struct Answer {
+    parts: http::response::Parts,
+    body: Incoming,
+    first: Option<Frame<Bytes>>,
+    guard: InFlight,
+    ttfb: Duration,
+}
+
+enum AttemptError {
+    Transport,
+    Timeout,
+}
+
+pub async fn forward(
+    app: &App,
+    endpoint: Endpoint,
+    req: Request<Incoming>,
+    started: Instant,
+    request_id: &HeaderValue,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
+    let routed = parse_request(endpoint, body, &app.config)?;
+    let deadline = started + app.config.timeouts.request;
+    let mut tried: Vec<usize> = Vec::new();
+    let mut upstream_wait = Duration::ZERO;
+    let mut failure: Option<GatewayError> = None;
+    // A retryable (5xx/429) answer, kept to pass through if no other backend can take the request.
+    let mut held: Option<Answer> = None;
+
+    for attempt in 0..app.config.max_attempts {
+        let backend = match app.router.select(&routed.model, &tried) {
+            Ok(b) => b,
+            Err(SelectError::UnknownModel) => return Err(GatewayError::ModelNotFound { model: routed.model }),
+            Err(SelectError::NoneAvailable) => break,
+        };
+        if attempt > 0 {
+            app.metrics.retries.fetch_add(1, Relaxed);
+        }
+        tried.push(backend.id);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            failure = Some(GatewayError::UpstreamTimeout);
+            break;
+        }
+        let guard = backend.start();
+        let sent = Instant::now();
+        let limit = remaining.min(app.config.timeouts.first_byte);
+        let outcome = attempt_once(app, &backend, endpoint, &routed, &parts.headers, request_id, limit).await;
+        let ttfb = sent.elapsed();
+        upstream_wait += ttfb;
+        match outcome {
+            Ok((parts, body, first)) => {
+                let status = parts.status;
+                if status.is_server_error() {
+                    backend.stats.failures.fetch_add(1, Relaxed);
+                    app.metrics.count_error("upstream_status");
+                    if backend.health.on_server_error(now_ms()) {
+                        tracing::warn!(backend = backend.name(), %status, "circuit breaker opened");
+                    }
+                } else {
+                    backend.health.on_success();
+                }
+                let answer = Answer { parts, body, first, guard, ttfb };
+                if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+                    held = Some(answer);
+                    continue;
+                }
+                return Ok(respond(app, answer, started, upstream_wait, routed.stream));
+            }
+            Err(AttemptError::Transport) => {
+                app.metrics.count_error("upstream_connect");
+                backend.mark_failed("transport error");
+                failure = Some(GatewayError::UpstreamUnavailable);
+            }
+            Err(AttemptError::Timeout) => {
+                app.metrics.count_error("upstream_timeout");
+                backend.mark_failed("timeout");
+                failure = Some(GatewayError::UpstreamTimeout);
+            }
+        }
+    }
+    if let Some(answer) = held {
+        return Ok(respond(app, answer, started, upstream_wait, routed.stream));
+    }
+    Err(failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model }))
+}
+
+async fn attempt_once(
+    app: &App,
+    backend: &Arc<Backend>,
+    endpoint: Endpoint,
+    routed: &RoutedRequest,
+    client_headers: &HeaderMap,
+    request_id: &HeaderValue,
+    limit: Duration,
+) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
+    let uri = backend.target(endpoint).cloned().ok_or(AttemptError::Transport)?;
+    let mut req =
+        Request::post(uri).header(header::CONTENT_TYPE, "application/json").header(&REQUEST_ID, request_id.clone());
+    if let Some(accept) = client_headers.get(header::ACCEPT) {
+        req = req.header(header::ACCEPT, accept.clone());
+    }
+    if let Some(auth) = &backend.auth_header {
+        req = req.header(header::AUTHORIZATION, auth.clone());
+    }
+    let req = req.body(Full::new(routed.body.clone())).map_err(|_| AttemptError::Transport)?;
+    let exchange = async {
+        let resp = app.client.request(req).await.map_err(|e| {
+            tracing::debug!(backend = backend.name(), error = %e, "upstream request failed");
+            AttemptError::Transport
+        })?;
+        let (parts, mut body) = resp.into_parts();
+        let first = match body.frame().await {
+            None => None,
+            Some(Ok(frame)) => Some(frame),
+            Some(Err(e)) => {
+                tracing::debug!(backend = backend.name(), error = %e, "upstream body failed before first byte");
+                return Err(AttemptError::Transport);
+            }
+        };
+        Ok((parts, body, first))
+    };
+    tokio::time::timeout(limit, exchange).await.map_err(|_| AttemptError::Timeout)?
+}
+
+fn respond(
+    app: &App,
+    answer: Answer,
+    started: Instant,
+    upstream_wait: Duration,
+    stream: bool,
+) -> Response<GatewayBody> {
+    let Answer { parts, body, first, guard, ttfb } = answer;
+    let sse = stream
+        || parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let overhead = started.elapsed().saturating_sub(upstream_wait);
+    app.metrics.overhead.observe(overhead);
+    app.metrics.upstream_ttfb.observe(ttfb);
+    let backend_name = guard.backend().name_header.clone();
+
+    let completion = Completion { guard, metrics: app.metrics.clone(), started };
+    let relay = RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion);
+    let mut resp = Response::new(Either::Right(relay));
+    *resp.status_mut() = parts.status;
+    let headers = resp.headers_mut();
+    headers.reserve(parts.headers.len() + 3);
+    for (name, value) in parts.headers.iter() {
+        if !is_hop_by_hop(name) {
+            headers.append(name, value.clone());
+        }
+    }
+    headers.insert(&BACKEND_HEADER, backend_name);
+    headers.insert(&SERVER_TIMING, server_timing(overhead, upstream_wait));
+    resp
+}
+
+/// `server-timing: gateway;dur=0.031, upstream;dur=12.204` (milliseconds).
+fn server_timing(overhead: Duration, upstream: Duration) -> HeaderValue {
+    let text = format!(
+        "gateway;dur={:.3}, upstream;dur={:.3}",
+        overhead.as_secs_f64() * 1000.0,
+        upstream.as_secs_f64() * 1000.0
+    );
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("gateway"))
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "te" | "trailer" | "upgrade"
+    ) || name == REQUEST_ID
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_timing_is_in_milliseconds() {
+        let v = server_timing(Duration::from_micros(31), Duration::from_millis(12));
+        assert_eq!(v.to_str().unwrap(), "gateway;dur=0.031, upstream;dur=12.000");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_not_relayed() {
+        assert!(is_hop_by_hop(&header::TRANSFER_ENCODING));
+        assert!(is_hop_by_hop(&header::CONNECTION));
+        assert!(!is_hop_by_hop(&header::CONTENT_TYPE));
+    }
+}

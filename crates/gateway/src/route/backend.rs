@@ -1,0 +1,295 @@
+//! One upstream backend: its config, precomputed request targets and headers, in-flight count,
+//! discovered models, and health (up/down plus a consecutive-5xx circuit breaker).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use http::{HeaderValue, Uri};
+use tokio::sync::Notify;
+
+use crate::config::{BackendConfig, HealthConfig};
+use crate::metrics::Endpoint;
+
+/// Milliseconds since the process started; what breaker timestamps are measured in.
+pub fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+#[derive(Default)]
+pub struct BackendStats {
+    pub attempts: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+pub struct Backend {
+    pub id: usize,
+    pub cfg: BackendConfig,
+    pub name_header: HeaderValue,
+    pub auth_header: Option<HeaderValue>,
+    /// `[chat, completions, embeddings]` upstream URIs, built once.
+    targets: [Uri; 3],
+    pub discovery_uri: Uri,
+    pub health: HealthState,
+    in_flight: AtomicUsize,
+    pub stats: BackendStats,
+    models: ArcSwap<Vec<String>>,
+    /// Wakes the prober early, e.g. after a passive failure.
+    pub wake: Notify,
+}
+
+impl Backend {
+    pub fn new(id: usize, cfg: BackendConfig, health: &HealthConfig) -> Result<Backend, String> {
+        let uri = |path: &str| -> Result<Uri, String> {
+            format!("{}{path}", cfg.url).parse().map_err(|_| format!("backend {}: bad URL {}", cfg.name, cfg.url))
+        };
+        let targets = [
+            uri(Endpoint::ChatCompletions.upstream_path())?,
+            uri(Endpoint::Completions.upstream_path())?,
+            uri(Endpoint::Embeddings.upstream_path())?,
+        ];
+        let discovery_uri = uri(cfg.kind.discovery_path())?;
+        let name_header =
+            HeaderValue::from_str(&cfg.name).map_err(|_| format!("backend name {} is not a header value", cfg.name))?;
+        let auth_header = match &cfg.api_key {
+            Some(key) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| format!("backend {}: api_key has characters not allowed in a header", cfg.name))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        let models = cfg.models.clone().unwrap_or_default();
+        Ok(Backend {
+            id,
+            name_header,
+            auth_header,
+            targets,
+            discovery_uri,
+            health: HealthState::new(health),
+            in_flight: AtomicUsize::new(0),
+            stats: BackendStats::default(),
+            models: ArcSwap::from_pointee(models),
+            wake: Notify::new(),
+            cfg,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    pub fn target(&self, endpoint: Endpoint) -> Option<&Uri> {
+        match endpoint {
+            Endpoint::ChatCompletions => Some(&self.targets[0]),
+            Endpoint::Completions => Some(&self.targets[1]),
+            Endpoint::Embeddings => Some(&self.targets[2]),
+            Endpoint::Models | Endpoint::Other => None,
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Relaxed)
+    }
+
+    pub fn models(&self) -> Arc<Vec<String>> {
+        self.models.load_full()
+    }
+
+    /// Replace the discovered model list; true when it changed. Static lists never change.
+    pub fn set_models(&self, mut models: Vec<String>) -> bool {
+        if self.cfg.models.is_some() {
+            return false;
+        }
+        models.sort();
+        models.dedup();
+        if **self.models.load() == models {
+            return false;
+        }
+        self.models.store(Arc::new(models));
+        true
+    }
+
+    /// Count an attempt as in flight until the returned guard drops.
+    pub fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Relaxed);
+        self.stats.attempts.fetch_add(1, Relaxed);
+        InFlight { backend: self.clone() }
+    }
+
+    /// Passive failure of the transport kind: take the backend out now and re-probe at once.
+    pub fn mark_failed(&self, why: &str) {
+        self.stats.failures.fetch_add(1, Relaxed);
+        if self.health.set_up(false) {
+            tracing::warn!(backend = self.name(), reason = why, "backend marked down");
+        }
+        self.wake.notify_one();
+    }
+}
+
+pub struct InFlight {
+    backend: Arc<Backend>,
+}
+
+impl InFlight {
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.backend
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.backend.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
+/// Up/down from probes and transport failures, and a breaker that opens after
+/// `failure_threshold` consecutive 5xx responses (fast 5xx must not attract more traffic),
+/// lets one trial request through after `breaker_cooldown`, and closes on its success.
+pub struct HealthState {
+    up: AtomicBool,
+    consecutive_5xx: AtomicU32,
+    breaker: AtomicU8,
+    breaker_since_ms: AtomicU64,
+    threshold: u32,
+    cooldown_ms: u64,
+}
+
+impl HealthState {
+    pub fn new(cfg: &HealthConfig) -> Self {
+        HealthState {
+            up: AtomicBool::new(false),
+            consecutive_5xx: AtomicU32::new(0),
+            breaker: AtomicU8::new(CLOSED),
+            breaker_since_ms: AtomicU64::new(0),
+            threshold: cfg.failure_threshold,
+            cooldown_ms: cfg.breaker_cooldown.as_millis() as u64,
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up.load(Relaxed)
+    }
+
+    /// Returns true when the state changed.
+    pub fn set_up(&self, up: bool) -> bool {
+        self.up.swap(up, Relaxed) != up
+    }
+
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.load(Relaxed) != CLOSED
+    }
+
+    /// May a request be routed here? An open breaker past its cooldown (or a half-open trial
+    /// that never reported back) counts as available; `claim` then decides who gets the trial.
+    pub fn available(&self, now_ms: u64) -> bool {
+        if !self.is_up() {
+            return false;
+        }
+        match self.breaker.load(Relaxed) {
+            CLOSED => true,
+            _ => now_ms >= self.breaker_since_ms.load(Relaxed) + self.cooldown_ms,
+        }
+    }
+
+    /// Called for the selected backend: a closed breaker always admits; otherwise exactly one
+    /// caller wins the half-open trial.
+    pub fn claim(&self, now_ms: u64) -> bool {
+        let state = self.breaker.load(Relaxed);
+        if state == CLOSED {
+            return true;
+        }
+        if now_ms < self.breaker_since_ms.load(Relaxed) + self.cooldown_ms {
+            return false;
+        }
+        if self.breaker.compare_exchange(state, HALF_OPEN, Relaxed, Relaxed).is_ok() {
+            self.breaker_since_ms.store(now_ms, Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn on_success(&self) {
+        self.consecutive_5xx.store(0, Relaxed);
+        if self.breaker.swap(CLOSED, Relaxed) != CLOSED {
+            tracing::info!("circuit breaker closed");
+        }
+    }
+
+    /// Returns true when this response opened the breaker.
+    pub fn on_server_error(&self, now_ms: u64) -> bool {
+        let n = self.consecutive_5xx.fetch_add(1, Relaxed) + 1;
+        let state = self.breaker.load(Relaxed);
+        let trip = state == HALF_OPEN || (state == CLOSED && n >= self.threshold);
+        if trip && self.breaker.compare_exchange(state, OPEN, Relaxed, Relaxed).is_ok() {
+            self.breaker_since_ms.store(now_ms, Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn health() -> HealthState {
+        let cfg = crate::config::Config::empty().unwrap().health;
+        let mut h = HealthState::new(&HealthConfig {
+            failure_threshold: 3,
+            breaker_cooldown: Duration::from_millis(100),
+            ..cfg
+        });
+        h.set_up(true);
+        h.threshold = 3;
+        h
+    }
+
+    #[test]
+    fn breaker_opens_after_threshold_and_half_opens_once() {
+        let h = health();
+        assert!(!h.on_server_error(0));
+        assert!(!h.on_server_error(0));
+        assert!(h.on_server_error(10));
+        assert!(!h.available(50));
+        assert!(!h.claim(50));
+        assert!(h.available(110));
+        assert!(h.claim(110));
+        assert!(!h.claim(111), "only one trial at a time");
+        assert!(!h.available(150));
+        // failed trial re-opens
+        assert!(h.on_server_error(150));
+        assert!(!h.available(200));
+        assert!(h.claim(260));
+        h.on_success();
+        assert!(!h.breaker_open());
+        assert!(h.available(261));
+    }
+
+    #[test]
+    fn success_resets_the_count() {
+        let h = health();
+        h.on_server_error(0);
+        h.on_server_error(0);
+        h.on_success();
+        assert!(!h.on_server_error(0));
+        assert!(!h.breaker_open());
+    }
+
+    #[test]
+    fn down_is_unavailable() {
+        let h = health();
+        assert!(h.set_up(false));
+        assert!(!h.set_up(false));
+        assert!(!h.available(0));
+    }
+}

@@ -1,0 +1,125 @@
+//! Active health checks and model discovery, one task per backend. A probe is a GET of the
+//! backend's model list (`/v1/models` or Ollama's `/api/tags`), so every successful probe also
+//! refreshes discovery. Up: probe every `interval`. Down: re-probe on a short doubling backoff
+//! (`down_backoff_min`..`down_backoff_max`) so a restarted backend is back within a few hundred ms.
+//! A passive failure wakes the task at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use switchyard_protocol::{ollama::TagList, openai::ModelList};
+
+use super::backend::Backend;
+use super::Router;
+use crate::config::{BackendKind, HealthConfig};
+use crate::upstream::UpstreamClient;
+
+/// Largest model-list body we read; a backend listing more is misbehaving.
+const MAX_DISCOVERY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Probe once: `Ok(models)` when the backend answered 2xx (models empty if the body did not parse).
+pub async fn probe(client: &UpstreamClient, backend: &Backend, timeout: Duration) -> Result<Vec<String>, String> {
+    let mut req = http::Request::get(backend.discovery_uri.clone());
+    if let Some(auth) = &backend.auth_header {
+        req = req.header(http::header::AUTHORIZATION, auth.clone());
+    }
+    let req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+    let fetch = async {
+        let resp = client.request(req).await.map_err(|e| format!("probe failed: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("probe answered {}", resp.status()));
+        }
+        let body = Limited::new(resp.into_body(), MAX_DISCOVERY_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("probe body: {e}"))?
+            .to_bytes();
+        Ok(parse_models(backend.cfg.kind, &body))
+    };
+    tokio::time::timeout(timeout, fetch).await.map_err(|_| "probe timed out".to_owned())?
+}
+
+fn parse_models(kind: BackendKind, body: &[u8]) -> Vec<String> {
+    match kind {
+        BackendKind::OpenAi => serde_json::from_slice::<ModelList>(body)
+            .map(|l| l.data.into_iter().map(|m| m.id).collect())
+            .unwrap_or_default(),
+        BackendKind::Ollama => serde_json::from_slice::<TagList>(body)
+            .map(|l| l.models.into_iter().map(|m| m.name).collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// Apply a probe result to the backend; returns true when its model list changed.
+pub fn apply(backend: &Backend, result: Result<Vec<String>, String>) -> bool {
+    match result {
+        Ok(models) => {
+            if backend.health.set_up(true) {
+                tracing::info!(backend = backend.name(), models = models.len(), "backend up");
+            }
+            !models.is_empty() && backend.set_models(models)
+        }
+        Err(why) => {
+            if backend.health.set_up(false) {
+                tracing::warn!(backend = backend.name(), reason = why, "backend down");
+            }
+            false
+        }
+    }
+}
+
+/// Probe every backend once, concurrently, so the gateway starts with a known model table.
+pub async fn probe_all(router: &Router, client: &UpstreamClient, cfg: &HealthConfig) {
+    let mut probes = tokio::task::JoinSet::new();
+    for b in &router.backends {
+        let (b, client, timeout) = (b.clone(), client.clone(), cfg.timeout);
+        probes.spawn(async move { apply(&b, probe(&client, &b, timeout).await) });
+    }
+    let mut changed = false;
+    while let Some(r) = probes.join_next().await {
+        changed |= r.unwrap_or(false);
+    }
+    if changed {
+        router.rebuild_table();
+    }
+}
+
+/// The per-backend loop. Runs until aborted.
+pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamClient, cfg: HealthConfig) {
+    let mut backoff = cfg.down_backoff_min;
+    loop {
+        let wait = if backend.health.is_up() {
+            backoff = cfg.down_backoff_min;
+            cfg.interval
+        } else {
+            let w = backoff;
+            backoff = (backoff * 2).min(cfg.down_backoff_max);
+            w
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = backend.wake.notified() => {}
+        }
+        if apply(&backend, probe(&client, &backend, cfg.timeout).await) {
+            tracing::info!(backend = backend.name(), "model list changed");
+            router.rebuild_table();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_list_shapes() {
+        assert_eq!(
+            parse_models(BackendKind::OpenAi, br#"{"object":"list","data":[{"id":"a"},{"id":"b"}]}"#),
+            vec!["a", "b"]
+        );
+        assert_eq!(parse_models(BackendKind::Ollama, br#"{"models":[{"name":"llama3.2:1b"}]}"#), vec!["llama3.2:1b"]);
+        assert!(parse_models(BackendKind::OpenAi, b"not json").is_empty());
+    }
+}

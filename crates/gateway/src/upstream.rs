@@ -1,0 +1,33 @@
+//! The pooled keep-alive client used for every upstream call: hyper-util's client over an
+//! HTTP connector (TCP_NODELAY, connect timeout) wrapped in rustls for https backends.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+pub fn build(connect_timeout: Duration) -> Result<UpstreamClient, String> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_keepalive(Some(Duration::from_secs(60)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(https))
+}

@@ -1,0 +1,329 @@
+//! The mock OpenAI-compatible backend: configuration, runtime control knobs and the server lifecycle (bind, accept loop, kill, restart).
+
+mod body;
+mod handlers;
+mod render;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as AutoBuilder;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+
+use self::handlers::State;
+
+/// Static configuration of a [`MockServer`].
+#[derive(Debug, Clone)]
+pub struct MockConfig {
+    /// Served model ids; requests for other models get a 404 `model_not_found`.
+    pub models: Vec<String>,
+    /// Delay added before answering the response headers of successful POSTs.
+    pub latency: Duration,
+    /// Content chunks per streamed response (also the completion token count).
+    pub stream_chunks: usize,
+    /// Delay between streamed chunks.
+    pub chunk_delay: Duration,
+    /// Fraction (0.0..=1.0) of POST requests answered with `fail_status`.
+    pub fail_rate: f64,
+    /// Status used for injected failures.
+    pub fail_status: u16,
+    /// Also serve Ollama's `GET /api/tags` and `GET /api/version`.
+    pub ollama: bool,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            models: vec!["mock-model".to_owned()],
+            latency: Duration::ZERO,
+            stream_chunks: 5,
+            chunk_delay: Duration::ZERO,
+            fail_rate: 0.0,
+            fail_status: 503,
+            ollama: false,
+        }
+    }
+}
+
+/// Runtime knobs and counters shared by every handler of one [`MockServer`]
+/// (and preserved across [`MockServer::restart`]).
+#[derive(Debug)]
+pub struct MockControl {
+    /// POST requests received (every POST, whatever its outcome).
+    pub requests: AtomicU64,
+    /// POST requests answered with the injected failure status.
+    pub failures: AtomicU64,
+    /// TCP connections accepted.
+    pub connections: AtomicU64,
+    fail_rate_bits: AtomicU64,
+    fail_status: AtomicU16,
+    latency_ns: AtomicU64,
+    chunk_delay_ns: AtomicU64,
+    rng: AtomicU64,
+}
+
+fn duration_to_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl MockControl {
+    fn new(cfg: &MockConfig) -> Self {
+        let c = MockControl {
+            requests: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            fail_rate_bits: AtomicU64::new(0),
+            fail_status: AtomicU16::new(503),
+            latency_ns: AtomicU64::new(0),
+            chunk_delay_ns: AtomicU64::new(0),
+            rng: AtomicU64::new(0x5EED),
+        };
+        c.set_fail_rate(cfg.fail_rate);
+        c.set_fail_status(cfg.fail_status);
+        c.set_latency(cfg.latency);
+        c.set_chunk_delay(cfg.chunk_delay);
+        c
+    }
+
+    /// Sets the fraction of POSTs answered with the fail status (clamped to 0..=1).
+    pub fn set_fail_rate(&self, rate: f64) {
+        let rate = if rate.is_nan() { 0.0 } else { rate.clamp(0.0, 1.0) };
+        self.fail_rate_bits.store(rate.to_bits(), Ordering::Relaxed);
+    }
+    /// Current fail rate.
+    pub fn fail_rate(&self) -> f64 {
+        f64::from_bits(self.fail_rate_bits.load(Ordering::Relaxed))
+    }
+    /// Sets the status of injected failures (invalid codes are answered as 500).
+    pub fn set_fail_status(&self, status: u16) {
+        self.fail_status.store(status, Ordering::Relaxed);
+    }
+    /// Current status of injected failures.
+    pub fn fail_status(&self) -> u16 {
+        self.fail_status.load(Ordering::Relaxed)
+    }
+    /// Sets the delay added before answering headers.
+    pub fn set_latency(&self, latency: Duration) {
+        self.latency_ns.store(duration_to_ns(latency), Ordering::Relaxed);
+    }
+    /// Current added latency.
+    pub fn latency(&self) -> Duration {
+        Duration::from_nanos(self.latency_ns.load(Ordering::Relaxed))
+    }
+    /// Sets the delay between streamed chunks.
+    pub fn set_chunk_delay(&self, delay: Duration) {
+        self.chunk_delay_ns.store(duration_to_ns(delay), Ordering::Relaxed);
+    }
+    /// Current delay between streamed chunks.
+    pub fn chunk_delay(&self) -> Duration {
+        Duration::from_nanos(self.chunk_delay_ns.load(Ordering::Relaxed))
+    }
+    /// Number of POST requests received so far.
+    pub fn request_count(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+    /// Resets the `requests`, `failures` and `connections` counters to zero.
+    pub fn reset_counters(&self) {
+        self.requests.store(0, Ordering::Relaxed);
+        self.failures.store(0, Ordering::Relaxed);
+        self.connections.store(0, Ordering::Relaxed);
+    }
+
+    /// Decides whether this request gets the injected failure.
+    /// Deterministic for rates 0 and 1; otherwise a counter-based splitmix draw.
+    fn should_fail(&self) -> bool {
+        let rate = self.fail_rate();
+        if rate <= 0.0 {
+            return false;
+        }
+        if rate >= 1.0 {
+            return true;
+        }
+        let n = self.rng.fetch_add(1, Ordering::Relaxed);
+        let unit = (splitmix64(n) >> 11) as f64 / (1u64 << 53) as f64;
+        unit < rate
+    }
+}
+
+/// Where the accept loop finds its listener; `kill` takes it out and drops it,
+/// which closes the listening socket synchronously.
+type ListenerSlot = Arc<Mutex<Option<TcpListener>>>;
+type ConnSet = Arc<Mutex<JoinSet<()>>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One serving incarnation (between `start`/`restart` and `kill`).
+struct Running {
+    listener: ListenerSlot,
+    conns: ConnSet,
+    accept_task: JoinHandle<()>,
+}
+
+/// A running mock backend. Dropping it kills it.
+pub struct MockServer {
+    addr: SocketAddr,
+    state: Arc<State>,
+    running: Mutex<Option<Running>>,
+}
+
+impl MockServer {
+    /// Binds `listen` (port 0 picks a free port), spawns the accept loop and returns once listening.
+    pub async fn start(listen: SocketAddr, cfg: MockConfig) -> io::Result<MockServer> {
+        let listener = bind(listen)?;
+        let addr = listener.local_addr()?;
+        let control = Arc::new(MockControl::new(&cfg));
+        let state = Arc::new(State::new(&cfg, control, addr.port()));
+        let running = spawn_accept(listener, state.clone());
+        Ok(MockServer { addr, state, running: Mutex::new(Some(running)) })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Base URL (`http://127.0.0.1:PORT` when bound to an unspecified address).
+    pub fn url(&self) -> String {
+        let ip = match self.addr.ip() {
+            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        format!("http://{}", SocketAddr::new(ip, self.addr.port()))
+    }
+
+    /// Runtime knobs and counters (survive `restart`).
+    pub fn control(&self) -> Arc<MockControl> {
+        self.state.control.clone()
+    }
+
+    /// Whether the server is currently serving (not killed).
+    pub fn is_running(&self) -> bool {
+        lock(&self.running).is_some()
+    }
+
+    /// Abrupt death: closes the listening socket now and aborts every connection task,
+    /// dropping sockets mid-response. Synchronous and idempotent.
+    pub fn kill(&self) {
+        let Some(running) = lock(&self.running).take() else {
+            return;
+        };
+        running.accept_task.abort();
+        drop(lock(&running.listener).take());
+        lock(&running.conns).abort_all();
+    }
+
+    /// Re-binds the same port (killing the current incarnation first if needed)
+    /// and serves again with the same control and configuration.
+    pub async fn restart(&mut self) -> io::Result<()> {
+        self.kill();
+        let listener = bind(self.addr)?;
+        let running = spawn_accept(listener, self.state.clone());
+        *lock(&self.running) = Some(running);
+        Ok(())
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl std::fmt::Debug for MockServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockServer").field("addr", &self.addr).field("running", &self.is_running()).finish()
+    }
+}
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+fn spawn_accept(listener: TcpListener, state: Arc<State>) -> Running {
+    let listener: ListenerSlot = Arc::new(Mutex::new(Some(listener)));
+    let conns: ConnSet = Arc::new(Mutex::new(JoinSet::new()));
+    let accept_task = tokio::spawn(accept_loop(listener.clone(), conns.clone(), state));
+    Running { listener, conns, accept_task }
+}
+
+async fn accept(slot: &ListenerSlot) -> Option<io::Result<TcpStream>> {
+    std::future::poll_fn(|cx| match lock(slot).as_ref() {
+        None => Poll::Ready(None),
+        Some(l) => l.poll_accept(cx).map(|r| Some(r.map(|(s, _)| s))),
+    })
+    .await
+}
+
+async fn accept_loop(slot: ListenerSlot, conns: ConnSet, state: Arc<State>) {
+    let mut builder = AutoBuilder::new(TokioExecutor::new());
+    builder.http1().header_read_timeout(None);
+    let builder = Arc::new(builder);
+    while let Some(res) = accept(&slot).await {
+        let stream = match res {
+            Ok(s) => s,
+            Err(e) => {
+                // Typically EMFILE or a connection reset before accept; back off briefly.
+                tracing::debug!(error = %e, "mock accept failed");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "mock set_nodelay failed");
+        }
+        state.control.connections.fetch_add(1, Ordering::Relaxed);
+        let builder = builder.clone();
+        let state = state.clone();
+        let conn = async move {
+            let svc = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(handlers::handle(&state, req).await) }
+            });
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
+                tracing::trace!(error = %e, "mock connection ended with error");
+            }
+        };
+        let mut set = lock(&conns);
+        while set.try_join_next().is_some() {}
+        set.spawn(conn);
+    }
+}
+
+/// Starts a mock, prints exactly one line `listening on http://ADDR` to stdout and
+/// serves until ctrl-c.
+pub async fn run_cli(listen: SocketAddr, cfg: MockConfig) -> io::Result<()> {
+    use std::io::Write as _;
+    let server = MockServer::start(listen, cfg).await?;
+    {
+        let mut out = io::stdout().lock();
+        writeln!(out, "listening on {}", server.url())?;
+        out.flush()?;
+    }
+    tokio::signal::ctrl_c().await?;
+    server.kill();
+    Ok(())
+}

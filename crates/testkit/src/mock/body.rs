@@ -1,0 +1,51 @@
+//! The mock's response body type: either one precomputed buffer or an SSE stream.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+use super::stream::SseStream;
+
+/// Response body of every mock endpoint.
+pub(crate) enum MockBody {
+    /// A complete body, sent as one frame with an exact content-length.
+    Full(Option<Bytes>),
+    /// A server-sent-events stream, one frame per event.
+    Stream(Box<SseStream>),
+}
+
+impl MockBody {
+    pub(crate) fn full(b: impl Into<Bytes>) -> Self {
+        MockBody::Full(Some(b.into()))
+    }
+}
+
+impl Body for MockBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            MockBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            MockBody::Stream(s) => Pin::new(s.as_mut()).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            MockBody::Full(b) => b.is_none(),
+            MockBody::Stream(s) => s.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            MockBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            MockBody::Full(None) => SizeHint::with_exact(0),
+            MockBody::Stream(s) => s.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! JSON rendering of the mock's response bodies: precomputed static bodies and cheap per-request formatting.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+/// The fixed `created` timestamp used in every object (keeps bodies deterministic).
+pub(crate) const CREATED: u64 = 1_700_000_000;
+
+/// Token usage reported by completion-like endpoints.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Usage {
+    pub(crate) prompt: u64,
+    pub(crate) completion: u64,
+}
+
+impl Usage {
+    pub(crate) fn write_json(self, out: &mut String) {
+        let _ = write!(
+            out,
+            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{}}}"#,
+            self.prompt,
+            self.completion,
+            self.prompt + self.completion
+        );
+    }
+}
+
+/// Prompt token estimate: request bytes / 4, at least 1.
+pub(crate) fn prompt_tokens(bytes: usize) -> u64 {
+    (bytes as u64 / 4).max(1)
+}
+
+/// Deterministic content of streamed chunk `i`.
+pub(crate) fn chunk_text(out: &mut String, i: usize) {
+    let _ = write!(out, "tok{i} ");
+}
+
+/// JSON string literal (with quotes) of `s`.
+pub(crate) fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
+}
+
+fn to_bytes(v: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// Quoted JSON literal of the full non-streamed content (all chunks concatenated).
+pub(crate) fn full_content_json(chunks: usize) -> String {
+    let mut s = String::with_capacity(chunks * 6);
+    for i in 0..chunks {
+        chunk_text(&mut s, i);
+    }
+    json_str(&s)
+}
+
+pub(crate) fn models_body(models: &[String]) -> Bytes {
+    let data: Vec<Value> = models
+        .iter()
+        .map(|m| json!({"id": m, "object": "model", "created": CREATED, "owned_by": "switchyard-mock"}))
+        .collect();
+    to_bytes(&json!({"object": "list", "data": data}))
+}
+
+pub(crate) fn ollama_tags_body(models: &[String]) -> Bytes {
+    let data: Vec<Value> = models
+        .iter()
+        .map(|m| {
+            json!({
+                "name": m,
+                "model": m,
+                "modified_at": "2026-01-01T00:00:00Z",
+                "size": 1000,
+                "digest": "mock",
+                "details": {
+                    "format": "gguf",
+                    "family": "mock",
+                    "parameter_size": "1B",
+                    "quantization_level": "Q4_0"
+                }
+            })
+        })
+        .collect();
+    to_bytes(&json!({"models": data}))
+}
+
+pub(crate) const OLLAMA_VERSION_BODY: &[u8] = br#"{"version":"0.12.0"}"#;
+pub(crate) const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
+pub(crate) const FAIL_BODY: &[u8] =
+    br#"{"error":{"message":"mock failure","type":"server_error","param":null,"code":null}}"#;
+
+/// OpenAI error shape.
+pub(crate) fn error_body(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Bytes {
+    to_bytes(&json!({"error": {"message": message, "type": kind, "param": param, "code": code}}))
+}
+
+/// Non-streamed `chat.completion` object.
+pub(crate) fn chat_completion(id: u64, model_json: &str, content_json: &str, usage: Usage) -> Bytes {
+    let mut s = String::with_capacity(320 + model_json.len() + content_json.len());
+    let _ = write!(
+        s,
+        r#"{{"id":"chatcmpl-mock-{id}","object":"chat.completion","created":{CREATED},"model":{model_json},"choices":[{{"index":0,"message":{{"role":"assistant","content":{content_json}}},"logprobs":null,"finish_reason":"stop"}}],"usage":"#
+    );
+    usage.write_json(&mut s);
+    s.push('}');
+    Bytes::from(s)
+}
+
+/// Non-streamed `text_completion` object.
+pub(crate) fn text_completion(id: u64, model_json: &str, content_json: &str, usage: Usage) -> Bytes {
+    let mut s = String::with_capacity(300 + model_json.len() + content_json.len());
+    let _ = write!(
+        s,
+        r#"{{"id":"cmpl-mock-{id}","object":"text_completion","created":{CREATED},"model":{model_json},"choices":[{{"text":{content_json},"index":0,"logprobs":null,"finish_reason":"stop"}}],"usage":"#
+    );
+    usage.write_json(&mut s);
+    s.push('}');
+    Bytes::from(s)
+}
+
+/// Deterministic 8-dimensional embedding of `text`.
+fn embedding(out: &mut String, text: &str) {
+    // FNV-1a then splitmix to spread the bits.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    out.push('[');
+    for k in 0..8u64 {
+        let mut z = h.wrapping_add(k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        // Map to [-1, 1) with 4 decimals so the text form is stable.
+        let v = (z % 20_000) as f64 / 10_000.0 - 1.0;
+        if k > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{v:.4}");
+    }
+    out.push(']');
+}
+
+/// `embeddings` list response.
+pub(crate) fn embeddings(inputs: &[String], model_json: &str, prompt_tokens: u64) -> Bytes {
+    let mut s = String::with_capacity(128 + inputs.len() * 120);
+    s.push_str(r#"{"object":"list","data":["#);
+    for (i, text) in inputs.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, r#"{{"object":"embedding","index":{i},"embedding":"#);
+        embedding(&mut s, text);
+        s.push('}');
+    }
+    let _ = write!(
+        s,
+        r#"],"model":{model_json},"usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":{prompt_tokens}}}}}"#
+    );
+    Bytes::from(s)
+}
