@@ -172,7 +172,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         interval: duration("health.interval", &h.interval, Duration::from_secs(2))?,
         timeout: duration("health.timeout", &h.timeout, Duration::from_secs(1))?,
         down_backoff_min: duration("health.down_backoff_min", &h.down_backoff_min, Duration::from_millis(50))?,
-        down_backoff_max: duration("health.down_backoff_max", &h.down_backoff_max, Duration::from_millis(200))?,
+        down_backoff_max: duration("health.down_backoff_max", &h.down_backoff_max, Duration::from_millis(100))?,
         failure_threshold: h.failure_threshold.unwrap_or(5).max(1),
         breaker_cooldown: duration("health.breaker_cooldown", &h.breaker_cooldown, Duration::from_secs(5))?,
     };

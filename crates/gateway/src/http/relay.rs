@@ -126,12 +126,14 @@ impl Body for RelayBody {
             // An error event may be appended; never promise a length.
             return SizeHint::default();
         }
-        let mut hint = self.inner.size_hint();
+        let inner = self.inner.size_hint();
         let extra = self.first.as_ref().and_then(|f| f.data_ref()).map_or(0, |d| d.len() as u64);
-        hint.set_lower(hint.lower() + extra);
-        if let Some(upper) = hint.upper() {
+        let mut hint = SizeHint::new();
+        // Upper first: `set_lower` asserts lower <= upper.
+        if let Some(upper) = inner.upper() {
             hint.set_upper(upper + extra);
         }
+        hint.set_lower(inner.lower() + extra);
         hint
     }
 }

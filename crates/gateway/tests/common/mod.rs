@@ -1,0 +1,61 @@
+//! Shared harness for the black-box tests: mock backends and the real gateway on ephemeral ports.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use switchyard::{Config, RunningGateway};
+use switchyard_testkit::{MockConfig, MockServer, TestClient, TestResponse};
+
+pub const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+
+pub async fn mock(models: &[&str]) -> MockServer {
+    mock_with(models, MockConfig::default()).await
+}
+
+pub async fn mock_with(models: &[&str], cfg: MockConfig) -> MockServer {
+    let cfg = MockConfig { models: models.iter().map(|m| m.to_string()).collect(), ..cfg };
+    MockServer::start("127.0.0.1:0".parse().unwrap(), cfg).await.unwrap()
+}
+
+/// `backends:` entries named b0, b1, ... for the given mocks.
+pub fn backends_yaml(mocks: &[&MockServer]) -> String {
+    mocks.iter().enumerate().map(|(i, m)| format!("  - {{name: b{i}, url: '{}'}}\n", m.url())).collect()
+}
+
+/// Start the gateway on an ephemeral port with `extra` YAML (top-level keys) and the mocks as backends.
+pub async fn gateway(mocks: &[&MockServer], extra: &str) -> RunningGateway {
+    let yaml = format!("listen: 127.0.0.1:0\n{extra}\nbackends:\n{}", backends_yaml(mocks));
+    gateway_yaml(&yaml).await
+}
+
+pub async fn gateway_yaml(yaml: &str) -> RunningGateway {
+    let config = Config::from_yaml(yaml, &HashMap::<String, String>::new()).unwrap();
+    switchyard::start(config, std::future::pending()).await.unwrap()
+}
+
+pub fn chat_body(model: &str, stream: bool) -> String {
+    format!(r#"{{"model":"{model}","stream":{stream},"messages":[{{"role":"user","content":"hello there"}}]}}"#)
+}
+
+pub async fn chat(client: &TestClient, gw: &RunningGateway, model: &str) -> TestResponse {
+    client
+        .post_json(&format!("{}/v1/chat/completions", gw.url()), chat_body(model, false).as_bytes(), &[])
+        .await
+        .unwrap()
+}
+
+pub fn backend_of(r: &TestResponse) -> String {
+    r.header("x-switchyard-backend").unwrap_or("-").to_owned()
+}
+
+/// Count responses per backend over `n` sequential chat requests; all must succeed.
+pub async fn distribution(gw: &RunningGateway, model: &str, n: usize) -> HashMap<String, usize> {
+    let client = TestClient::new();
+    let mut counts = HashMap::new();
+    for _ in 0..n {
+        let r = chat(&client, gw, model).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        *counts.entry(backend_of(&r)).or_insert(0) += 1;
+    }
+    counts
+}
