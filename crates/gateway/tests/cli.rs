@@ -1,5 +1,7 @@
 //! The `switchyard` binary itself: `check`, `serve` start-up and SIGTERM, config errors.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 

@@ -1,6 +1,8 @@
 //! Bad input and the edges of the API surface: every case is a clear 4xx/5xx in OpenAI's error
 //! shape, never a panic or a hang; plus transparency headers, probes, metrics and shutdown.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
 mod common;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Failover under load: a backend killed mid-run costs clients nothing, comes back after a
 //! restart, and a backend answering fast 5xx is taken out by the circuit breaker.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};

@@ -1,5 +1,7 @@
 //! Routing through the real gateway: each strategy's distribution, aliases, discovery, catalogue.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
 mod common;
 
 use std::time::Duration;

@@ -1,5 +1,7 @@
 //! SSE relay: byte-for-byte, incremental, and failures after the first byte end in an error event.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
 mod common;
 
 use std::time::Duration;

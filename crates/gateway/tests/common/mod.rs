@@ -1,5 +1,5 @@
 //! Shared harness for the black-box tests: mock backends and the real gateway on ephemeral ports.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 
