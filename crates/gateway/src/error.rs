@@ -26,8 +26,6 @@ pub enum GatewayError {
     NoHealthyBackend {
         model: String,
     },
-    /// All attempts failed on transport errors.
-    UpstreamUnavailable,
     UpstreamTimeout,
 }
 
@@ -44,7 +42,6 @@ impl GatewayError {
             GatewayError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             GatewayError::NoHealthyBackend { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -59,7 +56,6 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType => "unsupported_media_type",
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
-            GatewayError::UpstreamUnavailable => "upstream_unavailable",
             GatewayError::UpstreamTimeout => "upstream_timeout",
         }
     }
@@ -97,9 +93,6 @@ impl GatewayError {
                 None,
                 Some("no_healthy_backend"),
             ),
-            GatewayError::UpstreamUnavailable => {
-                ("the upstream backend failed to answer".to_owned(), "server_error", None, Some("upstream_unavailable"))
-            }
             GatewayError::UpstreamTimeout => (
                 "the upstream backend did not answer in time".to_owned(),
                 "server_error",

@@ -43,7 +43,7 @@ impl Endpoint {
 }
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 13] = [
+const ERROR_KINDS: [&str; 12] = [
     "bad_request",
     "payload_too_large",
     "route_not_found",
@@ -51,7 +51,6 @@ const ERROR_KINDS: [&str; 13] = [
     "unsupported_media_type",
     "model_not_found",
     "no_healthy_backend",
-    "upstream_unavailable",
     "upstream_timeout",
     "upstream_connect",
     "upstream_status",

@@ -101,7 +101,8 @@ pub async fn forward(
             Err(AttemptError::Transport) => {
                 app.metrics.count_error("upstream_connect");
                 backend.mark_failed("transport error");
-                failure = Some(GatewayError::UpstreamUnavailable);
+                // The backend was dead, not slow: to the client that is "no healthy backend" (503, retryable).
+                failure = None;
             }
             Err(AttemptError::Timeout) => {
                 app.metrics.count_error("upstream_timeout");
