@@ -59,6 +59,8 @@ enum Command {
         #[arg(long)]
         ollama: bool,
     },
+    /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory.
+    Bench(Box<crate::bench::BenchArgs>),
     /// Start mock backends and the real gateway, show routing and failover, then keep serving.
     Demo {
         /// Address for the demo gateway (falls back to a free port if taken).
@@ -76,6 +78,15 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    // Pin the load generator before the runtime starts its threads, so they inherit the mask.
+    if let Command::Bench(args) = &cli.command {
+        let pinned = crate::bench::Pinning::parse(args.pin.as_deref())
+            .and_then(|p| p.load.map_or(Ok(()), |cpus| crate::bench::procs::pin_self(&cpus)));
+        if let Err(e) = pinned {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -111,6 +122,7 @@ pub fn main() -> ExitCode {
                 };
                 switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
             }
+            Command::Bench(args) => crate::bench::run(*args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
         }
     });

@@ -2,6 +2,7 @@
 //! `cli.rs`; everything else is the gateway as a library, so tests run the real thing in-process.
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;

@@ -1,0 +1,149 @@
+//! `switchyard bench`: overhead, throughput, streaming, payload, burst, sustained/endurance,
+//! failover and memory — measured against direct calls to the same backend, on this machine,
+//! with the gateway (ours by default, any OpenAI-compatible one with `--target`) as a child
+//! process. Scenarios live in `bench/scenarios.rs`; the load generator in `bench/load.rs`.
+
+pub mod chart;
+pub mod load;
+pub mod procs;
+pub mod report;
+pub mod scenarios;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | quick | all
+    #[arg(default_value = "quick")]
+    pub scenario: String,
+    /// Seconds per measured phase (scenario defaults apply when omitted).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Seconds of warm-up before each measured phase (excluded from the figures).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Requests per second for fixed-rate phases (overhead, burst baseline, sustained, endurance).
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// Connection counts for the throughput scenario.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+    pub concurrency: Vec<usize>,
+    /// Chunks per streamed response in the stream scenario.
+    #[arg(long, default_value_t = 20)]
+    pub stream_chunks: usize,
+    /// Measure this gateway (base URL, e.g. http://127.0.0.1:4000) instead of starting ours.
+    #[arg(long, requires = "direct")]
+    pub target: Option<String>,
+    /// The backend the target fronts, called directly for the comparison (base URL).
+    #[arg(long)]
+    pub direct: Option<String>,
+    /// Model name sent in requests.
+    #[arg(long, default_value = "bench-model")]
+    pub model: String,
+    /// Extra request header for the target, `Name: value` (repeatable), e.g. an API key.
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
+    /// PID of an external target, for its RSS.
+    #[arg(long)]
+    pub target_pid: Option<u32>,
+    /// Response header naming the backend that served a request.
+    #[arg(long, default_value = "x-switchyard-backend")]
+    pub backend_header: String,
+    /// Pin processes to CPUs: `gateway=0,mock=1,load=1`. `--pin` alone uses that layout.
+    #[arg(long, num_args = 0..=1, default_missing_value = "gateway=0,mock=1,load=1")]
+    pub pin: Option<String>,
+    /// Failover: kill/restart cycles.
+    #[arg(long, default_value_t = 3)]
+    pub cycles: usize,
+    /// Failover: seconds a backend stays dead before it is restarted.
+    #[arg(long, default_value_t = 2.0)]
+    pub down_for: f64,
+    /// Write every figure as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write charts (SVG and PNG) into this directory.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// CPU placement parsed from `--pin`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pinning {
+    pub gateway: Option<String>,
+    pub mock: Option<String>,
+    pub load: Option<String>,
+}
+
+impl Pinning {
+    pub fn parse(spec: Option<&str>) -> Result<Pinning, String> {
+        let mut p = Pinning::default();
+        let Some(spec) = spec else { return Ok(p) };
+        for part in spec.split(',').filter(|s| !s.is_empty()) {
+            let (role, cpus) = part.split_once('=').ok_or(format!("--pin: `{part}` is not ROLE=CPUS"))?;
+            let cpus = cpus.replace('+', ",");
+            if cpus.is_empty() || !cpus.chars().all(|c| c.is_ascii_digit() || c == ',' || c == '-') {
+                return Err(format!("--pin: `{cpus}` is not a CPU list"));
+            }
+            match role {
+                "gateway" => p.gateway = Some(cpus),
+                "mock" => p.mock = Some(cpus),
+                "load" => p.load = Some(cpus),
+                other => return Err(format!("--pin: unknown role `{other}` (gateway, mock, load)")),
+            }
+        }
+        Ok(p)
+    }
+}
+
+impl BenchArgs {
+    pub fn phase(&self, default_secs: f64) -> Duration {
+        Duration::from_secs_f64(self.duration.unwrap_or(default_secs).max(0.05))
+    }
+
+    pub fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.warmup.max(0.0))
+    }
+}
+
+/// Entry point from the CLI (already inside the runtime; `--pin load=` was applied before it started).
+pub async fn run(args: BenchArgs) -> Result<(), String> {
+    let pinning = Pinning::parse(args.pin.as_deref())?;
+    let report = scenarios::run_all(&args, &pinning).await?;
+    report::print(&report);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report.to_json()).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        for (stem, c) in &report.charts {
+            chart::write_chart(c, dir, stem).map_err(|e| format!("chart {stem}: {e}"))?;
+        }
+        eprintln!("wrote {} charts to {}", report.charts.len(), dir.display());
+    }
+    let errors = report.unexpected_errors();
+    if errors > 0 {
+        return Err(format!("{errors} requests failed where none should have (see the table)"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pin_layouts() {
+        let p = Pinning::parse(Some("gateway=0,mock=1,load=1")).unwrap();
+        assert_eq!(p.gateway.as_deref(), Some("0"));
+        assert_eq!(p.load.as_deref(), Some("1"));
+        assert_eq!(Pinning::parse(Some("gateway=0+1")).unwrap().gateway.as_deref(), Some("0,1"));
+        assert!(Pinning::parse(Some("gpu=0")).is_err());
+        assert!(Pinning::parse(Some("gateway=x")).is_err());
+        assert_eq!(Pinning::parse(None).unwrap(), Pinning::default());
+    }
+}

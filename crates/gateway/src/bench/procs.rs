@@ -1,0 +1,135 @@
+//! Processes under test: mock backends and the gateway started as child processes of this same
+//! binary (optionally pinned to CPUs with `taskset`), their announced URLs, RSS from /proc, and
+//! SIGKILL for failover runs.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A child started from this binary that printed `listening on URL`.
+pub struct Proc {
+    pub name: String,
+    pub url: String,
+    child: Child,
+    args: Vec<String>,
+    cpus: Option<String>,
+}
+
+impl Proc {
+    /// Start `switchyard ARGS...`, pinned to `cpus` (a taskset list such as "0" or "0,1") if given,
+    /// and wait for its `listening on` line.
+    pub fn start(name: &str, args: &[String], cpus: Option<&str>) -> Result<Proc, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+        let (child, url) = spawn(&exe, args, cpus)?;
+        Ok(Proc { name: name.to_owned(), url, child, args: args.to_vec(), cpus: cpus.map(str::to_owned) })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident set size in bytes, from /proc (Linux).
+    pub fn rss_bytes(&self) -> Option<u64> {
+        rss_of(self.pid())
+    }
+
+    /// SIGKILL: no goodbye, sockets reset by the kernel.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start again with the same arguments; a `--listen` with a fixed port keeps its address.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let (child, url) = spawn(&exe, &self.args, self.cpus.as_deref())?;
+        self.child = child;
+        self.url = url;
+        Ok(())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // SIGTERM first so a gateway drains; then make sure.
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+    }
+}
+
+fn spawn(exe: &PathBuf, args: &[String], cpus: Option<&str>) -> Result<(Child, String), String> {
+    let mut cmd = match cpus {
+        Some(list) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", list]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = cmd
+        .args(args)
+        .env("SWITCHYARD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
+    match line.trim().strip_prefix("listening on ") {
+        Some(url) => Ok((child, url.to_owned())),
+        None => {
+            let _ = child.kill();
+            Err(format!("{} {} did not start (said {:?})", exe.display(), args.join(" "), line.trim()))
+        }
+    }
+}
+
+pub fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Pin the current process (and the threads it starts afterwards) to `cpus`.
+pub fn pin_self(cpus: &str) -> Result<(), String> {
+    let status = Command::new("taskset")
+        .args(["-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("taskset not available: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("taskset could not pin to CPUs {cpus}"))
+    }
+}
+
+/// "model name" from /proc/cpuinfo.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// A free loopback port (bound then released), for processes that must keep their address across restarts.
+pub fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}

@@ -1,0 +1,153 @@
+//! Failover: two mock backends behind the gateway under steady closed-loop load; one is killed
+//! with SIGKILL and restarted on the same port, `cycles` times. Reports requests sent, what the
+//! clients saw fail, how long until the gateway stopped routing to the dead backend (it marks it
+//! down), and how long until the restarted one took traffic again — both read from the
+//! gateway's `/metrics`, polled every 2 ms.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use switchyard_testkit::TestClient;
+
+use super::{chat_body, measure, rate_series, start_gateway, start_mock, Mode, Setup};
+use crate::bench::chart::{Chart, Series};
+use crate::bench::procs::{self, Proc};
+use crate::bench::report::Report;
+use crate::bench::{BenchArgs, Pinning};
+
+const CONNECTIONS: usize = 16;
+const POLL: Duration = Duration::from_millis(2);
+
+pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
+    if args.target.is_some() {
+        eprintln!("  (failover needs backends the bench can kill: skipped for --target)");
+        return Ok(());
+    }
+    let (port_a, port_b) = (procs::free_port()?, procs::free_port()?);
+    let a = start_mock(&args.model, 5, Some(port_a), pin)?;
+    let mut b = start_mock(&args.model, 5, Some(port_b), pin)?;
+    let config = format!(
+        "listen: 127.0.0.1:0\nbackends:\n  - {{name: a, url: '{}'}}\n  - {{name: b, url: '{}'}}\n",
+        a.url, b.url
+    );
+    let gateway = start_gateway(&config, pin)?;
+    let setup = Setup {
+        direct: a.url.clone(),
+        target: gateway.url.clone(),
+        model: args.model.clone(),
+        headers: Vec::new(),
+        backend_header: http::HeaderName::from_static("x-switchyard-backend"),
+        gateway_pid: Some(gateway.pid()),
+        _procs: Vec::new(),
+    };
+    let (_, spec) = setup.pair(&chat_body(&args.model, false, "hello"), false)?;
+    let up_for = args.phase(2.0).max(Duration::from_millis(300));
+    let down_for = Duration::from_secs_f64(args.down_for.max(0.1));
+    let total = (up_for + down_for) * args.cycles as u32 + up_for;
+
+    let start = Instant::now();
+    let load = tokio::spawn({
+        let spec = spec.clone();
+        async move {
+            measure(
+                &format!("gateway, {CONNECTIONS} connections, killing b"),
+                &spec,
+                Mode::Closed(CONNECTIONS),
+                Duration::ZERO,
+                total,
+            )
+            .await
+        }
+    });
+    let client = TestClient::new();
+    let metrics_url = format!("{}/metrics", gateway.url);
+    let mut cycles = Vec::new();
+    let mut markers = Vec::new();
+    for cycle in 0..args.cycles {
+        tokio::time::sleep_until((start + (up_for + down_for) * cycle as u32 + up_for).into()).await;
+        b.kill();
+        let killed = Instant::now();
+        markers.push((killed.duration_since(start).as_secs_f64(), format!("b killed #{}", cycle + 1)));
+        let reroute = poll_until(&client, &metrics_url, Duration::from_secs(10), |m| {
+            gauge(m, "switchyard_backend_up", "b") == Some(0)
+        })
+        .await;
+        tokio::time::sleep_until((killed + down_for).into()).await;
+        let before = gauge(&fetch(&client, &metrics_url).await, "switchyard_backend_requests_total", "b").unwrap_or(0);
+        restart(&mut b)?;
+        let restarted = Instant::now();
+        markers.push((restarted.duration_since(start).as_secs_f64(), format!("b restarted #{}", cycle + 1)));
+        let readmit = poll_until(&client, &metrics_url, Duration::from_secs(10), |m| {
+            gauge(m, "switchyard_backend_requests_total", "b").is_some_and(|n| n > before)
+        })
+        .await;
+        cycles.push(json!({
+            "cycle": cycle + 1,
+            "reroute_ms": reroute.map(|d| d.as_secs_f64() * 1e3),
+            "readmission_ms": readmit.map(|d| (d.saturating_sub(Duration::ZERO)).as_secs_f64() * 1e3),
+        }));
+        report.finding("failover", format!("cycle {}: kill → b marked down", cycle + 1), ms(reroute), "ms");
+        report.finding("failover", format!("cycle {}: restart → b takes traffic", cycle + 1), ms(readmit), "ms");
+    }
+    let stats = load.await.map_err(|e| e.to_string())?;
+    let s = report.row("failover", format!("c={CONNECTIONS}, {} kills", args.cycles), "gateway", &stats);
+    report.finding("failover", "requests sent", s.requests as f64, "");
+    report.finding("failover", "client-visible failures", (s.requests - s.ok) as f64, "");
+    report.extra.insert("failover_cycles".into(), json!(cycles));
+    report.charts.push((
+        "failover-timeline".into(),
+        Chart {
+            title: format!("Failover: {} SIGKILLs of one of two backends under load", args.cycles),
+            x_label: "seconds".into(),
+            y_label: "requests/s".into(),
+            series: vec![
+                Series { name: "succeeded".into(), points: rate_series(&stats, false) },
+                Series { name: "failed".into(), points: rate_series(&stats, true) },
+            ],
+            x_log: false,
+            markers,
+        },
+    ));
+    drop((a, gateway));
+    Ok(())
+}
+
+fn ms(d: Option<Duration>) -> f64 {
+    d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+}
+
+fn restart(p: &mut Proc) -> Result<(), String> {
+    p.restart()
+}
+
+async fn fetch(client: &TestClient, url: &str) -> String {
+    client.get(url).await.map(|r| r.text()).unwrap_or_default()
+}
+
+/// Poll `/metrics` until `done` holds; the time it took, or None on timeout.
+async fn poll_until(client: &TestClient, url: &str, limit: Duration, done: impl Fn(&str) -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done(&fetch(client, url).await) {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    None
+}
+
+/// Value of `name{backend="B"}` in Prometheus text.
+fn gauge(metrics: &str, name: &str, backend: &str) -> Option<u64> {
+    let prefix = format!("{name}{{backend=\"{backend}\"}} ");
+    metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_a_backend_series() {
+        let m = "switchyard_backend_up{backend=\"a\"} 1\nswitchyard_backend_up{backend=\"b\"} 0\n";
+        assert_eq!(super::gauge(m, "switchyard_backend_up", "b"), Some(0));
+        assert_eq!(super::gauge(m, "switchyard_backend_up", "c"), None);
+    }
+}

@@ -1,0 +1,57 @@
+//! `switchyard bench quick`: every scenario at tiny durations against the real binaries. Checks
+//! the structure of the report and that no request failed — never timings.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::process::Command;
+
+#[test]
+fn quick_runs_every_scenario_without_errors() {
+    let dir = std::env::temp_dir().join(format!("sy-bench-quick-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("quick.json");
+    let charts = dir.join("charts");
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["bench", "quick", "--json"])
+        .arg(&json)
+        .arg("--report")
+        .arg(&charts)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for heading in ["== overhead ==", "== throughput ==", "== stream ==", "== failover ==", "== findings =="] {
+        assert!(stdout.contains(heading), "missing {heading} in\n{stdout}");
+    }
+
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(report["machine"]["cpus"].as_u64().unwrap() >= 1);
+    let phases = report["phases"].as_array().unwrap();
+    let scenarios: std::collections::BTreeSet<&str> = phases.iter().map(|p| p["scenario"].as_str().unwrap()).collect();
+    for s in ["overhead", "throughput", "stream", "large-payload", "burst", "sustained", "failover"] {
+        assert!(scenarios.contains(s), "no {s} phase");
+    }
+    for p in phases {
+        let f = &p["figures"];
+        assert!(f["ok"].as_u64().unwrap() > 0, "{p}");
+        assert_eq!(f["ok"], f["requests"], "no request may fail: {p}");
+        let l = &f["latency_us"];
+        assert!(l["p50"].as_u64() <= l["p99"].as_u64() && l["p99"].as_u64() <= l["max"].as_u64(), "{p}");
+    }
+    // The direct and gateway sides of a comparison both ran, and the gateway named its backend.
+    let overhead: Vec<_> = phases.iter().filter(|p| p["scenario"] == "overhead").collect();
+    assert!(overhead.iter().any(|p| p["target"] == "direct") && overhead.iter().any(|p| p["target"] == "gateway"));
+    assert!(overhead.iter().any(|p| p["figures"]["backends"]["mock"].as_u64().unwrap_or(0) > 0));
+    let findings = report["findings"].as_array().unwrap();
+    let find = |name: &str| findings.iter().find(|f| f["name"].as_str().unwrap().contains(name)).cloned();
+    assert_eq!(find("client-visible failures").unwrap()["value"], 0.0);
+    assert!(find("gateway RSS at idle").unwrap()["value"].as_f64().unwrap() > 0.0);
+    assert!(find("b marked down").is_some() && find("b takes traffic").is_some());
+    for chart in ["overhead-latency-cdf", "throughput-over-time", "failover-timeline", "burst-latency", "sustained-rss"]
+    {
+        for ext in ["svg", "png"] {
+            assert!(charts.join(format!("{chart}.{ext}")).is_file(), "missing {chart}.{ext}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
