@@ -130,7 +130,7 @@ pub enum Mode {
 
 /// Warm up (discarded), then measure.
 pub async fn measure(label: &str, spec: &Arc<RequestSpec>, mode: Mode, warmup: Duration, duration: Duration) -> Stats {
-    progress(label, duration);
+    let bar = progress(label, warmup + duration);
     let run = |d: Duration| {
         let spec = spec.clone();
         async move {
@@ -143,11 +143,51 @@ pub async fn measure(label: &str, spec: &Arc<RequestSpec>, mode: Mode, warmup: D
     if !warmup.is_zero() {
         run(warmup).await;
     }
-    run(duration).await
+    let stats = run(duration).await;
+    bar.finish();
+    stats
 }
 
-fn progress(label: &str, duration: Duration) {
-    eprintln!("  ▸ {label} ({:.1} s)", duration.as_secs_f64());
+/// A phase's progress line.
+struct Progress(Option<tokio::task::JoinHandle<()>>);
+
+impl Progress {
+    fn finish(self) {
+        if let Some(task) = self.0 {
+            task.abort();
+            eprintln!();
+        }
+    }
+}
+
+/// Announce a phase; on a terminal, redraw a progress bar on the same line until aborted.
+fn progress(label: &str, duration: Duration) -> Progress {
+    use std::io::{IsTerminal, Write};
+    let label = label.to_owned();
+    if !std::io::stderr().is_terminal() {
+        eprintln!("  ▸ {label} ({:.1} s)", duration.as_secs_f64());
+        return Progress(None);
+    }
+    Progress(Some(tokio::spawn(async move {
+        let start = Instant::now();
+        let total = duration.as_secs_f64().max(0.001);
+        loop {
+            let done = (start.elapsed().as_secs_f64() / total).min(1.0);
+            let filled = (done * 24.0) as usize;
+            eprint!(
+                "\r  ▸ {label:<44} [{}{}] {:>5.1}/{:.1} s",
+                "#".repeat(filled),
+                ".".repeat(24 - filled),
+                done * total,
+                total
+            );
+            let _ = std::io::stderr().flush();
+            if done >= 1.0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })))
 }
 
 /// Samples a process's RSS every second until dropped.
@@ -405,11 +445,12 @@ async fn burst(args: &BenchArgs, setup: &Setup, report: &mut Report) -> Result<(
     let rate = args.rate;
     let (base, spike) = (d, d / 3);
     let schedule = [(rate, base), (rate * 10.0, spike), (rate, d)];
-    progress(&format!("gateway {rate:.0}/s → {:.0}/s → {rate:.0}/s", rate * 10.0), base + spike + d);
+    let bar = progress(&format!("gateway {rate:.0}/s → {:.0}/s → {rate:.0}/s", rate * 10.0), base + spike + d);
     if !args.warmup().is_zero() {
         load::open_loop(gateway.clone(), &[(rate, args.warmup())]).await;
     }
     let stats = load::open_loop(gateway, &schedule).await;
+    bar.finish();
     report.row("burst", format!("{rate:.0}→{:.0}→{rate:.0}/s", rate * 10.0), "gateway", &stats);
     let ticks = stats.tick_p50();
     let tick = TICK.as_secs_f64();
