@@ -282,7 +282,13 @@ async fn one_on_connection(spec: &RequestSpec, conn: &mut Option<http1::SendRequ
         *conn = None;
         return Outcome::failed("connection_closed");
     }
-    let Some(req) = build_request(spec) else { return Outcome::failed("bad_request") };
+    let Some(mut req) = build_request(spec) else { return Outcome::failed("bad_request") };
+    // A raw connection sends the URI as given: servers expect origin-form (`/path`), not absolute-form.
+    if let Some(path) = spec.uri.path_and_query() {
+        if let Ok(origin) = Uri::builder().path_and_query(path.clone()).build() {
+            *req.uri_mut() = origin;
+        }
+    }
     let exchange = async {
         match sender.send_request(req).await {
             Ok(resp) => finish(resp, spec, sent).await,
@@ -384,12 +390,21 @@ pub async fn open_loop(spec: Arc<RequestSpec>, schedule: &[(f64, Duration)]) -> 
     stats
 }
 
-/// Sleep most of the way, then spin: std sleep overshoots by tens of µs.
+/// Sleep most of the way, then spin: std sleep overshoots by tens of µs. On a single CPU the
+/// spin would steal time from the processes being measured, so there it only sleeps.
 fn wait_until(t: Instant) {
-    const SPIN: Duration = Duration::from_micros(150);
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    let spin = *SPIN.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus > 1 {
+            Duration::from_micros(150)
+        } else {
+            Duration::ZERO
+        }
+    });
     let now = Instant::now();
-    if t > now + SPIN {
-        std::thread::sleep(t - now - SPIN);
+    if t > now + spin {
+        std::thread::sleep(t - now - spin);
     }
     while Instant::now() < t {
         std::hint::spin_loop();

@@ -115,6 +115,15 @@ pub fn pin_self(cpus: &str) -> Result<(), String> {
     }
 }
 
+/// CPUs the machine has (not only those this process may run on).
+pub fn cpu_count() -> usize {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
+        .ok()
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// "model name" from /proc/cpuinfo.
 pub fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")

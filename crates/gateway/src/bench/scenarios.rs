@@ -269,7 +269,8 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
     }
     let mut report = Report {
         machine: json!({
-            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            "cpus": procs::cpu_count(),
+            "cpus_for_load_generator": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             "cpu_model": procs::cpu_model(),
             "os": std::env::consts::OS,
             "arch": std::env::consts::ARCH,
