@@ -290,6 +290,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
     }
     for name in names {
         eprintln!("{name}:");
+        let rss = RssSampler::start(setup.gateway_pid);
         match name {
             "overhead" => overhead(&args, &setup, &mut report).await?,
             "throughput" => throughput(&args, &setup, &mut report).await?,
@@ -300,6 +301,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             "endurance" => sustained("endurance", args.phase(60.0), &args, &setup, &mut report).await?,
             "failover" => failover::run(&args, pin, &mut report).await?,
             _ => {}
+        }
+        // Failover runs its own gateway and reports on it; everything else ran on `setup`'s.
+        if name != "failover" {
+            if let Some(peak) = rss.finish(setup.gateway_pid).iter().map(|s| s.1).max() {
+                report.finding("memory", format!("gateway RSS peak during {name}"), mb(peak), "MB");
+            }
         }
     }
     Ok(report)

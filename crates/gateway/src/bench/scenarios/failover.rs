@@ -46,6 +46,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     let total = (up_for + down_for) * args.cycles as u32 + up_for;
 
     let start = Instant::now();
+    let rss = super::RssSampler::start(setup.gateway_pid);
     let load = tokio::spawn({
         let spec = spec.clone();
         async move {
@@ -90,6 +91,9 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         report.finding("failover", format!("cycle {}: restart → b takes traffic", cycle + 1), ms(readmit), "ms");
     }
     let stats = load.await.map_err(|e| e.to_string())?;
+    if let Some(peak) = rss.finish(setup.gateway_pid).iter().map(|s| s.1).max() {
+        report.finding("memory", "gateway RSS peak during failover", super::mb(peak), "MB");
+    }
     let s = report.row("failover", format!("c={CONNECTIONS}, {} kills", args.cycles), "gateway", &stats);
     report.finding("failover", "requests sent", s.requests as f64, "");
     report.finding("failover", "client-visible failures", (s.requests - s.ok) as f64, "");
