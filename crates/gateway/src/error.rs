@@ -27,6 +27,14 @@ pub enum GatewayError {
         model: String,
     },
     UpstreamTimeout,
+    /// Missing, malformed, unknown, revoked or expired key.
+    Unauthorized { message: String, code: &'static str },
+    /// A valid key that may not do this (e.g. a model outside its allow-list).
+    Forbidden { message: String, code: &'static str },
+    /// A rate limit or budget refused the request; headers say when to retry.
+    RateLimited { message: String, code: &'static str, retry_after_secs: u64, headers: Vec<(&'static str, String)> },
+    /// Something broke inside the gateway (details are in the log, under the request id).
+    Internal,
 }
 
 impl GatewayError {
@@ -43,6 +51,10 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             GatewayError::NoHealthyBackend { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            GatewayError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            GatewayError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -57,6 +69,10 @@ impl GatewayError {
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
             GatewayError::UpstreamTimeout => "upstream_timeout",
+            GatewayError::Unauthorized { .. } => "unauthorized",
+            GatewayError::Forbidden { .. } => "forbidden",
+            GatewayError::RateLimited { .. } => "rate_limited",
+            GatewayError::Internal => "internal",
         }
     }
 
@@ -98,6 +114,17 @@ impl GatewayError {
                 "server_error",
                 None,
                 Some("upstream_timeout"),
+            ),
+            GatewayError::Unauthorized { message, code } => {
+                (message.clone(), "invalid_request_error", None, Some(*code))
+            }
+            GatewayError::Forbidden { message, code } => (message.clone(), "permission_error", None, Some(*code)),
+            GatewayError::RateLimited { message, code, .. } => (message.clone(), "rate_limit_error", None, Some(*code)),
+            GatewayError::Internal => (
+                "internal error; the gateway log has details under this request's x-request-id".to_owned(),
+                "server_error",
+                None,
+                Some("internal_error"),
             ),
         };
         ErrorBody {

@@ -2,14 +2,17 @@
 //! `cli.rs`; everything else is the gateway as a library, so tests run the real thing in-process.
 
 pub mod app;
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
 pub mod http;
+pub mod limit;
 pub mod metrics;
 pub mod proxy;
+pub mod records;
 pub mod route;
 pub mod server;
 pub mod upstream;

@@ -43,7 +43,11 @@ impl Endpoint {
 }
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 12] = [
+const ERROR_KINDS: [&str; 16] = [
+    "unauthorized",
+    "forbidden",
+    "rate_limited",
+    "internal",
     "bad_request",
     "payload_too_large",
     "route_not_found",

@@ -1,0 +1,246 @@
+//! Client authentication: the master key (admin and full access) and virtual keys (`sy-…`)
+//! presented as `Authorization: Bearer` or `x-api-key`. Key lookups go through a small cache
+//! with negative entries; revocation through this process evicts at once, so a revoked key is
+//! refused on its very next request.
+
+pub mod key;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::HeaderMap;
+
+use crate::error::GatewayError;
+use crate::records::KeyRecord;
+use key::Hasher;
+
+/// Where keys live (the SQL store in production, a map in tests).
+pub trait KeyLookup: Send + Sync + 'static {
+    fn lookup(&self, id: &str) -> Pin<Box<dyn Future<Output = Result<Option<KeyRecord>, String>> + Send + '_>>;
+}
+
+/// Who is calling.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    /// No master key configured: the gateway is open (local use).
+    Open,
+    Master,
+    Key(Arc<KeyRecord>),
+}
+
+impl Principal {
+    pub fn key(&self) -> Option<&KeyRecord> {
+        match self {
+            Principal::Key(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+const POSITIVE_TTL: Duration = Duration::from_secs(30);
+const NEGATIVE_TTL: Duration = Duration::from_secs(5);
+
+/// key id → (when looked up, the record or None for "no such key").
+type KeyCache = HashMap<String, (Instant, Option<Arc<KeyRecord>>)>;
+
+pub struct Auth {
+    master_key: Option<String>,
+    hasher: Hasher,
+    store: Arc<dyn KeyLookup>,
+    cache: Mutex<KeyCache>,
+}
+
+/// The key a client presented, if any.
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(v) = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        let v = v.trim();
+        let token = v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")).unwrap_or(v);
+        return Some(token.trim());
+    }
+    headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
+fn unauthorized(message: &str, code: &'static str) -> GatewayError {
+    GatewayError::Unauthorized { message: message.to_owned(), code }
+}
+
+impl Auth {
+    pub fn new(master_key: Option<String>, hasher: Hasher, store: Arc<dyn KeyLookup>) -> Auth {
+        Auth { master_key: master_key.filter(|k| !k.is_empty()), hasher, store, cache: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.master_key.is_some()
+    }
+
+    pub fn hasher(&self) -> &Hasher {
+        &self.hasher
+    }
+
+    /// True for the master key (constant-time compare).
+    pub fn is_master(&self, headers: &HeaderMap) -> bool {
+        match (&self.master_key, presented_key(headers)) {
+            (Some(master), Some(given)) => constant_time_eq(master.as_bytes(), given.as_bytes()),
+            _ => false,
+        }
+    }
+
+    /// Authenticate a client request.
+    pub async fn authenticate(&self, headers: &HeaderMap, now_unix: i64) -> Result<Principal, GatewayError> {
+        if !self.enabled() {
+            return Ok(Principal::Open);
+        }
+        if self.is_master(headers) {
+            return Ok(Principal::Master);
+        }
+        let token = presented_key(headers).ok_or_else(|| {
+            unauthorized("missing API key: send `Authorization: Bearer sy-…` or `x-api-key`", "missing_api_key")
+        })?;
+        let parsed = key::parse(token).ok_or_else(|| unauthorized("incorrect API key provided", "invalid_api_key"))?;
+        let record = self.cached(parsed.id).await?;
+        let record = record.ok_or_else(|| unauthorized("incorrect API key provided", "invalid_api_key"))?;
+        if !self.hasher.verify(parsed.secret, &record.secret_hash) {
+            return Err(unauthorized("incorrect API key provided", "invalid_api_key"));
+        }
+        if record.revoked_at.is_some() {
+            return Err(unauthorized("this API key has been revoked", "key_revoked"));
+        }
+        if record.expires_at.is_some_and(|t| t <= now_unix) {
+            return Err(unauthorized("this API key has expired", "key_expired"));
+        }
+        Ok(Principal::Key(record))
+    }
+
+    async fn cached(&self, id: &str) -> Result<Option<Arc<KeyRecord>>, GatewayError> {
+        {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, entry)) = cache.get(id) {
+                let ttl = if entry.is_some() { POSITIVE_TTL } else { NEGATIVE_TTL };
+                if at.elapsed() < ttl {
+                    return Ok(entry.clone());
+                }
+            }
+        }
+        let found = self.store.lookup(id).await.map_err(|e| {
+            tracing::error!(error = %e, "key lookup failed");
+            GatewayError::Internal
+        })?;
+        let entry = found.map(Arc::new);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() > 100_000 {
+            cache.clear();
+        }
+        cache.insert(id.to_owned(), (Instant::now(), entry.clone()));
+        Ok(entry)
+    }
+
+    /// Forget a key so its next use is looked up again (after update or revocation).
+    pub fn evict(&self, id: &str) {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Does `model` match any of the key's allowed globs (`*` matches any run of characters)?
+pub fn model_allowed(globs: &[String], model: &str) -> bool {
+    globs.is_empty() || globs.iter().any(|g| glob_match(g.as_bytes(), model.as_bytes()))
+}
+
+fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|i| glob_match(rest, &text[i..])),
+        Some((c, rest)) => text.split_first().is_some_and(|(t, text_rest)| t == c && glob_match(rest, text_rest)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct MapStore(Mutex<HashMap<String, KeyRecord>>);
+
+    impl KeyLookup for MapStore {
+        fn lookup(&self, id: &str) -> Pin<Box<dyn Future<Output = Result<Option<KeyRecord>, String>> + Send + '_>> {
+            let found = self.0.lock().unwrap().get(id).cloned();
+            Box::pin(async move { Ok(found) })
+        }
+    }
+
+    fn record(id: &str, hash: Vec<u8>) -> KeyRecord {
+        KeyRecord {
+            id: id.into(),
+            secret_hash: hash,
+            name: None,
+            models: vec![],
+            rpm: None,
+            tpm: None,
+            max_parallel: None,
+            budget_usd: None,
+            budget_period: None,
+            expires_at: None,
+            revoked_at: None,
+            user: None,
+            team: None,
+            tags: vec![],
+            created_at: 0,
+        }
+    }
+
+    fn headers(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::AUTHORIZATION, format!("Bearer {v}").parse().unwrap());
+        h
+    }
+
+    #[tokio::test]
+    async fn keys_master_and_refusals() {
+        let hasher = Hasher::new(b"0123456789abcdef0123456789abcdef");
+        let (id, secret, full) = key::generate().unwrap();
+        let store = Arc::new(MapStore(Mutex::new(HashMap::from([(id.clone(), record(&id, hasher.hash(&secret)))]))));
+        let auth = Auth::new(Some("master-key".into()), hasher, store.clone());
+        assert!(matches!(auth.authenticate(&headers(&full), 0).await, Ok(Principal::Key(_))));
+        assert!(matches!(auth.authenticate(&headers("master-key"), 0).await, Ok(Principal::Master)));
+        let mut xh = HeaderMap::new();
+        xh.insert("x-api-key", full.parse().unwrap());
+        assert!(matches!(auth.authenticate(&xh, 0).await, Ok(Principal::Key(_))));
+        let flipped = if full.ends_with('0') { "1" } else { "0" };
+        let wrong_secret = format!("{}{flipped}", &full[..full.len() - 1]);
+        for bad in ["", "sk-nope", &full.replace('.', "_"), &wrong_secret] {
+            assert!(auth.authenticate(&headers(bad), 0).await.is_err(), "{bad}");
+        }
+        assert!(auth.authenticate(&HeaderMap::new(), 0).await.is_err());
+        // Revocation is seen on the next request once evicted.
+        store.0.lock().unwrap().get_mut(&id).unwrap().revoked_at = Some(1);
+        auth.evict(&id);
+        match auth.authenticate(&headers(&full), 0).await {
+            Err(GatewayError::Unauthorized { code, .. }) => assert_eq!(code, "key_revoked"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn open_without_master_key() {
+        let auth = Auth::new(None, Hasher::new(b"x"), Arc::new(MapStore(Mutex::new(HashMap::new()))));
+        assert!(matches!(auth.authenticate(&HeaderMap::new(), 0).await, Ok(Principal::Open)));
+    }
+
+    #[test]
+    fn globs() {
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(model_allowed(&[], "anything"));
+        assert!(model_allowed(&g(&["llama*"]), "llama3.2:1b"));
+        assert!(model_allowed(&g(&["*:1b"]), "llama3.2:1b"));
+        assert!(!model_allowed(&g(&["llama*"]), "qwen2.5"));
+        assert!(model_allowed(&g(&["gpt-4o", "qwen*"]), "qwen2.5"));
+    }
+}

@@ -1,0 +1,53 @@
+//! Rows the gateway stores: virtual keys and usage records. Plain data shared by the key store,
+//! the usage journal and the SQL backends.
+
+use serde::{Deserialize, Serialize};
+
+/// A virtual key as stored. The secret itself is never stored: only `secret_hash`, an
+/// HMAC-SHA256 of it under the server secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    /// Public id, e.g. `k_3f9a1c0e2b7d`; the key presented by clients is `sy-{id}.{secret}`.
+    pub id: String,
+    /// HMAC-SHA256(server_secret, secret), 32 bytes.
+    pub secret_hash: Vec<u8>,
+    pub name: Option<String>,
+    /// Allowed model globs (`llama*`, `*`); empty = all.
+    pub models: Vec<String>,
+    pub rpm: Option<u32>,
+    pub tpm: Option<u64>,
+    pub max_parallel: Option<u32>,
+    pub budget_usd: Option<f64>,
+    /// `daily` | `weekly` | `monthly`; None = lifetime budget.
+    pub budget_period: Option<String>,
+    /// Unix seconds.
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+    pub user: Option<String>,
+    pub team: Option<String>,
+    pub tags: Vec<String>,
+    pub created_at: i64,
+}
+
+/// One request's usage. `id` is unique per request (the request id), so replays are idempotent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    pub id: String,
+    /// Unix milliseconds when the request arrived.
+    pub ts_ms: i64,
+    pub key_id: Option<String>,
+    pub user: Option<String>,
+    pub team: Option<String>,
+    pub model_requested: String,
+    pub model_served: String,
+    pub backend: Option<String>,
+    pub status: u16,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    pub latency_ms: f64,
+    pub ttft_ms: Option<f64>,
+    pub cost_usd: f64,
+    /// Tokens were estimated because the backend reported none.
+    pub estimated: bool,
+}
