@@ -124,8 +124,11 @@ def start_mock(name: str, models: list[str], log_dir: Path, *extra: str) -> Proc
 
 
 def write_config(path: Path, backends: list[tuple[str, str]], extra: str = "") -> Path:
+    data = path.parent / (path.stem + "-data")
+    data.mkdir(parents=True, exist_ok=True)
     lines = [
         "listen: 127.0.0.1:0",
+        f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}",
         "routing: {strategy: round-robin}",
         f"aliases: {{{ALIAS}: {MODEL_A}}}",
         "backends:",

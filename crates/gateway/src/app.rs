@@ -12,6 +12,10 @@
 //! 7. relay the body frame by frame with an idle timeout; a completion guard releases the
 //!    in-flight slot and records metrics however the response ends — `http/relay.rs`
 //!
+//! Before step 4, a client is authenticated (master key or virtual key, `auth.rs`); after step 4,
+//! the key's model allow-list and rate limits are checked (`limit.rs`); `/admin` is the admin
+//! API behind the master key (`http/admin.rs`).
+//!
 //! Health probing and discovery run beside the pipeline, one task per backend — `route/health.rs`.
 
 use std::net::SocketAddr;
@@ -21,9 +25,16 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::auth::{key, Auth, KeyLookup};
 use crate::config::Config;
+use crate::limit::MemoryLimiter;
 use crate::metrics::Metrics;
+use crate::records::KeyRecord;
 use crate::route::{health, Router};
+use crate::store::Store;
 use crate::upstream::{self, UpstreamClient};
 
 pub struct App {
@@ -31,13 +42,65 @@ pub struct App {
     pub router: Arc<Router>,
     pub client: UpstreamClient,
     pub metrics: Arc<Metrics>,
+    pub auth: Auth,
+    pub limiter: Arc<MemoryLimiter>,
+    /// Keys and usage; None only for commands that do not serve (`check`).
+    pub store: Option<Store>,
+}
+
+/// Keys are looked up in the store.
+struct StoreKeys(Option<Store>);
+
+impl KeyLookup for StoreKeys {
+    fn lookup(&self, id: &str) -> Pin<Box<dyn Future<Output = Result<Option<KeyRecord>, String>> + Send + '_>> {
+        let id = id.to_owned();
+        Box::pin(async move {
+            match &self.0 {
+                Some(store) => store.get_key(&id).await.map_err(|e| e.to_string()),
+                None => Ok(None),
+            }
+        })
+    }
+}
+
+/// Where the server secret for key hashes lives when it is not configured: beside the SQLite file.
+fn secret_path(config: &Config) -> Result<Option<std::path::PathBuf>, String> {
+    let url = &config.storage.url;
+    if url.contains(":memory:") {
+        return Ok(None);
+    }
+    match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+        Some(path) => {
+            let path = std::path::Path::new(path.split('?').next().unwrap_or(path));
+            Ok(Some(path.with_file_name("switchyard.secret")))
+        }
+        None => Err("storage on PostgreSQL needs auth.secret (or SWITCHYARD_SECRET), so that every instance \
+                     hashes keys alike"
+            .to_owned()),
+    }
 }
 
 impl App {
-    pub fn new(config: Config) -> Result<App, String> {
+    pub fn new(config: Config, store: Option<Store>) -> Result<App, String> {
         let router = Router::new(&config)?;
         let client = upstream::build(config.timeouts.connect)?;
-        Ok(App { config: Arc::new(config), router: Arc::new(router), client, metrics: Arc::new(Metrics::default()) })
+        let secret = match (&config.auth.secret, secret_path(&config)?) {
+            (Some(s), _) => key::server_secret(Some(s), std::path::Path::new(""))?,
+            (None, Some(path)) if store.is_some() => key::server_secret(None, &path)?,
+            // No persistent place (in-memory database, `check`): an ephemeral secret.
+            _ => key::generate()?.1.into_bytes(),
+        };
+        let auth =
+            Auth::new(config.auth.master_key.clone(), key::Hasher::new(&secret), Arc::new(StoreKeys(store.clone())));
+        Ok(App {
+            config: Arc::new(config),
+            router: Arc::new(router),
+            client,
+            metrics: Arc::new(Metrics::default()),
+            auth,
+            limiter: Arc::new(MemoryLimiter::default()),
+            store,
+        })
     }
 }
 
@@ -93,7 +156,16 @@ pub async fn start(
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = Arc::new(App::new(config)?);
+    let store = Store::connect(&config.storage.url)
+        .await
+        .map_err(|e| format!("cannot open the database at {}: {e}", redact(&config.storage.url)))?;
+    let app = Arc::new(App::new(config, Some(store))?);
+    if !app.auth.enabled() {
+        tracing::warn!(
+            "no master key configured: the gateway and its admin API are OPEN to anyone who can reach them; \
+             set SWITCHYARD_MASTER_KEY (or auth.master_key) to require keys"
+        );
+    }
     health::probe_all(&app.router, &app.client, &app.config.health).await;
     let probers = app
         .router
@@ -115,4 +187,16 @@ pub async fn start(
         crate::server::serve(listener, server_app, signal).await;
     });
     Ok(RunningGateway { addr, app, stop: Some(stop), server: Some(server), probers })
+}
+
+/// A database URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
 }

@@ -59,6 +59,8 @@ enum Command {
         #[arg(long)]
         ollama: bool,
     },
+    /// Manage virtual keys through a running gateway's admin API.
+    Keys(crate::keys_cli::KeysArgs),
     /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory.
     Bench(Box<crate::bench::BenchArgs>),
     /// Start mock backends and the real gateway, show routing and failover, then keep serving.
@@ -123,6 +125,7 @@ pub fn main() -> ExitCode {
                 switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
             }
             Command::Bench(args) => crate::bench::run(*args).await,
+            Command::Keys(args) => crate::keys_cli::run(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
         }
     });
@@ -202,7 +205,7 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<(), 
 
 async fn check(path: PathBuf, offline: bool) -> Result<(), String> {
     let config = load(&path)?;
-    let app = crate::App::new(config)?;
+    let app = crate::App::new(config, None)?;
     if !offline {
         crate::route::health::probe_all(&app.router, &app.client, &app.config.health).await;
     }

@@ -122,8 +122,45 @@ pub struct Timeouts {
     pub header_read: Duration,
 }
 
+#[derive(Clone, Default)]
+pub struct AuthConfig {
+    /// Guards the admin API and may call everything; None = the gateway runs open.
+    pub master_key: Option<String>,
+    /// HMAC secret for key hashes; None = generated once next to the database.
+    pub secret: Option<String>,
+}
+
+impl fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print secrets.
+        f.debug_struct("AuthConfig")
+            .field("master_key", &self.master_key.as_ref().map(|_| "<set>"))
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// `sqlite://PATH` or `postgres://...`.
+    pub url: String,
+    /// Where the usage journal lives (append-only files replayed into the database).
+    pub journal_dir: std::path::PathBuf,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
+    pub auth: AuthConfig,
+    pub storage: StorageConfig,
+    /// Model → price; unpriced models cost 0 (self-hosted).
+    pub prices: HashMap<String, Price>,
     pub listen: SocketAddr,
     pub backends: Vec<BackendConfig>,
     pub strategy: Strategy,
@@ -146,12 +183,19 @@ impl Config {
 
     pub fn from_yaml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {
         let raw = raw::parse(text, env)?;
-        raw::validate(raw)
+        raw::validate(raw, env)
     }
 
     /// The configuration used when no file is given: no backends, everything else default.
     pub fn empty() -> Result<Config, ConfigError> {
         Config::from_yaml("{}", &ProcessEnv)
+    }
+
+    /// Cost in USD of a request to `model`.
+    pub fn cost(&self, model: &str, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        self.prices.get(model).map_or(0.0, |p| {
+            (prompt_tokens as f64 * p.input_per_million + completion_tokens as f64 * p.output_per_million) / 1e6
+        })
     }
 
     /// Resolve an alias; a name that is not an alias resolves to itself.

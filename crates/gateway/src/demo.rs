@@ -46,8 +46,13 @@ pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(
         .zip(&mocks)
         .map(|(name, m)| format!("  - {{name: {name}, url: '{}', type: openai}}\n", m.url()))
         .collect();
+    // The demo keeps its database and usage journal out of the working directory.
+    let dir = std::env::temp_dir().join(format!("switchyard-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let storage =
+        format!("storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}", dir.display());
     let yaml = |addr: SocketAddr| {
-        format!("listen: '{addr}'\nrouting: {{strategy: least-connections}}\naliases: {{fast: 'qwen2.5:0.5b'}}\nbackends:\n{backends}")
+        format!("listen: '{addr}'\n{storage}\nrouting: {{strategy: least-connections}}\naliases: {{fast: 'qwen2.5:0.5b'}}\nbackends:\n{backends}")
     };
     let config = |addr| Config::from_yaml(&yaml(addr), &ProcessEnv).map_err(|e| e.to_string());
     let gateway = match crate::start(config(listen)?, crate::cli::shutdown_signal()).await {

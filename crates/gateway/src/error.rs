@@ -27,12 +27,27 @@ pub enum GatewayError {
         model: String,
     },
     UpstreamTimeout,
+    /// A named resource (such as an admin key id) does not exist.
+    NotFound {
+        message: String,
+    },
     /// Missing, malformed, unknown, revoked or expired key.
-    Unauthorized { message: String, code: &'static str },
+    Unauthorized {
+        message: String,
+        code: &'static str,
+    },
     /// A valid key that may not do this (e.g. a model outside its allow-list).
-    Forbidden { message: String, code: &'static str },
+    Forbidden {
+        message: String,
+        code: &'static str,
+    },
     /// A rate limit or budget refused the request; headers say when to retry.
-    RateLimited { message: String, code: &'static str, retry_after_secs: u64, headers: Vec<(&'static str, String)> },
+    RateLimited {
+        message: String,
+        code: &'static str,
+        retry_after_secs: u64,
+        headers: Vec<(&'static str, String)>,
+    },
     /// Something broke inside the gateway (details are in the log, under the request id).
     Internal,
 }
@@ -51,6 +66,7 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             GatewayError::NoHealthyBackend { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             GatewayError::Forbidden { .. } => StatusCode::FORBIDDEN,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -69,6 +85,7 @@ impl GatewayError {
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
             GatewayError::UpstreamTimeout => "upstream_timeout",
+            GatewayError::NotFound { .. } => "not_found",
             GatewayError::Unauthorized { .. } => "unauthorized",
             GatewayError::Forbidden { .. } => "forbidden",
             GatewayError::RateLimited { .. } => "rate_limited",
@@ -115,6 +132,7 @@ impl GatewayError {
                 None,
                 Some("upstream_timeout"),
             ),
+            GatewayError::NotFound { message } => (message.clone(), "invalid_request_error", None, Some("not_found")),
             GatewayError::Unauthorized { message, code } => {
                 (message.clone(), "invalid_request_error", None, Some(*code))
             }

@@ -9,13 +9,16 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod http;
+pub mod keys_cli;
 pub mod limit;
 pub mod metrics;
 pub mod proxy;
 pub mod records;
 pub mod route;
 pub mod server;
+pub mod store;
 pub mod upstream;
+pub mod usage;
 
 pub use app::{start, App, RunningGateway};
 pub use config::Config;

@@ -43,7 +43,8 @@ impl Endpoint {
 }
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 16] = [
+const ERROR_KINDS: [&str; 17] = [
+    "not_found",
     "unauthorized",
     "forbidden",
     "rate_limited",

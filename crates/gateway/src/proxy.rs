@@ -15,10 +15,12 @@ use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 
 use crate::app::App;
+use crate::auth::{model_allowed, Principal};
 use crate::error::GatewayError;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
+use crate::limit::{Limits, Permit};
 use crate::metrics::Endpoint;
 use crate::route::backend::{now_ms, Backend, InFlight};
 use crate::route::SelectError;
@@ -49,8 +51,10 @@ pub async fn forward(
     request_id: &HeaderValue,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let (parts, body) = req.into_parts();
+    let principal = app.auth.authenticate(&parts.headers, crate::http::admin::now_unix()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
     let routed = parse_request(endpoint, body, &app.config)?;
+    let mut permit = admit(app, &principal, &routed)?;
     let deadline = started + app.config.timeouts.request;
     let mut tried: Vec<usize> = Vec::new();
     let mut upstream_wait = Duration::ZERO;
@@ -96,7 +100,7 @@ pub async fn forward(
                     held = Some(answer);
                     continue;
                 }
-                return Ok(respond(app, answer, started, upstream_wait, routed.stream));
+                return Ok(respond(app, answer, started, upstream_wait, routed.stream, permit));
             }
             Err(AttemptError::Transport) => {
                 app.metrics.count_error("upstream_connect");
@@ -112,9 +116,44 @@ pub async fn forward(
         }
     }
     if let Some(answer) = held {
-        return Ok(respond(app, answer, started, upstream_wait, routed.stream));
+        return Ok(respond(app, answer, started, upstream_wait, routed.stream, permit));
+    }
+    // Nothing was generated: give the token reservation back.
+    if let Some(p) = permit.as_mut() {
+        p.settle(0);
     }
     Err(failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model }))
+}
+
+/// Completion tokens assumed for a rate-limit reservation when the client set no `max_tokens`.
+const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
+
+/// A virtual key's model allow-list and rate limits; an admitted request holds its permit.
+fn admit(app: &App, principal: &Principal, routed: &RoutedRequest) -> Result<Option<Permit>, GatewayError> {
+    let Some(key) = principal.key() else { return Ok(None) };
+    if !model_allowed(&key.models, &routed.model) && !model_allowed(&key.models, &routed.requested) {
+        return Err(GatewayError::Forbidden {
+            message: format!("this key may not use the model `{}`", routed.requested),
+            code: "model_not_allowed",
+        });
+    }
+    let limits = Limits { rpm: key.rpm, tpm: key.tpm, max_parallel: key.max_parallel };
+    if limits.is_unlimited() {
+        return Ok(None);
+    }
+    let estimate = (routed.body.len() as u64).div_ceil(4) + routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE);
+    app.limiter.acquire(&key.id, &limits, estimate).map(Some).map_err(|r| {
+        let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        GatewayError::RateLimited {
+            message: match r.which {
+                "parallel" => format!("too many requests in flight for this key (limit {})", r.limit),
+                which => format!("rate limit reached: {} {which} per minute; retry in {secs} s", r.limit),
+            },
+            code: "rate_limit_exceeded",
+            retry_after_secs: secs,
+            headers: r.snapshot.headers(),
+        }
+    })
 }
 
 async fn attempt_once(
@@ -161,6 +200,7 @@ fn respond(
     started: Instant,
     upstream_wait: Duration,
     stream: bool,
+    permit: Option<Permit>,
 ) -> Response<GatewayBody> {
     let Answer { parts, body, first, guard, ttfb } = answer;
     let sse = stream
@@ -170,7 +210,8 @@ fn respond(
     app.metrics.upstream_ttfb.observe(ttfb);
     let backend_name = guard.backend().name_header.clone();
 
-    let completion = Completion { guard, metrics: app.metrics.clone(), started };
+    let limit_headers = permit.as_ref().map(|p| p.snapshot.headers()).unwrap_or_default();
+    let completion = Completion { guard, metrics: app.metrics.clone(), started, permit };
     let relay = RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion);
     let mut resp = Response::new(Either::Right(relay));
     *resp.status_mut() = parts.status;
@@ -183,6 +224,11 @@ fn respond(
     }
     headers.insert(&BACKEND_HEADER, backend_name);
     headers.insert(&SERVER_TIMING, server_timing(overhead, upstream_wait));
+    for (name, value) in limit_headers {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    }
     resp
 }
 

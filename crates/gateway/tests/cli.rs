@@ -41,9 +41,14 @@ fn unknown_keys_fail_with_their_path() {
 
 #[test]
 fn serve_without_config_starts_empty_and_stops_on_sigterm() {
+    // Defaults put the database in the working directory: use a scratch one.
+    let cwd = std::env::temp_dir().join(format!("sy-cli-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&cwd).unwrap();
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(&cwd)
         .env_remove("SWITCHYARD_CONFIG")
+        .env_remove("SWITCHYARD_MASTER_KEY")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -57,4 +62,7 @@ fn serve_without_config_starts_empty_and_stops_on_sigterm() {
     assert!(out.status.success(), "graceful exit on SIGTERM");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no backends configured"), "{stderr}");
+    assert!(stderr.contains("OPEN"), "running without a master key is said loudly: {stderr}");
+    assert!(cwd.join("switchyard.db").is_file(), "the default database is ./switchyard.db");
+    let _ = std::fs::remove_dir_all(&cwd);
 }

@@ -17,6 +17,11 @@ pub struct RoutingFields<'a> {
     pub prompt: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub input: Option<&'a RawValue>,
+    /// Upper bound of completion tokens, for rate-limit reservations (either spelling).
+    #[serde(default)]
+    pub max_tokens: Option<serde_json::Value>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<serde_json::Value>,
 }
 
 /// `{"error": {...}}`, the error body every OpenAI-compatible client understands.

@@ -9,7 +9,9 @@ use serde::Deserialize;
 
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
-use super::{BackendConfig, BackendKind, Config, ConfigError, HealthConfig, Strategy, Timeouts};
+use super::{
+    AuthConfig, BackendConfig, BackendKind, Config, ConfigError, HealthConfig, Price, StorageConfig, Strategy, Timeouts,
+};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,6 +30,33 @@ pub struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     shutdown_grace: Option<String>,
+    #[serde(default)]
+    auth: RawAuth,
+    #[serde(default)]
+    storage: RawStorage,
+    #[serde(default)]
+    prices: HashMap<String, RawPrice>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    master_key: Option<String>,
+    secret: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    url: Option<String>,
+    usage_journal_dir: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    input_per_million: f64,
+    output_per_million: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,7 +155,7 @@ fn duration(path: &str, raw: &Option<String>, default: Duration) -> Result<Durat
     }
 }
 
-pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let listen_text = raw.listen.as_deref().unwrap_or("127.0.0.1:4100");
     let listen: SocketAddr = listen_text
         .parse()
@@ -211,7 +240,39 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         return Err(ConfigError::at("limits.max_body_bytes", "must be greater than zero"));
     }
 
+    let auth = AuthConfig {
+        master_key: raw.auth.master_key.or_else(|| env.var("SWITCHYARD_MASTER_KEY")).filter(|k| !k.is_empty()),
+        secret: raw.auth.secret.or_else(|| env.var("SWITCHYARD_SECRET")).filter(|k| !k.is_empty()),
+    };
+    if auth.master_key.as_ref().is_some_and(|k| k.len() < 8) {
+        return Err(ConfigError::at("auth.master_key", "must be at least 8 characters"));
+    }
+    if auth.secret.as_ref().is_some_and(|k| k.len() < 32) {
+        return Err(ConfigError::at("auth.secret", "must be at least 32 characters"));
+    }
+    let url = raw.storage.url.unwrap_or_else(|| "sqlite://./switchyard.db".to_owned());
+    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(ConfigError::at("storage.url", "use sqlite://PATH or postgres://USER:PASS@HOST/DB"));
+    }
+    let storage = StorageConfig {
+        journal_dir: raw.storage.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into(),
+        url,
+    };
+    let mut prices = HashMap::new();
+    for (model, p) in raw.prices {
+        for (field, v) in [("input_per_million", p.input_per_million), ("output_per_million", p.output_per_million)] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(ConfigError::at(format!("prices.{model}.{field}"), "must be a non-negative number"));
+            }
+        }
+        prices
+            .insert(model, Price { input_per_million: p.input_per_million, output_per_million: p.output_per_million });
+    }
+
     Ok(Config {
+        auth,
+        storage,
+        prices,
         listen,
         backends,
         strategy,

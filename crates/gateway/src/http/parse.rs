@@ -32,6 +32,10 @@ pub async fn read_body(headers: &http::HeaderMap, body: Incoming, limit: usize) 
 pub struct RoutedRequest {
     /// The model name after alias resolution: what backends are asked for.
     pub model: String,
+    /// The model name the client sent (an alias, or the same as `model`).
+    pub requested: String,
+    /// `max_tokens` / `max_completion_tokens` when the client set one.
+    pub max_tokens: Option<u64>,
     pub stream: bool,
     /// The body to send upstream (rewritten only when an alias resolved).
     pub body: Bytes,
@@ -68,9 +72,10 @@ pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result
     if !name.is_empty() {
         check_required(field, name, must_be_array)?;
     }
-    let resolved = config.resolve_alias(&model);
-    let body = if resolved != model { rewrite_model(&body, raw_model, resolved)? } else { body.clone() };
-    Ok(RoutedRequest { model: resolved.to_owned(), stream, body })
+    let resolved = config.resolve_alias(&model).to_owned();
+    let body = if resolved != model { rewrite_model(&body, raw_model, &resolved)? } else { body.clone() };
+    let max_tokens = [&fields.max_tokens, &fields.max_completion_tokens].into_iter().flatten().find_map(|v| v.as_u64());
+    Ok(RoutedRequest { model: resolved, requested: model.into_owned(), max_tokens, stream, body })
 }
 
 fn check_required(field: Option<&RawValue>, name: &'static str, must_be_array: bool) -> Result<(), GatewayError> {

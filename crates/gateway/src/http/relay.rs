@@ -28,6 +28,8 @@ pub struct Completion {
     pub guard: InFlight,
     pub metrics: Arc<Metrics>,
     pub started: std::time::Instant,
+    /// The key's rate-limit permit: its parallel slot is held until the response ends.
+    pub permit: Option<crate::limit::Permit>,
 }
 
 impl Completion {

@@ -27,6 +27,16 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
         "/models" => Endpoint::Models,
         _ => Endpoint::Other,
     };
+    if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
+        let result = admin(&app, req).await;
+        let mut resp = result.unwrap_or_else(|e| {
+            app.metrics.count_error(e.kind());
+            error_response(&e)
+        });
+        resp.headers_mut().insert(request_id::HEADER, rid);
+        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+        return resp;
+    }
     let result = match (endpoint, req.method(), path) {
         (Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings, &Method::POST, _) => {
             proxy::forward(&app, endpoint, req, started, &rid).await
@@ -51,8 +61,33 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
 pub fn error_response(e: &GatewayError) -> Response<GatewayBody> {
     let mut resp = Response::new(full(e.to_json()));
     *resp.status_mut() = e.status();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let GatewayError::RateLimited { retry_after_secs, headers, .. } = e {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        for (name, value) in headers {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                h.insert(*name, v);
+            }
+        }
+    }
+    if let GatewayError::Unauthorized { .. } = e {
+        h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
     resp
+}
+
+/// `/admin/...`: master key required whenever auth is on.
+async fn admin(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<GatewayBody>, GatewayError> {
+    if app.auth.enabled() && !app.auth.is_master(req.headers()) {
+        return Err(GatewayError::Unauthorized {
+            message: "the admin API needs the master key as `Authorization: Bearer`".to_owned(),
+            code: "invalid_api_key",
+        });
+    }
+    let (parts, body) = req.into_parts();
+    let body = super::parse::read_body(&parts.headers, body, app.config.max_body_bytes).await?;
+    super::admin::handle(app, &parts.method, parts.uri.path(), parts.uri.query(), body).await
 }
 
 fn json_response(status: StatusCode, value: serde_json::Value) -> Response<GatewayBody> {

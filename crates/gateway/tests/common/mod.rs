@@ -28,8 +28,29 @@ pub async fn gateway(mocks: &[&MockServer], extra: &str) -> RunningGateway {
     gateway_yaml(&yaml).await
 }
 
+/// A fresh directory for one gateway's database and usage journal.
+pub fn scratch_dir() -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("switchyard-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `storage:` pointing into a fresh scratch directory.
+pub fn storage_yaml() -> String {
+    let dir = scratch_dir();
+    format!(
+        "storage: {{url: 'sqlite://{}/switchyard.db', usage_journal_dir: '{}/usage'}}\n",
+        dir.display(),
+        dir.display()
+    )
+}
+
 pub async fn gateway_yaml(yaml: &str) -> RunningGateway {
-    let config = Config::from_yaml(yaml, &HashMap::<String, String>::new()).unwrap();
+    let yaml = if yaml.contains("storage:") { yaml.to_owned() } else { format!("{}{yaml}", storage_yaml()) };
+    let config = Config::from_yaml(&yaml, &HashMap::<String, String>::new()).unwrap();
     switchyard::start(config, std::future::pending()).await.unwrap()
 }
 

@@ -1,0 +1,280 @@
+//! The admin API under `/admin`: virtual keys (create, list, read, update, revoke) and usage
+//! reports (JSON or CSV), guarded by the master key. Documented in `openapi.json` beside this file.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{full, GatewayBody};
+use crate::app::App;
+use crate::auth::key;
+use crate::error::GatewayError;
+use crate::records::KeyRecord;
+use crate::store::{Bucket, UsageQuery};
+
+const OPENAPI: &str = include_str!("openapi.json");
+
+/// Fields a client may set on a key; every one optional (PATCH changes only those present).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyFields {
+    name: Option<String>,
+    models: Option<Vec<String>>,
+    rpm: Option<u32>,
+    tpm: Option<u64>,
+    max_parallel: Option<u32>,
+    budget_usd: Option<f64>,
+    budget_period: Option<String>,
+    expires_at: Option<String>,
+    metadata: Option<Metadata>,
+    /// PATCH only: `true` revokes, `false` reinstates.
+    revoked: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metadata {
+    user: Option<String>,
+    team: Option<String>,
+    tags: Option<Vec<String>>,
+}
+
+pub fn now_unix() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+fn bad(message: impl Into<String>, param: Option<&'static str>) -> GatewayError {
+    GatewayError::bad_request(message, param)
+}
+
+fn internal(e: impl std::fmt::Display) -> GatewayError {
+    tracing::error!(error = %e, "admin storage operation failed");
+    GatewayError::Internal
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<GatewayBody> {
+    let mut resp = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// The public view of a key: everything but the hash.
+fn key_json(k: &KeyRecord) -> Value {
+    let ts = |t: Option<i64>| t.map(rfc3339);
+    json!({
+        "id": k.id, "name": k.name, "models": k.models, "rpm": k.rpm, "tpm": k.tpm, "max_parallel": k.max_parallel,
+        "budget_usd": k.budget_usd, "budget_period": k.budget_period, "expires_at": ts(k.expires_at),
+        "revoked_at": ts(k.revoked_at), "created_at": rfc3339(k.created_at),
+        "metadata": {"user": k.user, "team": k.team, "tags": k.tags},
+    })
+}
+
+fn rfc3339(unix: i64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0) as u64)).to_string()
+}
+
+fn parse_time(text: &str, param: &'static str) -> Result<i64, GatewayError> {
+    let t = humantime::parse_rfc3339_weak(text)
+        .map_err(|_| bad(format!("`{param}` must be an RFC 3339 time such as 2026-12-31T23:59:59Z"), Some(param)))?;
+    Ok(t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64))
+}
+
+/// Apply `fields` onto `k`, validating each.
+fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> {
+    if let Some(v) = f.name {
+        k.name = Some(v);
+    }
+    if let Some(v) = f.models {
+        if v.iter().any(|m| m.is_empty()) {
+            return Err(bad("`models` entries must not be empty", Some("models")));
+        }
+        k.models = v;
+    }
+    for (name, v) in [("rpm", f.rpm.map(u64::from)), ("tpm", f.tpm), ("max_parallel", f.max_parallel.map(u64::from))] {
+        if v == Some(0) {
+            return Err(bad(format!("`{name}` must be at least 1 (omit it for no limit)"), None));
+        }
+    }
+    k.rpm = f.rpm.or(k.rpm);
+    k.tpm = f.tpm.or(k.tpm);
+    k.max_parallel = f.max_parallel.or(k.max_parallel);
+    if let Some(b) = f.budget_usd {
+        if !b.is_finite() || b < 0.0 {
+            return Err(bad("`budget_usd` must be a non-negative number", Some("budget_usd")));
+        }
+        k.budget_usd = Some(b);
+    }
+    if let Some(p) = f.budget_period {
+        if !matches!(p.as_str(), "daily" | "weekly" | "monthly") {
+            return Err(bad("`budget_period` must be daily, weekly or monthly", Some("budget_period")));
+        }
+        k.budget_period = Some(p);
+    }
+    if let Some(t) = f.expires_at {
+        k.expires_at = Some(parse_time(&t, "expires_at")?);
+    }
+    if let Some(m) = f.metadata {
+        k.user = m.user.or(k.user.take());
+        k.team = m.team.or(k.team.take());
+        if let Some(tags) = m.tags {
+            k.tags = tags;
+        }
+    }
+    match f.revoked {
+        Some(true) if k.revoked_at.is_none() => k.revoked_at = Some(now),
+        Some(false) => k.revoked_at = None,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn parse_fields(body: &Bytes) -> Result<KeyFields, GatewayError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(KeyFields::default());
+    }
+    serde_json::from_slice(body).map_err(|e| bad(format!("invalid key fields: {e}"), None))
+}
+
+pub async fn handle(
+    app: &Arc<App>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    body: Bytes,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
+    let now = now_unix();
+    match (method, path.trim_end_matches('/')) {
+        (&Method::GET, "/admin/openapi.json") => {
+            let mut resp = Response::new(full(Bytes::from_static(OPENAPI.as_bytes())));
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Ok(resp)
+        }
+        (&Method::POST, "/admin/keys") => {
+            let fields = parse_fields(&body)?;
+            if fields.revoked.is_some() {
+                return Err(bad("`revoked` can only be changed with PATCH", Some("revoked")));
+            }
+            let (id, secret, full_key) = key::generate().map_err(internal)?;
+            let mut record = KeyRecord {
+                id,
+                secret_hash: app.auth.hasher().hash(&secret),
+                name: None,
+                models: Vec::new(),
+                rpm: None,
+                tpm: None,
+                max_parallel: None,
+                budget_usd: None,
+                budget_period: None,
+                expires_at: None,
+                revoked_at: None,
+                user: None,
+                team: None,
+                tags: Vec::new(),
+                created_at: now,
+            };
+            apply(&mut record, fields, now)?;
+            store.insert_key(&record).await.map_err(internal)?;
+            let mut out = key_json(&record);
+            out["key"] = json!(full_key);
+            Ok(json_response(StatusCode::CREATED, &out))
+        }
+        (&Method::GET, "/admin/keys") => {
+            let keys = store.list_keys().await.map_err(internal)?;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"object": "list", "data": keys.iter().map(key_json).collect::<Vec<_>>()}),
+            ))
+        }
+        (&Method::GET, "/admin/usage") => usage(app, query).await,
+        (m, p) if p.starts_with("/admin/keys/") => {
+            let id = &p["/admin/keys/".len()..];
+            if id.is_empty() || id.contains('/') {
+                return Err(GatewayError::RouteNotFound);
+            }
+            let not_found = || GatewayError::NotFound { message: format!("no key with id `{id}`") };
+            let mut record = store.get_key(id).await.map_err(internal)?.ok_or_else(not_found)?;
+            match *m {
+                Method::GET => Ok(json_response(StatusCode::OK, &key_json(&record))),
+                Method::PATCH => {
+                    apply(&mut record, parse_fields(&body)?, now)?;
+                    store.update_key(&record).await.map_err(internal)?;
+                    app.auth.evict(id);
+                    Ok(json_response(StatusCode::OK, &key_json(&record)))
+                }
+                Method::DELETE => {
+                    if record.revoked_at.is_none() {
+                        record.revoked_at = Some(now);
+                        store.update_key(&record).await.map_err(internal)?;
+                    }
+                    app.auth.evict(id);
+                    Ok(json_response(StatusCode::OK, &key_json(&record)))
+                }
+                _ => Err(GatewayError::MethodNotAllowed),
+            }
+        }
+        (_, "/admin/keys" | "/admin/usage" | "/admin/openapi.json") => Err(GatewayError::MethodNotAllowed),
+        _ => Err(GatewayError::RouteNotFound),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageParams {
+    key_id: Option<String>,
+    user: Option<String>,
+    team: Option<String>,
+    model: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    bucket: Option<String>,
+    format: Option<String>,
+}
+
+async fn usage(app: &Arc<App>, query: Option<&str>) -> Result<Response<GatewayBody>, GatewayError> {
+    let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
+    let p: UsageParams = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|e| bad(format!("invalid query parameters: {e}"), None))?;
+    let bucket = match p.bucket.as_deref().unwrap_or("day") {
+        "hour" => Bucket::Hour,
+        "day" => Bucket::Day,
+        _ => return Err(bad("`bucket` must be hour or day", Some("bucket"))),
+    };
+    let ms = |t: &Option<String>, name| t.as_deref().map(|t| parse_time(t, name).map(|s| s * 1000)).transpose();
+    let q = UsageQuery {
+        key_id: p.key_id,
+        user: p.user,
+        team: p.team,
+        model: p.model,
+        from_ms: ms(&p.from, "from")?,
+        to_ms: ms(&p.to, "to")?,
+        bucket,
+    };
+    let report = store.usage_report(&q).await.map_err(internal)?;
+    match p.format.as_deref().unwrap_or("json") {
+        "json" => Ok(json_response(StatusCode::OK, &serde_json::to_value(&report).unwrap_or_default())),
+        "csv" => {
+            let mut csv = String::from("bucket_start,requests,prompt_tokens,completion_tokens,total_tokens,cost_usd\n");
+            for b in &report.buckets {
+                csv.push_str(&format!(
+                    "{},{},{},{},{},{:.6}\n",
+                    rfc3339(b.start_ms / 1000),
+                    b.totals.requests,
+                    b.totals.prompt_tokens,
+                    b.totals.completion_tokens,
+                    b.totals.total_tokens,
+                    b.totals.cost_usd
+                ));
+            }
+            let mut resp = Response::new(full(csv));
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
+            Ok(resp)
+        }
+        _ => Err(bad("`format` must be json or csv", Some("format"))),
+    }
+}

@@ -1,0 +1,124 @@
+//! `switchyard keys create|list|show|update|revoke`: a thin client of the admin API, so the
+//! CLI and HTTP callers go through the same validation and storage.
+
+use clap::{Args, Subcommand};
+use http::Method;
+use serde_json::{json, Map, Value};
+use switchyard_testkit::TestClient;
+
+#[derive(Args, Debug)]
+pub struct KeysArgs {
+    /// Gateway base URL.
+    #[arg(long, env = "SWITCHYARD_URL", default_value = "http://127.0.0.1:4100")]
+    url: String,
+    /// Master key (sent as Bearer).
+    #[arg(long, env = "SWITCHYARD_MASTER_KEY", hide_env_values = true)]
+    master_key: Option<String>,
+    #[command(subcommand)]
+    action: KeysAction,
+}
+
+#[derive(Args, Debug, Default)]
+struct Policy {
+    /// Display name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Allowed model globs, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    models: Option<Vec<String>>,
+    #[arg(long)]
+    rpm: Option<u32>,
+    #[arg(long)]
+    tpm: Option<u64>,
+    #[arg(long)]
+    max_parallel: Option<u32>,
+    #[arg(long)]
+    budget_usd: Option<f64>,
+    /// daily | weekly | monthly
+    #[arg(long)]
+    budget_period: Option<String>,
+    /// RFC 3339 time, e.g. 2026-12-31T23:59:59Z
+    #[arg(long)]
+    expires_at: Option<String>,
+    #[arg(long)]
+    user: Option<String>,
+    #[arg(long)]
+    team: Option<String>,
+    #[arg(long, value_delimiter = ',')]
+    tags: Option<Vec<String>>,
+}
+
+#[derive(Subcommand, Debug)]
+enum KeysAction {
+    /// Create a key; prints it once.
+    Create(Policy),
+    /// List keys.
+    List,
+    /// Show one key.
+    Show { id: String },
+    /// Change a key's policy or metadata.
+    Update {
+        id: String,
+        #[command(flatten)]
+        policy: Policy,
+    },
+    /// Revoke a key (refused from its next request on).
+    Revoke { id: String },
+}
+
+impl Policy {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Value| {
+            if !v.is_null() {
+                m.insert(k.to_owned(), v);
+            }
+        };
+        put("name", json!(self.name));
+        put("models", json!(self.models));
+        put("rpm", json!(self.rpm));
+        put("tpm", json!(self.tpm));
+        put("max_parallel", json!(self.max_parallel));
+        put("budget_usd", json!(self.budget_usd));
+        put("budget_period", json!(self.budget_period));
+        put("expires_at", json!(self.expires_at));
+        let mut meta = Map::new();
+        for (k, v) in [("user", json!(self.user)), ("team", json!(self.team)), ("tags", json!(self.tags))] {
+            if !v.is_null() {
+                meta.insert(k.to_owned(), v);
+            }
+        }
+        if !meta.is_empty() {
+            m.insert("metadata".to_owned(), Value::Object(meta));
+        }
+        Value::Object(m)
+    }
+}
+
+pub async fn run(args: KeysArgs) -> Result<(), String> {
+    let base = args.url.trim_end_matches('/');
+    let (method, path, body) = match &args.action {
+        KeysAction::Create(p) => (Method::POST, "/admin/keys".to_owned(), p.to_json()),
+        KeysAction::List => (Method::GET, "/admin/keys".to_owned(), Value::Null),
+        KeysAction::Show { id } => (Method::GET, format!("/admin/keys/{id}"), Value::Null),
+        KeysAction::Update { id, policy } => (Method::PATCH, format!("/admin/keys/{id}"), policy.to_json()),
+        KeysAction::Revoke { id } => (Method::DELETE, format!("/admin/keys/{id}"), Value::Null),
+    };
+    let auth = args.master_key.as_ref().map(|k| format!("Bearer {k}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap_or_default() };
+    let resp = TestClient::new()
+        .request(method, &format!("{base}{path}"), body.into(), &headers)
+        .await
+        .map_err(|e| format!("cannot reach {base}: {e}"))?;
+    let value = resp.json();
+    if !resp.status.is_success() {
+        let message = value["error"]["message"].as_str().map(str::to_owned).unwrap_or_else(|| resp.text());
+        return Err(format!("{}: {message}", resp.status));
+    }
+    println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+    if matches!(args.action, KeysAction::Create(_)) {
+        eprintln!("Store this key now: it is not shown again.");
+    }
+    Ok(())
+}

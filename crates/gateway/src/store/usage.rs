@@ -1,0 +1,193 @@
+//! Usage writes: one transaction per batch inserts the raw rows (duplicates by id are skipped), adds only the new
+//! ones to the hourly rollup, and moves the journal checkpoint. Also the checkpoint read and per-key spend.
+//!
+//! Concurrency: rollup rows are upserted in primary-key order, so two writers touching the same hours cannot
+//! deadlock each other on PostgreSQL; on SQLite writers are serialised by the database lock (busy timeout).
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::{to_i64, to_u64, values_placeholders, Store, StoreError};
+use crate::records::UsageRecord;
+
+/// One hour in milliseconds: the rollup's granularity.
+pub const HOUR_MS: i64 = 3_600_000;
+
+const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
+                              prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated";
+const RECORD_COLS: usize = 16;
+const ROLLUP_COLS: usize = 10;
+/// Rows per multi-row statement: 16 columns x 500 = 8,000 parameters, well under SQLite's 32,766 and Postgres's
+/// 65,535. Only full chunks become cached prepared statements; a batch's remainder is prepared once and dropped.
+const CHUNK_ROWS: usize = 500;
+
+/// Start of the UTC hour containing `ts_ms`.
+pub fn hour_floor(ts_ms: i64) -> i64 {
+    ts_ms.div_euclid(HOUR_MS) * HOUR_MS
+}
+
+/// A record with its unsigned fields already converted, so a bad value fails the batch before anything is written.
+struct Row<'a> {
+    r: &'a UsageRecord,
+    status: i32,
+    prompt: i64,
+    completion: i64,
+    total: i64,
+}
+
+impl<'a> Row<'a> {
+    fn new(r: &'a UsageRecord) -> Result<Row<'a>, StoreError> {
+        Ok(Row {
+            r,
+            status: i32::from(r.status),
+            prompt: to_i64(r.prompt_tokens, "prompt_tokens")?,
+            completion: to_i64(r.completion_tokens, "completion_tokens")?,
+            total: to_i64(r.total_tokens, "total_tokens")?,
+        })
+    }
+}
+
+/// Rollup primary key: (hour_ms, key_id, user_name, team, model), absent dimensions as "".
+type RollupKey<'a> = (i64, &'a str, &'a str, &'a str, &'a str);
+
+#[derive(Default)]
+struct Sums {
+    requests: i64,
+    prompt: i64,
+    completion: i64,
+    total: i64,
+    cost: f64,
+}
+
+/// Sums the rows per rollup key; BTreeMap order is the primary-key order the upserts must follow.
+fn roll_up<'a>(rows: impl Iterator<Item = &'a Row<'a>>) -> BTreeMap<RollupKey<'a>, Sums> {
+    let mut out: BTreeMap<RollupKey<'a>, Sums> = BTreeMap::new();
+    for row in rows {
+        let r = row.r;
+        let key = (
+            hour_floor(r.ts_ms),
+            r.key_id.as_deref().unwrap_or(""),
+            r.user.as_deref().unwrap_or(""),
+            r.team.as_deref().unwrap_or(""),
+            r.model_served.as_str(),
+        );
+        let s = out.entry(key).or_default();
+        s.requests += 1;
+        s.prompt = s.prompt.saturating_add(row.prompt);
+        s.completion = s.completion.saturating_add(row.completion);
+        s.total = s.total.saturating_add(row.total);
+        s.cost += r.cost_usd;
+    }
+    out
+}
+
+impl Store {
+    /// Writes a batch in one transaction: inserts the records (ids already stored are skipped, so replays are
+    /// idempotent), adds only the newly inserted ones to the hourly rollup (by served model), and stores
+    /// `journal_offset` as the usage-journal checkpoint. Returns how many records were new.
+    pub async fn write_usage_batch(&self, records: &[UsageRecord], journal_offset: u64) -> Result<u64, StoreError> {
+        let offset = to_i64(journal_offset, "journal offset")?;
+        let rows = records.iter().map(Row::new).collect::<Result<Vec<_>, _>>()?;
+        let sqlite = matches!(self.inner, super::Inner::Sqlite(_));
+        let upsert_checkpoint = "INSERT INTO journal_checkpoint (id, journal_offset) VALUES (1, $1) \
+                                 ON CONFLICT (id) DO UPDATE SET journal_offset = excluded.journal_offset";
+        let inserted = with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let mut new_ids: HashSet<String> = HashSet::new();
+            for chunk in rows.chunks(CHUNK_ROWS) {
+                let sql = format!(
+                    "INSERT INTO usage_records ({RECORD_COLUMNS}) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
+                    values_placeholders(sqlite, chunk.len(), RECORD_COLS)
+                );
+                let mut q = sqlx::query_scalar::<_, String>(&sql).persistent(chunk.len() == CHUNK_ROWS);
+                for row in chunk {
+                    let r = row.r;
+                    q = q
+                        .bind(&r.id)
+                        .bind(r.ts_ms)
+                        .bind(&r.key_id)
+                        .bind(&r.user)
+                        .bind(&r.team)
+                        .bind(&r.model_requested)
+                        .bind(&r.model_served)
+                        .bind(&r.backend)
+                        .bind(row.status)
+                        .bind(row.prompt)
+                        .bind(row.completion)
+                        .bind(row.total)
+                        .bind(r.latency_ms)
+                        .bind(r.ttft_ms)
+                        .bind(r.cost_usd)
+                        .bind(r.estimated);
+                }
+                new_ids.extend(q.fetch_all(&mut *tx).await?);
+            }
+            let inserted = new_ids.len();
+            // A repeated id inside one batch: the first occurrence is the one the database kept.
+            let rollup = roll_up(rows.iter().filter(|row| new_ids.remove(row.r.id.as_str())));
+            let groups: Vec<_> = rollup.into_iter().collect();
+            for chunk in groups.chunks(CHUNK_ROWS) {
+                let sql = format!(
+                    "INSERT INTO usage_hourly (hour_ms, key_id, user_name, team, model, requests, prompt_tokens, \
+                     completion_tokens, total_tokens, cost_usd) VALUES {} \
+                     ON CONFLICT (hour_ms, key_id, user_name, team, model) DO UPDATE SET \
+                     requests = usage_hourly.requests + excluded.requests, \
+                     prompt_tokens = usage_hourly.prompt_tokens + excluded.prompt_tokens, \
+                     completion_tokens = usage_hourly.completion_tokens + excluded.completion_tokens, \
+                     total_tokens = usage_hourly.total_tokens + excluded.total_tokens, \
+                     cost_usd = usage_hourly.cost_usd + excluded.cost_usd",
+                    values_placeholders(sqlite, chunk.len(), ROLLUP_COLS)
+                );
+                let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
+                for ((hour, key_id, user, team, model), s) in chunk {
+                    q = q
+                        .bind(*hour)
+                        .bind(*key_id)
+                        .bind(*user)
+                        .bind(*team)
+                        .bind(*model)
+                        .bind(s.requests)
+                        .bind(s.prompt)
+                        .bind(s.completion)
+                        .bind(s.total)
+                        .bind(s.cost);
+                }
+                q.execute(&mut *tx).await?;
+            }
+            sqlx::query(upsert_checkpoint).bind(offset).execute(&mut *tx).await?;
+            tx.commit().await?;
+            inserted
+        });
+        Ok(inserted as u64)
+    }
+
+    /// The usage-journal offset stored by the last [`write_usage_batch`](Store::write_usage_batch); 0 when none.
+    pub async fn journal_checkpoint(&self) -> Result<u64, StoreError> {
+        let sql = "SELECT journal_offset FROM journal_checkpoint WHERE id = 1";
+        let offset: Option<i64> = with_pool!(self, |pool| sqlx::query_scalar(sql).fetch_optional(pool).await?);
+        offset.map_or(Ok(0), |o| to_u64(o, "journal offset"))
+    }
+
+    /// A key's spend in USD since `since_ms` (unix ms; 0 or less = all time), read from the hourly rollup: the hour
+    /// containing `since_ms` is counted whole, i.e. a budget period starting at 09:30 counts usage from 09:00.
+    pub async fn key_spend(&self, key_id: &str, since_ms: i64) -> Result<f64, StoreError> {
+        let from = if since_ms <= 0 { i64::MIN } else { hour_floor(since_ms) };
+        let sql = "SELECT CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION) FROM usage_hourly \
+                   WHERE key_id = $1 AND hour_ms >= $2";
+        let spend: f64 =
+            with_pool!(self, |pool| sqlx::query_scalar(sql).bind(key_id).bind(from).fetch_one(pool).await?);
+        Ok(spend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hour_floor_is_utc_hour_start() {
+        assert_eq!(hour_floor(0), 0);
+        assert_eq!(hour_floor(HOUR_MS - 1), 0);
+        assert_eq!(hour_floor(HOUR_MS), HOUR_MS);
+        assert_eq!(hour_floor(-1), -HOUR_MS);
+    }
+}

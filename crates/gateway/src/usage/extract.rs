@@ -1,0 +1,246 @@
+//! Token usage in OpenAI-shaped JSON: read the `usage` object of a response, and ask a streaming
+//! backend for one (`stream_options.include_usage`) by splicing the request's bytes.
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::Tokens;
+
+/// The OpenAI `usage` object (chat, completions, embeddings and stream chunks); the
+/// `input_tokens`/`output_tokens` spelling of newer APIs is accepted too.
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default, alias = "input_tokens")]
+    prompt_tokens: Option<u64>,
+    #[serde(default, alias = "output_tokens")]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// `None` when it carries no count at all; a missing total is prompt + completion.
+    pub(crate) fn tokens(&self) -> Option<Tokens> {
+        if self.prompt_tokens.is_none() && self.completion_tokens.is_none() && self.total_tokens.is_none() {
+            return None;
+        }
+        let prompt = self.prompt_tokens.unwrap_or(0);
+        let completion = self.completion_tokens.unwrap_or(0);
+        Some(Tokens { prompt, completion, total: self.total_tokens.unwrap_or(prompt.saturating_add(completion)) })
+    }
+}
+
+/// The token counts of a non-streaming chat.completion, text_completion or embeddings response
+/// (embeddings report no completion tokens: 0). Only `usage` is deserialised; serde skips the
+/// rest, and a body without the bytes `"usage"` is not parsed at all.
+pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
+    #[derive(Deserialize)]
+    struct Envelope {
+        usage: Option<WireUsage>,
+    }
+    memchr::memmem::find(body, b"\"usage\"")?;
+    serde_json::from_slice::<Envelope>(body).ok()?.usage?.tokens()
+}
+
+/// For a streaming request (`"stream": true`) whose client did not ask for usage, the body with
+/// `stream_options.include_usage = true`, so the backend ends the stream with a usage chunk.
+///
+/// `None` means "forward the body as it is": not streaming, the client already asked (then the
+/// client also gets the usage chunk: do not strip it), or a body this cannot edit safely.
+/// `Some` means the gateway asked on the client's behalf: relay with `SseUsageTap::new(true)` so
+/// the client does not see a chunk it did not ask for.
+///
+/// A byte splice, never a re-serialisation: without `stream_options`,
+/// `,"stream_options":{"include_usage":true}` goes before the closing brace; otherwise only the
+/// `stream_options` value's bytes are replaced by a re-serialised copy with the flag set.
+pub fn inject_include_usage(body: &[u8]) -> Option<Bytes> {
+    #[derive(Deserialize)]
+    struct StreamFields<'a> {
+        #[serde(default)]
+        stream: Option<bool>,
+        #[serde(default, borrow, deserialize_with = "raw_keeping_null")]
+        stream_options: Option<&'a RawValue>,
+    }
+    // A JSON array would deserialise as a struct in sequence form; only objects are requests.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let fields: StreamFields = serde_json::from_slice(body).ok()?;
+    if fields.stream != Some(true) {
+        return None;
+    }
+    let Some(raw) = fields.stream_options else {
+        return append_member(body, br#""stream_options":{"include_usage":true}"#);
+    };
+    let value = raw.get().as_bytes();
+    let start = (value.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
+    let end = start.wrapping_add(value.len());
+    if body.get(start..end) != Some(value) {
+        return None; // not borrowed from the body: cannot happen, but never guess
+    }
+    let replacement = match value.first() {
+        Some(b'n') => br#"{"include_usage":true}"#.to_vec(),
+        Some(b'{') => {
+            let mut options: Map<String, Value> = serde_json::from_str(raw.get()).ok()?;
+            if options.get("include_usage") == Some(&Value::Bool(true)) {
+                return None;
+            }
+            options.insert("include_usage".to_owned(), Value::Bool(true));
+            serde_json::to_vec(&options).ok()?
+        }
+        _ => return None,
+    };
+    Some(splice(body, start, end, &[&replacement]))
+}
+
+/// `Option<&RawValue>` that keeps an explicit `null` as `Some("null")` (serde maps it to `None`).
+fn raw_keeping_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// Insert `member` (`"key":value`) before the closing brace of the object `body`.
+fn append_member(body: &[u8], member: &[u8]) -> Option<Bytes> {
+    let close = body.iter().rposition(|b| !b.is_ascii_whitespace()).filter(|&i| body[i] == b'}')?;
+    // In a non-empty object the byte before `}` ends a value, so it is never `{`.
+    let empty = body[..close].iter().rfind(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let comma: &[u8] = if empty { b"" } else { b"," };
+    Some(splice(body, close, close, &[comma, member]))
+}
+
+fn splice(body: &[u8], start: usize, end: usize, replacement: &[&[u8]]) -> Bytes {
+    let added: usize = replacement.iter().map(|part| part.len()).sum();
+    let mut out = BytesMut::with_capacity(body.len() - (end - start) + added);
+    out.extend_from_slice(&body[..start]);
+    for part in replacement {
+        out.extend_from_slice(part);
+    }
+    out.extend_from_slice(&body[end..]);
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHAT: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m",
+        "choices":[{"index":0,"message":{"role":"assistant","content":"the \"usage\" is high"},"finish_reason":"stop"}],
+        "usage":{"prompt_tokens":12,"completion_tokens":7,"total_tokens":19}}"#;
+    const COMPLETION: &str = r#"{"id":"cmpl-1","object":"text_completion","model":"m","choices":[{"text":"hi","index":0}],
+        "usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+    const EMBEDDINGS: &str = r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,-0.2]}],
+        "model":"e","usage":{"prompt_tokens":8,"total_tokens":8}}"#;
+
+    #[test]
+    fn usage_of_chat_completions_and_embeddings() {
+        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total });
+        assert_eq!(usage_from_response(CHAT.as_bytes()), t(12, 7, 19));
+        assert_eq!(usage_from_response(COMPLETION.as_bytes()), t(3, 1, 4));
+        assert_eq!(usage_from_response(EMBEDDINGS.as_bytes()), t(8, 0, 8));
+        assert_eq!(usage_from_response(br#"{"usage":{"prompt_tokens":2,"completion_tokens":3}}"#), t(2, 3, 5));
+        assert_eq!(usage_from_response(br#"{"usage":{"input_tokens":2,"output_tokens":3}}"#), t(2, 3, 5));
+    }
+
+    #[test]
+    fn no_usage_is_none() {
+        for body in [
+            r#"{"choices":[]}"#,
+            r#"{"choices":[],"usage":null}"#,
+            r#"{"usage":{}}"#,
+            r#"{"choices":[{"message":{"content":"\"usage\""}}]}"#,
+            r#"{"error":{"message":"x"}}"#,
+            "not json \"usage\"",
+            "",
+        ] {
+            assert_eq!(usage_from_response(body.as_bytes()), None, "{body}");
+        }
+    }
+
+    fn inject(body: &str) -> Option<String> {
+        inject_include_usage(body.as_bytes()).map(|b| String::from_utf8(b.to_vec()).unwrap())
+    }
+
+    /// The output is valid JSON asking for usage, and equals the input outside the edit.
+    fn assert_injected(body: &str, expected: &str) {
+        let out = inject(body).unwrap_or_else(|| panic!("not injected: {body}"));
+        assert_eq!(out, expected);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], Value::Bool(true), "{out}");
+        let before: Value = serde_json::from_str(body).unwrap();
+        for (k, val) in before.as_object().unwrap() {
+            if k != "stream_options" {
+                assert_eq!(&v[k], val, "{k} changed");
+            }
+        }
+    }
+
+    #[test]
+    fn injects_without_stream_options() {
+        assert_injected(
+            r#"{"model":"m","messages":[{"role":"user","content":"}"}],"stream":true}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"}"}],"stream":true,"stream_options":{"include_usage":true}}"#,
+        );
+        assert_injected(
+            "{ \"stream\" : true ,\n  \"model\": \"m\"\n}\n\t ",
+            "{ \"stream\" : true ,\n  \"model\": \"m\"\n,\"stream_options\":{\"include_usage\":true}}\n\t ",
+        );
+        assert_injected(
+            "  {\"model\":{},\"stream\":true,\"x\":{}}  ",
+            "  {\"model\":{},\"stream\":true,\"x\":{},\"stream_options\":{\"include_usage\":true}}  ",
+        );
+    }
+
+    #[test]
+    fn injects_into_existing_stream_options() {
+        assert_injected(
+            r#"{"stream":true, "stream_options": {"other":1} ,"model":"m"}"#,
+            r#"{"stream":true, "stream_options": {"include_usage":true,"other":1} ,"model":"m"}"#,
+        );
+        assert_injected(
+            r#"{"stream":true,"stream_options":{ "include_usage" : false },"model":"m"}"#,
+            r#"{"stream":true,"stream_options":{"include_usage":true},"model":"m"}"#,
+        );
+        assert_injected(
+            r#"{"stream_options":{},"model":"m","stream":true}"#,
+            r#"{"stream_options":{"include_usage":true},"model":"m","stream":true}"#,
+        );
+        assert_injected(
+            r#"{"stream":true,"stream_options":null,"model":"m"}"#,
+            r#"{"stream":true,"stream_options":{"include_usage":true},"model":"m"}"#,
+        );
+        assert_injected(
+            r#"{"stream":true,"stream_options":{"include_usage":null}}"#,
+            r#"{"stream":true,"stream_options":{"include_usage":true}}"#,
+        );
+    }
+
+    #[test]
+    fn leaves_alone_when_asked_or_not_streaming() {
+        for body in [
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#,
+            r#"{"model":"m","stream":true,"stream_options":{ "include_usage" :true, "x":1 }}"#,
+            r#"{"model":"m","stream":false}"#,
+            r#"{"model":"m","stream":null}"#,
+            r#"{"model":"m"}"#,
+            r#"{}"#,
+            r#"{"stream":true,"stream_options":"yes"}"#,
+            r#"{"stream":"true"}"#,
+            r#"[true]"#,
+            r#"{"stream":true"#,
+            "",
+        ] {
+            assert_eq!(inject(body), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn member_goes_before_the_closing_brace() {
+        let add =
+            |body: &str| append_member(body.as_bytes(), b"\"a\":1").map(|b| String::from_utf8(b.to_vec()).unwrap());
+        assert_eq!(add("{}").as_deref(), Some("{\"a\":1}"));
+        assert_eq!(add(" { \n} \n").as_deref(), Some(" { \n\"a\":1} \n"));
+        assert_eq!(add("{\"b\":{}}\r\n").as_deref(), Some("{\"b\":{},\"a\":1}\r\n"));
+        assert_eq!(add("[]"), None);
+    }
+}

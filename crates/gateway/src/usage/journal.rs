@@ -1,0 +1,358 @@
+//! The usage journal: append-only JSON-lines files `DIR/usage-<generation>.journal`, written on
+//! the request path with one `write(2)` per record, and its checkpoint encoding.
+//!
+//! Durability: every record is a single `write` to a file opened `O_APPEND`, with no userspace
+//! buffer, so once `append` returns the line is in the kernel's page cache and survives the
+//! process being killed (SIGKILL, OOM, panic=abort). It does not survive power loss unless the
+//! writer's periodic fsync ran (`Journal::sync`). A write that fails half-way leaves a torn line;
+//! the journal then moves to a new generation so no later record is glued to it (the reader
+//! skips the torn tail and counts it as corrupt).
+//!
+//! Generations: each process start opens a new generation (one past the highest file present),
+//! and a generation is also sealed and a new one started, under the append lock, once it passes
+//! `rotate_bytes`. A generation below the current one is never appended to again, which is how
+//! the reader knows it has seen all of it. The writer deletes generations once every record in
+//! them is in the database. Rotating on size alone (not only once a file is fully written) keeps
+//! a long database outage's backlog in pieces that can be deleted as the replay progresses.
+//!
+//! One process per directory: two gateways appending to the same directory would break the
+//! "sealed" rule. Give each instance its own directory.
+
+use std::cell::RefCell;
+use std::fs::{File, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+
+use super::UsageCounters;
+use crate::records::UsageRecord;
+
+/// Bits of the byte offset in an encoded checkpoint; the generation takes the 23 above them, so
+/// an encoded checkpoint always fits a signed 64-bit SQL column.
+const OFFSET_BITS: u32 = 40;
+/// Largest byte offset a checkpoint can carry (1 TiB).
+pub const MAX_OFFSET: u64 = (1 << OFFSET_BITS) - 1;
+/// Largest generation a checkpoint can carry (8.4 million files).
+pub const MAX_GENERATION: u64 = (1 << (63 - OFFSET_BITS)) - 1;
+/// Files are named `usage-00000042.journal`.
+const PREFIX: &str = "usage-";
+const SUFFIX: &str = ".journal";
+/// Present once the sink's checkpoint refers to this directory's generations (see `reader.rs`).
+const SYNCED_MARKER: &str = "synced";
+const ID_FILE: &str = "journal.id";
+
+/// A position in the journal: the byte just after the last line taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Checkpoint {
+    pub generation: u64,
+    pub offset: u64,
+}
+
+impl Checkpoint {
+    /// `generation << 40 | offset`. Both are kept in range by the journal.
+    pub fn encode(self) -> u64 {
+        (self.generation.min(MAX_GENERATION) << OFFSET_BITS) | self.offset.min(MAX_OFFSET)
+    }
+
+    pub fn decode(value: u64) -> Checkpoint {
+        Checkpoint { generation: value >> OFFSET_BITS, offset: value & MAX_OFFSET }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    /// Start a new generation once the current file is at least this large.
+    pub rotate_bytes: u64,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions { rotate_bytes: 64 << 20 }
+    }
+}
+
+pub struct Journal {
+    dir: PathBuf,
+    id: String,
+    rotate_bytes: u64,
+    active: Mutex<Active>,
+    /// The generation appends go to; only grows. Published after the previous one's last write.
+    generation: AtomicU64,
+    /// The generation this process opened: anything below it was written by an earlier process.
+    start_generation: u64,
+    /// Files from this generation up may still need an fsync (used only by `sync`).
+    unsynced_from: Mutex<u64>,
+    synced_marker: AtomicBool,
+    notify: Notify,
+    counters: Arc<UsageCounters>,
+}
+
+struct Active {
+    file: File,
+    generation: u64,
+    len: u64,
+    /// Try the next rotation at this length (pushed back after a failed rotation).
+    rotate_at: u64,
+    /// A write failed part-way: never append to this file again.
+    torn: bool,
+}
+
+thread_local! {
+    /// Serialisation buffer, reused so an append does not allocate.
+    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Journal {
+    /// Open (creating) `dir` and start a new generation after every file already there.
+    pub fn open(dir: impl Into<PathBuf>, options: JournalOptions) -> io::Result<Arc<Journal>> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir)?;
+        let id = read_or_create_id(&dir)?;
+        let generation = match list_generations(&dir)?.last() {
+            Some(&g) if g >= MAX_GENERATION => {
+                return Err(io::Error::other(format!("usage journal {} has run out of generations", dir.display())))
+            }
+            Some(&g) => g + 1,
+            None => 0,
+        };
+        let file = create_generation(&dir, generation)?;
+        let rotate_bytes = options.rotate_bytes.clamp(1, MAX_OFFSET / 2);
+        Ok(Arc::new(Journal {
+            synced_marker: AtomicBool::new(dir.join(SYNCED_MARKER).exists()),
+            active: Mutex::new(Active { file, generation, len: 0, rotate_at: rotate_bytes, torn: false }),
+            generation: AtomicU64::new(generation),
+            start_generation: generation,
+            unsynced_from: Mutex::new(generation),
+            notify: Notify::new(),
+            counters: Arc::default(),
+            rotate_bytes,
+            dir,
+            id,
+        }))
+    }
+
+    /// Journal one record. One `write(2)`, no fsync, no await: safe on the request path. An error
+    /// (disk full) means the record is lost; it is counted in `append_failed`.
+    pub fn append(&self, record: &UsageRecord) -> io::Result<()> {
+        let result = LINE.with(|cell| {
+            let mut line = cell.borrow_mut();
+            line.clear();
+            // JSON has no NaN/inf: serde would write `null`, which would not read back as a number.
+            let finite = record.latency_ms.is_finite()
+                && record.cost_usd.is_finite()
+                && record.ttft_ms.is_none_or(f64::is_finite);
+            if finite {
+                serde_json::to_writer(&mut *line, record)
+            } else {
+                serde_json::to_writer(&mut *line, &finite_copy(record))
+            }
+            .map_err(io::Error::other)?;
+            line.push(b'\n');
+            let written = self.write_line(&line);
+            if line.capacity() > 64 << 10 {
+                *line = Vec::new();
+            }
+            written
+        });
+        match &result {
+            Ok(()) => {
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
+                self.notify.notify_one();
+            }
+            Err(e) => {
+                self.counters.append_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, id = %record.id, "usage record could not be journalled");
+            }
+        }
+        result
+    }
+
+    fn write_line(&self, line: &[u8]) -> io::Result<()> {
+        let mut active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
+        if active.torn || active.len >= active.rotate_at {
+            if let Err(e) = self.rotate(&mut active) {
+                if active.torn {
+                    return Err(e);
+                }
+                active.rotate_at = active.len + (self.rotate_bytes / 8).max(4096);
+                tracing::warn!(error = %e, "usage journal rotation failed; appending to the current file");
+            }
+        }
+        if active.len + line.len() as u64 > MAX_OFFSET {
+            return Err(io::Error::other("usage journal file is full"));
+        }
+        let mut done = 0;
+        while done < line.len() {
+            match active.file.write(&line[done..]) {
+                Ok(0) => return Err(self.torn(&mut active, done, io::ErrorKind::WriteZero.into())),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.torn(&mut active, done, e)),
+            }
+        }
+        active.len += done as u64;
+        Ok(())
+    }
+
+    fn torn(&self, active: &mut Active, done: usize, error: io::Error) -> io::Error {
+        if done > 0 {
+            active.len += done as u64;
+            active.torn = true;
+        }
+        error
+    }
+
+    /// Seal the current generation and start the next. Called under the append lock.
+    fn rotate(&self, active: &mut Active) -> io::Result<()> {
+        let next = active.generation + 1;
+        if next > MAX_GENERATION {
+            return Err(io::Error::other("usage journal has run out of generations"));
+        }
+        active.file = create_generation(&self.dir, next)?;
+        active.generation = next;
+        active.len = 0;
+        active.rotate_at = self.rotate_bytes;
+        active.torn = false;
+        // After the sealed file's last write (program order under the lock): a reader that sees
+        // the new generation has every byte of the old one available.
+        self.generation.store(next, Ordering::Release);
+        Ok(())
+    }
+
+    /// fsync every file written since the last call, and the directory (blocking: call from
+    /// `spawn_blocking`). Makes the journal survive power loss up to this point.
+    pub fn sync(&self) -> io::Result<()> {
+        let mut from = self.unsynced_from.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.generation();
+        for generation in *from..current {
+            match File::open(self.path(generation)) {
+                Ok(file) => file.sync_data()?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let file = self.active.lock().unwrap_or_else(PoisonError::into_inner).file.try_clone()?;
+        file.sync_data()?;
+        if current != *from {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        *from = current;
+        Ok(())
+    }
+
+    /// The generation appends currently go to.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The generation this process opened; lower ones hold records from earlier runs.
+    pub fn start_generation(&self) -> u64 {
+        self.start_generation
+    }
+
+    /// A stable random id for this directory, for a store that keeps one checkpoint per gateway.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn counters(&self) -> &Arc<UsageCounters> {
+        &self.counters
+    }
+
+    /// Resolves after the next `append` (or at once if one happened since the last wait).
+    pub fn notified(&self) -> Notified<'_> {
+        self.notify.notified()
+    }
+
+    pub fn path(&self, generation: u64) -> PathBuf {
+        generation_path(&self.dir, generation)
+    }
+
+    /// Generations present on disk, oldest first.
+    pub fn generations(&self) -> io::Result<Vec<u64>> {
+        list_generations(&self.dir)
+    }
+
+    /// Delete sealed generations below `generation` (their records are all in the database).
+    pub fn remove_below(&self, generation: u64) -> io::Result<usize> {
+        let limit = generation.min(self.generation());
+        let mut removed = 0;
+        for g in self.generations()?.into_iter().take_while(|&g| g < limit) {
+            match std::fs::remove_file(self.path(g)) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Whether the sink's checkpoint refers to this directory (see `reader.rs`).
+    pub fn is_synced(&self) -> bool {
+        self.synced_marker.load(Ordering::Relaxed)
+    }
+
+    /// Record that the sink now holds a checkpoint of this directory (blocking, once).
+    pub fn mark_synced(&self) -> io::Result<()> {
+        if !self.is_synced() {
+            File::create(self.dir.join(SYNCED_MARKER))?;
+            self.synced_marker.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+fn finite_copy(record: &UsageRecord) -> UsageRecord {
+    let finite = |x: f64| if x.is_finite() { x } else { 0.0 };
+    UsageRecord {
+        latency_ms: finite(record.latency_ms),
+        cost_usd: finite(record.cost_usd),
+        ttft_ms: record.ttft_ms.map(finite),
+        ..record.clone()
+    }
+}
+
+fn generation_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("{PREFIX}{generation:08}{SUFFIX}"))
+}
+
+fn create_generation(dir: &Path, generation: u64) -> io::Result<File> {
+    OpenOptions::new().append(true).create_new(true).open(generation_path(dir, generation))
+}
+
+fn list_generations(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut generations = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let parsed = name.to_str().and_then(|n| n.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?.parse::<u64>().ok());
+        generations.extend(parsed);
+    }
+    generations.sort_unstable();
+    Ok(generations)
+}
+
+fn read_or_create_id(dir: &Path) -> io::Result<String> {
+    let path = dir.join(ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher
+        .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    let id = format!("{:016x}", hasher.finish());
+    std::fs::write(&path, &id)?;
+    Ok(id)
+}

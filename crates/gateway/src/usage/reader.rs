@@ -1,0 +1,143 @@
+//! `JournalReader`: tails the usage journal from a checkpoint, complete lines only, across
+//! generations in order. Blocking file I/O: the writer runs it on the blocking pool.
+//!
+//! Where to start. The sink's checkpoint is trusted only if this directory's `synced` marker
+//! exists (the writer creates it after its first successful batch), i.e. the checkpoint counts
+//! *these* files. A fresh or wiped directory restarts its numbering at 0, so a checkpoint from
+//! the old one would skip new records; without the marker the reader replays every file from its
+//! start instead. Replaying more than needed is always safe: the sink inserts by record id with
+//! `ON CONFLICT DO NOTHING`, so a replayed record is stored once. The same holds when the
+//! checkpoint points past the end of its file (the journal lost its tail in a power cut): that
+//! file is replayed from the beginning. Files below a trusted checkpoint are fully stored and are
+//! deleted.
+//!
+//! Lines: a line without its `\n` is not taken. In the generation being appended to it is a
+//! write in progress and is read once complete; at the end of a sealed generation it is a torn
+//! write and is skipped (counted as corrupt). Lines that are complete but not a record are
+//! handed to the caller, which counts them.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::journal::{Checkpoint, Journal};
+
+/// Bytes read from the file per `read(2)`.
+const CHUNK: usize = 64 << 10;
+
+pub struct JournalReader {
+    journal: Arc<Journal>,
+    generation: u64,
+    file: File,
+    /// Bytes read but not yet taken, from `start`.
+    buf: Vec<u8>,
+    start: usize,
+    /// File offset of `buf[start]`: the checkpoint after the last line taken.
+    offset: u64,
+}
+
+/// What one `read` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fill {
+    /// Lines handed to the callback.
+    pub lines: usize,
+    /// No complete line is left to read right now.
+    pub caught_up: bool,
+}
+
+impl JournalReader {
+    /// Position a reader at the sink's `checkpoint` (see the module doc for when it is trusted).
+    pub fn open(journal: Arc<Journal>, checkpoint: u64) -> io::Result<JournalReader> {
+        let ck = Checkpoint::decode(checkpoint);
+        let current = journal.generation();
+        let trusted = journal.is_synced() && ck.generation <= current;
+        if trusted {
+            journal.remove_below(ck.generation)?;
+        }
+        let generations = journal.generations()?;
+        let (generation, mut offset) = if trusted {
+            match generations.iter().copied().find(|&g| g >= ck.generation) {
+                Some(g) if g == ck.generation => (g, ck.offset),
+                Some(g) => (g, 0),
+                None => (current, 0),
+            }
+        } else {
+            (generations.first().copied().unwrap_or(current), 0)
+        };
+        let mut file = File::open(journal.path(generation))?;
+        if offset > file.metadata()?.len() {
+            tracing::warn!(generation, offset, "usage checkpoint is past the end of its journal file; replaying it");
+            offset = 0;
+        }
+        file.seek(SeekFrom::Start(offset))?;
+        Ok(JournalReader { journal, generation, file, buf: Vec::new(), start: 0, offset })
+    }
+
+    /// Where the next line starts: the checkpoint to store once every line taken is stored.
+    pub fn position(&self) -> Checkpoint {
+        Checkpoint { generation: self.generation, offset: self.offset }
+    }
+
+    /// Hand up to `max` complete, non-empty lines (without the `\n`) to `each` with their
+    /// generation, moving to later generations when a sealed one is exhausted.
+    pub fn read(&mut self, max: usize, mut each: impl FnMut(u64, &[u8])) -> io::Result<Fill> {
+        let mut lines = 0;
+        loop {
+            while lines < max {
+                let Some(nl) = memchr::memchr(b'\n', &self.buf[self.start..]) else { break };
+                let (from, to) = (self.start, self.start + nl);
+                self.start = to + 1;
+                self.offset += nl as u64 + 1;
+                if to > from {
+                    each(self.generation, &self.buf[from..to]);
+                    lines += 1;
+                }
+            }
+            if lines >= max {
+                return Ok(Fill { lines, caught_up: false });
+            }
+            // Need more bytes: keep only the incomplete tail.
+            self.buf.drain(..self.start);
+            self.start = 0;
+            // Read the seal before the file: if it was sealed then, this read sees its last byte.
+            let sealed = self.journal.generation() > self.generation;
+            if self.fill_buf()? > 0 {
+                continue;
+            }
+            if !sealed || !self.advance()? {
+                return Ok(Fill { lines, caught_up: true });
+            }
+        }
+    }
+
+    fn fill_buf(&mut self) -> io::Result<usize> {
+        let old = self.buf.len();
+        self.buf.resize(old + CHUNK, 0);
+        let read = loop {
+            match self.file.read(&mut self.buf[old..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other,
+            }
+        };
+        self.buf.truncate(old + *read.as_ref().unwrap_or(&0));
+        read
+    }
+
+    /// Move past an exhausted, sealed generation. False if there is no later file (cannot
+    /// happen while the journal is open, as the current generation's file exists).
+    fn advance(&mut self) -> io::Result<bool> {
+        let Some(next) = self.journal.generations()?.into_iter().find(|&g| g > self.generation) else {
+            return Ok(false);
+        };
+        if !self.buf.is_empty() {
+            tracing::warn!(generation = self.generation, bytes = self.buf.len(), "skipping a torn usage journal line");
+            self.journal.counters().corrupt.fetch_add(1, Relaxed);
+            self.buf.clear();
+        }
+        self.file = File::open(self.journal.path(next))?;
+        self.generation = next;
+        self.offset = 0;
+        Ok(true)
+    }
+}

@@ -1,0 +1,234 @@
+//! Tests of the usage journal and its reader on real files; shared fixtures for the writer tests.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use super::journal::{Checkpoint, Journal, JournalOptions, MAX_GENERATION, MAX_OFFSET};
+use super::reader::JournalReader;
+use crate::records::UsageRecord;
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    pub(crate) fn new(name: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Relaxed);
+        let dir = std::env::temp_dir().join(format!("sy-usage-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub(crate) fn record(id: &str) -> UsageRecord {
+    UsageRecord {
+        id: id.to_owned(),
+        ts_ms: 1_700_000_000_000,
+        key_id: Some("k_3f9a1c0e2b7d".into()),
+        user: None,
+        team: Some("team \"a\"\n".into()),
+        model_requested: "fast".into(),
+        model_served: "llama3.2:1b".into(),
+        backend: Some("ollama-1".into()),
+        status: 200,
+        prompt_tokens: 12,
+        completion_tokens: 7,
+        total_tokens: 19,
+        latency_ms: 12.5,
+        ttft_ms: Some(3.25),
+        cost_usd: 0.0001,
+        estimated: false,
+    }
+}
+
+pub(crate) fn open(dir: &TempDir, rotate_bytes: u64) -> Arc<Journal> {
+    Journal::open(dir.path(), JournalOptions { rotate_bytes }).unwrap()
+}
+
+/// Every line the reader can take now, parsed, with its generation.
+fn read_all(reader: &mut JournalReader) -> Vec<(u64, UsageRecord)> {
+    let mut out = Vec::new();
+    loop {
+        let fill = reader.read(7, |g, line| out.push((g, serde_json::from_slice(line).unwrap()))).unwrap();
+        if fill.caught_up {
+            return out;
+        }
+    }
+}
+
+fn append_raw(journal: &Journal, generation: u64, bytes: &[u8]) {
+    std::fs::OpenOptions::new().append(true).open(journal.path(generation)).unwrap().write_all(bytes).unwrap();
+}
+
+#[test]
+fn checkpoint_encoding_round_trips_and_orders() {
+    let cases = [(0, 0), (0, 17), (1, 0), (42, 64 << 20), (MAX_GENERATION, MAX_OFFSET)];
+    for (generation, offset) in cases {
+        let ck = Checkpoint { generation, offset };
+        assert_eq!(Checkpoint::decode(ck.encode()), ck);
+    }
+    let encoded: Vec<u64> =
+        cases.iter().map(|&(generation, offset)| Checkpoint { generation, offset }.encode()).collect();
+    assert!(encoded.windows(2).all(|w| w[0] < w[1]), "encoding keeps (generation, offset) order");
+    assert_eq!(Checkpoint { generation: 3, offset: 5 }.encode(), 3 << 40 | 5);
+    assert_eq!(Checkpoint::decode(0), Checkpoint::default());
+    assert!(Checkpoint { generation: MAX_GENERATION, offset: MAX_OFFSET }.encode() <= i64::MAX as u64);
+}
+
+#[test]
+fn append_then_read_round_trips() {
+    let dir = TempDir::new("roundtrip");
+    let journal = open(&dir, 1 << 20);
+    let records: Vec<UsageRecord> = (0..25).map(|i| record(&format!("r{i}"))).collect();
+    for r in &records {
+        journal.append(r).unwrap();
+    }
+    assert_eq!(journal.counters().queued.load(Relaxed), 25);
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    let read = read_all(&mut reader);
+    assert_eq!(read.into_iter().map(|(_, r)| r).collect::<Vec<_>>(), records);
+    let len = std::fs::metadata(journal.path(0)).unwrap().len();
+    assert_eq!(reader.position(), Checkpoint { generation: 0, offset: len });
+    // One line per record, each a single JSON object.
+    let text = std::fs::read_to_string(journal.path(0)).unwrap();
+    assert_eq!(text.lines().count(), 25);
+    assert!(text.ends_with("}\n"));
+}
+
+#[test]
+fn a_torn_last_line_waits_until_complete() {
+    let dir = TempDir::new("torn");
+    let journal = open(&dir, 1 << 20);
+    journal.append(&record("a")).unwrap();
+    let mut line = serde_json::to_vec(&record("b")).unwrap();
+    line.push(b'\n');
+    let (head, rest) = line.split_at(40);
+    append_raw(&journal, 0, head);
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    assert_eq!(read_all(&mut reader).len(), 1);
+    let after_a = reader.position();
+    assert_eq!(read_all(&mut reader).len(), 0, "the torn line is not taken");
+    assert_eq!(reader.position(), after_a);
+    append_raw(&journal, 0, rest);
+    assert_eq!(read_all(&mut reader).into_iter().map(|(_, r)| r.id).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(journal.counters().corrupt.load(Relaxed), 0);
+}
+
+#[test]
+fn a_torn_tail_of_an_old_generation_is_skipped_and_counted() {
+    let dir = TempDir::new("torn-old");
+    let first = open(&dir, 1 << 20);
+    first.append(&record("a")).unwrap();
+    append_raw(&first, 0, b"{\"id\":\"half");
+    drop(first);
+    // Restart (the process was killed mid-write): a new generation, the old one is sealed.
+    let journal = open(&dir, 1 << 20);
+    assert_eq!((journal.start_generation(), journal.generation()), (1, 1));
+    journal.append(&record("b")).unwrap();
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    let read = read_all(&mut reader);
+    assert_eq!(read.iter().map(|(g, r)| (*g, r.id.as_str())).collect::<Vec<_>>(), [(0, "a"), (1, "b")]);
+    assert_eq!(journal.counters().corrupt.load(Relaxed), 1);
+}
+
+#[test]
+fn generations_rotate_and_are_read_in_order() {
+    let dir = TempDir::new("rotate");
+    let journal = open(&dir, 700);
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    let mut read = Vec::new();
+    for i in 0..40 {
+        journal.append(&record(&format!("r{i:02}"))).unwrap();
+        if i % 9 == 0 {
+            read.extend(read_all(&mut reader)); // read while files rotate under the reader
+        }
+    }
+    read.extend(read_all(&mut reader));
+    let ids: Vec<String> = read.iter().map(|(_, r)| r.id.clone()).collect();
+    assert_eq!(ids, (0..40).map(|i| format!("r{i:02}")).collect::<Vec<_>>());
+    let generations: Vec<u64> = read.iter().map(|(g, _)| *g).collect();
+    assert!(generations.windows(2).all(|w| w[0] <= w[1]));
+    assert!(journal.generation() >= 10, "rotated: {}", journal.generation());
+    assert_eq!(journal.generations().unwrap().len() as u64, journal.generation() + 1);
+    assert_eq!(reader.position().generation, journal.generation());
+    // Everything below the reader is done: delete it, never the current file.
+    journal.remove_below(u64::MAX).unwrap();
+    assert_eq!(journal.generations().unwrap(), [journal.generation()]);
+    journal.append(&record("after")).unwrap();
+    assert_eq!(read_all(&mut reader).len(), 1);
+}
+
+#[test]
+fn the_reader_trusts_a_checkpoint_only_from_this_directory() {
+    let dir = TempDir::new("trust");
+    let journal = open(&dir, 1 << 20);
+    for id in ["a", "b", "c"] {
+        journal.append(&record(id)).unwrap();
+    }
+    let line = std::fs::read_to_string(journal.path(0)).unwrap().find('\n').unwrap() as u64 + 1;
+    let after_a = Checkpoint { generation: 0, offset: line }.encode();
+    let ids = |reader: &mut JournalReader| read_all(reader).into_iter().map(|(_, r)| r.id).collect::<Vec<_>>();
+    // Not marked synced (fresh or wiped directory): replay everything.
+    assert_eq!(ids(&mut JournalReader::open(journal.clone(), after_a).unwrap()), ["a", "b", "c"]);
+    journal.mark_synced().unwrap();
+    assert!(dir.path().join("synced").exists());
+    assert_eq!(ids(&mut JournalReader::open(journal.clone(), after_a).unwrap()), ["b", "c"]);
+    // Past the end of its file (tail lost in a power cut): that file from its start.
+    let past = Checkpoint { generation: 0, offset: 1 << 30 }.encode();
+    assert_eq!(ids(&mut JournalReader::open(journal.clone(), past).unwrap()), ["a", "b", "c"]);
+    // A generation this directory never had: replay everything.
+    let future = Checkpoint { generation: 9, offset: 0 }.encode();
+    assert_eq!(ids(&mut JournalReader::open(journal.clone(), future).unwrap()), ["a", "b", "c"]);
+    // After a restart the old generation below a trusted checkpoint is deleted.
+    drop(journal);
+    let journal = open(&dir, 1 << 20);
+    assert!(journal.is_synced());
+    journal.append(&record("d")).unwrap();
+    let at_gen1 = Checkpoint { generation: 1, offset: 0 }.encode();
+    assert_eq!(ids(&mut JournalReader::open(journal.clone(), at_gen1).unwrap()), ["d"]);
+    assert_eq!(journal.generations().unwrap(), [1]);
+}
+
+#[test]
+fn non_finite_numbers_are_journalled_as_zero() {
+    let dir = TempDir::new("nan");
+    let journal = open(&dir, 1 << 20);
+    let odd = UsageRecord { latency_ms: f64::NAN, cost_usd: f64::INFINITY, ttft_ms: Some(f64::NAN), ..record("nan") };
+    journal.append(&odd).unwrap();
+    let read = read_all(&mut JournalReader::open(journal.clone(), 0).unwrap());
+    let expected = UsageRecord { latency_ms: 0.0, cost_usd: 0.0, ttft_ms: Some(0.0), ..record("nan") };
+    assert_eq!(read, [(0, expected)]);
+}
+
+#[test]
+fn the_journal_id_is_stable_per_directory() {
+    let dir = TempDir::new("id");
+    let id = open(&dir, 1 << 20).id().to_owned();
+    assert_eq!(id.len(), 16);
+    assert_eq!(open(&dir, 1 << 20).id(), id);
+    let other = TempDir::new("id2");
+    assert_ne!(open(&other, 1 << 20).id(), id);
+}
+
+#[test]
+fn sync_flushes_every_generation() {
+    let dir = TempDir::new("sync");
+    let journal = open(&dir, 300);
+    for i in 0..5 {
+        journal.append(&record(&format!("s{i}"))).unwrap();
+    }
+    journal.sync().unwrap();
+    journal.sync().unwrap();
+}

@@ -1,0 +1,332 @@
+//! `UsageWriter`: the task that tails the usage journal and writes batches to a `UsageSink`.
+//!
+//! Loop: read complete journal lines (on the blocking pool) into a batch of up to `batch_max`
+//! records; when the journal has no more, linger up to `linger` for the batch to fill; call
+//! `write_batch(records, checkpoint after them)`. Idle, it sleeps until an `append` wakes it.
+//! When the sink fails the batch is kept (its records are in the journal anyway) and retried
+//! with exponential backoff; records read during the outage count as `spilled`, and as
+//! `replayed` once written. Files whose records are all stored are deleted.
+//!
+//! Start-up: read the sink's checkpoint (retrying while the sink is down — appends carry on
+//! meanwhile) and replay from there; see `reader.rs` for why replaying too much is harmless.
+//! Shutdown: `shutdown(deadline)` writes everything appended so far and stops, or gives up at the
+//! deadline; what is left stays in the journal for the next start. Dropping the writer without
+//! `shutdown` aborts the task: nothing is lost either, the next start replays.
+
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::journal::{Checkpoint, Journal};
+use super::reader::JournalReader;
+use super::{UsageCounters, UsageSink};
+use crate::records::UsageRecord;
+
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Most records per `write_batch`.
+    pub batch_max: usize,
+    /// How long a partial batch waits for more records.
+    pub linger: Duration,
+    /// First retry delay after a sink failure; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// Re-read the journal this often even without a wake-up (a safety net only).
+    pub idle_poll: Duration,
+    /// fsync the journal this often (power-loss durability); `None` relies on the page cache.
+    pub fsync_every: Option<Duration>,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            batch_max: 1000,
+            linger: Duration::from_millis(20),
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(5),
+            idle_poll: Duration::from_secs(1),
+            fsync_every: None,
+        }
+    }
+}
+
+/// Handle to the running writer task. Dropping it aborts the task (the journal keeps the rest).
+pub struct UsageWriter {
+    task: Option<JoinHandle<bool>>,
+    stop: watch::Sender<bool>,
+}
+
+impl UsageWriter {
+    /// Spawn the writer on the current tokio runtime.
+    pub fn spawn<S: UsageSink>(journal: Arc<Journal>, sink: S, config: WriterConfig) -> UsageWriter {
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(journal, sink, config, stop_rx));
+        UsageWriter { task: Some(task), stop }
+    }
+
+    /// Write everything appended so far, then stop. True if it caught up before `deadline`.
+    pub async fn shutdown(mut self, deadline: Duration) -> bool {
+        let _ = self.stop.send(true);
+        let Some(task) = self.task.as_mut() else { return false };
+        match tokio::time::timeout(deadline, task).await {
+            Ok(done) => {
+                self.task = None;
+                done.unwrap_or(false)
+            }
+            Err(_) => {
+                tracing::warn!("usage writer did not catch up before the deadline; the rest stays in the journal");
+                false
+            }
+        }
+    }
+}
+
+impl Drop for UsageWriter {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The reader and the batch being built: moved to the blocking pool and back for each read.
+struct Tail {
+    journal: Arc<Journal>,
+    reader: JournalReader,
+    records: Vec<UsageRecord>,
+    /// Checkpoint after the last line read into `records`.
+    end: Checkpoint,
+    /// This process's records in the batch not yet counted as spilled.
+    fresh: u64,
+    /// Records in the batch that count as replayed once written.
+    replay: u64,
+    /// The sink failed and the writer has not caught up since.
+    outage: bool,
+    caught_up: bool,
+    removed_below: u64,
+    mark_synced: bool,
+}
+
+impl Tail {
+    /// Read up to `max` records in total into the batch (blocking).
+    fn fill(&mut self, max: usize) -> io::Result<()> {
+        if self.mark_synced {
+            self.journal.mark_synced()?;
+            self.mark_synced = false;
+        }
+        let counters: &UsageCounters = self.journal.counters();
+        let start_generation = self.journal.start_generation();
+        let (records, fresh, replay, outage) = (&mut self.records, &mut self.fresh, &mut self.replay, self.outage);
+        let mut corrupt = 0;
+        let room = max.saturating_sub(records.len());
+        let fill = self.reader.read(room, |generation, line| match serde_json::from_slice::<UsageRecord>(line) {
+            Ok(record) => {
+                records.push(record);
+                if generation < start_generation {
+                    *replay += 1;
+                } else if outage {
+                    counters.spilled.fetch_add(1, Relaxed);
+                    *replay += 1;
+                } else {
+                    *fresh += 1;
+                }
+            }
+            Err(_) => corrupt += 1,
+        })?;
+        if corrupt > 0 {
+            tracing::warn!(lines = corrupt, "skipped corrupt usage journal lines");
+            UsageCounters::add(&counters.corrupt, corrupt);
+        }
+        self.end = self.reader.position();
+        self.caught_up = fill.caught_up;
+        // Nothing pending: every record of the generations already left is stored.
+        if self.records.is_empty() && self.end.generation > self.removed_below {
+            self.journal.remove_below(self.end.generation)?;
+            self.removed_below = self.end.generation;
+        }
+        Ok(())
+    }
+
+    fn written(&mut self, counters: &UsageCounters, inserted: u64) {
+        UsageCounters::add(&counters.written, inserted);
+        UsageCounters::add(&counters.replayed, self.replay);
+        if self.outage && self.caught_up {
+            self.outage = false;
+            tracing::info!("usage sink recovered; the journal backlog is written");
+        }
+        self.mark_synced = !self.journal.is_synced();
+        self.records.clear();
+        (self.fresh, self.replay) = (0, 0);
+    }
+
+    fn failed(&mut self, counters: &UsageCounters, error: &str) {
+        if !self.outage {
+            tracing::warn!(error, "usage sink failing; records are kept in the journal and retried");
+        } else {
+            tracing::debug!(error, "usage sink still failing");
+        }
+        UsageCounters::add(&counters.spilled, self.fresh);
+        self.replay += self.fresh;
+        self.fresh = 0;
+        self.outage = true;
+    }
+}
+
+/// Run `f` on the blocking pool with the tail. `None` if the blocking task was lost (runtime
+/// shutting down): the writer stops and the journal keeps everything for the next start.
+async fn blocking(mut tail: Tail, f: impl FnOnce(&mut Tail) -> io::Result<()> + Send + 'static) -> Option<Tail> {
+    let done = tokio::task::spawn_blocking(move || {
+        let result = f(&mut tail);
+        (tail, result)
+    })
+    .await;
+    match done {
+        Ok((tail, Ok(()))) => Some(tail),
+        Ok((tail, Err(e))) => {
+            tracing::error!(error = %e, "usage journal I/O failed; retrying");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Some(tail)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "usage writer lost its journal reader; stopping");
+            None
+        }
+    }
+}
+
+struct Backoff {
+    next: Duration,
+    min: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(self.max);
+    }
+}
+
+/// Read the sink's checkpoint and open the journal there, retrying until both work.
+async fn start<S: UsageSink>(
+    journal: &Arc<Journal>,
+    sink: &S,
+    backoff: &mut Backoff,
+    batch_max: usize,
+) -> Option<Tail> {
+    let mut outage = false;
+    let checkpoint = loop {
+        match sink.checkpoint().await {
+            Ok(checkpoint) => break checkpoint,
+            Err(error) => {
+                if !outage {
+                    tracing::warn!(error, "usage sink unavailable at start-up; records are kept in the journal");
+                }
+                outage = true;
+                backoff.wait().await;
+            }
+        }
+    };
+    let reader = loop {
+        let journal = journal.clone();
+        match tokio::task::spawn_blocking(move || JournalReader::open(journal, checkpoint)).await {
+            Ok(Ok(reader)) => break reader,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "usage journal could not be read; retrying");
+                backoff.wait().await;
+            }
+            Err(_) => return None,
+        }
+    };
+    backoff.reset();
+    Some(Tail {
+        journal: journal.clone(),
+        end: reader.position(),
+        reader,
+        records: Vec::with_capacity(batch_max),
+        fresh: 0,
+        replay: 0,
+        outage,
+        caught_up: false,
+        removed_below: 0,
+        mark_synced: false,
+    })
+}
+
+async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mut stop: watch::Receiver<bool>) -> bool {
+    let counters = journal.counters().clone();
+    let batch_max = cfg.batch_max.max(1);
+    let mut backoff = Backoff { next: cfg.backoff_min, min: cfg.backoff_min, max: cfg.backoff_max };
+    let Some(mut tail) = start(&journal, &sink, &mut backoff, batch_max).await else { return false };
+    let mut draining = false;
+    let mut linger_until: Option<Instant> = None;
+    let mut next_fsync = cfg.fsync_every.map(|every| Instant::now() + every);
+    loop {
+        draining |= *stop.borrow();
+        if let (Some(at), Some(every)) = (next_fsync, cfg.fsync_every) {
+            if Instant::now() >= at {
+                let journal = journal.clone();
+                if let Ok(Err(e)) = tokio::task::spawn_blocking(move || journal.sync()).await {
+                    tracing::warn!(error = %e, "usage journal fsync failed");
+                }
+                next_fsync = Some(Instant::now() + every);
+            }
+        }
+        if tail.records.len() < batch_max {
+            tail = match blocking(tail, move |t| t.fill(batch_max)).await {
+                Some(tail) => tail,
+                None => return false,
+            };
+        }
+        if tail.records.is_empty() {
+            linger_until = None;
+            if !tail.caught_up {
+                continue;
+            }
+            if draining {
+                return true;
+            }
+            let poll =
+                cfg.idle_poll.min(next_fsync.map_or(cfg.idle_poll, |at| at.saturating_duration_since(Instant::now())));
+            tokio::select! {
+                _ = journal.notified() => {}
+                changed = stop.changed() => if changed.is_err() { return false },
+                _ = tokio::time::sleep(poll) => {}
+            }
+            continue;
+        }
+        if tail.records.len() < batch_max && tail.caught_up && !draining {
+            let until = *linger_until.get_or_insert_with(|| Instant::now() + cfg.linger);
+            if Instant::now() < until {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    changed = stop.changed() => if changed.is_err() { return false },
+                }
+                continue;
+            }
+        }
+        match sink.write_batch(&tail.records, tail.end.encode()).await {
+            Ok(inserted) => {
+                tail.written(&counters, inserted);
+                linger_until = None;
+                backoff.reset();
+            }
+            Err(error) => {
+                tail.failed(&counters, &error);
+                backoff.wait().await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
