@@ -29,7 +29,7 @@ pub mod reader;
 pub mod sse;
 pub mod writer;
 
-pub use extract::{inject_include_usage, usage_from_response};
+pub use extract::{inject_include_usage, usage_from_response, BodyUsageTap};
 pub use journal::{Checkpoint, Journal, JournalOptions};
 pub use sse::SseUsageTap;
 pub use writer::{UsageWriter, WriterConfig};

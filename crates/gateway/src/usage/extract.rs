@@ -44,6 +44,41 @@ pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
     serde_json::from_slice::<Envelope>(body).ok()?.usage?.tokens()
 }
 
+/// Collects a non-streaming response's frames as it is relayed — refcounted `Bytes` clones, no
+/// copy — to read its `usage` when the body ends. Bodies over `limit` bytes are not collected
+/// (`finish` returns `None`: estimate instead).
+#[derive(Debug)]
+pub struct BodyUsageTap {
+    frames: Vec<Bytes>,
+    len: usize,
+    limit: usize,
+}
+
+impl BodyUsageTap {
+    pub fn new(limit: usize) -> Self {
+        BodyUsageTap { frames: Vec::new(), len: 0, limit }
+    }
+
+    pub fn push(&mut self, frame: &Bytes) {
+        self.len = self.len.saturating_add(frame.len());
+        if self.len > self.limit {
+            self.frames = Vec::new();
+        } else if !frame.is_empty() {
+            self.frames.push(frame.clone());
+        }
+    }
+
+    /// The usage of the whole body (joined only if it came in several frames).
+    pub fn finish(&mut self) -> Option<Tokens> {
+        let frames = std::mem::take(&mut self.frames);
+        match frames.as_slice() {
+            [] => None,
+            [one] => usage_from_response(one),
+            many => usage_from_response(&many.concat()),
+        }
+    }
+}
+
 /// For a streaming request (`"stream": true`) whose client did not ask for usage, the body with
 /// `stream_options.include_usage = true`, so the backend ends the stream with a usage chunk.
 ///
@@ -140,6 +175,20 @@ mod tests {
         assert_eq!(usage_from_response(EMBEDDINGS.as_bytes()), t(8, 0, 8));
         assert_eq!(usage_from_response(br#"{"usage":{"prompt_tokens":2,"completion_tokens":3}}"#), t(2, 3, 5));
         assert_eq!(usage_from_response(br#"{"usage":{"input_tokens":2,"output_tokens":3}}"#), t(2, 3, 5));
+    }
+
+    #[test]
+    fn body_tap_reads_usage_across_frames_up_to_a_limit() {
+        let body = Bytes::from_static(CHAT.as_bytes());
+        let mut whole = BodyUsageTap::new(1 << 20);
+        [body.slice(..150), body.slice(150..)].iter().for_each(|f| whole.push(f));
+        assert_eq!(whole.finish().map(|t| t.total), Some(19));
+        let mut small = BodyUsageTap::new(100);
+        [body.slice(..50), body.slice(50..)].iter().for_each(|f| small.push(f));
+        assert_eq!(small.finish(), None, "over the limit: not collected");
+        let mut one = BodyUsageTap::new(1 << 20);
+        one.push(&body);
+        assert_eq!(one.finish().map(|t| t.prompt), Some(12));
     }
 
     #[test]
