@@ -36,6 +36,7 @@ use crate::records::KeyRecord;
 use crate::route::{health, Router};
 use crate::store::Store;
 use crate::upstream::{self, UpstreamClient};
+use crate::usage::{Journal, JournalOptions, UsageWriter, WriterConfig};
 
 pub struct App {
     pub config: Arc<Config>,
@@ -46,6 +47,8 @@ pub struct App {
     pub limiter: Arc<MemoryLimiter>,
     /// Keys and usage; None only for commands that do not serve (`check`).
     pub store: Option<Store>,
+    /// The usage journal every request's record is appended to (with a store).
+    pub journal: Option<Arc<Journal>>,
 }
 
 /// Keys are looked up in the store.
@@ -100,6 +103,7 @@ impl App {
             auth,
             limiter: Arc::new(MemoryLimiter::default()),
             store,
+            journal: None,
         })
     }
 }
@@ -159,7 +163,12 @@ pub async fn start(
     let store = Store::connect(&config.storage.url)
         .await
         .map_err(|e| format!("cannot open the database at {}: {e}", redact(&config.storage.url)))?;
-    let app = Arc::new(App::new(config, Some(store))?);
+    let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default())
+        .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
+    let writer = UsageWriter::spawn(journal.clone(), store.clone(), WriterConfig::default());
+    let mut app = App::new(config, Some(store))?;
+    app.journal = Some(journal);
+    let app = Arc::new(app);
     if !app.auth.enabled() {
         tracing::warn!(
             "no master key configured: the gateway and its admin API are OPEN to anyone who can reach them; \
@@ -176,6 +185,7 @@ pub async fn start(
         })
         .collect();
     let (stop, stopped) = oneshot::channel::<()>();
+    let grace = app.config.shutdown_grace;
     let server_app = app.clone();
     let server = tokio::spawn(async move {
         let signal = async move {
@@ -185,6 +195,10 @@ pub async fn start(
             }
         };
         crate::server::serve(listener, server_app, signal).await;
+        // In-flight requests have drained, so their records are in the journal: flush it.
+        if !writer.shutdown(grace).await {
+            tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");
+        }
     });
     Ok(RunningGateway { addr, app, stop: Some(stop), server: Some(server), probers })
 }

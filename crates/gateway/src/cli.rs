@@ -150,25 +150,31 @@ fn load(path: &std::path::Path) -> Result<Config, String> {
     Config::load(path, &ProcessEnv).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called (not when the
+/// future is first polled), so a signal that arrives right after start-up is not lost.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -187,7 +193,8 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<(), 
         );
     }
     let strategy = config.strategy.as_str();
-    let gateway = crate::start(config, shutdown_signal()).await?;
+    let signal = shutdown_signal();
+    let gateway = crate::start(config, signal).await?;
     for b in &gateway.app.router.backends {
         tracing::info!(
             backend = b.name(),

@@ -1,6 +1,7 @@
 //! The client-facing HTTP surface: route table, body reading, request parsing, response relay.
 
 pub mod admin;
+pub mod metering;
 pub mod parse;
 pub mod relay;
 pub mod request_id;

@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::auth::{model_allowed, Principal};
 use crate::error::GatewayError;
+use crate::http::metering::Meter;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
@@ -24,6 +25,7 @@ use crate::limit::{Limits, Permit};
 use crate::metrics::Endpoint;
 use crate::route::backend::{now_ms, Backend, InFlight};
 use crate::route::SelectError;
+use crate::usage::inject_include_usage;
 
 pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
 static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
@@ -53,8 +55,35 @@ pub async fn forward(
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, crate::http::admin::now_unix()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
-    let routed = parse_request(endpoint, body, &app.config)?;
-    let mut permit = admit(app, &principal, &routed)?;
+    let mut routed = parse_request(endpoint, body, &app.config)?;
+    let permit = admit(app, &principal, &routed)?;
+    // For usage on streams the client did not ask it for, ask upstream and hide it on the way back.
+    let mut strip_usage_chunk = false;
+    if routed.stream && endpoint != Endpoint::Embeddings {
+        if let Some(body) = inject_include_usage(&routed.body) {
+            routed.body = body;
+            strip_usage_chunk = true;
+        }
+    }
+    let mut meter = app.journal.as_ref().map(|journal| {
+        Meter::new(
+            journal.clone(),
+            app.config.clone(),
+            request_id.to_str().unwrap_or_default(),
+            principal.key(),
+            &routed.requested,
+            &routed.model,
+            routed.body.len(),
+            started,
+        )
+    });
+    let mut permit = match meter.as_mut() {
+        Some(m) => {
+            m.set_permit(permit);
+            None
+        }
+        None => permit,
+    };
     let deadline = started + app.config.timeouts.request;
     let mut tried: Vec<usize> = Vec::new();
     let mut upstream_wait = Duration::ZERO;
@@ -65,7 +94,13 @@ pub async fn forward(
     for attempt in 0..app.config.max_attempts {
         let backend = match app.router.select(&routed.model, &tried) {
             Ok(b) => b,
-            Err(SelectError::UnknownModel) => return Err(GatewayError::ModelNotFound { model: routed.model }),
+            Err(SelectError::UnknownModel) => {
+                let e = GatewayError::ModelNotFound { model: routed.model };
+                if let Some(m) = meter.as_mut() {
+                    m.failed(e.status().as_u16());
+                }
+                return Err(e);
+            }
             Err(SelectError::NoneAvailable) => break,
         };
         if attempt > 0 {
@@ -100,7 +135,8 @@ pub async fn forward(
                     held = Some(answer);
                     continue;
                 }
-                return Ok(respond(app, answer, started, upstream_wait, routed.stream, permit));
+                let metering = Metering { meter, permit, strip_usage_chunk };
+                return Ok(respond(app, answer, started, upstream_wait, routed.stream, metering));
             }
             Err(AttemptError::Transport) => {
                 app.metrics.count_error("upstream_connect");
@@ -116,13 +152,25 @@ pub async fn forward(
         }
     }
     if let Some(answer) = held {
-        return Ok(respond(app, answer, started, upstream_wait, routed.stream, permit));
+        let metering = Metering { meter, permit, strip_usage_chunk };
+        return Ok(respond(app, answer, started, upstream_wait, routed.stream, metering));
     }
-    // Nothing was generated: give the token reservation back.
+    let e = failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model });
+    // Nothing was generated: give the token reservation back (the meter settles to 0 tokens).
     if let Some(p) = permit.as_mut() {
         p.settle(0);
     }
-    Err(failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model }))
+    if let Some(m) = meter.as_mut() {
+        m.failed(e.status().as_u16());
+    }
+    Err(e)
+}
+
+/// What accounting travels with a response.
+struct Metering {
+    meter: Option<Meter>,
+    permit: Option<Permit>,
+    strip_usage_chunk: bool,
 }
 
 /// Completion tokens assumed for a rate-limit reservation when the client set no `max_tokens`.
@@ -200,7 +248,7 @@ fn respond(
     started: Instant,
     upstream_wait: Duration,
     stream: bool,
-    permit: Option<Permit>,
+    metering: Metering,
 ) -> Response<GatewayBody> {
     let Answer { parts, body, first, guard, ttfb } = answer;
     let sse = stream
@@ -210,15 +258,24 @@ fn respond(
     app.metrics.upstream_ttfb.observe(ttfb);
     let backend_name = guard.backend().name_header.clone();
 
-    let limit_headers = permit.as_ref().map(|p| p.snapshot.headers()).unwrap_or_default();
-    let completion = Completion { guard, metrics: app.metrics.clone(), started, permit };
+    let Metering { mut meter, permit, strip_usage_chunk } = metering;
+    let limit_headers = match (&meter, &permit) {
+        (Some(m), _) => m.take_permit_headers(),
+        (None, Some(p)) => p.snapshot.headers(),
+        (None, None) => Vec::new(),
+    };
+    if let Some(m) = meter.as_mut() {
+        m.answered(guard.backend().name(), parts.status.as_u16(), sse, strip_usage_chunk);
+    }
+    let completion = Completion { guard, metrics: app.metrics.clone(), started, permit, meter };
     let relay = RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion);
     let mut resp = Response::new(Either::Right(relay));
     *resp.status_mut() = parts.status;
     let headers = resp.headers_mut();
     headers.reserve(parts.headers.len() + 3);
     for (name, value) in parts.headers.iter() {
-        if !is_hop_by_hop(name) {
+        // An SSE body may change length on the way (usage chunk stripped, error event added).
+        if !(is_hop_by_hop(name) || sse && name == header::CONTENT_LENGTH) {
             headers.append(name, value.clone());
         }
     }

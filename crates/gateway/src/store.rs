@@ -157,6 +157,17 @@ fn values_placeholders(sqlite: bool, rows: usize, cols: usize) -> String {
     out
 }
 
+/// The usage writer's sink: batches and the journal checkpoint, in one transaction.
+impl crate::usage::UsageSink for Store {
+    async fn write_batch(&self, records: &[crate::records::UsageRecord], checkpoint: u64) -> Result<u64, String> {
+        self.write_usage_batch(records, checkpoint).await.map_err(|e| e.to_string())
+    }
+
+    async fn checkpoint(&self) -> Result<u64, String> {
+        self.journal_checkpoint().await.map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use super::metering::Meter;
 use crate::error::{sse_error_event, GatewayError};
 use crate::metrics::Metrics;
 use crate::route::backend::InFlight;
@@ -28,8 +29,11 @@ pub struct Completion {
     pub guard: InFlight,
     pub metrics: Arc<Metrics>,
     pub started: std::time::Instant,
-    /// The key's rate-limit permit: its parallel slot is held until the response ends.
+    /// The key's rate-limit permit when the request is not metered: its parallel slot is held
+    /// until the response ends. (A metered request's permit lives in its meter.)
     pub permit: Option<crate::limit::Permit>,
+    /// Usage accounting; records on the clean end of the body, or on drop.
+    pub meter: Option<Meter>,
 }
 
 impl Completion {
@@ -80,6 +84,15 @@ impl RelayBody {
     }
 }
 
+/// Pass a frame through the meter, if any; non-data frames (trailers) go as they are.
+fn meter_frame(meter: &mut Option<Meter>, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
+    let Some(meter) = meter.as_mut() else { return Some(frame) };
+    match frame.into_data() {
+        Ok(data) => meter.frame(data).map(Frame::data),
+        Err(frame) => Some(frame),
+    }
+}
+
 impl Body for RelayBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -87,35 +100,56 @@ impl Body for RelayBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         if let Some(frame) = this.first.take() {
-            this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
-            return Poll::Ready(Some(Ok(frame)));
+            if let Some(frame) = meter_frame(&mut this.completion.meter, frame) {
+                this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+                return Poll::Ready(Some(Ok(frame)));
+            }
         }
         if *this.done {
             return Poll::Ready(None);
         }
-        let (kind, message, error): (&'static str, &str, BoxError) = match this.inner.as_mut().poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
-                return Poll::Ready(Some(Ok(frame)));
-            }
-            Poll::Ready(None) => {
-                *this.done = true;
-                return Poll::Ready(None);
-            }
-            Poll::Ready(Some(Err(e))) => ("stream_aborted", "the upstream stream was interrupted", Box::new(e)),
-            Poll::Pending => match this.idle.poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(()) => {
-                    ("stream_idle_timeout", "the upstream stream stalled", Box::new(GatewayError::UpstreamTimeout))
+        loop {
+            let (kind, message, error): (&'static str, &str, BoxError) = match this.inner.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+                    match meter_frame(&mut this.completion.meter, frame) {
+                        Some(frame) => return Poll::Ready(Some(Ok(frame))),
+                        // Entirely held back or stripped (the usage chunk): read on.
+                        None => continue,
+                    }
                 }
-            },
-        };
-        *this.done = true;
-        this.completion.stream_failed(kind);
-        if *this.sse {
-            Poll::Ready(Some(Ok(Frame::data(sse_error_event(message, kind)))))
-        } else {
-            Poll::Ready(Some(Err(error)))
+                Poll::Ready(None) => {
+                    *this.done = true;
+                    if let Some(meter) = this.completion.meter.as_mut() {
+                        let tail = meter.end();
+                        // Recorded before the client sees the end of the body.
+                        meter.record_now();
+                        if let Some(tail) = tail {
+                            return Poll::Ready(Some(Ok(Frame::data(tail))));
+                        }
+                    }
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(Err(e))) => ("stream_aborted", "the upstream stream was interrupted", Box::new(e)),
+                Poll::Pending => match this.idle.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(()) => {
+                        ("stream_idle_timeout", "the upstream stream stalled", Box::new(GatewayError::UpstreamTimeout))
+                    }
+                },
+            };
+            *this.done = true;
+            this.completion.stream_failed(kind);
+            if let Some(meter) = this.completion.meter.as_mut() {
+                // A partial event would merge with the error event into one broken event: drop it.
+                let _ = meter.end();
+                meter.record_now();
+            }
+            return if *this.sse {
+                Poll::Ready(Some(Ok(Frame::data(sse_error_event(message, kind)))))
+            } else {
+                Poll::Ready(Some(Err(error)))
+            };
         }
     }
 
@@ -125,7 +159,7 @@ impl Body for RelayBody {
 
     fn size_hint(&self) -> SizeHint {
         if self.sse {
-            // An error event may be appended; never promise a length.
+            // An SSE stream may gain an error event or lose a stripped usage chunk: no length.
             return SizeHint::default();
         }
         let inner = self.inner.size_hint();

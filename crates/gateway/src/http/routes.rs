@@ -125,7 +125,11 @@ fn ready(app: &App) -> Response<GatewayBody> {
 }
 
 fn metrics(app: &App) -> Response<GatewayBody> {
-    let mut resp = Response::new(full(app.metrics.render(&app.router.backends)));
+    let mut text = app.metrics.render(&app.router.backends);
+    if let Some(journal) = &app.journal {
+        journal.counters().render(&mut text);
+    }
+    let mut resp = Response::new(full(text));
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     resp

@@ -1,0 +1,173 @@
+//! Metering one proxied request: watches the relayed frames for token usage (SSE tap or body
+//! tap), strips the usage chunk the gateway itself asked for, settles the key's token
+//! reservation, and appends exactly one `UsageRecord` to the journal — before the end of the
+//! body is handed to the client, or when the request ends any other way (error, disconnect).
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::config::Config;
+use crate::limit::Permit;
+use crate::records::UsageRecord;
+use crate::usage::extract::BodyUsageTap;
+use crate::usage::{estimate_tokens, Journal, SseUsageTap, Tokens};
+
+/// Bodies larger than this are not kept for reading `usage` (tokens are estimated instead).
+const BODY_TAP_LIMIT: usize = 16 * 1024 * 1024;
+
+enum Tap {
+    Sse(SseUsageTap),
+    Body(BodyUsageTap),
+}
+
+pub struct Meter {
+    journal: Arc<Journal>,
+    config: Arc<Config>,
+    record: UsageRecord,
+    started: Instant,
+    /// Prompt tokens estimated from the request body, used when the backend reports none.
+    prompt_estimate: u64,
+    tap: Option<Tap>,
+    permit: Option<Permit>,
+    recorded: bool,
+}
+
+pub fn unix_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Meter {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        journal: Arc<Journal>,
+        config: Arc<Config>,
+        request_id: &str,
+        key: Option<&crate::records::KeyRecord>,
+        requested: &str,
+        served: &str,
+        request_bytes: usize,
+        started: Instant,
+    ) -> Meter {
+        Meter {
+            record: UsageRecord {
+                id: request_id.to_owned(),
+                ts_ms: unix_ms() - started.elapsed().as_millis() as i64,
+                key_id: key.map(|k| k.id.clone()),
+                user: key.and_then(|k| k.user.clone()),
+                team: key.and_then(|k| k.team.clone()),
+                model_requested: requested.to_owned(),
+                model_served: served.to_owned(),
+                backend: None,
+                status: 0,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                total_tokens: 0,
+                latency_ms: 0.0,
+                ttft_ms: None,
+                cost_usd: 0.0,
+                estimated: false,
+            },
+            journal,
+            config,
+            started,
+            prompt_estimate: (request_bytes as u64).div_ceil(4),
+            tap: None,
+            permit: None,
+            recorded: false,
+        }
+    }
+
+    pub fn set_permit(&mut self, permit: Option<Permit>) {
+        self.permit = permit;
+    }
+
+    pub fn take_permit_headers(&self) -> Vec<(&'static str, String)> {
+        self.permit.as_ref().map(|p| p.snapshot.headers()).unwrap_or_default()
+    }
+
+    /// The upstream answered: start watching its body.
+    pub fn answered(&mut self, backend: &str, status: u16, sse: bool, strip_usage_chunk: bool) {
+        self.record.backend = Some(backend.to_owned());
+        self.record.status = status;
+        self.tap = Some(if sse {
+            Tap::Sse(SseUsageTap::new(strip_usage_chunk))
+        } else {
+            Tap::Body(BodyUsageTap::new(BODY_TAP_LIMIT))
+        });
+    }
+
+    /// One data frame on its way to the client; `None` means nothing to forward for it.
+    pub fn frame(&mut self, frame: Bytes) -> Option<Bytes> {
+        if self.record.ttft_ms.is_none() && !frame.is_empty() {
+            self.record.ttft_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
+        }
+        match &mut self.tap {
+            Some(Tap::Sse(tap)) => tap.push(frame),
+            Some(Tap::Body(tap)) => {
+                tap.push(&frame);
+                Some(frame)
+            }
+            None => Some(frame),
+        }
+    }
+
+    /// The upstream body ended cleanly: bytes still held back by the tap, to forward last.
+    pub fn end(&mut self) -> Option<Bytes> {
+        match &mut self.tap {
+            Some(Tap::Sse(tap)) => tap.finish(),
+            _ => None,
+        }
+    }
+
+    /// A request that failed before any upstream answer was relayed.
+    pub fn failed(&mut self, status: u16) {
+        self.record.status = status;
+        self.tap = None;
+        self.record_now();
+    }
+
+    /// Append the record (once). Tokens come from the backend's `usage`; without one they are
+    /// estimated (prompt from the request size, completion from the streamed text) and marked so.
+    pub fn record_now(&mut self) {
+        if self.recorded {
+            return;
+        }
+        self.recorded = true;
+        let reported = match &mut self.tap {
+            Some(Tap::Sse(tap)) => tap.usage(),
+            Some(Tap::Body(tap)) => tap.finish(),
+            None => None,
+        };
+        let answered = self.record.status != 0 && self.record.status < 400;
+        let had_usage = reported.is_some();
+        let tokens = reported.unwrap_or_else(|| {
+            let completion = match &self.tap {
+                Some(Tap::Sse(tap)) => estimate_tokens(tap.content_chars()),
+                _ => 0,
+            };
+            let prompt = if answered { self.prompt_estimate } else { 0 };
+            Tokens { prompt, completion, total: prompt + completion }
+        });
+        let r = &mut self.record;
+        r.estimated = !had_usage && answered;
+        r.prompt_tokens = tokens.prompt;
+        r.completion_tokens = tokens.completion;
+        r.total_tokens = tokens.total.max(tokens.prompt + tokens.completion);
+        r.latency_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, r.completion_tokens);
+        if let Some(p) = self.permit.as_mut() {
+            p.settle(r.total_tokens);
+        }
+        if let Err(e) = self.journal.append(r) {
+            tracing::error!(error = %e, request_id = %r.id, "could not journal a usage record");
+        }
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        self.record_now();
+    }
+}
