@@ -42,7 +42,10 @@ pub use report::{Bucket, UsageBucket, UsageQuery, UsageReport, UsageTotals};
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a caller waits for a pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
-const SQLITE_MAX_CONNECTIONS: u32 = 4;
+/// One writer (the usage batcher) and readers for key lookups and reports; WAL lets them overlap.
+const SQLITE_MAX_CONNECTIONS: u32 = 2;
+/// Page cache per SQLite connection, KiB: small, since the hot reads (keys) are cached above it.
+const SQLITE_CACHE_KIB: i64 = 1024;
 const POSTGRES_MAX_CONNECTIONS: u32 = 10;
 
 /// The key and usage store. Cheap to clone: clones share one connection pool.
@@ -106,6 +109,7 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool, StoreError> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .pragma("cache_size", format!("-{SQLITE_CACHE_KIB}"))
         .foreign_keys(true);
     let mut pool = SqlitePoolOptions::new().max_connections(SQLITE_MAX_CONNECTIONS).acquire_timeout(ACQUIRE_TIMEOUT);
     if url.contains(":memory:") || url.contains("mode=memory") {

@@ -91,14 +91,33 @@ impl Store {
         let upsert_checkpoint = "INSERT INTO journal_checkpoint (id, journal_offset) VALUES (1, $1) \
                                  ON CONFLICT (id) DO UPDATE SET journal_offset = excluded.journal_offset";
         let inserted = with_pool!(self, |pool| {
-            let mut tx = pool.begin().await?;
-            let mut new_ids: HashSet<String> = HashSet::new();
+            // SQLite: take the write lock up front; a deferred transaction that reads first could not
+            // upgrade to a write once another writer committed (SQLITE_BUSY_SNAPSHOT).
+            let begin = if sqlite { "BEGIN IMMEDIATE" } else { "BEGIN" };
+            let mut tx = pool.begin_with(begin).await?;
+            // Which ids are stored already (only after a replay; usually none). Asking first, instead of
+            // `INSERT ... RETURNING id`, keeps row-by-row results (a thread hand-off each on SQLite) off
+            // the common path.
+            let mut existing: HashSet<String> = HashSet::new();
             for chunk in rows.chunks(CHUNK_ROWS) {
                 let sql = format!(
-                    "INSERT INTO usage_records ({RECORD_COLUMNS}) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
-                    values_placeholders(sqlite, chunk.len(), RECORD_COLS)
+                    "SELECT id FROM usage_records WHERE id IN ({})",
+                    values_placeholders(sqlite, chunk.len(), 1)
                 );
                 let mut q = sqlx::query_scalar::<_, String>(&sql).persistent(chunk.len() == CHUNK_ROWS);
+                for row in chunk {
+                    q = q.bind(&row.r.id);
+                }
+                existing.extend(q.fetch_all(&mut *tx).await?);
+            }
+            let mut new_ids: HashSet<String> =
+                rows.iter().map(|row| row.r.id.clone()).filter(|id| !existing.contains(id)).collect();
+            for chunk in rows.chunks(CHUNK_ROWS) {
+                let sql = format!(
+                    "INSERT INTO usage_records ({RECORD_COLUMNS}) VALUES {} ON CONFLICT (id) DO NOTHING",
+                    values_placeholders(sqlite, chunk.len(), RECORD_COLS)
+                );
+                let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
                 for row in chunk {
                     let r = row.r;
                     q = q
@@ -119,7 +138,7 @@ impl Store {
                         .bind(r.cost_usd)
                         .bind(r.estimated);
                 }
-                new_ids.extend(q.fetch_all(&mut *tx).await?);
+                q.execute(&mut *tx).await?;
             }
             let inserted = new_ids.len();
             // A repeated id inside one batch: the first occurrence is the one the database kept.
