@@ -30,7 +30,7 @@ use std::pin::Pin;
 
 use crate::auth::{key, Auth, KeyLookup};
 use crate::config::Config;
-use crate::limit::MemoryLimiter;
+use crate::limit::{Budgets, MemoryLimiter};
 use crate::metrics::Metrics;
 use crate::records::KeyRecord;
 use crate::route::{health, Router};
@@ -45,6 +45,7 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub auth: Auth,
     pub limiter: Arc<MemoryLimiter>,
+    pub budgets: Arc<Budgets>,
     /// Keys and usage; None only for commands that do not serve (`check`).
     pub store: Option<Store>,
     /// The usage journal every request's record is appended to (with a store).
@@ -102,6 +103,7 @@ impl App {
             metrics: Arc::new(Metrics::default()),
             auth,
             limiter: Arc::new(MemoryLimiter::default()),
+            budgets: Arc::new(Budgets::default()),
             store,
             journal: None,
         })

@@ -1,10 +1,12 @@
 //! Per-key rate limits: requests/min, tokens/min and parallel requests, reserve-then-settle.
 //! In memory by default (`limit/memory.rs`); the shape leaves room for a shared (Redis) limiter.
 
+mod budget;
 mod memory;
 
 use std::time::Duration;
 
+pub use budget::{period_end, period_start, BudgetPermit, Budgets, OverBudget};
 pub use memory::{MemoryLimiter, Permit};
 
 /// The limits of one key; `None` means unlimited.

@@ -21,7 +21,7 @@ use crate::http::metering::Meter;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
-use crate::limit::{Limits, Permit};
+use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit};
 use crate::metrics::Endpoint;
 use crate::route::backend::{now_ms, Backend, InFlight};
 use crate::route::SelectError;
@@ -57,6 +57,7 @@ pub async fn forward(
     let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
     let mut routed = parse_request(endpoint, body, &app.config)?;
     let permit = admit(app, &principal, &routed)?;
+    let budget = reserve_budget(app, &principal, &routed).await?;
     // For usage on streams the client did not ask it for, ask upstream and hide it on the way back.
     let mut strip_usage_chunk = false;
     if routed.stream && endpoint != Endpoint::Embeddings {
@@ -79,7 +80,7 @@ pub async fn forward(
     });
     let mut permit = match meter.as_mut() {
         Some(m) => {
-            m.set_permit(permit);
+            m.set_permit(permit, budget);
             None
         }
         None => permit,
@@ -171,6 +172,44 @@ struct Metering {
     meter: Option<Meter>,
     permit: Option<Permit>,
     strip_usage_chunk: bool,
+}
+
+/// A key's USD budget: reserve the request's estimated cost against spend + reservations.
+async fn reserve_budget(
+    app: &App,
+    principal: &Principal,
+    routed: &RoutedRequest,
+) -> Result<Option<BudgetPermit>, GatewayError> {
+    let Some(key) = principal.key() else { return Ok(None) };
+    let Some(budget) = key.budget_usd else { return Ok(None) };
+    let now = crate::http::metering::unix_ms();
+    let period = key.budget_period.as_deref();
+    let start = period_start(period, now);
+    if app.budgets.needs_load(&key.id, start) {
+        let spent = match &app.store {
+            Some(store) => store.key_spend(&key.id, start).await.map_err(|e| {
+                tracing::error!(error = %e, "could not read a key's spend");
+                GatewayError::Internal
+            })?,
+            None => 0.0,
+        };
+        app.budgets.load(&key.id, start, spent);
+    }
+    let prompt = (routed.body.len() as u64).div_ceil(4);
+    let estimate = app.config.cost(&routed.model, prompt, routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE));
+    app.budgets.reserve(&key.id, start, budget, estimate).map(Some).map_err(|over| {
+        let retry_after_secs = period_end(period, start).map_or(0, |end| ((end - now).max(1000) / 1000) as u64);
+        GatewayError::RateLimited {
+            message: format!(
+                "this key's budget of ${budget:.2} {} is used up (${:.4} spent or reserved)",
+                period.map_or("in total".to_owned(), |p| format!("({p})")),
+                over.committed
+            ),
+            code: "budget_exceeded",
+            retry_after_secs,
+            headers: Vec::new(),
+        }
+    })
 }
 
 /// Completion tokens assumed for a rate-limit reservation when the client set no `max_tokens`.

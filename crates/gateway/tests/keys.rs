@@ -255,3 +255,67 @@ async fn the_keys_cli_uses_the_admin_api() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
 }
+
+/// $1 per token in and out, so budgets are easy to reason about.
+async fn priced(mocks: &[&switchyard_testkit::MockServer], dir: &std::path::Path) -> switchyard::RunningGateway {
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nprices: {{m: {{input_per_million: 1000000, output_per_million: 1000000}}}}\nbackends:\n{1}",
+        dir.display(),
+        backends_yaml(mocks)
+    );
+    gateway_yaml(&yaml).await
+}
+
+const SMALL: &str = r#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+
+async fn small_as(client: &TestClient, url: &str, key: &str) -> TestResponse {
+    let auth = format!("Bearer {key}");
+    client
+        .post_json(&format!("{url}/v1/chat/completions"), SMALL.as_bytes(), &[("authorization", &auth)])
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn budgets_stop_spending_and_bound_concurrent_overshoot() {
+    let a = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let gw = priced(&[&a], &dir).await;
+    let client = TestClient::new();
+    // Each request reserves ~$23 (prompt estimate + max_tokens) and really costs ~$25.
+    let (_, key) = create_key(&client, &gw, r#"{"budget_usd": 100, "budget_period": "daily"}"#).await;
+    let mut admitted = 0;
+    let mut spent = 0.0;
+    let refusal = loop {
+        let r = small_as(&client, &gw.url(), &key).await;
+        if r.status != 200 {
+            break r;
+        }
+        admitted += 1;
+        spent += r.json()["usage"]["total_tokens"].as_f64().unwrap();
+        assert!(admitted < 10, "the budget never stopped spending");
+    };
+    assert_eq!(refusal.status, 429);
+    assert_eq!(refusal.json()["error"]["code"], "budget_exceeded");
+    assert!(refusal.header("retry-after").unwrap().parse::<u64>().unwrap() <= 86_400);
+    assert!(admitted >= 3, "{admitted}");
+    assert!(spent <= 100.0 + 5.0 * f64::from(admitted), "spent {spent}");
+
+    // 20 at once against a fresh $100 budget: only what fits in reservations is admitted.
+    let (_, key) = create_key(&client, &gw, r#"{"budget_usd": 100}"#).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (client, url, key) = (client.clone(), gw.url(), key.clone());
+        tasks.spawn(async move { small_as(&client, &url, &key).await });
+    }
+    let mut ok = 0;
+    while let Some(r) = tasks.join_next().await {
+        let r = r.unwrap();
+        match r.status.as_u16() {
+            200 => ok += 1,
+            429 => assert_eq!(r.json()["error"]["code"], "budget_exceeded"),
+            other => panic!("{other}"),
+        }
+    }
+    assert!((1..=4).contains(&ok), "admitted {ok} of 20 against a $100 budget at ~$23 each");
+}

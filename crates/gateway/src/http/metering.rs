@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::config::Config;
-use crate::limit::Permit;
+use crate::limit::{BudgetPermit, Permit};
 use crate::records::UsageRecord;
 use crate::usage::extract::BodyUsageTap;
 use crate::usage::{estimate_tokens, Journal, SseUsageTap, Tokens};
@@ -31,6 +31,7 @@ pub struct Meter {
     prompt_estimate: u64,
     tap: Option<Tap>,
     permit: Option<Permit>,
+    budget: Option<BudgetPermit>,
     recorded: bool,
 }
 
@@ -75,12 +76,14 @@ impl Meter {
             prompt_estimate: (request_bytes as u64).div_ceil(4),
             tap: None,
             permit: None,
+            budget: None,
             recorded: false,
         }
     }
 
-    pub fn set_permit(&mut self, permit: Option<Permit>) {
+    pub fn set_permit(&mut self, permit: Option<Permit>, budget: Option<BudgetPermit>) {
         self.permit = permit;
+        self.budget = budget;
     }
 
     pub fn take_permit_headers(&self) -> Vec<(&'static str, String)> {
@@ -159,6 +162,9 @@ impl Meter {
         r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, r.completion_tokens);
         if let Some(p) = self.permit.as_mut() {
             p.settle(r.total_tokens);
+        }
+        if let Some(b) = self.budget.take() {
+            b.settle(r.cost_usd);
         }
         if let Err(e) = self.journal.append(r) {
             tracing::error!(error = %e, request_id = %r.id, "could not journal a usage record");

@@ -64,7 +64,9 @@ pub fn error_response(e: &GatewayError) -> Response<GatewayBody> {
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let GatewayError::RateLimited { retry_after_secs, headers, .. } = e {
-        h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        if *retry_after_secs > 0 {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        }
         for (name, value) in headers {
             if let Ok(v) = HeaderValue::from_str(value) {
                 h.insert(*name, v);
