@@ -175,7 +175,7 @@ mod tests {
         let mut it = permits.into_iter();
         it.next().unwrap().settle(0.1);
         drop(it.next()); // failed request: released
-        assert!(b.reserve("k", 0, 1.0, 0.3).is_ok());
+        let _held = b.reserve("k", 0, 1.0, 0.3).unwrap();
         let committed = b.reserve("k", 0, 1.0, 0.5).err().unwrap().committed;
         assert!((committed - 0.7).abs() < 1e-9, "{committed}");
     }
