@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 
 import httpx
 import openai
@@ -334,3 +335,47 @@ def test_gateway_exits_cleanly_on_sigterm(lone_backend: LoneBackend) -> None:
     assert code == 0, f"gateway exited with {code}\n{lone_backend.gateway.log_tail()}"
     with pytest.raises(httpx.TransportError):
         httpx.get(lone_backend.gateway.url + "/health", timeout=2.0)
+
+
+# --- usage accounting (function-scoped gateway, so its usage totals are these requests only) ------
+
+
+def wait_for_usage(gateway_url: str, requests: int, timeout: float = 15.0) -> dict:
+    """Poll /admin/usage (open: no master key) until the writer has stored `requests` records."""
+    deadline = time.monotonic() + timeout
+    totals: dict = {}
+    while time.monotonic() < deadline:
+        totals = httpx.get(gateway_url + "/admin/usage", timeout=5.0).json()["totals"]
+        if totals["requests"] >= requests:
+            return totals
+        time.sleep(0.05)
+    raise AssertionError(f"usage never reached {requests} requests: {totals}")
+
+
+def test_streaming_usage_is_recorded_exactly_without_include_usage(lone_backend: LoneBackend) -> None:
+    c = lone_backend.client()
+    chunks = list(c.chat.completions.create(model=MODEL_A, messages=MESSAGES, stream=True))
+    # The gateway asked upstream for usage; the client, which did not, never sees that chunk.
+    assert all(ch.usage is None for ch in chunks)
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == CONTENT
+    # What was recorded is the backend's own count, the same a client asking for it would get.
+    asked = list(
+        c.chat.completions.create(model=MODEL_A, messages=MESSAGES, stream=True, stream_options={"include_usage": True})
+    )
+    usage = asked[-1].usage
+    assert usage is not None and usage.completion_tokens == 5
+    totals = wait_for_usage(lone_backend.gateway.url, 2)
+    assert totals["requests"] == 2
+    assert totals["completion_tokens"] == 2 * usage.completion_tokens
+    # Same messages, same prompt count (the injected field does not change what the backend counts
+    # beyond the bytes it adds): within the few tokens of the added `stream_options` text.
+    assert abs(totals["prompt_tokens"] - 2 * usage.prompt_tokens) <= 12
+
+
+def test_plain_usage_is_recorded_exactly(lone_backend: LoneBackend) -> None:
+    c = lone_backend.client()
+    r1 = c.chat.completions.create(model=MODEL_A, messages=MESSAGES)
+    r2 = c.completions.create(model=MODEL_A, prompt="hello")
+    totals = wait_for_usage(lone_backend.gateway.url, 2)
+    assert totals["prompt_tokens"] == r1.usage.prompt_tokens + r2.usage.prompt_tokens
+    assert totals["completion_tokens"] == r1.usage.completion_tokens + r2.usage.completion_tokens
