@@ -167,7 +167,7 @@ pub async fn start(
         .map_err(|e| format!("cannot open the database at {}: {e}", redact(&config.storage.url)))?;
     let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default())
         .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
-    let writer = UsageWriter::spawn(journal.clone(), store.clone(), WriterConfig::default());
+    let writer = UsageWriter::spawn(journal.clone(), store.for_journal(journal.id()), WriterConfig::default());
     let mut app = App::new(config, Some(store))?;
     app.journal = Some(journal);
     let app = Arc::new(app);

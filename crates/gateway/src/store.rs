@@ -13,6 +13,7 @@
 //! (usage reports), `migrations` (embedded schema).
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -52,6 +53,8 @@ const POSTGRES_MAX_CONNECTIONS: u32 = 10;
 #[derive(Clone, Debug)]
 pub struct Store {
     inner: Inner,
+    /// Whose usage-journal checkpoint `write_usage_batch`/`journal_checkpoint` read and write.
+    journal_id: Arc<str>,
 }
 
 #[derive(Clone, Debug)]
@@ -76,9 +79,19 @@ impl Store {
         } else {
             return Err(StoreError::Invalid("database URL must start with sqlite: or postgres://".into()));
         };
-        let store = Store { inner };
+        let store = Store { inner, journal_id: Arc::from("default") };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// The same store, keeping the usage-journal checkpoint of journal `id` (one per gateway
+    /// instance, so gateways sharing a database never overwrite each other's).
+    pub fn for_journal(&self, id: &str) -> Store {
+        Store { inner: self.inner.clone(), journal_id: Arc::from(id) }
+    }
+
+    pub(crate) fn journal_id(&self) -> &str {
+        &self.journal_id
     }
 
     /// `"sqlite"` or `"postgres"`.

@@ -423,3 +423,16 @@ async fn in_memory_sqlite_is_shared_across_the_pool() {
     let other = Store::connect("sqlite::memory:").await.unwrap();
     assert!(other.list_keys().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn each_journal_keeps_its_own_checkpoint() {
+    on_each_backend(|store, _| async move {
+        let (a, b) = (store.for_journal("gateway-a"), store.for_journal("gateway-b"));
+        a.write_usage_batch(&[usage("ja-1", BASE, None, None, None, "m")], 11).await.unwrap();
+        b.write_usage_batch(&[usage("jb-1", BASE, None, None, None, "m")], 22).await.unwrap();
+        assert_eq!(a.journal_checkpoint().await.unwrap(), 11);
+        assert_eq!(b.journal_checkpoint().await.unwrap(), 22);
+        assert_eq!(store.for_journal("gateway-c").journal_checkpoint().await.unwrap(), 0);
+    })
+    .await;
+}

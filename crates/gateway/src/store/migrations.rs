@@ -15,9 +15,15 @@ use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 /// `(version, file name, SQL)`, in version order.
 type Embedded = &'static [(i64, &'static str, &'static str)];
 
-const SQLITE: Embedded = &[(1, "0001_init.sql", include_str!("../../../../migrations/sqlite/0001_init.sql"))];
+const SQLITE: Embedded = &[
+    (1, "0001_init.sql", include_str!("../../../../migrations/sqlite/0001_init.sql")),
+    (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/sqlite/0002_journal_checkpoints.sql")),
+];
 
-const POSTGRES: Embedded = &[(1, "0001_init.sql", include_str!("../../../../migrations/postgres/0001_init.sql"))];
+const POSTGRES: Embedded = &[
+    (1, "0001_init.sql", include_str!("../../../../migrations/postgres/0001_init.sql")),
+    (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/postgres/0002_journal_checkpoints.sql")),
+];
 
 #[derive(Debug)]
 struct Source(Embedded);

@@ -88,8 +88,9 @@ impl Store {
         let offset = to_i64(journal_offset, "journal offset")?;
         let rows = records.iter().map(Row::new).collect::<Result<Vec<_>, _>>()?;
         let sqlite = matches!(self.inner, super::Inner::Sqlite(_));
-        let upsert_checkpoint = "INSERT INTO journal_checkpoint (id, journal_offset) VALUES (1, $1) \
-                                 ON CONFLICT (id) DO UPDATE SET journal_offset = excluded.journal_offset";
+        let upsert_checkpoint = "INSERT INTO journal_checkpoints (journal_id, journal_offset) VALUES ($1, $2) \
+                                 ON CONFLICT (journal_id) DO UPDATE SET journal_offset = excluded.journal_offset";
+        let journal_id = self.journal_id().to_owned();
         let inserted = with_pool!(self, |pool| {
             // SQLite: take the write lock up front; a deferred transaction that reads first could not
             // upgrade to a write once another writer committed (SQLITE_BUSY_SNAPSHOT).
@@ -172,7 +173,7 @@ impl Store {
                 }
                 q.execute(&mut *tx).await?;
             }
-            sqlx::query(upsert_checkpoint).bind(offset).execute(&mut *tx).await?;
+            sqlx::query(upsert_checkpoint).bind(&journal_id).bind(offset).execute(&mut *tx).await?;
             tx.commit().await?;
             inserted
         });
@@ -181,8 +182,10 @@ impl Store {
 
     /// The usage-journal offset stored by the last [`write_usage_batch`](Store::write_usage_batch); 0 when none.
     pub async fn journal_checkpoint(&self) -> Result<u64, StoreError> {
-        let sql = "SELECT journal_offset FROM journal_checkpoint WHERE id = 1";
-        let offset: Option<i64> = with_pool!(self, |pool| sqlx::query_scalar(sql).fetch_optional(pool).await?);
+        let sql = "SELECT journal_offset FROM journal_checkpoints WHERE journal_id = $1";
+        let id = self.journal_id();
+        let offset: Option<i64> =
+            with_pool!(self, |pool| sqlx::query_scalar(sql).bind(id).fetch_optional(pool).await?);
         offset.map_or(Ok(0), |o| to_u64(o, "journal offset"))
     }
 
