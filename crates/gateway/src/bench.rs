@@ -16,7 +16,7 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | quick | all
+    /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | usage-query | quick | all
     #[arg(default_value = "quick")]
     pub scenario: String,
     /// Seconds per measured phase (scenario defaults apply when omitted).
@@ -61,6 +61,12 @@ pub struct BenchArgs {
     /// Failover: seconds a backend stays dead before it is restarted.
     #[arg(long, default_value_t = 2.0)]
     pub down_for: f64,
+    /// usage-query: how many generated usage records to write before querying.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub records: u64,
+    /// usage-query: database URL (default: a scratch SQLite file).
+    #[arg(long)]
+    pub storage: Option<String>,
     /// Write every figure as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,

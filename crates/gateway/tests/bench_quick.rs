@@ -55,3 +55,22 @@ fn quick_runs_every_scenario_without_errors() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn usage_query_fills_and_queries_a_database() {
+    let json = std::env::temp_dir().join(format!("sy-bench-usage-{}.json", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["bench", "usage-query", "--records", "3000", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let q = &report["extra"]["usage_query"];
+    assert_eq!(q["records"], 3000);
+    let queries = q["queries"].as_array().unwrap();
+    assert_eq!(queries.len(), 5);
+    assert_eq!(queries[0]["requests_counted"], 3000, "the report counts every record");
+    assert!(queries.iter().all(|x| x["p50_ms"].as_f64().unwrap() >= 0.0));
+    let _ = std::fs::remove_file(&json);
+}

@@ -3,6 +3,7 @@
 //! and charts. Failover, which needs two backends it can kill, lives in `scenarios/failover.rs`.
 
 mod failover;
+mod usage_query;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -256,7 +257,15 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
     let names: Vec<&str> = match args.scenario.as_str() {
         "all" | "quick" => ALL.to_vec(),
         one if ALL.contains(&one) || one == "endurance" => vec![one],
-        other => return Err(format!("unknown scenario `{other}` ({}, endurance, quick, all)", ALL.join(", "))),
+        // Needs no gateway: a database filled with generated records, queried directly.
+        "usage-query" => {
+            let mut report = Report::default();
+            usage_query::run(args.records, args.storage.as_deref(), &mut report).await?;
+            return Ok(report);
+        }
+        other => {
+            return Err(format!("unknown scenario `{other}` ({}, endurance, usage-query, quick, all)", ALL.join(", ")))
+        }
     };
     let mut args = args.clone();
     if quick {
