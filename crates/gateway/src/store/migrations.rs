@@ -18,11 +18,13 @@ type Embedded = &'static [(i64, &'static str, &'static str)];
 const SQLITE: Embedded = &[
     (1, "0001_init.sql", include_str!("../../../../migrations/sqlite/0001_init.sql")),
     (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/sqlite/0002_journal_checkpoints.sql")),
+    (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/sqlite/0003_all_keys_rollup.sql")),
 ];
 
 const POSTGRES: Embedded = &[
     (1, "0001_init.sql", include_str!("../../../../migrations/postgres/0001_init.sql")),
     (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/postgres/0002_journal_checkpoints.sql")),
+    (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/postgres/0003_all_keys_rollup.sql")),
 ];
 
 #[derive(Debug)]

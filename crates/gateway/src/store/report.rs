@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::usage::hour_floor;
+use super::usage::ALL;
 use super::{to_u64, Store, StoreError};
 
 const DAY_MS: i64 = 86_400_000;
@@ -79,6 +80,12 @@ fn build(q: &UsageQuery) -> (String, Vec<Param<'_>>) {
             conditions.push(format!("{column} = ${}", params.len()));
         }
     }
+    // Without key/user/team filters, read the all-keys rows (a few per hour); with one, skip them.
+    if q.key_id.is_none() && q.user.is_none() && q.team.is_none() {
+        conditions.push(format!("key_id = '{ALL}' AND user_name = '{ALL}' AND team = '{ALL}'"));
+    } else {
+        conditions.push(format!("key_id <> '{ALL}'"));
+    }
     if let Some(from) = q.from_ms {
         params.push(Param::Int(hour_floor(from)));
         conditions.push(format!("hour_ms >= ${}", params.len()));
@@ -143,7 +150,10 @@ mod tests {
     fn only_set_filters_reach_the_sql() {
         let empty = UsageQuery::default();
         let (sql, params) = build(&empty);
-        assert!(!sql.contains("WHERE"));
+        assert!(
+            sql.contains("WHERE key_id = '*' AND user_name = '*' AND team = '*'"),
+            "unfiltered reads the all-keys rows: {sql}"
+        );
         assert!(params.is_empty());
         let q = UsageQuery {
             team: Some("t".into()),
@@ -152,7 +162,7 @@ mod tests {
             ..UsageQuery::default()
         };
         let (sql, params) = build(&q);
-        assert!(sql.contains("WHERE team = $1 AND hour_ms >= $2"), "{sql}");
+        assert!(sql.contains("WHERE team = $1 AND key_id <> '*' AND hour_ms >= $2"), "{sql}");
         assert!(matches!(params[1], Param::Int(3_600_000)));
         assert!(sql.contains("(hour_ms / 86400000) * 86400000"));
     }

@@ -70,15 +70,22 @@ fn roll_up<'a>(rows: impl Iterator<Item = &'a Row<'a>>) -> BTreeMap<RollupKey<'a
             r.team.as_deref().unwrap_or(""),
             r.model_served.as_str(),
         );
-        let s = out.entry(key).or_default();
-        s.requests += 1;
-        s.prompt = s.prompt.saturating_add(row.prompt);
-        s.completion = s.completion.saturating_add(row.completion);
-        s.total = s.total.saturating_add(row.total);
-        s.cost += r.cost_usd;
+        // The detailed row, and the all-keys row that unfiltered reports read.
+        let all = (key.0, ALL, ALL, ALL, key.4);
+        for k in [key, all] {
+            let s = out.entry(k).or_default();
+            s.requests += 1;
+            s.prompt = s.prompt.saturating_add(row.prompt);
+            s.completion = s.completion.saturating_add(row.completion);
+            s.total = s.total.saturating_add(row.total);
+            s.cost += r.cost_usd;
+        }
     }
     out
 }
+
+/// key_id / user_name / team of the per-(hour, model) rows summed over all keys.
+pub const ALL: &str = "*";
 
 impl Store {
     /// Writes a batch in one transaction: inserts the records (ids already stored are skipped, so replays are
