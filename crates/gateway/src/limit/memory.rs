@@ -130,7 +130,9 @@ impl MemoryLimiter {
     fn settle(&self, key: &str, reservation: u64, actual: u64) {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(w) = keys.get_mut(key) {
-            if let Some(entry) = w.tokens.iter_mut().find(|e| e.1 == reservation) {
+            // Reservation ids only grow, so each key's log is sorted by id: O(log n), not a scan.
+            if let Ok(i) = w.tokens.binary_search_by_key(&reservation, |e| e.1) {
+                let entry = &mut w.tokens[i];
                 w.token_sum = w.token_sum - entry.2 + actual;
                 entry.2 = actual;
             }
