@@ -36,6 +36,9 @@ mod migrations;
 mod report;
 mod usage;
 
+/// key_id / user / team of the usage rollup rows summed over all keys.
+pub use usage::ALL as ALL_KEYS;
+
 pub use error::StoreError;
 pub use report::{Bucket, UsageBucket, UsageQuery, UsageReport, UsageTotals};
 

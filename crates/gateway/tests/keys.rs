@@ -194,6 +194,7 @@ async fn bad_keys_and_admin_input_are_clear_4xx() {
         (r#"{"expires_at": "tomorrow"}"#, Some("expires_at")),
         (r#"{"rpm": 0}"#, None),
         (r#"{"budget_usd": -1}"#, Some("budget_usd")),
+        (r#"{"metadata": {"team": "*"}}"#, Some("metadata")),
         ("not json", None),
     ] {
         let r = admin(&client, &gw, Method::POST, "/admin/keys", body).await;

@@ -119,6 +119,10 @@ fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> 
         k.expires_at = Some(parse_time(&t, "expires_at")?);
     }
     if let Some(m) = f.metadata {
+        // `*` names the all-keys rows of the usage rollup.
+        if m.user.as_deref() == Some(crate::store::ALL_KEYS) || m.team.as_deref() == Some(crate::store::ALL_KEYS) {
+            return Err(bad("`metadata.user` and `metadata.team` cannot be `*`", Some("metadata")));
+        }
         k.user = m.user.or(k.user.take());
         k.team = m.team.or(k.team.take());
         if let Some(tags) = m.tags {
