@@ -177,23 +177,7 @@ mod tests {
     }
 
     fn record(id: &str, hash: Vec<u8>) -> KeyRecord {
-        KeyRecord {
-            id: id.into(),
-            secret_hash: hash,
-            name: None,
-            models: vec![],
-            rpm: None,
-            tpm: None,
-            max_parallel: None,
-            budget_usd: None,
-            budget_period: None,
-            expires_at: None,
-            revoked_at: None,
-            user: None,
-            team: None,
-            tags: vec![],
-            created_at: 0,
-        }
+        KeyRecord::new(id.into(), hash, 0)
     }
 
     fn headers(v: &str) -> HeaderMap {

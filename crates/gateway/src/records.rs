@@ -29,6 +29,29 @@ pub struct KeyRecord {
     pub created_at: i64,
 }
 
+impl KeyRecord {
+    /// A key with no limits, no metadata and no expiry.
+    pub fn new(id: String, secret_hash: Vec<u8>, created_at: i64) -> KeyRecord {
+        KeyRecord {
+            id,
+            secret_hash,
+            name: None,
+            models: Vec::new(),
+            rpm: None,
+            tpm: None,
+            max_parallel: None,
+            budget_usd: None,
+            budget_period: None,
+            expires_at: None,
+            revoked_at: None,
+            user: None,
+            team: None,
+            tags: Vec::new(),
+            created_at,
+        }
+    }
+}
+
 /// One request's usage. `id` is unique per request (the request id), so replays are idempotent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageRecord {

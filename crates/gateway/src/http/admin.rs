@@ -165,23 +165,7 @@ pub async fn handle(
                 return Err(bad("`revoked` can only be changed with PATCH", Some("revoked")));
             }
             let (id, secret, full_key) = key::generate().map_err(internal)?;
-            let mut record = KeyRecord {
-                id,
-                secret_hash: app.auth.hasher().hash(&secret),
-                name: None,
-                models: Vec::new(),
-                rpm: None,
-                tpm: None,
-                max_parallel: None,
-                budget_usd: None,
-                budget_period: None,
-                expires_at: None,
-                revoked_at: None,
-                user: None,
-                team: None,
-                tags: Vec::new(),
-                created_at: now,
-            };
+            let mut record = KeyRecord::new(id, app.auth.hasher().hash(&secret), now);
             apply(&mut record, fields, now)?;
             store.insert_key(&record).await.map_err(internal)?;
             let mut out = key_json(&record);
