@@ -55,6 +55,10 @@ pub struct BenchArgs {
     /// Pin processes to CPUs: `gateway=0,mock=1,load=1`. `--pin` alone uses that layout.
     #[arg(long, num_args = 0..=1, default_missing_value = "gateway=0,mock=1,load=1")]
     pub pin: Option<String>,
+    /// Send every request with a virtual key (auth, model allow-list, rpm/tpm/parallel limits and
+    /// a budget, none of them reached) created on the gateway this run starts.
+    #[arg(long, conflicts_with = "target")]
+    pub virtual_key: bool,
     /// Failover: kill/restart cycles.
     #[arg(long, default_value_t = 3)]
     pub cycles: usize,

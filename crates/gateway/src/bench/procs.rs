@@ -14,6 +14,8 @@ pub struct Proc {
     child: Child,
     args: Vec<String>,
     cpus: Option<String>,
+    /// A directory the process worked in, removed after it exits.
+    scratch: Option<PathBuf>,
 }
 
 impl Proc {
@@ -22,7 +24,19 @@ impl Proc {
     pub fn start(name: &str, args: &[String], cpus: Option<&str>) -> Result<Proc, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
         let (child, url) = spawn(&exe, args, cpus)?;
-        Ok(Proc { name: name.to_owned(), url, child, args: args.to_vec(), cpus: cpus.map(str::to_owned) })
+        Ok(Proc {
+            name: name.to_owned(),
+            url,
+            child,
+            args: args.to_vec(),
+            cpus: cpus.map(str::to_owned),
+            scratch: None,
+        })
+    }
+
+    pub fn with_scratch(mut self, dir: PathBuf) -> Proc {
+        self.scratch = Some(dir);
+        self
     }
 
     pub fn pid(&self) -> u32 {
@@ -55,13 +69,46 @@ impl Drop for Proc {
     fn drop(&mut self) {
         // SIGTERM first so a gateway drains; then make sure.
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        for _ in 0..50 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
+        let exited = (0..50).any(|_| {
+            let done = matches!(self.child.try_wait(), Ok(Some(_)));
+            if !done {
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            done
+        });
+        if !exited {
+            self.kill();
         }
-        self.kill();
+        if let Some(dir) = &self.scratch {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Create a virtual key on a running gateway through its admin API, with limits and a budget
+/// that a benchmark never reaches (so every check runs, none refuses); returns the `sy-…` secret.
+pub async fn create_key(gateway: &str, master_key: &str) -> Result<String, String> {
+    use http_body_util::{BodyExt, Full};
+    let uri: http::Uri = format!("{}/admin/keys", gateway.trim_end_matches('/')).parse().map_err(|e| format!("{e}"))?;
+    let body = r#"{"models":["*"],"rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000,"budget_usd":1000000000,"metadata":{"user":"bench","team":"bench"}}"#;
+    let host = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+    let stream = tokio::net::TcpStream::connect(&host).await.map_err(|e| format!("cannot reach {host}: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = http::Request::post(uri)
+        .header(http::header::HOST, host)
+        .header(http::header::AUTHORIZATION, format!("Bearer {master_key}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(bytes::Bytes::from_static(body.as_bytes())))
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| format!("POST /admin/keys: {e}"))?;
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("POST /admin/keys: {e}"))?;
+    match json.get("key").and_then(|k| k.as_str()) {
+        Some(key) if status.is_success() => Ok(key.to_owned()),
+        _ => Err(format!("POST /admin/keys answered {status}: {}", String::from_utf8_lossy(&bytes))),
     }
 }
 

@@ -91,8 +91,16 @@ async fn setup(args: &BenchArgs, pin: &Pinning) -> Result<Setup, String> {
         });
     }
     let mock = start_mock(&args.model, args.stream_chunks, None, pin)?;
-    let config = format!("listen: 127.0.0.1:0\nbackends:\n  - {{name: mock, url: '{}'}}\n", mock.url);
+    let mut config = format!("listen: 127.0.0.1:0\nbackends:\n  - {{name: mock, url: '{}'}}\n", mock.url);
+    if args.virtual_key {
+        config.push_str(&format!("auth: {{master_key: '{BENCH_MASTER_KEY}'}}\n"));
+    }
     let gateway = start_gateway(&config, pin)?;
+    if args.virtual_key {
+        let key = procs::create_key(&gateway.url, BENCH_MASTER_KEY).await?;
+        let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|e| e.to_string())?;
+        headers.push((http::header::AUTHORIZATION, value));
+    }
     Ok(Setup {
         direct: mock.url.clone(),
         target: gateway.url.clone(),
@@ -112,14 +120,27 @@ pub fn start_mock(model: &str, chunks: usize, port: Option<u16>, pin: &Pinning) 
     Proc::start("mock", &args, pin.mock.as_deref())
 }
 
+/// The master key of a gateway started with `--virtual-key` (loopback only, for the run's length).
+const BENCH_MASTER_KEY: &str = "bench-master-key-not-secret";
+
+/// Start `switchyard serve` with `config`, its usage database and journal in a scratch directory
+/// that is removed when the process is dropped (never the working directory's `switchyard.db`).
 pub fn start_gateway(config: &str, pin: &Pinning) -> Result<Proc, String> {
-    let path =
-        std::env::temp_dir().join(format!("switchyard-bench-{}-{}.yaml", std::process::id(), procs::free_port()?));
+    let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{}", std::process::id(), procs::free_port()?));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let config =
+        format!("{config}storage: {{url: 'sqlite://{0}/usage.db', usage_journal_dir: '{0}/journal'}}\n", dir.display());
+    let path = dir.join("gateway.yaml");
     std::fs::write(&path, config).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let args: Vec<String> = vec!["serve".into(), "--config".into(), path.display().to_string()];
     let proc = Proc::start("gateway", &args, pin.gateway.as_deref());
-    let _ = std::fs::remove_file(&path);
-    proc
+    match proc {
+        Ok(p) => Ok(p.with_scratch(dir)),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e)
+        }
+    }
 }
 
 /// How a phase drives load.
