@@ -46,7 +46,7 @@ pub enum GatewayError {
         message: String,
         code: &'static str,
         retry_after_secs: u64,
-        headers: Vec<(&'static str, String)>,
+        headers: Box<http::HeaderMap>,
     },
     /// Something broke inside the gateway (details are in the log, under the request id).
     Internal,

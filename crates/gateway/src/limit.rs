@@ -6,6 +6,8 @@ mod memory;
 
 use std::time::Duration;
 
+use http::{HeaderMap, HeaderName, HeaderValue};
+
 pub use budget::{period_end, period_start, BudgetPermit, Budgets, OverBudget};
 pub use memory::{MemoryLimiter, Permit};
 
@@ -39,31 +41,52 @@ pub struct RateLimited {
     pub snapshot: Snapshot,
 }
 
+static LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
+static REMAINING_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
+static RESET_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
+static LIMIT_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-limit-tokens");
+static REMAINING_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-tokens");
+static RESET_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-reset-tokens");
+
 impl Snapshot {
-    /// OpenAI-style headers: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
-    pub fn headers(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
+    /// OpenAI-style headers: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`. Written
+    /// straight into the response's map (every admitted request pays for this, so no strings).
+    pub fn insert_into(&self, headers: &mut HeaderMap) {
         if let Some((limit, remaining, reset)) = self.requests {
-            out.push(("x-ratelimit-limit-requests", limit.to_string()));
-            out.push(("x-ratelimit-remaining-requests", remaining.to_string()));
-            out.push(("x-ratelimit-reset-requests", format_reset(reset)));
+            headers.insert(&LIMIT_REQUESTS, HeaderValue::from(limit));
+            headers.insert(&REMAINING_REQUESTS, HeaderValue::from(remaining));
+            headers.insert(&RESET_REQUESTS, reset_value(reset));
         }
         if let Some((limit, remaining, reset)) = self.tokens {
-            out.push(("x-ratelimit-limit-tokens", limit.to_string()));
-            out.push(("x-ratelimit-remaining-tokens", remaining.to_string()));
-            out.push(("x-ratelimit-reset-tokens", format_reset(reset)));
+            headers.insert(&LIMIT_TOKENS, HeaderValue::from(limit));
+            headers.insert(&REMAINING_TOKENS, HeaderValue::from(remaining));
+            headers.insert(&RESET_TOKENS, reset_value(reset));
         }
-        out
     }
+
+    /// The same headers as a map of their own (for a refusal).
+    pub fn headers(&self) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        self.insert_into(&mut map);
+        map
+    }
+}
+
+fn reset_value(d: Duration) -> HeaderValue {
+    HeaderValue::from_str(&format_reset(d)).unwrap_or_else(|_| HeaderValue::from_static("0ms"))
 }
 
 /// `1.5s`, `12ms` — the format OpenAI uses in its reset headers.
 fn format_reset(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        let secs = format!("{:.3}", d.as_secs_f64());
-        format!("{}s", secs.trim_end_matches('0').trim_end_matches('.'))
+    // Integer arithmetic only: this runs for every admitted request of a limited key.
+    let ms = d.as_millis();
+    let (secs, frac) = (ms / 1000, ms % 1000);
+    match frac {
+        _ if secs == 0 => format!("{ms}ms"),
+        0 => format!("{secs}s"),
+        f if f % 100 == 0 => format!("{secs}.{}s", f / 100),
+        f if f % 10 == 0 => format!("{secs}.{:02}s", f / 10),
+        f => format!("{secs}.{f:03}s"),
     }
 }
 
@@ -76,5 +99,8 @@ mod tests {
         assert_eq!(format_reset(Duration::from_millis(12)), "12ms");
         assert_eq!(format_reset(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_reset(Duration::from_secs(60)), "60s");
+        assert_eq!(format_reset(Duration::from_millis(59_250)), "59.25s");
+        assert_eq!(format_reset(Duration::from_millis(1_005)), "1.005s");
+        assert_eq!(format_reset(Duration::from_micros(999_999)), "999ms");
     }
 }

@@ -86,8 +86,11 @@ impl Meter {
         self.budget = budget;
     }
 
-    pub fn take_permit_headers(&self) -> Vec<(&'static str, String)> {
-        self.permit.as_ref().map(|p| p.snapshot.headers()).unwrap_or_default()
+    /// The key's rate-limit state as of admission, as `x-ratelimit-*` headers.
+    pub fn insert_permit_headers(&self, headers: &mut http::HeaderMap) {
+        if let Some(p) = &self.permit {
+            p.snapshot.insert_into(headers);
+        }
     }
 
     /// The upstream answered: start watching its body.

@@ -67,11 +67,7 @@ pub fn error_response(e: &GatewayError) -> Response<GatewayBody> {
         if *retry_after_secs > 0 {
             h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
-        for (name, value) in headers {
-            if let Ok(v) = HeaderValue::from_str(value) {
-                h.insert(*name, v);
-            }
-        }
+        h.extend((**headers).clone());
     }
     if let GatewayError::Unauthorized { .. } = e {
         h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
