@@ -26,6 +26,7 @@ use crate::records::UsageRecord;
 pub mod extract;
 pub mod journal;
 pub mod reader;
+mod segment;
 pub mod sse;
 pub mod writer;
 

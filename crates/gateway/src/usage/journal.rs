@@ -1,12 +1,13 @@
 //! The usage journal: append-only JSON-lines files `DIR/usage-<generation>.journal`, written on
-//! the request path with one `write(2)` per record, and its checkpoint encoding.
+//! the request path with one `memcpy` per record (no system call), and its checkpoint encoding.
 //!
-//! Durability: every record is a single `write` to a file opened `O_APPEND`, with no userspace
-//! buffer, so once `append` returns the line is in the kernel's page cache and survives the
-//! process being killed (SIGKILL, OOM, panic=abort). It does not survive power loss unless the
-//! writer's periodic fsync ran (`Journal::sync`). A write that fails half-way leaves a torn line;
-//! the journal then moves to a new generation so no later record is glued to it (the reader
-//! skips the torn tail and counts it as corrupt).
+//! Durability: every record is copied whole into the file's shared mapping (`segment.rs`), so
+//! once `append` returns the line is in the kernel's page cache and survives the process being
+//! killed (SIGKILL, OOM, panic=abort). It does not survive power loss unless the writer's
+//! periodic fsync ran (`Journal::sync`). Readers in this process read only up to the published
+//! end of the data ([`Journal::written_end`]), so they never see a line being copied; a process
+//! killed in the middle of a copy leaves a torn last line, which the reader skips and counts as
+//! corrupt.
 //!
 //! Generations: each process start opens a new generation (one past the highest file present),
 //! and a generation is also sealed and a new one started, under the append lock, once it passes
@@ -19,9 +20,9 @@
 //! "sealed" rule. Give each instance its own directory.
 
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,6 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
+use super::segment::{trim_zero_tail, Segment};
 use super::UsageCounters;
 use crate::records::UsageRecord;
 
@@ -81,8 +83,10 @@ pub struct Journal {
     id: String,
     rotate_bytes: u64,
     active: Mutex<Active>,
-    /// The generation appends go to; only grows. Published after the previous one's last write.
+    /// The generation appends go to; only grows. Published after the previous one was sealed.
     generation: AtomicU64,
+    /// Encoded [`Checkpoint`] just past the last complete line: how far readers may read.
+    written_end: AtomicU64,
     /// The generation this process opened: anything below it was written by an earlier process.
     start_generation: u64,
     /// Files from this generation up may still need an fsync (used only by `sync`).
@@ -93,13 +97,10 @@ pub struct Journal {
 }
 
 struct Active {
-    file: File,
+    segment: Segment,
     generation: u64,
-    len: u64,
     /// Try the next rotation at this length (pushed back after a failed rotation).
     rotate_at: u64,
-    /// A write failed part-way: never append to this file again.
-    torn: bool,
 }
 
 thread_local! {
@@ -117,15 +118,20 @@ impl Journal {
             Some(&g) if g >= MAX_GENERATION => {
                 return Err(io::Error::other(format!("usage journal {} has run out of generations", dir.display())))
             }
-            Some(&g) => g + 1,
+            Some(&g) => {
+                // The previous process's file: if it was killed, the unwritten rest of its window is still there.
+                trim_zero_tail(&generation_path(&dir, g))?;
+                g + 1
+            }
             None => 0,
         };
-        let file = create_generation(&dir, generation)?;
+        let segment = Segment::create(&generation_path(&dir, generation))?;
         let rotate_bytes = options.rotate_bytes.clamp(1, MAX_OFFSET / 2);
         Ok(Arc::new(Journal {
             synced_marker: AtomicBool::new(dir.join(SYNCED_MARKER).exists()),
-            active: Mutex::new(Active { file, generation, len: 0, rotate_at: rotate_bytes, torn: false }),
+            active: Mutex::new(Active { segment, generation, rotate_at: rotate_bytes }),
             generation: AtomicU64::new(generation),
+            written_end: AtomicU64::new(Checkpoint { generation, offset: 0 }.encode()),
             start_generation: generation,
             unsynced_from: Mutex::new(generation),
             notify: Notify::new(),
@@ -136,7 +142,8 @@ impl Journal {
         }))
     }
 
-    /// Journal one record. One `write(2)`, no fsync, no await: safe on the request path. An error
+    /// Journal one record. One `memcpy`, no system call (but one per megabyte to map the next
+    /// window), no fsync, no await: safe on the request path. An error
     /// (disk full) means the record is lost; it is counted in `append_failed`.
     pub fn append(&self, record: &UsageRecord) -> io::Result<()> {
         let result = LINE.with(|cell| {
@@ -174,37 +181,20 @@ impl Journal {
 
     fn write_line(&self, line: &[u8]) -> io::Result<()> {
         let mut active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
-        if active.torn || active.len >= active.rotate_at {
+        if active.segment.len() >= active.rotate_at {
             if let Err(e) = self.rotate(&mut active) {
-                if active.torn {
-                    return Err(e);
-                }
-                active.rotate_at = active.len + (self.rotate_bytes / 8).max(4096);
+                let len = active.segment.len();
+                active.rotate_at = len + (self.rotate_bytes / 8).max(4096);
                 tracing::warn!(error = %e, "usage journal rotation failed; appending to the current file");
             }
         }
-        if active.len + line.len() as u64 > MAX_OFFSET {
+        if active.segment.len() + line.len() as u64 > MAX_OFFSET {
             return Err(io::Error::other("usage journal file is full"));
         }
-        let mut done = 0;
-        while done < line.len() {
-            match active.file.write(&line[done..]) {
-                Ok(0) => return Err(self.torn(&mut active, done, io::ErrorKind::WriteZero.into())),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.torn(&mut active, done, e)),
-            }
-        }
-        active.len += done as u64;
+        active.segment.append(line)?;
+        let end = Checkpoint { generation: active.generation, offset: active.segment.len() };
+        self.written_end.store(end.encode(), Ordering::Release);
         Ok(())
-    }
-
-    fn torn(&self, active: &mut Active, done: usize, error: io::Error) -> io::Error {
-        if done > 0 {
-            active.len += done as u64;
-            active.torn = true;
-        }
-        error
     }
 
     /// Seal the current generation and start the next. Called under the append lock.
@@ -213,15 +203,23 @@ impl Journal {
         if next > MAX_GENERATION {
             return Err(io::Error::other("usage journal has run out of generations"));
         }
-        active.file = create_generation(&self.dir, next)?;
+        let segment = Segment::create(&self.path(next))?;
+        // Cut the old file to its data before anyone can see that it is sealed.
+        let old = std::mem::replace(&mut active.segment, segment);
+        drop(old);
         active.generation = next;
-        active.len = 0;
         active.rotate_at = self.rotate_bytes;
-        active.torn = false;
         // After the sealed file's last write (program order under the lock): a reader that sees
-        // the new generation has every byte of the old one available.
+        // the new generation has every byte of the old one available, and no more.
+        self.written_end.store(Checkpoint { generation: next, offset: 0 }.encode(), Ordering::Release);
         self.generation.store(next, Ordering::Release);
         Ok(())
+    }
+
+    /// Just past the last complete line of the current generation. Lines below a sealed
+    /// generation's file length are all complete.
+    pub fn written_end(&self) -> Checkpoint {
+        Checkpoint::decode(self.written_end.load(Ordering::Acquire))
     }
 
     /// fsync every file written since the last call, and the directory (blocking: call from
@@ -236,7 +234,7 @@ impl Journal {
                 Err(e) => return Err(e),
             }
         }
-        let file = self.active.lock().unwrap_or_else(PoisonError::into_inner).file.try_clone()?;
+        let file = self.active.lock().unwrap_or_else(PoisonError::into_inner).segment.file().try_clone()?;
         file.sync_data()?;
         if current != *from {
             File::open(&self.dir)?.sync_all()?;
@@ -323,10 +321,6 @@ fn finite_copy(record: &UsageRecord) -> UsageRecord {
 
 fn generation_path(dir: &Path, generation: u64) -> PathBuf {
     dir.join(format!("{PREFIX}{generation:08}{SUFFIX}"))
-}
-
-fn create_generation(dir: &Path, generation: u64) -> io::Result<File> {
-    OpenOptions::new().append(true).create_new(true).open(generation_path(dir, generation))
 }
 
 fn list_generations(dir: &Path) -> io::Result<Vec<u64>> {

@@ -11,9 +11,10 @@
 //! file is replayed from the beginning. Files below a trusted checkpoint are fully stored and are
 //! deleted.
 //!
-//! Lines: a line without its `\n` is not taken. In the generation being appended to it is a
-//! write in progress and is read once complete; at the end of a sealed generation it is a torn
-//! write and is skipped (counted as corrupt). Lines that are complete but not a record are
+//! Lines: in the generation being appended to, the reader reads only up to the journal's
+//! published end of data, so it takes complete lines only (the file itself is longer: the rest of
+//! its mapped window is zeros). A line without its `\n` at the end of a sealed generation is a
+//! torn write (the process was killed mid-copy) and is skipped (counted as corrupt). Lines that are complete but not a record are
 //! handed to the caller, which counts them.
 
 use std::fs::File;
@@ -100,9 +101,10 @@ impl JournalReader {
             // Need more bytes: keep only the incomplete tail.
             self.buf.drain(..self.start);
             self.start = 0;
-            // Read the seal before the file: if it was sealed then, this read sees its last byte.
-            let sealed = self.journal.generation() > self.generation;
-            if self.fill_buf()? > 0 {
+            // Read the end before the file: if it was sealed then, this read sees its last byte.
+            let end = self.journal.written_end();
+            let sealed = end.generation > self.generation;
+            if self.fill_buf(if sealed { u64::MAX } else { end.offset })? > 0 {
                 continue;
             }
             if !sealed || !self.advance()? {
@@ -111,9 +113,15 @@ impl JournalReader {
         }
     }
 
-    fn fill_buf(&mut self) -> io::Result<usize> {
+    /// Read more of the file, but not past file offset `limit`.
+    fn fill_buf(&mut self, limit: u64) -> io::Result<usize> {
         let old = self.buf.len();
-        self.buf.resize(old + CHUNK, 0);
+        let file_pos = self.offset + (old - self.start) as u64;
+        let want = limit.saturating_sub(file_pos).min(CHUNK as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        self.buf.resize(old + want, 0);
         let read = loop {
             match self.file.read(&mut self.buf[old..]) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

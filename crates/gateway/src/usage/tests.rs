@@ -1,6 +1,5 @@
 //! Tests of the usage journal and its reader on real files; shared fixtures for the writer tests.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -68,8 +67,15 @@ fn read_all(reader: &mut JournalReader) -> Vec<(u64, UsageRecord)> {
     }
 }
 
-fn append_raw(journal: &Journal, generation: u64, bytes: &[u8]) {
-    std::fs::OpenOptions::new().append(true).open(journal.path(generation)).unwrap().write_all(bytes).unwrap();
+/// Write bytes into a journal file at `offset`, behind the journal's back.
+fn write_raw(journal: &Journal, generation: u64, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(journal.path(generation))
+        .unwrap()
+        .write_all_at(bytes, offset)
+        .unwrap();
 }
 
 #[test]
@@ -99,29 +105,32 @@ fn append_then_read_round_trips() {
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
     let read = read_all(&mut reader);
     assert_eq!(read.into_iter().map(|(_, r)| r).collect::<Vec<_>>(), records);
-    let len = std::fs::metadata(journal.path(0)).unwrap().len();
-    assert_eq!(reader.position(), Checkpoint { generation: 0, offset: len });
-    // One line per record, each a single JSON object.
-    let text = std::fs::read_to_string(journal.path(0)).unwrap();
+    assert_eq!(reader.position(), journal.written_end());
+    // Closed, the file is cut to its data: one line per record, each a single JSON object.
+    let (path, end) = (journal.path(0), journal.written_end().offset);
+    drop((reader, journal));
+    let text = std::fs::read_to_string(path).unwrap();
+    assert_eq!(text.len() as u64, end);
     assert_eq!(text.lines().count(), 25);
     assert!(text.ends_with("}\n"));
 }
 
 #[test]
-fn a_torn_last_line_waits_until_complete() {
-    let dir = TempDir::new("torn");
+fn the_reader_stops_at_the_published_end_of_the_current_file() {
+    let dir = TempDir::new("published");
     let journal = open(&dir, 1 << 20);
     journal.append(&record("a")).unwrap();
-    let mut line = serde_json::to_vec(&record("b")).unwrap();
-    line.push(b'\n');
-    let (head, rest) = line.split_at(40);
-    append_raw(&journal, 0, head);
+    // Bytes past the published end (a copy in progress, as far as a reader can tell) are not taken,
+    // even when they look like a complete line.
+    let mut ghost = serde_json::to_vec(&record("ghost")).unwrap();
+    ghost.push(b'\n');
+    write_raw(&journal, 0, journal.written_end().offset, &ghost);
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
-    assert_eq!(read_all(&mut reader).len(), 1);
+    assert_eq!(read_all(&mut reader).into_iter().map(|(_, r)| r.id).collect::<Vec<_>>(), ["a"]);
     let after_a = reader.position();
-    assert_eq!(read_all(&mut reader).len(), 0, "the torn line is not taken");
+    assert_eq!(read_all(&mut reader).len(), 0);
     assert_eq!(reader.position(), after_a);
-    append_raw(&journal, 0, rest);
+    journal.append(&record("b")).unwrap();
     assert_eq!(read_all(&mut reader).into_iter().map(|(_, r)| r.id).collect::<Vec<_>>(), ["b"]);
     assert_eq!(journal.counters().corrupt.load(Relaxed), 0);
 }
@@ -131,10 +140,14 @@ fn a_torn_tail_of_an_old_generation_is_skipped_and_counted() {
     let dir = TempDir::new("torn-old");
     let first = open(&dir, 1 << 20);
     first.append(&record("a")).unwrap();
-    append_raw(&first, 0, b"{\"id\":\"half");
-    drop(first);
-    // Restart (the process was killed mid-write): a new generation, the old one is sealed.
+    // Killed in the middle of copying the next line: half a line, then the zeros of the mapped window.
+    let end = first.written_end().offset;
+    write_raw(&first, 0, end, b"{\"id\":\"half");
+    std::mem::forget(first);
+    assert!(std::fs::metadata(dir.path().join("usage-00000000.journal")).unwrap().len() > end + 11);
+    // Restart: a new generation; the old one is cut to its data and sealed.
     let journal = open(&dir, 1 << 20);
+    assert_eq!(std::fs::metadata(journal.path(0)).unwrap().len(), end + 11);
     assert_eq!((journal.start_generation(), journal.generation()), (1, 1));
     journal.append(&record("b")).unwrap();
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
