@@ -1,4 +1,15 @@
-//! Wire types of the APIs Switchyard speaks. Serde only: no runtime, no I/O.
+//! Wire types of the APIs Switchyard speaks, and pure translations between them through one
+//! internal model of a chat exchange (`chat`). Serde only: no runtime, no I/O.
 
+pub mod anthropic;
+pub mod chat;
+pub mod embed;
+pub mod error;
+mod frames;
+mod json;
 pub mod ollama;
 pub mod openai;
+pub mod openai_chat;
+pub mod openai_embeddings;
+pub mod responses;
+mod wire;

@@ -1,6 +1,30 @@
-//! Ollama native wire types the gateway reads: the model list from `GET /api/tags`.
+//! Ollama's native API: the model list the gateway reads from `GET /api/tags`, and `/api/chat`,
+//! `/api/generate` and `/api/embed` (requests, responses, NDJSON streams, errors) to and from the
+//! internal model.
+
+mod catalog;
+mod chat_request;
+mod embed;
+mod generate;
+mod options;
+mod response;
+mod stream_decode;
+mod stream_encode;
+mod time;
+
+pub use catalog::{encode_ps, encode_tags, encode_version};
+pub use chat_request::{decode_chat_request, encode_chat_request};
+pub use embed::{decode_embed_request, decode_embed_response, encode_embed_request, encode_embed_response};
+pub use generate::{decode_generate_request, encode_generate_request};
+pub use response::{decode_response, encode_response, Endpoint};
+pub use stream_decode::NdjsonDecoder;
+pub use stream_encode::NdjsonEncoder;
 
 use serde::Deserialize;
+
+use crate::error::{ApiError, ErrorKind};
+
+pub(crate) const API: &str = "Ollama";
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
 pub struct TagList {
@@ -12,6 +36,29 @@ pub struct TagList {
 pub struct Tag {
     /// Ollama sends both `name` and `model`; older versions only `name`.
     pub name: String,
+}
+
+/// `{"error":"..."}`, Ollama's error body. Ollama names no kind of error: the caller knows the
+/// HTTP status (see `ErrorKind::status`).
+pub fn encode_error(error: &ApiError) -> Vec<u8> {
+    let mut out = Vec::with_capacity(error.message.len() + 12);
+    out.extend_from_slice(b"{\"error\":");
+    crate::json::push_str(&mut out, &error.message);
+    out.push(b'}');
+    out
+}
+
+#[derive(Deserialize)]
+struct WireError<'a> {
+    #[serde(borrow)]
+    error: crate::json::Text<'a>,
+}
+
+/// The message of an Ollama-shaped error body; the kind is `InvalidRequest` until the caller
+/// applies the HTTP status (as `ApiError::from_upstream` does).
+pub fn decode_error(body: &[u8]) -> Option<ApiError> {
+    let wire: WireError<'_> = serde_json::from_slice(body).ok()?;
+    Some(ApiError::new(ErrorKind::InvalidRequest, wire.error.into_owned()))
 }
 
 #[cfg(test)]
