@@ -43,8 +43,12 @@ impl std::error::Error for ConfigError {}
 pub enum BackendKind {
     /// Any OpenAI-compatible server: vLLM, llama.cpp, SGLang, LM Studio, OpenAI itself.
     OpenAi,
-    /// Ollama, reached through its OpenAI-compatible `/v1` API; models listed by `/api/tags`.
+    /// Ollama: its native API (`/api/chat`, `/api/generate`, `/api/embed`) for Ollama clients,
+    /// its OpenAI-compatible `/v1` API for the rest; models listed by `/api/tags`.
     Ollama,
+    /// The Anthropic Messages API (`x-api-key` + `anthropic-version`); every other API is
+    /// translated to it.
+    Anthropic,
 }
 
 impl BackendKind {
@@ -52,6 +56,7 @@ impl BackendKind {
         match self {
             BackendKind::OpenAi => "openai",
             BackendKind::Ollama => "ollama",
+            BackendKind::Anthropic => "anthropic",
         }
     }
     /// The path probed for health, which also lists the backend's models.
@@ -59,6 +64,7 @@ impl BackendKind {
         match self {
             BackendKind::OpenAi => "/v1/models",
             BackendKind::Ollama => "/api/tags",
+            BackendKind::Anthropic => "/v1/models",
         }
     }
 }

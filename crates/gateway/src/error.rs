@@ -4,10 +4,15 @@
 
 use bytes::Bytes;
 use http::StatusCode;
+use switchyard_protocol::chat::{Api, ApiError, ErrorKind, TranslateError};
 use switchyard_protocol::openai::{ErrorBody, ErrorDetail};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum GatewayError {
+    /// A backend answered with a body the gateway could not translate for the client.
+    BadGateway {
+        message: String,
+    },
     /// Malformed JSON or a missing/ill-typed field.
     BadRequest {
         message: String,
@@ -71,6 +76,7 @@ impl GatewayError {
             GatewayError::Forbidden { .. } => StatusCode::FORBIDDEN,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            GatewayError::BadGateway { .. } => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -90,6 +96,7 @@ impl GatewayError {
             GatewayError::Forbidden { .. } => "forbidden",
             GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::Internal => "internal",
+            GatewayError::BadGateway { .. } => "bad_gateway",
         }
     }
 
@@ -144,6 +151,7 @@ impl GatewayError {
                 None,
                 Some("internal_error"),
             ),
+            GatewayError::BadGateway { message } => (message.clone(), "server_error", None, Some("bad_gateway")),
         };
         ErrorBody {
             error: ErrorDetail {
@@ -157,6 +165,23 @@ impl GatewayError {
 
     pub fn to_json(&self) -> Bytes {
         Bytes::from(serde_json::to_vec(&self.to_body()).unwrap_or_default())
+    }
+
+    /// The error body in the shape of the client's API (OpenAI's, Anthropic's or Ollama's).
+    pub fn render(&self, api: Api) -> Bytes {
+        if matches!(api, Api::OpenAiChat | Api::Responses) {
+            return self.to_json();
+        }
+        let detail = self.to_body().error;
+        let mut error = ApiError::new(ErrorKind::from_status(self.status().as_u16()), detail.message);
+        error.param = detail.param;
+        error.code = detail.code;
+        Bytes::from(crate::translate::encode_error(api, &error))
+    }
+
+    /// A request the translation refused: a 400 naming the field or the unsupported feature.
+    pub fn from_translate(e: &TranslateError) -> Self {
+        GatewayError::BadRequest { message: e.to_string(), param: None }
     }
 }
 

@@ -17,6 +17,7 @@ pub mod records;
 pub mod route;
 pub mod server;
 pub mod store;
+pub mod translate;
 pub mod upstream;
 pub mod usage;
 

@@ -13,12 +13,33 @@ pub enum Endpoint {
     Completions,
     Embeddings,
     Models,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
+    /// Anthropic Messages (`POST /v1/messages`).
+    Messages,
+    /// Anthropic `POST /v1/messages/count_tokens`.
+    CountTokens,
+    /// Ollama `POST /api/chat`, `/api/generate`, `/api/embed`.
+    OllamaChat,
+    OllamaGenerate,
+    OllamaEmbed,
     Other,
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 5] =
-        [Endpoint::ChatCompletions, Endpoint::Completions, Endpoint::Embeddings, Endpoint::Models, Endpoint::Other];
+    const ALL: [Endpoint; 11] = [
+        Endpoint::ChatCompletions,
+        Endpoint::Completions,
+        Endpoint::Embeddings,
+        Endpoint::Models,
+        Endpoint::Responses,
+        Endpoint::Messages,
+        Endpoint::CountTokens,
+        Endpoint::OllamaChat,
+        Endpoint::OllamaGenerate,
+        Endpoint::OllamaEmbed,
+        Endpoint::Other,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -26,24 +47,24 @@ impl Endpoint {
             Endpoint::Completions => "completions",
             Endpoint::Embeddings => "embeddings",
             Endpoint::Models => "models",
+            Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+            Endpoint::CountTokens => "count_tokens",
+            Endpoint::OllamaChat => "ollama_chat",
+            Endpoint::OllamaGenerate => "ollama_generate",
+            Endpoint::OllamaEmbed => "ollama_embed",
             Endpoint::Other => "other",
         }
     }
 
-    /// Upstream path under the backend's base URL.
-    pub fn upstream_path(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "/v1/chat/completions",
-            Endpoint::Completions => "/v1/completions",
-            Endpoint::Embeddings => "/v1/embeddings",
-            Endpoint::Models => "/v1/models",
-            Endpoint::Other => "/",
-        }
+    /// Whether requests here are forwarded to a backend (a POST with a `model`).
+    pub fn is_proxied(self) -> bool {
+        !matches!(self, Endpoint::Models | Endpoint::Other)
     }
 }
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 17] = [
+const ERROR_KINDS: [&str; 19] = [
     "not_found",
     "unauthorized",
     "forbidden",
@@ -57,6 +78,8 @@ const ERROR_KINDS: [&str; 17] = [
     "model_not_found",
     "no_healthy_backend",
     "upstream_timeout",
+    "bad_gateway",
+    "unsupported_feature",
     "upstream_connect",
     "upstream_status",
     "stream_aborted",

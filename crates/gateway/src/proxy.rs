@@ -3,6 +3,12 @@
 //! headers and first body frame have arrived, so a backend that dies during prefill, or drops
 //! the connection before its body, costs the client nothing. Attempts are bounded by
 //! `routing.max_attempts` and by the request deadline (`timeouts.request`).
+//!
+//! Each attempt is planned for the backend it goes to (`translate::plan`): the client's bytes
+//! pass through when the backend speaks the client's API, else the request is translated for
+//! it (`proxy/translation.rs`) and the answer translated back.
+
+mod translation;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -25,7 +31,9 @@ use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit};
 use crate::metrics::Endpoint;
 use crate::route::backend::{now_ms, Backend, InFlight};
 use crate::route::SelectError;
-use crate::usage::inject_include_usage;
+use crate::translate::{self, Plan, StreamTranslator, Wire};
+use crate::usage::{inject_include_usage, Tokens};
+use translation::{Bodies, BodyError};
 
 pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
 static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
@@ -38,6 +46,7 @@ struct Answer {
     first: Option<Frame<Bytes>>,
     guard: InFlight,
     ttfb: Duration,
+    plan: Plan,
 }
 
 enum AttemptError {
@@ -58,9 +67,11 @@ pub async fn forward(
     let mut routed = parse_request(endpoint, body, &app.config)?;
     let permit = admit(app, &principal, &routed)?;
     let budget = reserve_budget(app, &principal, &routed).await?;
+    let client_body = routed.body.clone();
+    let mut bodies = Bodies::new(endpoint, &client_body, &routed.model);
     // For usage on streams the client did not ask it for, ask upstream and hide it on the way back.
     let mut strip_usage_chunk = false;
-    if routed.stream && endpoint != Endpoint::Embeddings {
+    if routed.stream && matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions) {
         if let Some(body) = inject_include_usage(&routed.body) {
             routed.body = body;
             strip_usage_chunk = true;
@@ -78,6 +89,12 @@ pub async fn forward(
             started,
         )
     });
+    if endpoint == Endpoint::CountTokens {
+        if let Some(m) = meter.as_mut() {
+            m.uncharged();
+        }
+    }
+    let context = translation::response_context(request_id);
     let mut permit = match meter.as_mut() {
         Some(m) => {
             m.set_permit(permit, budget);
@@ -104,10 +121,43 @@ pub async fn forward(
             }
             Err(SelectError::NoneAvailable) => break,
         };
+        tried.push(backend.id);
+        let plan = translate::plan(endpoint, backend.kind());
+        let (wire, upstream_body) = match plan {
+            Plan::Pass(wire) => (wire, routed.body.clone()),
+            Plan::Translate(wire) => match bodies.encode(wire) {
+                Ok(body) => (wire, body),
+                Err(BodyError::Request(e)) => {
+                    let e = GatewayError::from_translate(&e);
+                    if let Some(m) = meter.as_mut() {
+                        m.failed(e.status().as_u16());
+                    }
+                    return Err(e);
+                }
+                Err(BodyError::Wire(e)) => {
+                    app.metrics.count_error("unsupported_feature");
+                    failure = Some(GatewayError::from_translate(&e));
+                    continue;
+                }
+            },
+            Plan::Local => {
+                if let Some(m) = meter.as_mut() {
+                    m.failed(200);
+                }
+                return translation::count_tokens_locally(&mut bodies);
+            }
+            Plan::Unsupported(feature) => {
+                app.metrics.count_error("unsupported_feature");
+                failure = Some(GatewayError::bad_request(
+                    format!("backend `{}` ({}) cannot serve {feature}", backend.name(), backend.kind().as_str()),
+                    None,
+                ));
+                continue;
+            }
+        };
         if attempt > 0 {
             app.metrics.retries.fetch_add(1, Relaxed);
         }
-        tried.push(backend.id);
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             failure = Some(GatewayError::UpstreamTimeout);
@@ -116,7 +166,7 @@ pub async fn forward(
         let guard = backend.start();
         let sent = Instant::now();
         let limit = remaining.min(app.config.timeouts.first_byte);
-        let outcome = attempt_once(app, &backend, endpoint, &routed, &parts.headers, request_id, limit).await;
+        let outcome = attempt_once(app, &backend, wire, upstream_body, &parts.headers, request_id, limit).await;
         let ttfb = sent.elapsed();
         upstream_wait += ttfb;
         match outcome {
@@ -131,13 +181,15 @@ pub async fn forward(
                 } else {
                     backend.health.on_success();
                 }
-                let answer = Answer { parts, body, first, guard, ttfb };
+                let answer = Answer { parts, body, first, guard, ttfb, plan };
                 if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
                     held = Some(answer);
                     continue;
                 }
                 let metering = Metering { meter, permit, strip_usage_chunk };
-                return Ok(respond(app, answer, started, upstream_wait, routed.stream, metering));
+                let call =
+                    Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, context: &context };
+                return respond(app, answer, call, metering, &mut bodies).await;
             }
             Err(AttemptError::Transport) => {
                 app.metrics.count_error("upstream_connect");
@@ -154,7 +206,8 @@ pub async fn forward(
     }
     if let Some(answer) = held {
         let metering = Metering { meter, permit, strip_usage_chunk };
-        return Ok(respond(app, answer, started, upstream_wait, routed.stream, metering));
+        let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, context: &context };
+        return respond(app, answer, call, metering, &mut bodies).await;
     }
     let e = failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model });
     // Nothing was generated: give the token reservation back (the meter settles to 0 tokens).
@@ -246,22 +299,22 @@ fn admit(app: &App, principal: &Principal, routed: &RoutedRequest) -> Result<Opt
 async fn attempt_once(
     app: &App,
     backend: &Arc<Backend>,
-    endpoint: Endpoint,
-    routed: &RoutedRequest,
+    wire: Wire,
+    body: Bytes,
     client_headers: &HeaderMap,
     request_id: &HeaderValue,
     limit: Duration,
 ) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
-    let uri = backend.target(endpoint).cloned().ok_or(AttemptError::Transport)?;
+    let uri = backend.target(wire).cloned().ok_or(AttemptError::Transport)?;
     let mut req =
         Request::post(uri).header(header::CONTENT_TYPE, "application/json").header(&REQUEST_ID, request_id.clone());
     if let Some(accept) = client_headers.get(header::ACCEPT) {
         req = req.header(header::ACCEPT, accept.clone());
     }
-    if let Some(auth) = &backend.auth_header {
-        req = req.header(header::AUTHORIZATION, auth.clone());
+    for (name, value) in &backend.auth_headers {
+        req = req.header(name, value.clone());
     }
-    let req = req.body(Full::new(routed.body.clone())).map_err(|_| AttemptError::Transport)?;
+    let req = req.body(Full::new(body)).map_err(|_| AttemptError::Transport)?;
     let exchange = async {
         let resp = app.client.request(req).await.map_err(|e| {
             tracing::debug!(backend = backend.name(), error = %e, "upstream request failed");
@@ -281,46 +334,141 @@ async fn attempt_once(
     tokio::time::timeout(limit, exchange).await.map_err(|_| AttemptError::Timeout)?
 }
 
-fn respond(
-    app: &App,
-    answer: Answer,
+/// What the response to one call needs to know about it.
+struct Call<'a> {
+    endpoint: Endpoint,
+    stream: bool,
     started: Instant,
     upstream_wait: Duration,
-    stream: bool,
+    deadline: Instant,
+    context: &'a switchyard_protocol::chat::ResponseContext,
+}
+
+async fn respond(
+    app: &App,
+    answer: Answer,
+    call: Call<'_>,
     metering: Metering,
-) -> Response<GatewayBody> {
-    let Answer { parts, body, first, guard, ttfb } = answer;
+    bodies: &mut Bodies<'_>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let Answer { parts, body, first, guard, ttfb, plan } = answer;
+    let Call { endpoint, stream, started, mut upstream_wait, deadline, context } = call;
+    let Metering { mut meter, permit, strip_usage_chunk } = metering;
+    let translated = matches!(plan, Plan::Translate(_));
     let sse = stream
         || parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    // A translated answer that is not a stream (or is an error) is read whole and re-rendered.
+    if let Plan::Translate(wire) = plan {
+        if !stream || !parts.status.is_success() {
+            let waiting = Instant::now();
+            let limit = deadline.saturating_duration_since(waiting);
+            let read = translation::translate_whole(endpoint, wire, parts.status, first, body, limit, context, bodies);
+            let result = read.await;
+            upstream_wait += waiting.elapsed();
+            let whole = match result {
+                Ok(whole) => whole,
+                Err(e) => {
+                    if let Some(m) = meter.as_mut() {
+                        m.failed(e.status().as_u16());
+                    }
+                    return Err(e);
+                }
+            };
+            return Ok(respond_whole(app, whole, parts, guard, ttfb, started, upstream_wait, meter, permit));
+        }
+    }
     let overhead = started.elapsed().saturating_sub(upstream_wait);
     app.metrics.overhead.observe(overhead);
     app.metrics.upstream_ttfb.observe(ttfb);
     let backend_name = guard.backend().name_header.clone();
 
-    let Metering { mut meter, permit, strip_usage_chunk } = metering;
     let mut resp = Response::new(());
     match (&meter, &permit) {
         (Some(m), _) => m.insert_permit_headers(resp.headers_mut()),
         (None, Some(p)) => p.snapshot.insert_into(resp.headers_mut()),
         (None, None) => {}
     }
+    let translator = match plan {
+        Plan::Translate(wire) => {
+            let decoded = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
+            StreamTranslator::translate(endpoint, wire, context.clone(), decoded)
+        }
+        // Same API but not OpenAI's: read the stream's usage without touching it.
+        Plan::Pass(wire @ (Wire::Anthropic | Wire::OllamaChat | Wire::OllamaGenerate)) if stream => {
+            StreamTranslator::observe(wire, context.clone())
+        }
+        _ => None,
+    };
     if let Some(m) = meter.as_mut() {
-        m.answered(guard.backend().name(), parts.status.as_u16(), sse, strip_usage_chunk);
+        m.answered(guard.backend().name(), parts.status.as_u16(), sse, strip_usage_chunk, translator.is_none());
     }
     let completion = Completion { guard, metrics: app.metrics.clone(), started, permit, meter };
-    let relay = RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion);
+    let relay =
+        RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion).with_translator(translator);
     let mut resp = resp.map(|()| Either::Right(relay));
     *resp.status_mut() = parts.status;
     let headers = resp.headers_mut();
     headers.reserve(parts.headers.len() + 3);
     for (name, value) in parts.headers.iter() {
-        // An SSE body may change length on the way (usage chunk stripped, error event added).
-        if !(is_hop_by_hop(name) || sse && name == header::CONTENT_LENGTH) {
+        // An SSE body may change length on the way (usage chunk stripped, error event added);
+        // a translated one changes shape too.
+        let replaced = translated && (name == header::CONTENT_TYPE || name == header::CONTENT_LENGTH);
+        if !(is_hop_by_hop(name) || sse && name == header::CONTENT_LENGTH || replaced) {
             headers.append(name, value.clone());
         }
     }
+    if translated {
+        headers.insert(header::CONTENT_TYPE, translation::content_type(endpoint, stream));
+    }
     headers.insert(&BACKEND_HEADER, backend_name);
     headers.insert(&SERVER_TIMING, server_timing(overhead, upstream_wait));
+    Ok(resp)
+}
+
+/// A translated answer read whole: metered, and sent as one body.
+#[allow(clippy::too_many_arguments)]
+fn respond_whole(
+    app: &App,
+    whole: translation::WholeAnswer,
+    parts: http::response::Parts,
+    guard: InFlight,
+    ttfb: Duration,
+    started: Instant,
+    upstream_wait: Duration,
+    mut meter: Option<Meter>,
+    permit: Option<Permit>,
+) -> Response<GatewayBody> {
+    let overhead = started.elapsed().saturating_sub(upstream_wait);
+    app.metrics.overhead.observe(overhead);
+    app.metrics.upstream_ttfb.observe(ttfb);
+    let mut resp = translation::json_response(whole.status, whole.body.to_vec());
+    let headers = resp.headers_mut();
+    for (name, value) in parts.headers.iter() {
+        if !(is_hop_by_hop(name) || name == header::CONTENT_TYPE || name == header::CONTENT_LENGTH) {
+            headers.append(name, value.clone());
+        }
+    }
+    match (&meter, &permit) {
+        (Some(m), _) => m.insert_permit_headers(headers),
+        (None, Some(p)) => p.snapshot.insert_into(headers),
+        (None, None) => {}
+    }
+    headers.insert(&BACKEND_HEADER, guard.backend().name_header.clone());
+    headers.insert(&SERVER_TIMING, server_timing(overhead, upstream_wait));
+    if let Some(m) = meter.as_mut() {
+        m.answered(guard.backend().name(), whole.status.as_u16(), false, false, false);
+        let tokens = whole.usage.map(|u| Tokens {
+            prompt: u.prompt_tokens,
+            completion: u.completion_tokens,
+            total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
+        });
+        m.report_usage(tokens, 0);
+        // Recorded before the client sees the answer, like a relayed body's end.
+        m.record_now();
+    }
+    // The permit (parallel slot) and the in-flight guard end with the answer, which is complete.
+    drop((permit, guard));
+    app.metrics.duration.observe(started.elapsed());
     resp
 }
 

@@ -22,6 +22,9 @@ pub struct RoutingFields<'a> {
     pub max_tokens: Option<serde_json::Value>,
     #[serde(default)]
     pub max_completion_tokens: Option<serde_json::Value>,
+    /// The Responses API's spelling.
+    #[serde(default)]
+    pub max_output_tokens: Option<serde_json::Value>,
 }
 
 /// `{"error": {...}}`, the error body every OpenAI-compatible client understands.

@@ -307,7 +307,13 @@ fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Res
     let kind = match b.kind.as_str() {
         "openai" => BackendKind::OpenAi,
         "ollama" => BackendKind::Ollama,
-        other => return Err(ConfigError::at(at("type"), format!("unknown backend type `{other}` (openai, ollama)"))),
+        "anthropic" => BackendKind::Anthropic,
+        other => {
+            return Err(ConfigError::at(
+                at("type"),
+                format!("unknown backend type `{other}` (openai, ollama, anthropic)"),
+            ))
+        }
     };
     let weight = b.weight.unwrap_or(1);
     if weight == 0 {

@@ -32,6 +32,12 @@ pub struct Meter {
     tap: Option<Tap>,
     permit: Option<Permit>,
     budget: Option<BudgetPermit>,
+    /// Usage read by the relay itself (a translated or observed stream, a translated body).
+    reported: Option<Tokens>,
+    /// Generated characters the relay saw, for an estimate when nothing was reported.
+    reported_chars: usize,
+    /// Not billable (token counting): recorded with zero tokens.
+    uncharged: bool,
     recorded: bool,
 }
 
@@ -77,8 +83,22 @@ impl Meter {
             tap: None,
             permit: None,
             budget: None,
+            reported: None,
+            reported_chars: 0,
+            uncharged: false,
             recorded: false,
         }
+    }
+
+    /// Usage read elsewhere (by a translator): used instead of a tap's.
+    pub fn report_usage(&mut self, tokens: Option<Tokens>, generated_chars: usize) {
+        self.reported = tokens;
+        self.reported_chars = generated_chars;
+    }
+
+    /// This request costs nothing (token counting): record it with zero tokens.
+    pub fn uncharged(&mut self) {
+        self.uncharged = true;
     }
 
     pub fn set_permit(&mut self, permit: Option<Permit>, budget: Option<BudgetPermit>) {
@@ -93,10 +113,15 @@ impl Meter {
         }
     }
 
-    /// The upstream answered: start watching its body.
-    pub fn answered(&mut self, backend: &str, status: u16, sse: bool, strip_usage_chunk: bool) {
+    /// The upstream answered: start watching its body (unless `tap` is false: the relay reads
+    /// usage itself and reports it).
+    pub fn answered(&mut self, backend: &str, status: u16, sse: bool, strip_usage_chunk: bool, tap: bool) {
         self.record.backend = Some(backend.to_owned());
         self.record.status = status;
+        if !tap {
+            self.tap = None;
+            return;
+        }
         self.tap = Some(if sse {
             Tap::Sse(SseUsageTap::new(strip_usage_chunk))
         } else {
@@ -144,13 +169,14 @@ impl Meter {
         let reported = match &mut self.tap {
             Some(Tap::Sse(tap)) => tap.usage(),
             Some(Tap::Body(tap)) => tap.finish(),
-            None => None,
+            None => self.reported,
         };
-        let answered = self.record.status != 0 && self.record.status < 400;
-        let had_usage = reported.is_some();
-        let tokens = reported.unwrap_or_else(|| {
+        let answered = self.record.status != 0 && self.record.status < 400 && !self.uncharged;
+        let had_usage = reported.is_some() || self.uncharged;
+        let tokens = reported.filter(|_| !self.uncharged).unwrap_or_else(|| {
             let completion = match &self.tap {
                 Some(Tap::Sse(tap)) => estimate_tokens(tap.content_chars()),
+                None if answered => estimate_tokens(self.reported_chars),
                 _ => 0,
             };
             let prompt = if answered { self.prompt_estimate } else { 0 };

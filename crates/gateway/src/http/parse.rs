@@ -58,23 +58,31 @@ pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result
     if model.is_empty() {
         return Err(GatewayError::bad_request("`model` must not be empty", Some("model")));
     }
+    // Ollama streams unless told not to; every other API only when asked.
+    let stream_default = matches!(endpoint, Endpoint::OllamaChat | Endpoint::OllamaGenerate);
     let stream = match &fields.stream {
-        None | Some(serde_json::Value::Null) => false,
+        None | Some(serde_json::Value::Null) => stream_default,
         Some(serde_json::Value::Bool(b)) => *b,
         Some(_) => return Err(GatewayError::bad_request("`stream` must be a boolean", Some("stream"))),
     };
     let (field, name, must_be_array) = match endpoint {
-        Endpoint::ChatCompletions => (fields.messages, "messages", true),
+        Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::CountTokens | Endpoint::OllamaChat => {
+            (fields.messages, "messages", true)
+        }
         Endpoint::Completions => (fields.prompt, "prompt", false),
-        Endpoint::Embeddings => (fields.input, "input", false),
-        Endpoint::Models | Endpoint::Other => (None, "", false),
+        Endpoint::Embeddings | Endpoint::OllamaEmbed | Endpoint::Responses => (fields.input, "input", false),
+        // Ollama's generate may come without a prompt (it loads the model).
+        Endpoint::OllamaGenerate | Endpoint::Models | Endpoint::Other => (None, "", false),
     };
     if !name.is_empty() {
         check_required(field, name, must_be_array)?;
     }
     let resolved = config.resolve_alias(&model).to_owned();
     let body = if resolved != model { rewrite_model(&body, raw_model, &resolved)? } else { body.clone() };
-    let max_tokens = [&fields.max_tokens, &fields.max_completion_tokens].into_iter().flatten().find_map(|v| v.as_u64());
+    let max_tokens = [&fields.max_tokens, &fields.max_completion_tokens, &fields.max_output_tokens]
+        .into_iter()
+        .flatten()
+        .find_map(|v| v.as_u64());
     Ok(RoutedRequest { model: resolved, requested: model.into_owned(), max_tokens, stream, body })
 }
 

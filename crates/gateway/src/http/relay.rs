@@ -3,7 +3,8 @@
 //! the client is never retried: an SSE stream ends with a final `data: {"error": ...}` event,
 //! other bodies end with an error (the client sees a truncated response). Its `Completion`
 //! releases the in-flight slot and records the request's duration when the body ends or the
-//! client goes away.
+//! client goes away. With a `StreamTranslator` the frames are re-encoded in the client's API on
+//! the way (or, when observing, only read for the usage they report).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +22,8 @@ use super::metering::Meter;
 use crate::error::{sse_error_event, GatewayError};
 use crate::metrics::Metrics;
 use crate::route::backend::InFlight;
+use crate::translate::StreamTranslator;
+use crate::usage::Tokens;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -60,6 +63,7 @@ pin_project! {
         idle_timeout: Duration,
         sse: bool,
         done: bool,
+        translator: Option<StreamTranslator>,
         completion: Completion,
     }
 }
@@ -79,8 +83,40 @@ impl RelayBody {
             idle: tokio::time::sleep(idle_timeout),
             idle_timeout,
             sse,
+            translator: None,
             completion,
         }
+    }
+
+    pub fn with_translator(mut self, translator: Option<StreamTranslator>) -> Self {
+        self.translator = translator;
+        self
+    }
+}
+
+/// A data frame through the translator, if any: translated bytes (possibly none yet), or the
+/// same bytes after reading them (observe mode).
+fn translate_frame(translator: &mut Option<StreamTranslator>, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
+    let Some(t) = translator.as_mut() else { return Some(frame) };
+    match frame.into_data() {
+        Ok(data) => {
+            let out = t.push(&data);
+            let data = if t.translates() { out } else { data };
+            (!data.is_empty()).then(|| Frame::data(data))
+        }
+        Err(frame) => Some(frame),
+    }
+}
+
+/// Hand the translator's view of the usage to the meter (before it records).
+fn report_usage(translator: &Option<StreamTranslator>, meter: &mut Option<Meter>) {
+    if let (Some(t), Some(m)) = (translator, meter.as_mut()) {
+        let tokens = t.usage().map(|u| Tokens {
+            prompt: u.prompt_tokens,
+            completion: u.completion_tokens,
+            total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
+        });
+        m.report_usage(tokens, t.text_chars());
     }
 }
 
@@ -99,7 +135,7 @@ impl Body for RelayBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
-        if let Some(frame) = this.first.take() {
+        if let Some(frame) = this.first.take().and_then(|f| translate_frame(this.translator, f)) {
             if let Some(frame) = meter_frame(&mut this.completion.meter, frame) {
                 this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
                 return Poll::Ready(Some(Ok(frame)));
@@ -112,6 +148,7 @@ impl Body for RelayBody {
             let (kind, message, error): (&'static str, &str, BoxError) = match this.inner.as_mut().poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+                    let Some(frame) = translate_frame(this.translator, frame) else { continue };
                     match meter_frame(&mut this.completion.meter, frame) {
                         Some(frame) => return Poll::Ready(Some(Ok(frame))),
                         // Entirely held back or stripped (the usage chunk): read on.
@@ -120,6 +157,22 @@ impl Body for RelayBody {
                 }
                 Poll::Ready(None) => {
                     *this.done = true;
+                    let translated_tail = match this.translator.as_mut() {
+                        Some(t) if t.translates() => Some(t.finish()).filter(|b| !b.is_empty()),
+                        Some(t) => {
+                            t.finish();
+                            None
+                        }
+                        None => None,
+                    };
+                    report_usage(this.translator, &mut this.completion.meter);
+                    if let Some(tail) = translated_tail {
+                        if let Some(meter) = this.completion.meter.as_mut() {
+                            meter.frame(tail.clone());
+                            meter.record_now();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(tail))));
+                    }
                     if let Some(meter) = this.completion.meter.as_mut() {
                         let tail = meter.end();
                         // Recorded before the client sees the end of the body.
@@ -140,10 +193,16 @@ impl Body for RelayBody {
             };
             *this.done = true;
             this.completion.stream_failed(kind);
+            report_usage(this.translator, &mut this.completion.meter);
             if let Some(meter) = this.completion.meter.as_mut() {
                 // A partial event would merge with the error event into one broken event: drop it.
                 let _ = meter.end();
                 meter.record_now();
+            }
+            if let Some(t) = this.translator.as_mut().filter(|t| t.translates()) {
+                // In the client's own shape (an Anthropic error event, an Ollama error line, ...).
+                let tail = t.fail(message);
+                return Poll::Ready(Some(if tail.is_empty() { Err(error) } else { Ok(Frame::data(tail)) }));
             }
             return if *this.sse {
                 Poll::Ready(Some(Ok(Frame::data(sse_error_event(message, kind)))))
@@ -158,7 +217,7 @@ impl Body for RelayBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.sse {
+        if self.sse || self.translator.is_some() {
             // An SSE stream may gain an error event or lose a stripped usage chunk: no length.
             return SizeHint::default();
         }

@@ -1,5 +1,6 @@
 //! The route table: which handler answers which method and path. Every response gets an
-//! `x-request-id`, every request is counted; errors render in OpenAI's shape.
+//! `x-request-id`, every request is counted; errors render in the shape of the API the client
+//! called (OpenAI's, Anthropic's or Ollama's).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,6 +14,9 @@ use crate::app::App;
 use crate::error::GatewayError;
 use crate::metrics::Endpoint;
 use crate::proxy;
+use crate::translate;
+use switchyard_protocol::chat::Api;
+use switchyard_protocol::ollama;
 
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBody> {
     let started = Instant::now();
@@ -25,8 +29,15 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
         "/completions" => Endpoint::Completions,
         "/embeddings" => Endpoint::Embeddings,
         "/models" => Endpoint::Models,
+        "/responses" => Endpoint::Responses,
+        "/messages" => Endpoint::Messages,
+        "/messages/count_tokens" => Endpoint::CountTokens,
+        "/api/chat" => Endpoint::OllamaChat,
+        "/api/generate" => Endpoint::OllamaGenerate,
+        "/api/embed" => Endpoint::OllamaEmbed,
         _ => Endpoint::Other,
     };
+    let api = if path.starts_with("/api/") { Api::Ollama } else { translate::client_api(endpoint) };
     if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
         let result = admin(&app, req).await;
         let mut resp = result.unwrap_or_else(|e| {
@@ -38,10 +49,11 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
         return resp;
     }
     let result = match (endpoint, req.method(), path) {
-        (Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Embeddings, &Method::POST, _) => {
-            proxy::forward(&app, endpoint, req, started, &rid).await
-        }
+        (ep, &Method::POST, _) if ep.is_proxied() => proxy::forward(&app, endpoint, req, started, &rid).await,
         (Endpoint::Models, &Method::GET, _) => Ok(models(&app)),
+        (Endpoint::Other, &Method::GET, "/api/tags" | "/api/ps" | "/api/version") => {
+            ollama_catalog(&app, &req, path).await
+        }
         (Endpoint::Other, &Method::GET, "/health") => Ok(json_response(StatusCode::OK, json!({"status": "ok"}))),
         (Endpoint::Other, &Method::GET, "/ready") => Ok(ready(&app)),
         (Endpoint::Other, &Method::GET, "/metrics") => Ok(metrics(&app)),
@@ -51,15 +63,40 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     };
     let mut resp = result.unwrap_or_else(|e| {
         app.metrics.count_error(e.kind());
-        error_response(&e)
+        error_response_in(&e, api)
     });
     resp.headers_mut().insert(request_id::HEADER, rid);
     app.metrics.count_request(endpoint, resp.status().as_u16());
     resp
 }
 
+/// Ollama's `GET /api/tags`, `/api/ps` and `/api/version`, answered from the gateway's own
+/// catalogue (every model a healthy backend serves, whatever its kind). Behind the same key
+/// check as the proxied routes.
+async fn ollama_catalog(app: &App, req: &Request<Incoming>, path: &str) -> Result<Response<GatewayBody>, GatewayError> {
+    app.auth.authenticate(req.headers(), super::admin::now_unix()).await?;
+    let catalogue = app.router.catalogue();
+    let names: Vec<&str> = catalogue.keys().map(String::as_str).collect();
+    let body = match path {
+        "/api/tags" => ollama::encode_tags(&names),
+        "/api/ps" => ollama::encode_ps(&names),
+        _ => ollama::encode_version(OLLAMA_API_VERSION),
+    };
+    let mut resp = Response::new(full(body));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(resp)
+}
+
+/// The Ollama version reported by `/api/version`: clients check it to know which API features exist.
+const OLLAMA_API_VERSION: &str = "0.6.0";
+
 pub fn error_response(e: &GatewayError) -> Response<GatewayBody> {
-    let mut resp = Response::new(full(e.to_json()));
+    error_response_in(e, Api::OpenAiChat)
+}
+
+/// An error in the shape of `api`, with the status and headers that go with it.
+pub fn error_response_in(e: &GatewayError, api: Api) -> Response<GatewayBody> {
+    let mut resp = Response::new(full(e.render(api)));
     *resp.status_mut() = e.status();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -6,11 +6,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use http::{HeaderValue, Uri};
+use http::{HeaderName, HeaderValue, Uri};
 use tokio::sync::Notify;
 
-use crate::config::{BackendConfig, HealthConfig};
-use crate::metrics::Endpoint;
+use crate::config::{BackendConfig, BackendKind, HealthConfig};
+use crate::translate::Wire;
+
+/// The Messages API version sent to Anthropic backends.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// Milliseconds since the process started; what breaker timestamps are measured in.
 pub fn now_ms() -> u64 {
@@ -28,9 +31,11 @@ pub struct Backend {
     pub id: usize,
     pub cfg: BackendConfig,
     pub name_header: HeaderValue,
-    pub auth_header: Option<HeaderValue>,
-    /// `[chat, completions, embeddings]` upstream URIs, built once.
-    targets: [Uri; 3],
+    /// Credentials and version headers sent with every request (`Authorization: Bearer`, or
+    /// Anthropic's `x-api-key` and `anthropic-version`).
+    pub auth_headers: Vec<(HeaderName, HeaderValue)>,
+    /// Upstream URI of every wire this backend speaks, in `Wire::ALL` order, built once.
+    targets: Vec<Option<Uri>>,
     pub discovery_uri: Uri,
     pub health: HealthState,
     in_flight: AtomicUsize,
@@ -45,28 +50,36 @@ impl Backend {
         let uri = |path: &str| -> Result<Uri, String> {
             format!("{}{path}", cfg.url).parse().map_err(|_| format!("backend {}: bad URL {}", cfg.name, cfg.url))
         };
-        let targets = [
-            uri(Endpoint::ChatCompletions.upstream_path())?,
-            uri(Endpoint::Completions.upstream_path())?,
-            uri(Endpoint::Embeddings.upstream_path())?,
-        ];
+        let targets = Wire::ALL
+            .iter()
+            .map(|w| if w.spoken_by(cfg.kind) { uri(w.path()).map(Some) } else { Ok(None) })
+            .collect::<Result<Vec<_>, _>>()?;
         let discovery_uri = uri(cfg.kind.discovery_path())?;
         let name_header =
             HeaderValue::from_str(&cfg.name).map_err(|_| format!("backend name {} is not a header value", cfg.name))?;
-        let auth_header = match &cfg.api_key {
-            Some(key) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
-                    .map_err(|_| format!("backend {}: api_key has characters not allowed in a header", cfg.name))?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
+        let secret = |text: String| {
+            let mut v = HeaderValue::from_str(&text)
+                .map_err(|_| format!("backend {}: api_key has characters not allowed in a header", cfg.name))?;
+            v.set_sensitive(true);
+            Ok::<_, String>(v)
         };
+        let mut auth_headers = Vec::new();
+        match (cfg.kind, &cfg.api_key) {
+            (BackendKind::Anthropic, key) => {
+                if let Some(key) = key {
+                    auth_headers.push((HeaderName::from_static("x-api-key"), secret(key.clone())?));
+                }
+                auth_headers
+                    .push((HeaderName::from_static("anthropic-version"), HeaderValue::from_static(ANTHROPIC_VERSION)));
+            }
+            (_, Some(key)) => auth_headers.push((http::header::AUTHORIZATION, secret(format!("Bearer {key}"))?)),
+            (_, None) => {}
+        }
         let models = cfg.models.clone().unwrap_or_default();
         Ok(Backend {
             id,
             name_header,
-            auth_header,
+            auth_headers,
             targets,
             discovery_uri,
             health: HealthState::new(health),
@@ -82,13 +95,14 @@ impl Backend {
         &self.cfg.name
     }
 
-    pub fn target(&self, endpoint: Endpoint) -> Option<&Uri> {
-        match endpoint {
-            Endpoint::ChatCompletions => Some(&self.targets[0]),
-            Endpoint::Completions => Some(&self.targets[1]),
-            Endpoint::Embeddings => Some(&self.targets[2]),
-            Endpoint::Models | Endpoint::Other => None,
-        }
+    /// Where requests on `wire` go; `None` if this backend does not speak it.
+    pub fn target(&self, wire: Wire) -> Option<&Uri> {
+        let i = Wire::ALL.iter().position(|w| *w == wire)?;
+        self.targets.get(i)?.as_ref()
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.cfg.kind
     }
 
     pub fn in_flight(&self) -> usize {

@@ -22,8 +22,8 @@ const MAX_DISCOVERY_BYTES: usize = 4 * 1024 * 1024;
 /// Probe once: `Ok(models)` when the backend answered 2xx (models empty if the body did not parse).
 pub async fn probe(client: &UpstreamClient, backend: &Backend, timeout: Duration) -> Result<Vec<String>, String> {
     let mut req = http::Request::get(backend.discovery_uri.clone());
-    if let Some(auth) = &backend.auth_header {
-        req = req.header(http::header::AUTHORIZATION, auth.clone());
+    for (name, value) in &backend.auth_headers {
+        req = req.header(name, value.clone());
     }
     let req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
     let fetch = async {
@@ -43,7 +43,8 @@ pub async fn probe(client: &UpstreamClient, backend: &Backend, timeout: Duration
 
 fn parse_models(kind: BackendKind, body: &[u8]) -> Vec<String> {
     match kind {
-        BackendKind::OpenAi => serde_json::from_slice::<ModelList>(body)
+        // Anthropic's model list has the same `data[].id` as OpenAI's.
+        BackendKind::OpenAi | BackendKind::Anthropic => serde_json::from_slice::<ModelList>(body)
             .map(|l| l.data.into_iter().map(|m| m.id).collect())
             .unwrap_or_default(),
         BackendKind::Ollama => serde_json::from_slice::<TagList>(body)

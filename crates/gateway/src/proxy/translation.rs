@@ -1,0 +1,138 @@
+//! The translated side of forwarding: request bodies for each backend wire (the client's
+//! request decoded once, encoded once per wire), token counting answered locally, and whole
+//! answers (successes and errors) re-rendered in the client's API.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Incoming;
+use switchyard_protocol::anthropic;
+use switchyard_protocol::chat::{ResponseContext, TranslateError};
+
+use crate::error::GatewayError;
+use crate::http::GatewayBody;
+use crate::metrics::Endpoint;
+use crate::translate::{translate_error, translate_response, Decoded, Wire};
+
+/// Largest backend answer read whole for translation (a streamed one is never read whole).
+const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
+
+/// Why no body could be made for a wire.
+pub enum BodyError {
+    /// The client's request is invalid, or asks for what no API here can carry: a 400, whatever
+    /// the backend.
+    Request(TranslateError),
+    /// This wire cannot carry a feature of the request; another backend might.
+    Wire(TranslateError),
+}
+
+/// The client's request as each wire needs it.
+pub struct Bodies<'a> {
+    endpoint: Endpoint,
+    /// The client's bytes (model alias already resolved), before any splice for passthrough.
+    client: &'a Bytes,
+    model: &'a str,
+    decoded: Option<Decoded>,
+    encoded: Vec<(Wire, Bytes)>,
+}
+
+impl<'a> Bodies<'a> {
+    pub fn new(endpoint: Endpoint, client: &'a Bytes, model: &'a str) -> Self {
+        Bodies { endpoint, client, model, decoded: None, encoded: Vec::new() }
+    }
+
+    /// The request in the internal model (decoded on first use).
+    pub fn decoded(&mut self) -> Result<&Decoded, TranslateError> {
+        if self.decoded.is_none() {
+            self.decoded = Some(Decoded::decode(self.endpoint, self.client, self.model)?);
+        }
+        self.decoded.as_ref().ok_or_else(|| TranslateError::Invalid("request not decoded".to_owned()))
+    }
+
+    /// The body to send on `wire`.
+    pub fn encode(&mut self, wire: Wire) -> Result<Bytes, BodyError> {
+        if let Some((_, body)) = self.encoded.iter().find(|(w, _)| *w == wire) {
+            return Ok(body.clone());
+        }
+        let decoded = self.decoded().map_err(BodyError::Request)?;
+        let body = decoded.encode(wire).map_err(BodyError::Wire)?;
+        self.encoded.push((wire, body.clone()));
+        Ok(body)
+    }
+}
+
+/// Values a translated answer uses where the backend gives none (Ollama sends no id).
+pub fn response_context(request_id: &HeaderValue) -> ResponseContext {
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let id: String =
+        request_id.to_str().unwrap_or_default().chars().filter(|c| c.is_ascii_alphanumeric()).take(32).collect();
+    ResponseContext { created, id }
+}
+
+/// `POST /v1/messages/count_tokens` for a model no Anthropic backend serves: an estimate.
+pub fn count_tokens_locally(bodies: &mut Bodies<'_>) -> Result<Response<GatewayBody>, GatewayError> {
+    let decoded = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
+    let request = decoded.chat().ok_or(GatewayError::Internal)?;
+    let count = anthropic::estimate_input_tokens(request);
+    Ok(json_response(StatusCode::OK, anthropic::encode_count_tokens_response(count)))
+}
+
+/// A translated answer read whole: the client-shaped body and the usage the backend reported.
+pub struct WholeAnswer {
+    pub status: StatusCode,
+    pub body: Bytes,
+    pub usage: Option<switchyard_protocol::chat::Usage>,
+}
+
+/// Read a backend's whole answer (after its first frame) and re-render it for the client.
+#[allow(clippy::too_many_arguments)]
+pub async fn translate_whole(
+    endpoint: Endpoint,
+    wire: Wire,
+    status: StatusCode,
+    first: Option<Frame<Bytes>>,
+    body: Incoming,
+    limit: Duration,
+    context: &ResponseContext,
+    bodies: &mut Bodies<'_>,
+) -> Result<WholeAnswer, GatewayError> {
+    let rest = tokio::time::timeout(limit, Limited::new(body, MAX_TRANSLATED_BODY).collect())
+        .await
+        .map_err(|_| GatewayError::UpstreamTimeout)?
+        .map_err(|_| GatewayError::BadGateway { message: "the backend's answer broke off".to_owned() })?
+        .to_bytes();
+    let whole = match first.and_then(|f| f.into_data().ok()) {
+        Some(first) if rest.is_empty() => first,
+        Some(first) => Bytes::from([first, rest].concat()),
+        None => rest,
+    };
+    if !status.is_success() {
+        let body = Bytes::from(translate_error(endpoint, status.as_u16(), &whole));
+        return Ok(WholeAnswer { status, body, usage: None });
+    }
+    let request = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
+    let (body, usage) = translate_response(endpoint, wire, &whole, context, request).map_err(|e| {
+        tracing::warn!(error = %e, "a backend answer could not be translated");
+        GatewayError::BadGateway { message: format!("the backend's answer could not be translated: {e}") }
+    })?;
+    Ok(WholeAnswer { status, body: Bytes::from(body), usage: Some(usage) })
+}
+
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<GatewayBody> {
+    let mut resp = Response::new(Either::Left(Full::new(Bytes::from(body))));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// The content type of a translated answer for a client of `endpoint`.
+pub fn content_type(endpoint: Endpoint, stream: bool) -> HeaderValue {
+    match (endpoint, stream) {
+        (Endpoint::OllamaChat | Endpoint::OllamaGenerate, true) => HeaderValue::from_static("application/x-ndjson"),
+        (_, true) => HeaderValue::from_static("text/event-stream"),
+        (_, false) => HeaderValue::from_static("application/json"),
+    }
+}

@@ -1,0 +1,160 @@
+//! Which API each backend is spoken to for each inbound endpoint (`plan`), and translation of
+//! requests (`request.rs`), whole responses (`response.rs`) and streams (`stream.rs`) when the
+//! client's API and the backend's differ. Same API on both sides is passed through untouched.
+
+mod request;
+mod response;
+mod stream;
+
+pub use request::Decoded;
+pub use response::{translate_error, translate_response};
+pub use stream::StreamTranslator;
+
+use switchyard_protocol::chat::{Api, ApiError};
+use switchyard_protocol::{anthropic, ollama, openai_chat};
+
+use crate::config::BackendKind;
+use crate::metrics::Endpoint;
+
+/// An API as a backend is spoken to: one request/response shape on one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    OpenAiChat,
+    OpenAiCompletions,
+    OpenAiEmbeddings,
+    Anthropic,
+    AnthropicCountTokens,
+    OllamaChat,
+    OllamaGenerate,
+    OllamaEmbed,
+}
+
+impl Wire {
+    pub const ALL: [Wire; 8] = [
+        Wire::OpenAiChat,
+        Wire::OpenAiCompletions,
+        Wire::OpenAiEmbeddings,
+        Wire::Anthropic,
+        Wire::AnthropicCountTokens,
+        Wire::OllamaChat,
+        Wire::OllamaGenerate,
+        Wire::OllamaEmbed,
+    ];
+
+    /// Path under the backend's base URL.
+    pub fn path(self) -> &'static str {
+        match self {
+            Wire::OpenAiChat => "/v1/chat/completions",
+            Wire::OpenAiCompletions => "/v1/completions",
+            Wire::OpenAiEmbeddings => "/v1/embeddings",
+            Wire::Anthropic => "/v1/messages",
+            Wire::AnthropicCountTokens => "/v1/messages/count_tokens",
+            Wire::OllamaChat => "/api/chat",
+            Wire::OllamaGenerate => "/api/generate",
+            Wire::OllamaEmbed => "/api/embed",
+        }
+    }
+
+    /// Whether `kind` of backend speaks this wire.
+    pub fn spoken_by(self, kind: BackendKind) -> bool {
+        match kind {
+            BackendKind::OpenAi => matches!(self, Wire::OpenAiChat | Wire::OpenAiCompletions | Wire::OpenAiEmbeddings),
+            // Ollama serves its native API and an OpenAI-compatible one under /v1.
+            BackendKind::Ollama => !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
+            BackendKind::Anthropic => matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
+        }
+    }
+
+    /// The wire a client of `endpoint` speaks (Responses has none: no backend kind serves it
+    /// natively here, so it is always translated).
+    pub fn of(endpoint: Endpoint) -> Option<Wire> {
+        Some(match endpoint {
+            Endpoint::ChatCompletions => Wire::OpenAiChat,
+            Endpoint::Completions => Wire::OpenAiCompletions,
+            Endpoint::Embeddings => Wire::OpenAiEmbeddings,
+            Endpoint::Messages => Wire::Anthropic,
+            Endpoint::CountTokens => Wire::AnthropicCountTokens,
+            Endpoint::OllamaChat => Wire::OllamaChat,
+            Endpoint::OllamaGenerate => Wire::OllamaGenerate,
+            Endpoint::OllamaEmbed => Wire::OllamaEmbed,
+            Endpoint::Responses | Endpoint::Models | Endpoint::Other => return None,
+        })
+    }
+}
+
+/// How one request reaches one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Same API: the client's bytes go as they are.
+    Pass(Wire),
+    /// Decode the client's request, encode it for this wire, translate the answer back.
+    Translate(Wire),
+    /// Answered by the gateway itself (token counting on a backend that cannot count).
+    Local,
+    /// This backend cannot serve the endpoint at all (e.g. embeddings on Anthropic).
+    Unsupported(&'static str),
+}
+
+pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
+    if let Some(wire) = Wire::of(endpoint).filter(|w| w.spoken_by(kind)) {
+        return Plan::Pass(wire);
+    }
+    let chat = if kind == BackendKind::Anthropic { Wire::Anthropic } else { Wire::OpenAiChat };
+    match endpoint {
+        Endpoint::ChatCompletions
+        | Endpoint::Responses
+        | Endpoint::Messages
+        | Endpoint::OllamaChat
+        | Endpoint::OllamaGenerate => Plan::Translate(chat),
+        Endpoint::CountTokens => Plan::Local,
+        Endpoint::Embeddings | Endpoint::OllamaEmbed if kind != BackendKind::Anthropic => {
+            Plan::Translate(Wire::OpenAiEmbeddings)
+        }
+        Endpoint::Embeddings | Endpoint::OllamaEmbed => Plan::Unsupported("embeddings"),
+        Endpoint::Completions => Plan::Unsupported("legacy text completions"),
+        Endpoint::Models | Endpoint::Other => Plan::Unsupported("this endpoint"),
+    }
+}
+
+/// The chat API a client of `endpoint` speaks, for rendering errors and streams in its shape.
+pub fn client_api(endpoint: Endpoint) -> Api {
+    match endpoint {
+        Endpoint::Responses => Api::Responses,
+        Endpoint::Messages | Endpoint::CountTokens => Api::Anthropic,
+        Endpoint::OllamaChat | Endpoint::OllamaGenerate | Endpoint::OllamaEmbed => Api::Ollama,
+        _ => Api::OpenAiChat,
+    }
+}
+
+/// An error body in the shape of `api`.
+pub fn encode_error(api: Api, error: &ApiError) -> Vec<u8> {
+    match api {
+        Api::OpenAiChat | Api::Responses => openai_chat::encode_error(error),
+        Api::Anthropic => anthropic::encode_error(error),
+        Api::Ollama => ollama::encode_error(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_api_passes_through_and_others_translate() {
+        use BackendKind::*;
+        assert_eq!(plan(Endpoint::ChatCompletions, OpenAi), Plan::Pass(Wire::OpenAiChat));
+        assert_eq!(plan(Endpoint::ChatCompletions, Ollama), Plan::Pass(Wire::OpenAiChat));
+        assert_eq!(plan(Endpoint::ChatCompletions, Anthropic), Plan::Translate(Wire::Anthropic));
+        assert_eq!(plan(Endpoint::Messages, Anthropic), Plan::Pass(Wire::Anthropic));
+        assert_eq!(plan(Endpoint::Messages, Ollama), Plan::Translate(Wire::OpenAiChat));
+        assert_eq!(plan(Endpoint::OllamaChat, Ollama), Plan::Pass(Wire::OllamaChat));
+        assert_eq!(plan(Endpoint::OllamaGenerate, OpenAi), Plan::Translate(Wire::OpenAiChat));
+        assert_eq!(plan(Endpoint::Responses, OpenAi), Plan::Translate(Wire::OpenAiChat));
+        assert_eq!(plan(Endpoint::Responses, Anthropic), Plan::Translate(Wire::Anthropic));
+        assert_eq!(plan(Endpoint::CountTokens, Anthropic), Plan::Pass(Wire::AnthropicCountTokens));
+        assert_eq!(plan(Endpoint::CountTokens, OpenAi), Plan::Local);
+        assert_eq!(plan(Endpoint::OllamaEmbed, OpenAi), Plan::Translate(Wire::OpenAiEmbeddings));
+        assert!(matches!(plan(Endpoint::Embeddings, Anthropic), Plan::Unsupported(_)));
+        assert!(matches!(plan(Endpoint::Completions, Anthropic), Plan::Unsupported(_)));
+    }
+}

@@ -1,0 +1,77 @@
+//! A client's request decoded into the internal model (once, and only when some backend needs a
+//! translation), and encoded for the wire of the backend an attempt goes to.
+
+use bytes::Bytes;
+use switchyard_protocol::chat::{ChatRequest, TranslateError};
+use switchyard_protocol::embed::EmbedRequest;
+use switchyard_protocol::responses::Echo;
+use switchyard_protocol::{anthropic, ollama, openai_chat, openai_embeddings, responses};
+
+use super::Wire;
+use crate::metrics::Endpoint;
+
+/// A request in the internal model, with the model name routing resolved.
+#[derive(Debug)]
+pub enum Decoded {
+    Chat(Box<ChatRequest>),
+    Embed(EmbedRequest),
+}
+
+impl Decoded {
+    pub fn decode(endpoint: Endpoint, body: &[u8], model: &str) -> Result<Decoded, TranslateError> {
+        let mut decoded = match endpoint {
+            Endpoint::ChatCompletions => Decoded::Chat(Box::new(openai_chat::decode_request(body)?)),
+            Endpoint::Responses => Decoded::Chat(Box::new(responses::decode_request(body)?)),
+            Endpoint::Messages => Decoded::Chat(Box::new(anthropic::decode_request(body)?)),
+            Endpoint::CountTokens => Decoded::Chat(Box::new(anthropic::decode_count_tokens_request(body)?)),
+            Endpoint::OllamaChat => Decoded::Chat(Box::new(ollama::decode_chat_request(body)?)),
+            Endpoint::OllamaGenerate => Decoded::Chat(Box::new(ollama::decode_generate_request(body)?)),
+            Endpoint::Embeddings => Decoded::Embed(openai_embeddings::decode_request(body)?),
+            Endpoint::OllamaEmbed => Decoded::Embed(ollama::decode_embed_request(body)?),
+            Endpoint::Completions | Endpoint::Models | Endpoint::Other => {
+                return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned()))
+            }
+        };
+        match &mut decoded {
+            Decoded::Chat(req) => req.model = model.to_owned(),
+            Decoded::Embed(req) => req.model = model.to_owned(),
+        }
+        Ok(decoded)
+    }
+
+    /// The request body for `wire`.
+    pub fn encode(&self, wire: Wire) -> Result<Bytes, TranslateError> {
+        let bytes = match (self, wire) {
+            (Decoded::Chat(req), Wire::OpenAiChat) => openai_chat::encode_request(req)?,
+            (Decoded::Chat(req), Wire::Anthropic) => anthropic::encode_request(req)?,
+            (Decoded::Chat(req), Wire::OllamaChat) => ollama::encode_chat_request(req)?,
+            (Decoded::Chat(req), Wire::OllamaGenerate) => ollama::encode_generate_request(req)?,
+            (Decoded::Embed(req), Wire::OpenAiEmbeddings) => openai_embeddings::encode_request(req)?,
+            (Decoded::Embed(req), Wire::OllamaEmbed) => ollama::encode_embed_request(req)?,
+            _ => return Err(TranslateError::Invalid("no translation between these APIs".to_owned())),
+        };
+        Ok(Bytes::from(bytes))
+    }
+
+    pub fn chat(&self) -> Option<&ChatRequest> {
+        match self {
+            Decoded::Chat(req) => Some(req),
+            Decoded::Embed(_) => None,
+        }
+    }
+
+    /// What a Responses client's answer must echo back of its request.
+    pub fn echo(&self) -> Option<Echo> {
+        self.chat().map(Echo::from_request)
+    }
+
+    /// The client asked for the usage chunk of an OpenAI stream.
+    pub fn include_usage(&self) -> bool {
+        self.chat().is_some_and(|r| r.include_usage)
+    }
+
+    /// The client wants base64 embeddings (the OpenAI SDKs' default).
+    pub fn base64_embeddings(&self) -> bool {
+        matches!(self, Decoded::Embed(req) if req.base64)
+    }
+}
