@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use switchyard_testkit::{MockConfig, TestClient};
+use switchyard_testkit::{MockApi, MockConfig, TestClient};
 
 #[tokio::test]
 async fn round_robin_splits_evenly() {
@@ -128,7 +128,7 @@ async fn unknown_model_is_a_404_in_openai_shape() {
 
 #[tokio::test]
 async fn ollama_backends_are_discovered_through_api_tags() {
-    let o = mock_with(&["llama3.2:1b"], MockConfig { ollama: true, ..MockConfig::default() }).await;
+    let o = mock_with(&["llama3.2:1b"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
     let yaml = format!("listen: 127.0.0.1:0\nbackends:\n  - {{name: local, url: '{}', type: ollama}}\n", o.url());
     let gw = gateway_yaml(&yaml).await;
     let r = chat(&TestClient::new(), &gw, "llama3.2:1b").await;

@@ -15,36 +15,6 @@ use std::time::Duration;
 use common::*;
 use switchyard_testkit::{MockConfig, TestClient};
 
-/// (id, status, prompt, completion, total, estimated) rows, once the writer has caught up to `n` rows.
-async fn records(db: &std::path::Path, n: usize) -> Vec<(String, i64, i64, i64, i64, bool)> {
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await.unwrap();
-    for _ in 0..2000 {
-        let rows: Vec<(String, i64, i64, i64, i64, bool)> = sqlx::query_as(
-            "SELECT id, status, prompt_tokens, completion_tokens, total_tokens, estimated FROM usage_records ORDER BY ts_ms",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap_or_default();
-        if rows.len() >= n {
-            return rows;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("usage records never reached {n}");
-}
-
-async fn metered_gateway(
-    mocks: &[&switchyard_testkit::MockServer],
-) -> (switchyard::RunningGateway, std::path::PathBuf) {
-    let dir = scratch_dir();
-    let yaml = format!(
-        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nprices: {{m: {{input_per_million: 1.0, output_per_million: 2.0}}}}\nbackends:\n{1}",
-        dir.display(),
-        backends_yaml(mocks)
-    );
-    (gateway_yaml(&yaml).await, dir.join("db.sqlite"))
-}
-
 #[tokio::test]
 async fn plain_requests_record_the_backends_usage() {
     let a = mock(&["m"]).await;

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use switchyard::{Config, RunningGateway};
 use switchyard_testkit::{MockConfig, MockServer, TestClient, TestResponse};
@@ -79,4 +80,34 @@ pub async fn distribution(gw: &RunningGateway, model: &str, n: usize) -> HashMap
         *counts.entry(backend_of(&r)).or_insert(0) += 1;
     }
     counts
+}
+
+/// (id, status, prompt, completion, total, estimated) rows, once the writer has caught up to `n` rows.
+pub async fn records(db: &std::path::Path, n: usize) -> Vec<(String, i64, i64, i64, i64, bool)> {
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await.unwrap();
+    for _ in 0..2000 {
+        let rows: Vec<(String, i64, i64, i64, i64, bool)> = sqlx::query_as(
+            "SELECT id, status, prompt_tokens, completion_tokens, total_tokens, estimated FROM usage_records ORDER BY ts_ms",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap_or_default();
+        if rows.len() >= n {
+            return rows;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("usage records never reached {n}");
+}
+
+pub async fn metered_gateway(
+    mocks: &[&switchyard_testkit::MockServer],
+) -> (switchyard::RunningGateway, std::path::PathBuf) {
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nprices: {{m: {{input_per_million: 1.0, output_per_million: 2.0}}}}\nbackends:\n{1}",
+        dir.display(),
+        backends_yaml(mocks)
+    );
+    (gateway_yaml(&yaml).await, dir.join("db.sqlite"))
 }
