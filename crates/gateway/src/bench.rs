@@ -55,6 +55,11 @@ pub struct BenchArgs {
     /// Pin processes to CPUs: `gateway=0,mock=1,load=1`. `--pin` alone uses that layout.
     #[arg(long, num_args = 0..=1, default_missing_value = "gateway=0,mock=1,load=1")]
     pub pin: Option<String>,
+    /// The API clients speak to the gateway: openai (passthrough to the OpenAI-compatible mock),
+    /// anthropic (Messages, translated) or responses (OpenAI Responses, translated). The direct
+    /// baseline is always the mock's own OpenAI API, so the difference includes the translation.
+    #[arg(long, default_value = "openai", value_parser = ["openai", "anthropic", "responses"])]
+    pub api: String,
     /// Send every request with a virtual key (auth, model allow-list, rpm/tpm/parallel limits and
     /// a budget, none of them reached) created on the gateway this run starts.
     #[arg(long, conflicts_with = "target")]

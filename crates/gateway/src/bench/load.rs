@@ -22,6 +22,8 @@ pub struct RequestSpec {
     pub body: Bytes,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub stream: bool,
+    /// Bytes the last 4 KB of a complete stream contain (`data: [DONE]` for OpenAI).
+    pub stream_end: &'static [u8],
     /// Header naming the backend that served a response (counted per backend).
     pub backend_header: HeaderName,
     pub timeout: Duration,
@@ -234,7 +236,7 @@ async fn finish(resp: http::Response<hyper::body::Incoming>, spec: &RequestSpec,
     }
     let error = if !status.is_success() {
         Some(format!("status_{}", status.as_u16()))
-    } else if spec.stream && !tail.ends_with(b"data: [DONE]\n\n") {
+    } else if spec.stream && memchr::memmem::find(&tail, spec.stream_end).is_none() {
         Some("stream_error".to_owned())
     } else {
         None
@@ -455,6 +457,7 @@ mod tests {
                 body: Bytes::from_static(br#"{"model":"mock-model","messages":[]}"#),
                 headers: vec![],
                 stream: false,
+                stream_end: b"data: [DONE]",
                 backend_header: HeaderName::from_static("x-mock-port"),
                 timeout: Duration::from_secs(5),
             });

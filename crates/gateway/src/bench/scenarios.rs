@@ -28,6 +28,8 @@ pub struct Setup {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub backend_header: HeaderName,
     pub gateway_pid: Option<u32>,
+    /// The API requests to the gateway are spoken in (`--api`).
+    pub api: String,
     // Kept alive for the run; dropped (terminated) at the end.
     _procs: Vec<Proc>,
 }
@@ -40,8 +42,10 @@ impl Setup {
         body: Bytes,
         stream: bool,
         with_headers: bool,
+        stream_end: &'static [u8],
     ) -> Result<Arc<RequestSpec>, String> {
         Ok(Arc::new(RequestSpec {
+            stream_end,
             uri: format!("{}{path}", base.trim_end_matches('/')).parse().map_err(|e| format!("bad URL {base}: {e}"))?,
             body,
             headers: if with_headers { self.headers.clone() } else { Vec::new() },
@@ -51,18 +55,41 @@ impl Setup {
         }))
     }
 
-    /// The same request, direct and through the gateway.
+    /// The same request, direct (OpenAI Chat) and through the gateway (in `--api`'s shape).
     pub fn pair(&self, body: &str, stream: bool) -> Result<(Arc<RequestSpec>, Arc<RequestSpec>), String> {
-        let body = Bytes::from(body.to_owned());
-        Ok((
-            self.spec(&self.direct, "/v1/chat/completions", body.clone(), stream, false)?,
-            self.spec(&self.target, "/v1/chat/completions", body, stream, true)?,
-        ))
+        let direct = self.spec(&self.direct, "/v1/chat/completions", Bytes::from(body.to_owned()), stream, false, DONE)?;
+        let (path, body, end) = in_api(&self.api, body)?;
+        Ok((direct, self.spec(&self.target, path, body, stream, true, end)?))
     }
 
     pub fn rss(&self) -> Option<u64> {
         self.gateway_pid.and_then(procs::rss_of)
     }
+}
+
+const DONE: &[u8] = b"data: [DONE]";
+
+/// An OpenAI chat body re-spoken in `api`: the gateway path, the body, and how its stream ends.
+fn in_api(api: &str, openai_body: &str) -> Result<(&'static str, Bytes, &'static [u8]), String> {
+    if api == "openai" {
+        return Ok(("/v1/chat/completions", Bytes::from(openai_body.to_owned()), DONE));
+    }
+    let v: serde_json::Value = serde_json::from_str(openai_body).map_err(|e| e.to_string())?;
+    let (model, stream, messages) = (&v["model"], &v["stream"], &v["messages"]);
+    let (path, body, end): (_, _, &'static [u8]) = match api {
+        "anthropic" => (
+            "/v1/messages",
+            json!({"model": model, "max_tokens": 256, "stream": stream, "messages": messages}),
+            br#""type":"message_stop""#,
+        ),
+        "responses" => (
+            "/v1/responses",
+            json!({"model": model, "stream": stream, "input": messages}),
+            br#""type":"response.completed""#,
+        ),
+        other => return Err(format!("--api {other}: not one of openai, anthropic, responses")),
+    };
+    Ok((path, Bytes::from(body.to_string()), end))
 }
 
 pub fn chat_body(model: &str, stream: bool, content: &str) -> String {
@@ -87,6 +114,7 @@ async fn setup(args: &BenchArgs, pin: &Pinning) -> Result<Setup, String> {
             headers,
             backend_header,
             gateway_pid: args.target_pid,
+            api: args.api.clone(),
             _procs: Vec::new(),
         });
     }
@@ -108,6 +136,7 @@ async fn setup(args: &BenchArgs, pin: &Pinning) -> Result<Setup, String> {
         headers,
         backend_header,
         gateway_pid: Some(gateway.pid()),
+        api: args.api.clone(),
         _procs: vec![gateway, mock],
     })
 }

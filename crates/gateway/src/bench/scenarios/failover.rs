@@ -38,6 +38,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         headers: Vec::new(),
         backend_header: http::HeaderName::from_static("x-switchyard-backend"),
         gateway_pid: Some(gateway.pid()),
+        api: args.api.clone(),
         _procs: Vec::new(),
     };
     let (_, spec) = setup.pair(&chat_body(&args.model, false, "hello"), false)?;
