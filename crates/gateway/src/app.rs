@@ -88,11 +88,13 @@ impl App {
     pub fn new(config: Config, store: Option<Store>) -> Result<App, String> {
         let router = Router::new(&config)?;
         let client = upstream::build(config.timeouts.connect)?;
-        let secret = match (&config.auth.secret, secret_path(&config)?) {
-            (Some(s), _) => key::server_secret(Some(s), std::path::Path::new(""))?,
-            (None, Some(path)) if store.is_some() => key::server_secret(None, &path)?,
-            // No persistent place (in-memory database, `check`): an ephemeral secret.
-            _ => key::generate()?.1.into_bytes(),
+        let secret = match &config.auth.secret {
+            Some(s) => key::server_secret(Some(s), std::path::Path::new(""))?,
+            None => match secret_path(&config)? {
+                Some(path) if store.is_some() => key::server_secret(None, &path)?,
+                // No persistent place (in-memory database, `check`): an ephemeral secret.
+                _ => key::generate()?.1.into_bytes(),
+            },
         };
         let auth =
             Auth::new(config.auth.master_key.clone(), key::Hasher::new(&secret), Arc::new(StoreKeys(store.clone())));
@@ -153,6 +155,31 @@ impl Drop for RunningGateway {
     }
 }
 
+/// How long start-up waits for a database server before serving without it.
+const DATABASE_STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The store. A SQLite file that cannot be opened is a configuration error; a database server
+/// that does not answer is not: the gateway serves, journals usage, and connects when it can.
+async fn open_store(url: &str) -> Result<Store, String> {
+    let store = Store::open_lazy(url).map_err(|e| format!("bad database URL {}: {e}", redact(url)))?;
+    if store.kind() == "sqlite" {
+        store.ready().await.map_err(|e| format!("cannot open the database at {}: {e}", redact(url)))?;
+        return Ok(store);
+    }
+    match tokio::time::timeout(DATABASE_STARTUP_WAIT, store.ready()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(
+            database = %redact(url), error = %e,
+            "database unreachable at start-up: serving anyway; usage is journalled and written once it is back"
+        ),
+        Err(_) => tracing::warn!(
+            database = %redact(url),
+            "database did not answer at start-up: serving anyway; usage is journalled and written once it is back"
+        ),
+    }
+    Ok(store)
+}
+
 /// Bind `config.listen`, probe every backend once, then serve until `shutdown` resolves (or
 /// `RunningGateway::shutdown` is called).
 pub async fn start(
@@ -162,9 +189,7 @@ pub async fn start(
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let store = Store::connect(&config.storage.url)
-        .await
-        .map_err(|e| format!("cannot open the database at {}: {e}", redact(&config.storage.url)))?;
+    let store = open_store(&config.storage.url).await?;
     let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default())
         .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
     let writer = UsageWriter::spawn(journal.clone(), store.for_journal(journal.id()), WriterConfig::default());

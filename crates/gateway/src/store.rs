@@ -21,13 +21,16 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 /// Runs `$body` once per backend with `$pool` bound to the concrete pool. The body is written once but type-checked
 /// per dialect, which keeps the shared SQL honest without generic trait-bound gymnastics.
+/// Run `$body` with the store's pool, after making sure its migrations ran (a store opened
+/// lazily retries them here until the database is reachable).
 macro_rules! with_pool {
-    ($store:expr, |$pool:ident| $body:expr) => {
+    ($store:expr, |$pool:ident| $body:expr) => {{
+        $store.ready().await?;
         match &$store.inner {
             $crate::store::Inner::Sqlite($pool) => $body,
             $crate::store::Inner::Postgres($pool) => $body,
         }
-    };
+    }};
 }
 
 mod error;
@@ -58,6 +61,8 @@ pub struct Store {
     inner: Inner,
     /// Whose usage-journal checkpoint `write_usage_batch`/`journal_checkpoint` read and write.
     journal_id: Arc<str>,
+    /// Set once the migrations have run on this database.
+    migrated: Arc<tokio::sync::OnceCell<()>>,
 }
 
 #[derive(Clone, Debug)]
@@ -75,22 +80,34 @@ impl Store {
     /// - `postgres://user:pass@host:port/db` (or `postgresql://`): TLS via rustls when the URL asks for it
     ///   (`sslmode=require`), as sqlx's URL options describe.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        let store = Store::open_lazy(url)?;
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// A store that connects (and migrates) on first use, so a gateway can start while its
+    /// database is unreachable: usage waits in the journal, and every operation retries the
+    /// connection. Only a malformed URL fails here.
+    pub fn open_lazy(url: &str) -> Result<Store, StoreError> {
         let inner = if url.starts_with("sqlite:") {
-            Inner::Sqlite(connect_sqlite(url).await?)
+            Inner::Sqlite(connect_sqlite(url)?)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Inner::Postgres(connect_postgres(url).await?)
+            Inner::Postgres(connect_postgres(url)?)
         } else {
             return Err(StoreError::Invalid("database URL must start with sqlite: or postgres://".into()));
         };
-        let store = Store { inner, journal_id: Arc::from("default") };
-        store.migrate().await?;
-        Ok(store)
+        Ok(Store { inner, journal_id: Arc::from("default"), migrated: Arc::default() })
+    }
+
+    /// Reachable and migrated (runs the migrations on the first successful call).
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.migrated.get_or_try_init(|| self.migrate()).await.map(|_| ())
     }
 
     /// The same store, keeping the usage-journal checkpoint of journal `id` (one per gateway
     /// instance, so gateways sharing a database never overwrite each other's).
     pub fn for_journal(&self, id: &str) -> Store {
-        Store { inner: self.inner.clone(), journal_id: Arc::from(id) }
+        Store { inner: self.inner.clone(), journal_id: Arc::from(id), migrated: self.migrated.clone() }
     }
 
     pub(crate) fn journal_id(&self) -> &str {
@@ -107,7 +124,10 @@ impl Store {
 
     /// Closes the pool, waiting for checked-out connections to come back. Later calls fail.
     pub async fn close(&self) {
-        with_pool!(self, |pool| pool.close().await)
+        match &self.inner {
+            Inner::Sqlite(pool) => pool.close().await,
+            Inner::Postgres(pool) => pool.close().await,
+        }
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -119,7 +139,7 @@ impl Store {
     }
 }
 
-async fn connect_sqlite(url: &str) -> Result<SqlitePool, StoreError> {
+fn connect_sqlite(url: &str) -> Result<SqlitePool, StoreError> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -132,13 +152,13 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool, StoreError> {
         // A shared-cache in-memory database vanishes with its last connection: never let the pool reap them all.
         pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
     }
-    Ok(pool.connect_with(options).await?)
+    Ok(pool.connect_lazy_with(options))
 }
 
-async fn connect_postgres(url: &str) -> Result<PgPool, StoreError> {
+fn connect_postgres(url: &str) -> Result<PgPool, StoreError> {
     let options = PgConnectOptions::from_str(url)?.application_name("switchyard");
     let pool = PgPoolOptions::new().max_connections(POSTGRES_MAX_CONNECTIONS).acquire_timeout(ACQUIRE_TIMEOUT);
-    Ok(pool.connect_with(options).await?)
+    Ok(pool.connect_lazy_with(options))
 }
 
 /// Converts a count to the signed 64-bit integer both databases store.
