@@ -14,8 +14,9 @@ use switchyard_testkit::{MockConfig, TestClient, TestResponse};
 const MASTER: &str = "master-key-for-tests";
 
 async fn secured(mocks: &[&switchyard_testkit::MockServer], dir: &std::path::Path) -> switchyard::RunningGateway {
+    let db = db_url(dir);
     let yaml = format!(
-        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nbackends:\n{1}",
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nbackends:\n{1}",
         dir.display(),
         backends_yaml(mocks)
     );
@@ -259,8 +260,9 @@ async fn the_keys_cli_uses_the_admin_api() {
 
 /// $1 per token in and out, so budgets are easy to reason about.
 async fn priced(mocks: &[&switchyard_testkit::MockServer], dir: &std::path::Path) -> switchyard::RunningGateway {
+    let db = db_url(dir);
     let yaml = format!(
-        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nprices: {{m: {{input_per_million: 1000000, output_per_million: 1000000}}}}\nbackends:\n{1}",
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nprices: {{m: {{input_per_million: 1000000, output_per_million: 1000000}}}}\nbackends:\n{1}",
         dir.display(),
         backends_yaml(mocks)
     );

@@ -104,11 +104,12 @@ fn a_killed_gateway_loses_and_duplicates_no_record() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let a = rt.block_on(mock(&["m"]));
     let dir = scratch_dir();
+    let db = db_url(&dir);
     let config = dir.join("gw.yaml");
     std::fs::write(
         &config,
         format!(
-            "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nbackends:\n  - {{name: a, url: '{1}'}}\n",
+            "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\nbackends:\n  - {{name: a, url: '{1}'}}\n",
             dir.display(),
             a.url()
         ),
@@ -118,6 +119,7 @@ fn a_killed_gateway_loses_and_duplicates_no_record() {
         let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .args(["serve", "--config"])
             .arg(&config)
+            .envs(test_env(&db))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -160,7 +162,7 @@ fn a_killed_gateway_loses_and_duplicates_no_record() {
     assert!(completed.len() >= 300);
     // Restart: the journal is replayed into the database.
     let (mut child, _) = start();
-    let rows = rt.block_on(records(&dir.join("db.sqlite"), completed.len()));
+    let rows = rt.block_on(records(&db, completed.len()));
     let mut counts = std::collections::HashMap::new();
     for r in &rows {
         *counts.entry(r.0.clone()).or_insert(0) += 1;
@@ -171,4 +173,28 @@ fn a_killed_gateway_loses_and_duplicates_no_record() {
     assert!(counts.values().all(|&n| n == 1), "no duplicates at all");
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();
+}
+
+#[tokio::test]
+async fn a_database_server_down_at_start_up_does_not_stop_the_gateway() {
+    let a = mock(&["m"]).await;
+    // Nothing listens on port 9 (discard) on loopback: the connection is refused at once.
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nauth: {{secret: '{}'}}\nstorage: {{url: 'postgres://u:p@127.0.0.1:9/db', usage_journal_dir: '{}/usage'}}\nbackends:\n{}",
+        "s".repeat(32),
+        dir.display(),
+        backends_yaml(&[&a])
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    for _ in 0..3 {
+        assert_eq!(chat(&client, &gw, "m").await.status, 200);
+    }
+    // The records wait in the journal for the database.
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(metrics.contains("switchyard_usage_records_total{state=\"queued\"} 3\n"), "{metrics}");
+    assert!(metrics.contains("switchyard_usage_records_total{state=\"written\"} 0\n"), "{metrics}");
+    let journal = std::fs::read_dir(dir.join("usage")).unwrap().count();
+    assert!(journal > 0);
 }

@@ -39,6 +39,52 @@ pub fn scratch_dir() -> std::path::PathBuf {
     dir
 }
 
+/// The server secret every gateway on PostgreSQL needs (instances must hash keys alike).
+pub const TEST_SECRET: &str = "test-secret-0123456789abcdef0123456789";
+
+/// Environment for a gateway config: the server secret when it stores on PostgreSQL.
+pub fn test_env(yaml: &str) -> HashMap<String, String> {
+    let mut env = HashMap::new();
+    if yaml.contains("postgres://") {
+        env.insert("SWITCHYARD_SECRET".to_owned(), TEST_SECRET.to_owned());
+    }
+    env
+}
+
+/// PostgreSQL to run the suites on instead of SQLite: `SWITCHYARD_TEST_STORAGE=postgres` with
+/// `SWITCHYARD_TEST_POSTGRES_URL` (scripts/test runs the key, usage and translation suites both ways).
+pub fn postgres_for_suites() -> Option<String> {
+    if std::env::var("SWITCHYARD_TEST_STORAGE").ok()? != "postgres" {
+        return None;
+    }
+    Some(
+        std::env::var("SWITCHYARD_TEST_POSTGRES_URL")
+            .expect("SWITCHYARD_TEST_STORAGE=postgres needs SWITCHYARD_TEST_POSTGRES_URL"),
+    )
+}
+
+/// The database URL for a gateway whose files live in `dir`: a SQLite file there, or a fresh
+/// PostgreSQL schema of its own (so suites running at once never see each other's rows).
+pub fn db_url(dir: &std::path::Path) -> String {
+    let Some(base) = postgres_for_suites() else { return format!("sqlite://{}/db.sqlite", dir.display()) };
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let schema = format!("t{}_{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let (admin, name) = (base.clone(), schema.clone());
+    // On a thread of its own: callers may or may not be inside a runtime already.
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let pool = sqlx::PgPool::connect(&admin).await.unwrap();
+            sqlx::query(&format!("CREATE SCHEMA {name}")).execute(&pool).await.unwrap();
+            pool.close().await;
+        })
+    })
+    .join()
+    .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+}
+
 /// `storage:` pointing into a fresh scratch directory.
 pub fn storage_yaml() -> String {
     let dir = scratch_dir();
@@ -51,7 +97,7 @@ pub fn storage_yaml() -> String {
 
 pub async fn gateway_yaml(yaml: &str) -> RunningGateway {
     let yaml = if yaml.contains("storage:") { yaml.to_owned() } else { format!("{}{yaml}", storage_yaml()) };
-    let config = Config::from_yaml(&yaml, &HashMap::<String, String>::new()).unwrap();
+    let config = Config::from_yaml(&yaml, &test_env(&yaml)).unwrap();
     switchyard::start(config, std::future::pending()).await.unwrap()
 }
 
@@ -83,15 +129,23 @@ pub async fn distribution(gw: &RunningGateway, model: &str, n: usize) -> HashMap
 }
 
 /// (id, status, prompt, completion, total, estimated) rows, once the writer has caught up to `n` rows.
-pub async fn records(db: &std::path::Path, n: usize) -> Vec<(String, i64, i64, i64, i64, bool)> {
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await.unwrap();
+pub async fn records(db: &str, n: usize) -> Vec<(String, i64, i64, i64, i64, bool)> {
+    const SQL: &str =
+        "SELECT id, status, prompt_tokens, completion_tokens, total_tokens, estimated FROM usage_records ORDER BY ts_ms";
+    let sqlite = if db.starts_with("sqlite:") { Some(sqlx::SqlitePool::connect(db).await.unwrap()) } else { None };
+    let postgres = if sqlite.is_none() { Some(sqlx::PgPool::connect(db).await.unwrap()) } else { None };
     for _ in 0..2000 {
-        let rows: Vec<(String, i64, i64, i64, i64, bool)> = sqlx::query_as(
-            "SELECT id, status, prompt_tokens, completion_tokens, total_tokens, estimated FROM usage_records ORDER BY ts_ms",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap_or_default();
+        let rows: Vec<(String, i64, i64, i64, i64, bool)> = match (&sqlite, &postgres) {
+            (Some(pool), _) => sqlx::query_as(SQL).fetch_all(pool).await.unwrap_or_default(),
+            (_, Some(pool)) => sqlx::query_as::<_, (String, i32, i64, i64, i64, bool)>(SQL)
+                .fetch_all(pool)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(id, status, p, c, t, e)| (id, i64::from(status), p, c, t, e))
+                .collect(),
+            _ => unreachable!(),
+        };
         if rows.len() >= n {
             return rows;
         }
@@ -100,14 +154,13 @@ pub async fn records(db: &std::path::Path, n: usize) -> Vec<(String, i64, i64, i
     panic!("usage records never reached {n}");
 }
 
-pub async fn metered_gateway(
-    mocks: &[&switchyard_testkit::MockServer],
-) -> (switchyard::RunningGateway, std::path::PathBuf) {
+pub async fn metered_gateway(mocks: &[&switchyard_testkit::MockServer]) -> (switchyard::RunningGateway, String) {
     let dir = scratch_dir();
+    let db = db_url(&dir);
     let yaml = format!(
-        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nprices: {{m: {{input_per_million: 1.0, output_per_million: 2.0}}}}\nbackends:\n{1}",
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\nprices: {{m: {{input_per_million: 1.0, output_per_million: 2.0}}}}\nbackends:\n{1}",
         dir.display(),
         backends_yaml(mocks)
     );
-    (gateway_yaml(&yaml).await, dir.join("db.sqlite"))
+    (gateway_yaml(&yaml).await, db)
 }
