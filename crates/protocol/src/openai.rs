@@ -42,9 +42,10 @@ pub struct ErrorDetail {
     pub code: Option<String>,
 }
 
-/// `GET /v1/models` response.
+/// `GET /v1/models` response (Anthropic's list has the same `data[].id`, without `object`).
 #[derive(Debug, Serialize, Deserialize, Clone, PartialEq)]
 pub struct ModelList {
+    #[serde(default)]
     pub object: String,
     pub data: Vec<Model>,
 }

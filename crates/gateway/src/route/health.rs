@@ -121,6 +121,8 @@ mod tests {
             vec!["a", "b"]
         );
         assert_eq!(parse_models(BackendKind::Ollama, br#"{"models":[{"name":"llama3.2:1b"}]}"#), vec!["llama3.2:1b"]);
+        let anthropic = br#"{"data":[{"type":"model","id":"claude-x","display_name":"X","created_at":"2025-01-01T00:00:00Z"}],"has_more":false,"first_id":"claude-x","last_id":"claude-x"}"#;
+        assert_eq!(parse_models(BackendKind::Anthropic, anthropic), vec!["claude-x"]);
         assert!(parse_models(BackendKind::OpenAi, b"not json").is_empty());
     }
 }
