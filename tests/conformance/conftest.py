@@ -1,7 +1,7 @@
-"""Fixtures for the OpenAI-SDK conformance tests.
+"""Fixtures for the SDK conformance tests (OpenAI, Anthropic and Ollama clients).
 
-Everything runs against the real `switchyard` binary: two mock backends (`switchyard mock`) and
-the gateway (`switchyard serve`) are started as subprocesses. Each prints exactly one line
+Everything runs against the real `switchyard` binary: mock backends (`switchyard mock`) and
+gateways (`switchyard serve`) are started as subprocesses. Each prints exactly one line
 `listening on http://ADDR` on stdout when ready; that line is the only readiness signal used
 (no sleeps), read under a timeout so a broken binary fails the run quickly instead of hanging.
 
@@ -34,6 +34,21 @@ MODEL_A = "model-a"
 MODEL_B = "model-b"
 SHARED_MODEL = "shared"
 ALIAS = "fast"  # -> model-a
+
+# Model layout of the matrix gateway: one model per backend type, so a test parametrized over
+# `backend_model` runs once against each kind of backend (translating where the APIs differ).
+OA_MODEL = "oa-model"  # backend `oa`, type openai
+AN_MODEL = "an-model"  # backend `an`, type anthropic (the mock demands x-api-key: test-key)
+OL_MODEL = "ol-model"  # backend `ol`, type ollama
+MATRIX_MODELS = {OA_MODEL: "oa", AN_MODEL: "an", OL_MODEL: "ol"}
+ANTHROPIC_BACKEND_KEY = "test-key"
+
+# What every mock answers: its default 5 chunks, 5 completion tokens, one tool call with these
+# arguments when offered tools, and this prefix before a tool result's content.
+CONTENT = "tok0 tok1 tok2 tok3 tok4 "
+COMPLETION_TOKENS = 5
+TOOL_ARGUMENTS = {"location": "Paris", "unit": "celsius"}
+TOOL_RESULT_PREFIX = "Tool result: "
 
 
 def switchyard_bin() -> Path:
@@ -123,7 +138,14 @@ def start_mock(name: str, models: list[str], log_dir: Path, *extra: str) -> Proc
     return start(name, ["mock", "--listen", "127.0.0.1:0", "--models", ",".join(models), *extra], log_dir)
 
 
-def write_config(path: Path, backends: list[tuple[str, str]], extra: str = "") -> Path:
+def _backend_line(backend: tuple[str, ...]) -> str:
+    """`(name, url)` or `(name, url, type)` or `(name, url, type, api_key)` as a YAML list item."""
+    name, url, kind, *key = (*backend, "openai") if len(backend) == 2 else backend
+    api_key = f", api_key: {key[0]}" if key else ""
+    return f'  - {{name: {name}, url: "{url}", type: {kind}{api_key}}}'
+
+
+def write_config(path: Path, backends: list[tuple[str, ...]], extra: str = "") -> Path:
     data = path.parent / (path.stem + "-data")
     data.mkdir(parents=True, exist_ok=True)
     lines = [
@@ -132,7 +154,7 @@ def write_config(path: Path, backends: list[tuple[str, str]], extra: str = "") -
         "routing: {strategy: round-robin}",
         f"aliases: {{{ALIAS}: {MODEL_A}}}",
         "backends:",
-        *(f'  - {{name: {n}, url: "{u}", type: openai}}' for n, u in backends),
+        *(_backend_line(b) for b in backends),
     ]
     path.write_text("\n".join(lines) + "\n" + extra)
     return path
@@ -226,3 +248,70 @@ def lone_backend(tmp_path: Path) -> Iterator[LoneBackend]:
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+@dataclass
+class Matrix:
+    """One mock backend of each type (openai, anthropic, ollama) behind one gateway."""
+
+    mocks: dict[str, Proc]  # backend name -> mock
+    gateway: Proc
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url
+
+    def mock_of(self, model: str) -> Proc:
+        return self.mocks[MATRIX_MODELS[model]]
+
+
+def _wait_for_models(gateway: Proc, models: list[str], timeout: float = 10.0) -> None:
+    """Poll the gateway's catalogue until every backend's model was discovered. On timeout carry
+    on: the tests of the missing backend fail on their own (404), the others still run."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = httpx.get(gateway.url + "/v1/models", timeout=5.0)
+        if r.status_code == 200 and set(models) <= {m.get("id") for m in r.json().get("data", [])}:
+            return
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def backend_mocks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc]]:
+    """`switchyard mock --api openai|anthropic|ollama`, by backend name (`oa`, `an`, `ol`)."""
+    log_dir = tmp_path_factory.mktemp("mocks")
+    mocks: dict[str, Proc] = {}
+    try:
+        mocks["oa"] = start_mock("mock-openai", [OA_MODEL], log_dir, "--api", "openai")
+        mocks["an"] = start_mock(
+            "mock-anthropic", [AN_MODEL], log_dir, "--api", "anthropic", "--api-key", ANTHROPIC_BACKEND_KEY
+        )
+        mocks["ol"] = start_mock("mock-ollama", [OL_MODEL], log_dir, "--api", "ollama")
+        yield mocks
+    finally:
+        for p in reversed(list(mocks.values())):
+            p.stop()
+
+
+@pytest.fixture(scope="session")
+def matrix(backend_mocks: dict[str, Proc], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
+    """A gateway in front of one backend of each type (see `backend_mocks`)."""
+    log_dir = tmp_path_factory.mktemp("matrix")
+    backends = [
+        ("oa", backend_mocks["oa"].url, "openai"),
+        ("an", backend_mocks["an"].url, "anthropic", ANTHROPIC_BACKEND_KEY),
+        ("ol", backend_mocks["ol"].url, "ollama"),
+    ]
+    config = write_config(log_dir / "matrix.yaml", backends)
+    gateway = start_gateway("matrix-gateway", config, log_dir)
+    try:
+        _wait_for_models(gateway, list(MATRIX_MODELS))
+        yield Matrix(backend_mocks, gateway)
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(params=list(MATRIX_MODELS), ids=["openai-backend", "anthropic-backend", "ollama-backend"])
+def backend_model(request: pytest.FixtureRequest) -> str:
+    """The model of each backend type in turn (see `matrix`)."""
+    return request.param

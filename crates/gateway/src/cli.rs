@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use switchyard_testkit::MockConfig;
+use switchyard_testkit::{MockApi, MockConfig};
 
 use crate::config::{Config, ProcessEnv};
 
@@ -37,7 +37,7 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
-    /// Run a mock OpenAI-compatible backend (for tests, demos and benchmarks).
+    /// Run a mock backend speaking the OpenAI, Anthropic or Ollama API (for tests, demos and benchmarks).
     Mock {
         #[arg(long, default_value = "127.0.0.1:8000")]
         listen: SocketAddr,
@@ -55,8 +55,15 @@ enum Command {
         fail_rate: f64,
         #[arg(long, default_value_t = 503)]
         fail_status: u16,
-        /// Also serve Ollama's /api/tags and /api/version.
+        /// API to serve: openai (/v1/chat/completions, ...), anthropic (/v1/messages, ...) or
+        /// ollama (/api/chat, /api/generate, ... and its OpenAI-compatible /v1).
+        #[arg(long, default_value_t = MockApi::OpenAi)]
+        api: MockApi,
+        /// Require this key: `Authorization: Bearer KEY` (openai) or `x-api-key: KEY` (anthropic).
         #[arg(long)]
+        api_key: Option<String>,
+        /// Same as `--api ollama` (kept for older scripts).
+        #[arg(long, hide = true, conflicts_with = "api")]
         ollama: bool,
     },
     /// Manage virtual keys through a running gateway's admin API.
@@ -108,6 +115,8 @@ pub fn main() -> ExitCode {
                 chunk_delay_ms,
                 fail_rate,
                 fail_status,
+                api,
+                api_key,
                 ollama,
             } => {
                 if !(0.0..=1.0).contains(&fail_rate) {
@@ -120,7 +129,8 @@ pub fn main() -> ExitCode {
                     chunk_delay: Duration::from_millis(chunk_delay_ms),
                     fail_rate,
                     fail_status,
-                    ollama,
+                    api: if ollama { MockApi::Ollama } else { api },
+                    api_key,
                 };
                 switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
             }

@@ -1,12 +1,24 @@
-//! The mock OpenAI-compatible backend: configuration, runtime control knobs and the server lifecycle (bind, accept loop, kill, restart).
+//! The mock LLM backend: configuration (which API it speaks), runtime control knobs and the server lifecycle (bind, accept loop, kill, restart).
 
+mod anthropic;
 mod body;
+mod frames;
 mod handlers;
+mod ollama;
+mod openai;
 mod render;
+mod reply;
 mod stream;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_anthropic;
+#[cfg(test)]
+mod tests_ollama;
+#[cfg(test)]
+mod tests_tools;
 
+use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -37,8 +49,53 @@ pub struct MockConfig {
     pub fail_rate: f64,
     /// Status used for injected failures.
     pub fail_status: u16,
-    /// Also serve Ollama's `GET /api/tags` and `GET /api/version`.
-    pub ollama: bool,
+    /// The API served (OpenAI-compatible, Anthropic Messages or Ollama).
+    pub api: MockApi,
+    /// When set, requests must carry this key (`Authorization: Bearer` for the OpenAI API,
+    /// `x-api-key` for Anthropic's), so tests prove the gateway sends the backend's own key.
+    /// Ollama has no authentication and ignores it. Anthropic always requires some `x-api-key`.
+    pub api_key: Option<String>,
+}
+
+/// Which API a [`MockServer`] speaks, as the real servers of that kind do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MockApi {
+    /// `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models` (vLLM, llama.cpp, OpenAI).
+    #[default]
+    OpenAi,
+    /// Anthropic Messages only: `/v1/messages`, `/v1/messages/count_tokens`, `/v1/models`.
+    Anthropic,
+    /// Ollama's native `/api/*` plus its OpenAI-compatible `/v1/*`, as Ollama serves both.
+    Ollama,
+}
+
+impl MockApi {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MockApi::OpenAi => "openai",
+            MockApi::Anthropic => "anthropic",
+            MockApi::Ollama => "ollama",
+        }
+    }
+}
+
+impl fmt::Display for MockApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for MockApi {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "openai" => Ok(MockApi::OpenAi),
+            "anthropic" => Ok(MockApi::Anthropic),
+            "ollama" => Ok(MockApi::Ollama),
+            other => Err(format!("unknown API `{other}` (expected openai, anthropic or ollama)")),
+        }
+    }
 }
 
 impl Default for MockConfig {
@@ -50,7 +107,8 @@ impl Default for MockConfig {
             chunk_delay: Duration::ZERO,
             fail_rate: 0.0,
             fail_status: 503,
-            ollama: false,
+            api: MockApi::OpenAi,
+            api_key: None,
         }
     }
 }

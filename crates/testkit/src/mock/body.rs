@@ -1,4 +1,4 @@
-//! The mock's response body type: either one precomputed buffer or an SSE stream.
+//! The mock's response body type: one precomputed buffer, the OpenAI SSE stream, or frames rendered up front.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -7,14 +7,17 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
+use super::frames::FrameStream;
 use super::stream::SseStream;
 
 /// Response body of every mock endpoint.
 pub(crate) enum MockBody {
     /// A complete body, sent as one frame with an exact content-length.
     Full(Option<Bytes>),
-    /// A server-sent-events stream, one frame per event.
+    /// The OpenAI server-sent-events stream of the default reply, one frame per event.
     Stream(Box<SseStream>),
+    /// Any other stream (Anthropic SSE, Ollama NDJSON, OpenAI tool calls), one frame per event.
+    Frames(Box<FrameStream>),
 }
 
 impl MockBody {
@@ -31,6 +34,7 @@ impl Body for MockBody {
         match self.get_mut() {
             MockBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             MockBody::Stream(s) => Pin::new(s.as_mut()).poll_frame(cx),
+            MockBody::Frames(s) => Pin::new(s.as_mut()).poll_frame(cx),
         }
     }
 
@@ -38,6 +42,7 @@ impl Body for MockBody {
         match self {
             MockBody::Full(b) => b.is_none(),
             MockBody::Stream(s) => s.is_end_stream(),
+            MockBody::Frames(s) => s.is_end_stream(),
         }
     }
 
@@ -46,6 +51,7 @@ impl Body for MockBody {
             MockBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             MockBody::Full(None) => SizeHint::with_exact(0),
             MockBody::Stream(s) => s.size_hint(),
+            MockBody::Frames(s) => s.size_hint(),
         }
     }
 }

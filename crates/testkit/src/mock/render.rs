@@ -63,32 +63,84 @@ pub(crate) fn models_body(models: &[String]) -> Bytes {
     to_bytes(&json!({"object": "list", "data": data}))
 }
 
-pub(crate) fn ollama_tags_body(models: &[String]) -> Bytes {
+/// `created` as Anthropic's and Ollama's RFC 3339 time (Ollama's has nanoseconds).
+pub(crate) const CREATED_RFC3339: &str = "2023-11-14T22:13:20Z";
+pub(crate) const CREATED_RFC3339_NANOS: &str = "2023-11-14T22:13:20.123456789Z";
+
+/// Anthropic's `GET /v1/models` page: every model, no further page.
+pub(crate) fn anthropic_models_body(models: &[String]) -> Bytes {
+    let data: Vec<Value> = models
+        .iter()
+        .map(|m| json!({"type": "model", "id": m, "display_name": m, "created_at": CREATED_RFC3339}))
+        .collect();
+    to_bytes(&json!({"data": data, "has_more": false, "first_id": models.first(), "last_id": models.last()}))
+}
+
+/// Ollama's `GET /api/tags`, or with `loaded` its `GET /api/ps` (every model counts as loaded).
+pub(crate) fn ollama_tags_body(models: &[String], loaded: bool) -> Bytes {
     let data: Vec<Value> = models
         .iter()
         .map(|m| {
-            json!({
+            let mut model = json!({
                 "name": m,
                 "model": m,
                 "modified_at": "2026-01-01T00:00:00Z",
                 "size": 1000,
                 "digest": "mock",
                 "details": {
+                    "parent_model": "",
                     "format": "gguf",
                     "family": "mock",
+                    "families": ["mock"],
                     "parameter_size": "1B",
                     "quantization_level": "Q4_0"
                 }
-            })
+            });
+            if loaded {
+                model["expires_at"] = json!("2099-01-01T00:00:00Z");
+                model["size_vram"] = json!(1000);
+                model["context_length"] = json!(4096);
+            }
+            model
         })
         .collect();
     to_bytes(&json!({"models": data}))
 }
 
-pub(crate) const OLLAMA_VERSION_BODY: &[u8] = br#"{"version":"0.12.0"}"#;
 pub(crate) const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
 pub(crate) const FAIL_BODY: &[u8] =
     br#"{"error":{"message":"mock failure","type":"server_error","param":null,"code":null}}"#;
+pub(crate) const ANTHROPIC_FAIL_BODY: &[u8] =
+    br#"{"type":"error","error":{"type":"api_error","message":"mock failure"}}"#;
+pub(crate) const OLLAMA_FAIL_BODY: &[u8] = br#"{"error":"mock failure"}"#;
+
+/// One SSE event `data: JSON` (OpenAI streams name no event).
+pub(crate) fn sse_data(value: &Value) -> Bytes {
+    let mut out = b"data: ".to_vec();
+    out.extend(serde_json::to_vec(value).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// One SSE event with its name, as Anthropic sends every event.
+pub(crate) fn sse_event(event: &str, value: &Value) -> Bytes {
+    let mut out = format!("event: {event}\ndata: ").into_bytes();
+    out.extend(serde_json::to_vec(value).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// One NDJSON line, as Ollama streams.
+pub(crate) fn ndjson_line(value: &Value) -> Bytes {
+    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// An embeddings `input`: one string or an array of strings.
+pub(crate) fn string_or_strings(json: &str) -> Option<Vec<String>> {
+    serde_json::from_str::<String>(json).map(|s| vec![s]).or_else(|_| serde_json::from_str::<Vec<String>>(json)).ok()
+}
 
 /// OpenAI error shape.
 pub(crate) fn error_body(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Bytes {
@@ -119,8 +171,8 @@ pub(crate) fn text_completion(id: u64, model_json: &str, content_json: &str, usa
     Bytes::from(s)
 }
 
-/// Deterministic 8-dimensional embedding of `text`.
-fn embedding(out: &mut String, text: &str) {
+/// Deterministic 8-dimensional embedding of `text`, as a JSON array.
+pub(crate) fn embedding(out: &mut String, text: &str) {
     // FNV-1a then splitmix to spread the bits.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.as_bytes() {

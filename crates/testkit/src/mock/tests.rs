@@ -19,7 +19,7 @@ fn any_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-async fn start(cfg: MockConfig) -> MockServer {
+pub(super) async fn start(cfg: MockConfig) -> MockServer {
     match MockServer::start(any_port(), cfg).await {
         Ok(s) => s,
         Err(e) => panic!("mock failed to start: {e}"),
@@ -27,13 +27,13 @@ async fn start(cfg: MockConfig) -> MockServer {
 }
 
 /// Splits SSE bytes into the payloads of its `data:` events.
-fn sse_events(frames: &[Bytes]) -> Vec<String> {
+pub(super) fn sse_events(frames: &[Bytes]) -> Vec<String> {
     let all: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
     let text = String::from_utf8_lossy(&all).into_owned();
     text.split("\n\n").filter(|e| !e.is_empty()).map(|e| e.strip_prefix("data: ").unwrap_or(e).to_owned()).collect()
 }
 
-fn parse(s: &str) -> Value {
+pub(super) fn parse(s: &str) -> Value {
     serde_json::from_str(s).unwrap_or(Value::Null)
 }
 
@@ -61,23 +61,11 @@ async fn models_health_and_unknown_paths() -> Result<(), crate::Error> {
     let r = c.get(&format!("{}/nope", mock.url())).await?;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
-    // Ollama endpoints are off by default.
+    // Ollama's endpoints are not part of the OpenAI API.
     let r = c.get(&format!("{}/api/tags", mock.url())).await?;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     // GETs are not counted.
     assert_eq!(mock.control().request_count(), 0);
-    Ok(())
-}
-
-#[tokio::test]
-async fn ollama_endpoints() -> Result<(), crate::Error> {
-    let mock = start(MockConfig { ollama: true, ..MockConfig::default() }).await;
-    let c = TestClient::new();
-    let j = c.get(&format!("{}/api/tags", mock.url())).await?.json();
-    assert_eq!(j["models"][0]["name"], "mock-model");
-    assert_eq!(j["models"][0]["details"]["quantization_level"], "Q4_0");
-    let j = c.get(&format!("{}/api/version", mock.url())).await?.json();
-    assert_eq!(j["version"], "0.12.0");
     Ok(())
 }
 
