@@ -141,7 +141,10 @@ async fn errors_come_in_the_clients_own_shape() {
     )
     .await;
     let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!((status, v["type"].as_str(), v["error"]["type"].as_str()), (404, Some("error"), Some("not_found_error")));
+    assert_eq!(
+        (status, v["type"].as_str(), v["error"]["type"].as_str()),
+        (404, Some("error"), Some("not_found_error"))
+    );
 
     let (status, _, body) = post(&client, format!("{}/v1/messages", gw.url()), json!({"model": "m"})).await;
     let v: Value = serde_json::from_str(&body).unwrap();

@@ -57,7 +57,8 @@ impl Setup {
 
     /// The same request, direct (OpenAI Chat) and through the gateway (in `--api`'s shape).
     pub fn pair(&self, body: &str, stream: bool) -> Result<(Arc<RequestSpec>, Arc<RequestSpec>), String> {
-        let direct = self.spec(&self.direct, "/v1/chat/completions", Bytes::from(body.to_owned()), stream, false, DONE)?;
+        let direct =
+            self.spec(&self.direct, "/v1/chat/completions", Bytes::from(body.to_owned()), stream, false, DONE)?;
         let (path, body, end) = in_api(&self.api, body)?;
         Ok((direct, self.spec(&self.target, path, body, stream, true, end)?))
     }
