@@ -33,15 +33,28 @@ impl WireUsage {
 }
 
 /// The token counts of a non-streaming chat.completion, text_completion or embeddings response
-/// (embeddings report no completion tokens: 0). Only `usage` is deserialised; serde skips the
+/// (embeddings report no completion tokens: 0), an Anthropic message, or an Ollama answer. Only `usage` is deserialised; serde skips the
 /// rest, and a body without the bytes `"usage"` is not parsed at all.
 pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
     #[derive(Deserialize)]
     struct Envelope {
         usage: Option<WireUsage>,
+        // Ollama's native API counts at the top level.
+        prompt_eval_count: Option<u64>,
+        eval_count: Option<u64>,
     }
-    memchr::memmem::find(body, b"\"usage\"")?;
-    serde_json::from_slice::<Envelope>(body).ok()?.usage?.tokens()
+    if memchr::memmem::find(body, b"\"usage\"").is_none() && memchr::memmem::find(body, b"eval_count\"").is_none() {
+        return None;
+    }
+    let envelope = serde_json::from_slice::<Envelope>(body).ok()?;
+    match (envelope.usage, envelope.prompt_eval_count, envelope.eval_count) {
+        (Some(usage), _, _) => usage.tokens(),
+        (None, None, None) => None,
+        (None, prompt, completion) => {
+            let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
+            Some(Tokens { prompt, completion, total: prompt.saturating_add(completion) })
+        }
+    }
 }
 
 /// Collects a non-streaming response's frames as it is relayed — refcounted `Bytes` clones, no
@@ -175,6 +188,9 @@ mod tests {
         assert_eq!(usage_from_response(EMBEDDINGS.as_bytes()), t(8, 0, 8));
         assert_eq!(usage_from_response(br#"{"usage":{"prompt_tokens":2,"completion_tokens":3}}"#), t(2, 3, 5));
         assert_eq!(usage_from_response(br#"{"usage":{"input_tokens":2,"output_tokens":3}}"#), t(2, 3, 5));
+        let ollama = br#"{"model":"m","response":"hi","done":true,"prompt_eval_count":9,"eval_count":4}"#;
+        assert_eq!(usage_from_response(ollama), t(9, 4, 13));
+        assert_eq!(usage_from_response(br#"{"model":"m","embeddings":[[0.1]],"prompt_eval_count":6}"#), t(6, 0, 6));
     }
 
     #[test]
