@@ -180,6 +180,24 @@ async fn open_store(url: &str) -> Result<Store, String> {
     Ok(store)
 }
 
+/// The usage writer: on its own low-priority thread with a database pool of its own, unless
+/// the database is in memory (a second pool would be a second database).
+fn spawn_writer(url: &str, store: &Store, journal: &Arc<Journal>) -> Result<UsageWriter, String> {
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        return Ok(UsageWriter::spawn(journal.clone(), store.for_journal(journal.id()), WriterConfig::default()));
+    }
+    let (url, id) = (url.to_owned(), journal.id().to_owned());
+    let make_sink = move || match Store::open_lazy(&url) {
+        Ok(store) => Some(store.for_journal(&id)),
+        Err(e) => {
+            tracing::error!(error = %e, "usage writer cannot open the database");
+            None
+        }
+    };
+    UsageWriter::spawn_on_own_thread(journal.clone(), make_sink, WriterConfig::default())
+        .map_err(|e| format!("cannot start the usage writer: {e}"))
+}
+
 /// Bind `config.listen`, probe every backend once, then serve until `shutdown` resolves (or
 /// `RunningGateway::shutdown` is called).
 pub async fn start(
@@ -192,7 +210,7 @@ pub async fn start(
     let store = open_store(&config.storage.url).await?;
     let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default())
         .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
-    let writer = UsageWriter::spawn(journal.clone(), store.for_journal(journal.id()), WriterConfig::default());
+    let writer = spawn_writer(&config.storage.url, &store, &journal)?;
     let mut app = App::new(config, Some(store))?;
     app.journal = Some(journal);
     let app = Arc::new(app);

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -57,10 +57,17 @@ impl Default for WriterConfig {
     }
 }
 
-/// Handle to the running writer task. Dropping it aborts the task (the journal keeps the rest).
+/// Handle to the running writer. Dropping it aborts a task on the caller's runtime (the
+/// journal keeps the rest); a writer on its own thread is told to stop.
 pub struct UsageWriter {
-    task: Option<JoinHandle<bool>>,
+    task: Option<Task>,
     stop: watch::Sender<bool>,
+}
+
+enum Task {
+    Local(JoinHandle<bool>),
+    /// On its own low-priority thread: resolves with the writer's result when it ends.
+    Thread(oneshot::Receiver<bool>),
 }
 
 impl UsageWriter {
@@ -68,17 +75,55 @@ impl UsageWriter {
     pub fn spawn<S: UsageSink>(journal: Arc<Journal>, sink: S, config: WriterConfig) -> UsageWriter {
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(run(journal, sink, config, stop_rx));
-        UsageWriter { task: Some(task), stop }
+        UsageWriter { task: Some(Task::Local(task)), stop }
+    }
+
+    /// Run the writer on a thread of its own at the lowest CPU priority, with a runtime of its
+    /// own, and its sink made there (so a SQLite pool's worker threads inherit the priority).
+    /// Reading the journal, decoding records and binding a batch's thousands of parameters then
+    /// never take the CPU from request handling: under saturation the writer falls behind (the
+    /// records wait in the journal) and catches up when load drops.
+    pub fn spawn_on_own_thread<S: UsageSink>(
+        journal: Arc<Journal>,
+        make_sink: impl FnOnce() -> Option<S> + Send + 'static,
+        config: WriterConfig,
+    ) -> io::Result<UsageWriter> {
+        let (stop, stop_rx) = watch::channel(false);
+        let (done, done_rx) = oneshot::channel();
+        std::thread::Builder::new().name("usage-writer".to_owned()).spawn(move || {
+            super::priority::lower_this_thread();
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    tracing::error!(error = %e, "usage writer could not start its runtime");
+                    return;
+                }
+            };
+            let caught_up = runtime.block_on(async move {
+                match make_sink() {
+                    Some(sink) => run(journal, sink, config, stop_rx).await,
+                    None => false,
+                }
+            });
+            let _ = done.send(caught_up);
+        })?;
+        Ok(UsageWriter { task: Some(Task::Thread(done_rx)), stop })
     }
 
     /// Write everything appended so far, then stop. True if it caught up before `deadline`.
     pub async fn shutdown(mut self, deadline: Duration) -> bool {
         let _ = self.stop.send(true);
         let Some(task) = self.task.as_mut() else { return false };
-        match tokio::time::timeout(deadline, task).await {
+        let finished = async {
+            match task {
+                Task::Local(handle) => handle.await.unwrap_or(false),
+                Task::Thread(done) => done.await.unwrap_or(false),
+            }
+        };
+        match tokio::time::timeout(deadline, finished).await {
             Ok(done) => {
                 self.task = None;
-                done.unwrap_or(false)
+                done
             }
             Err(_) => {
                 tracing::warn!("usage writer did not catch up before the deadline; the rest stays in the journal");
@@ -90,8 +135,12 @@ impl UsageWriter {
 
 impl Drop for UsageWriter {
     fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
+        match &self.task {
+            Some(Task::Local(handle)) => handle.abort(),
+            Some(Task::Thread(_)) => {
+                let _ = self.stop.send(true);
+            }
+            None => {}
         }
     }
 }
