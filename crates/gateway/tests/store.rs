@@ -54,7 +54,19 @@ impl Scratch {
             }
             Scratch::Postgres { admin, name } => {
                 let pool = sqlx::PgPool::connect(&admin).await.unwrap();
-                sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).execute(&pool).await.unwrap();
+                // FORCE cannot end an autovacuum worker (it belongs to the superuser), which may be
+                // busy in a database that just took millions of rows: retry briefly, then leave it.
+                let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                for attempt in 0.. {
+                    match sqlx::query(&drop).execute(&pool).await {
+                        Ok(_) => break,
+                        Err(e) if attempt == 50 => {
+                            eprintln!("could not drop scratch database {name}: {e}");
+                            break;
+                        }
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+                    }
+                }
                 pool.close().await;
             }
         }
