@@ -469,8 +469,10 @@ mod tests {
             let stats = open_loop(spec, &[(500.0, Duration::from_millis(200))]).await;
             assert_eq!(stats.ok, 100, "{:?}", stats.errors);
             assert!(stats.latency.max() >= 80_000, "stall charged: max {} µs", stats.latency.max());
+            // Half the requests fall due during the stall and then go out in one burst, queueing on
+            // this one thread; the quarter sent before it shows service time without the stall.
             assert!(
-                stats.service.value_at_quantile(0.5) < stats.latency.max() / 4,
+                stats.service.value_at_quantile(0.25) < stats.latency.max() / 4,
                 "service time excludes the generator's own stall"
             );
         });
