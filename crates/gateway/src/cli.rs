@@ -65,6 +65,28 @@ enum Command {
         /// Same as `--api ollama` (kept for older scripts).
         #[arg(long, hide = true, conflicts_with = "api")]
         ollama: bool,
+        /// Simulate an inference server's prefix (KV) cache holding N tokens, with LRU eviction:
+        /// time to first token = --ttft-fixed-us + --prefill-us-per-token × uncached prompt tokens.
+        /// Also serves llama.cpp's `GET /slots` and `GET /metrics`.
+        #[arg(long, value_name = "N")]
+        kv_cache_tokens: Option<usize>,
+        /// Prefill time per uncached prompt token (needs --kv-cache-tokens).
+        #[arg(long, value_name = "P", requires = "kv_cache_tokens",
+            default_value_t = switchyard_testkit::KvCacheConfig::default().prefill_us_per_token)]
+        prefill_us_per_token: u64,
+        /// Time per generated token, --stream-chunks tokens per reply; replaces --chunk-delay-ms
+        /// (needs --kv-cache-tokens).
+        #[arg(long, value_name = "D", requires = "kv_cache_tokens",
+            default_value_t = switchyard_testkit::KvCacheConfig::default().decode_ms_per_token)]
+        decode_ms_per_token: u64,
+        /// Fixed part of the time to first token (needs --kv-cache-tokens).
+        #[arg(long, requires = "kv_cache_tokens",
+            default_value_t = switchyard_testkit::KvCacheConfig::default().fixed_ttft_us)]
+        ttft_fixed_us: u64,
+        /// Requests processed at once; more wait for a slot (needs --kv-cache-tokens).
+        #[arg(long, value_name = "K", requires = "kv_cache_tokens",
+            default_value_t = switchyard_testkit::KvCacheConfig::default().slots)]
+        slots: usize,
     },
     /// Manage virtual keys through a running gateway's admin API.
     Keys(crate::keys_cli::KeysArgs),
@@ -118,10 +140,25 @@ pub fn main() -> ExitCode {
                 api,
                 api_key,
                 ollama,
+                kv_cache_tokens,
+                prefill_us_per_token,
+                decode_ms_per_token,
+                ttft_fixed_us,
+                slots,
             } => {
                 if !(0.0..=1.0).contains(&fail_rate) {
                     return Err("--fail-rate must be between 0 and 1".to_owned());
                 }
+                if slots == 0 {
+                    return Err("--slots must be at least 1".to_owned());
+                }
+                let kv_cache = kv_cache_tokens.map(|capacity_tokens| switchyard_testkit::KvCacheConfig {
+                    capacity_tokens,
+                    prefill_us_per_token,
+                    decode_ms_per_token,
+                    fixed_ttft_us: ttft_fixed_us,
+                    slots,
+                });
                 let cfg = MockConfig {
                     models,
                     latency: Duration::from_millis(latency_ms),
@@ -131,6 +168,7 @@ pub fn main() -> ExitCode {
                     fail_status,
                     api: if ollama { MockApi::Ollama } else { api },
                     api_key,
+                    kv_cache,
                 };
                 switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
             }

@@ -6,11 +6,13 @@
 //! `/api/generate`, `/api/embed`, `/api/tags`, `/api/ps`, `/api/version` and its OpenAI-compatible
 //! `/v1`), each with deterministic replies and tool calls, over HTTP/1.1 and h2c, with runtime
 //! knobs ([`MockControl`]) for latency and failure injection, and abrupt [`MockServer::kill`] /
-//! [`MockServer::restart`] for failover tests.
+//! [`MockServer::restart`] for failover tests. With [`KvCacheConfig`] it simulates an inference
+//! server's prefix cache and slots (time to first token grows with uncached prompt tokens) and
+//! answers llama.cpp's `/slots` and `/metrics`; [`mock::tokens`] is its tokeniser.
 //! [`TestClient`] is a keep-alive hyper client returning whole bodies or stream frames.
 
 pub mod client;
 pub mod mock;
 
 pub use client::{Error, TestClient, TestResponse};
-pub use mock::{run_cli, MockApi, MockConfig, MockControl, MockServer};
+pub use mock::{run_cli, KvCacheConfig, KvStats, MockApi, MockConfig, MockControl, MockServer};

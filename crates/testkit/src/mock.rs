@@ -1,22 +1,29 @@
-//! The mock LLM backend: configuration (which API it speaks), runtime control knobs and the server lifecycle (bind, accept loop, kill, restart).
+//! The mock LLM backend: configuration (which API it speaks, an optional simulated KV cache), runtime
+//! control knobs and the server lifecycle (bind, accept loop, kill, restart).
 
 mod anthropic;
 mod body;
 mod frames;
 mod handlers;
+mod kv;
 mod ollama;
 mod openai;
+mod prefix_cache;
 mod render;
 mod reply;
+mod signals;
 mod stream;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_anthropic;
 #[cfg(test)]
+mod tests_kv;
+#[cfg(test)]
 mod tests_ollama;
 #[cfg(test)]
 mod tests_tools;
+pub mod tokens;
 
 use std::fmt;
 use std::io;
@@ -33,6 +40,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use self::handlers::State;
+use self::kv::KvSim;
+pub use self::kv::{KvCacheConfig, KvStats};
 
 /// Static configuration of a [`MockServer`].
 #[derive(Debug, Clone)]
@@ -55,6 +64,11 @@ pub struct MockConfig {
     /// `x-api-key` for Anthropic's), so tests prove the gateway sends the backend's own key.
     /// Ollama has no authentication and ignores it. Anthropic always requires some `x-api-key`.
     pub api_key: Option<String>,
+    /// When set, the mock simulates an inference server's prefix (KV) cache and slots for every
+    /// chat and completion endpoint: time to first token grows with the uncached prompt tokens,
+    /// responses carry `x-mock-*` token counts, and `GET /slots` and `GET /metrics` answer as
+    /// llama.cpp's server does. See [`KvCacheConfig`] and [`tokens`].
+    pub kv_cache: Option<KvCacheConfig>,
 }
 
 /// Which API a [`MockServer`] speaks, as the real servers of that kind do.
@@ -109,6 +123,7 @@ impl Default for MockConfig {
             fail_status: 503,
             api: MockApi::OpenAi,
             api_key: None,
+            kv_cache: None,
         }
     }
 }
@@ -128,6 +143,8 @@ pub struct MockControl {
     latency_ns: AtomicU64,
     chunk_delay_ns: AtomicU64,
     rng: AtomicU64,
+    /// The simulated KV cache and slots, when configured.
+    kv: Option<Arc<KvSim>>,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -152,6 +169,7 @@ impl MockControl {
             latency_ns: AtomicU64::new(0),
             chunk_delay_ns: AtomicU64::new(0),
             rng: AtomicU64::new(0x5EED),
+            kv: cfg.kv_cache.clone().map(|kv| Arc::new(KvSim::new(kv))),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -197,11 +215,26 @@ impl MockControl {
     pub fn request_count(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
-    /// Resets the `requests`, `failures` and `connections` counters to zero.
+    /// Resets the `requests`, `failures` and `connections` counters, and the KV cache's, to zero.
     pub fn reset_counters(&self) {
         self.requests.store(0, Ordering::Relaxed);
         self.failures.store(0, Ordering::Relaxed);
         self.connections.store(0, Ordering::Relaxed);
+        if let Some(kv) = &self.kv {
+            kv.reset_counters();
+        }
+    }
+
+    /// Counters and state of the simulated KV cache (all zero without one).
+    pub fn kv_stats(&self) -> KvStats {
+        self.kv.as_ref().map(|kv| kv.stats()).unwrap_or_default()
+    }
+
+    /// Empties the simulated KV cache, as a restarted server has it (counters are kept).
+    pub fn clear_kv_cache(&self) {
+        if let Some(kv) = &self.kv {
+            kv.clear_cache();
+        }
     }
 
     /// Decides whether this request gets the injected failure.
@@ -291,9 +324,10 @@ impl MockServer {
     }
 
     /// Re-binds the same port (killing the current incarnation first if needed)
-    /// and serves again with the same control and configuration.
+    /// and serves again with the same control and configuration, with an empty KV cache.
     pub async fn restart(&mut self) -> io::Result<()> {
         self.kill();
+        self.state.control.clear_kv_cache();
         let listener = bind(self.addr)?;
         let running = spawn_accept(listener, self.state.clone());
         *lock(&self.running) = Some(running);

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::body::MockBody;
 use super::frames::Frames;
 use super::handlers::{body_id, gate, read_body, Model, Rejection, State};
+use super::kv;
 use super::render::{self, sse_event};
 use super::reply::{self, Reply, TOOL_ARGUMENT_FRAGMENTS};
 
@@ -46,7 +47,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
         Endpoint::CountTokens => {
             state.json(StatusCode::OK, format!(r#"{{"input_tokens":{}}}"#, count_characters(&request.body)))
         }
-        _ => messages(state, &bytes, &request),
+        _ => messages(state, &bytes, &request).await,
     }
 }
 
@@ -191,10 +192,15 @@ fn count_characters(body: &Value) -> usize {
     body.get("system").map_or(0, text) + messages.iter().map(|m| m.get("content").map_or(0, text)).sum::<usize>()
 }
 
-fn messages(state: &State, bytes: &Bytes, request: &Checked<'_>) -> Response<MockBody> {
+async fn messages(state: &State, bytes: &Bytes, request: &Checked<'_>) -> Response<MockBody> {
     let id = body_id(bytes);
     let reply = reply::anthropic(&request.body, state.stream_chunks);
-    let input_tokens = render::prompt_tokens(bytes.len());
+    let turn = state.kv_turn(&request.body, &reply).await;
+    // Anthropic counts cache reads apart: `input_tokens` are the prompt tokens computed.
+    let (input_tokens, cache_read) = match &turn {
+        Some(turn) => (turn.prefill(), turn.cached),
+        None => (render::prompt_tokens(bytes.len()), 0),
+    };
     let output_tokens = state.stream_chunks as u64;
     let message_id = format!("msg_mock_{id}");
     let tool_id = format!("toolu_mock_{id}");
@@ -204,7 +210,7 @@ fn messages(state: &State, bytes: &Bytes, request: &Checked<'_>) -> Response<Moc
         Reply::ToolCall(_) => "tool_use",
     };
     let usage = |output: u64| {
-        json!({"input_tokens": input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+        json!({"input_tokens": input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cache_read,
             "output_tokens": output})
     };
     let mut resp = if request.body.get("stream").and_then(Value::as_bool) == Some(true) {
@@ -235,8 +241,11 @@ fn messages(state: &State, bytes: &Bytes, request: &Checked<'_>) -> Response<Moc
             "usage": {"output_tokens": output_tokens}});
         frames.push(sse_event("message_delta", &delta));
         frames.push(sse_event("message_stop", &json!({"type": "message_stop"})));
-        state.stream(SSE, frames)
+        state.stream(SSE, frames, state.pace(turn.as_ref()))
     } else {
+        if let Some(turn) = &turn {
+            turn.decode().await;
+        }
         let content = match &reply {
             Reply::Text(_) => json!([{"type": "text", "text": reply.text()}]),
             Reply::ToolCall(name) => {
@@ -250,5 +259,5 @@ fn messages(state: &State, bytes: &Bytes, request: &Checked<'_>) -> Response<Moc
     if let Ok(value) = HeaderValue::from_str(&format!("req_mock_{id}")) {
         resp.headers_mut().insert("request-id", value);
     }
-    resp
+    kv::finish(turn, resp)
 }

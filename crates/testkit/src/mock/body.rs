@@ -1,4 +1,5 @@
-//! The mock's response body type: one precomputed buffer, the OpenAI SSE stream, or frames rendered up front.
+//! The mock's response body type: one precomputed buffer, the OpenAI SSE stream, or frames rendered up
+//! front, optionally holding a simulated server's slot.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -8,6 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::frames::FrameStream;
+use super::kv::SlotGuard;
 use super::stream::SseStream;
 
 /// Response body of every mock endpoint.
@@ -18,6 +20,8 @@ pub(crate) enum MockBody {
     Stream(Box<SseStream>),
     /// Any other stream (Anthropic SSE, Ollama NDJSON, OpenAI tool calls), one frame per event.
     Frames(Box<FrameStream>),
+    /// A body of a simulated KV-cache server: its slot stays busy until the body is done or dropped.
+    Held { body: Box<MockBody>, _slot: SlotGuard },
 }
 
 impl MockBody {
@@ -35,6 +39,7 @@ impl Body for MockBody {
             MockBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             MockBody::Stream(s) => Pin::new(s.as_mut()).poll_frame(cx),
             MockBody::Frames(s) => Pin::new(s.as_mut()).poll_frame(cx),
+            MockBody::Held { body: b, .. } => Pin::new(b.as_mut()).poll_frame(cx),
         }
     }
 
@@ -43,6 +48,7 @@ impl Body for MockBody {
             MockBody::Full(b) => b.is_none(),
             MockBody::Stream(s) => s.is_end_stream(),
             MockBody::Frames(s) => s.is_end_stream(),
+            MockBody::Held { body: b, .. } => b.is_end_stream(),
         }
     }
 
@@ -52,6 +58,7 @@ impl Body for MockBody {
             MockBody::Full(None) => SizeHint::with_exact(0),
             MockBody::Stream(s) => s.size_hint(),
             MockBody::Frames(s) => s.size_hint(),
+            MockBody::Held { body: b, .. } => b.size_hint(),
         }
     }
 }

@@ -1,9 +1,11 @@
 //! What every mock API shares: the per-server state, responses with the mock's headers, reading
-//! bodies, failure injection and latency, and dispatch to the API the server speaks.
+//! bodies, failure injection and latency, the KV-cache turn and pacing of replies, and dispatch to
+//! the API the server speaks.
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
@@ -11,10 +13,13 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::value::RawValue;
+use serde_json::Value;
 
 use super::body::MockBody;
 use super::frames::Frames;
+use super::kv::Turn;
 use super::render;
+use super::reply::Reply;
 use super::{MockApi, MockConfig, MockControl};
 
 static X_MOCK_PORT: HeaderName = HeaderName::from_static("x-mock-port");
@@ -76,9 +81,9 @@ impl State {
         self.respond(status, JSON, MockBody::full(body))
     }
 
-    /// A streamed response of `frames`, paced by the current chunk delay.
-    pub(crate) fn stream(&self, content_type: HeaderValue, frames: Frames) -> Response<MockBody> {
-        let body = MockBody::Frames(Box::new(frames.into_stream(self.control.chunk_delay())));
+    /// A streamed response of `frames`, `delay` apart (see [`State::pace`]).
+    pub(crate) fn stream(&self, content_type: HeaderValue, frames: Frames, delay: Duration) -> Response<MockBody> {
+        let body = MockBody::Frames(Box::new(frames.into_stream(delay)));
         let mut resp = self.respond(StatusCode::OK, content_type, body);
         resp.headers_mut().insert(CACHE_CONTROL, NO_CACHE);
         resp
@@ -87,10 +92,25 @@ impl State {
     pub(crate) fn find_model(&self, name: &str) -> Option<&Model> {
         self.models.iter().find(|m| m.name == name)
     }
+
+    /// With a KV cache, serves `body`'s prompt up to the first token of `reply` (queue, prefix
+    /// match, prefill); `None` without one.
+    pub(crate) async fn kv_turn(&self, body: &Value, reply: &Reply) -> Option<Turn> {
+        let kv = self.control.kv.as_ref()?;
+        Some(kv.begin(body, reply, self.stream_chunks as u64).await)
+    }
+
+    /// The delay between streamed tokens: the KV cache's decode time, else the chunk delay.
+    pub(crate) fn pace(&self, turn: Option<&Turn>) -> Duration {
+        turn.map_or_else(|| self.control.chunk_delay(), Turn::per_token)
+    }
 }
 
 /// Entry point of every request.
 pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<MockBody> {
+    if let Some(resp) = super::signals::handle(state, req.method(), req.uri().path(), req.uri().query()) {
+        return resp;
+    }
     if req.method() == Method::POST {
         state.control.requests.fetch_add(1, Ordering::Relaxed);
     }

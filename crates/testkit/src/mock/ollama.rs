@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use super::body::MockBody;
 use super::frames::Frames;
 use super::handlers::{body_id, gate, read_body, Model, Rejection, State};
+use super::kv;
 use super::render::{self, ndjson_line, CREATED_RFC3339_NANOS};
 use super::reply::{self, Reply};
 
@@ -63,11 +64,12 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
             } else {
                 Reply::chunks(state.stream_chunks)
             };
-            let generation = Generation {
+            let mut generation = Generation {
                 chat,
                 model,
                 prompt_tokens: render::prompt_tokens(bytes.len()),
                 completion_tokens: state.stream_chunks as u64,
+                durations: DURATIONS,
             };
             let empty = if chat {
                 body.get("messages").and_then(Value::as_array).is_none_or(Vec::is_empty)
@@ -78,11 +80,24 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
                 // Ollama answers a request without input by loading the model.
                 return state.respond(StatusCode::OK, JSON_UTF8, MockBody::full(generation.loaded()));
             }
-            if body.get("stream").and_then(Value::as_bool) == Some(false) {
+            let turn = state.kv_turn(&body, &reply).await;
+            if let Some(turn) = &turn {
+                // Ollama's `prompt_eval_count` counts the prompt tokens evaluated, not those
+                // found in its cache; its durations are the simulated ones.
+                generation.prompt_tokens = turn.prefill();
+                let (prefill, decode) = (nanos(turn.ttft()), nanos(turn.decode_time()));
+                generation.durations =
+                    Durations { total: prefill.saturating_add(decode), load: 0, prompt_eval: prefill, eval: decode };
+            }
+            let resp = if body.get("stream").and_then(Value::as_bool) == Some(false) {
+                if let Some(turn) = &turn {
+                    turn.decode().await;
+                }
                 state.respond(StatusCode::OK, JSON_UTF8, MockBody::full(generation.whole(&reply, body_id(&bytes))))
             } else {
-                state.stream(NDJSON, generation.stream(&reply, body_id(&bytes)))
-            }
+                state.stream(NDJSON, generation.stream(&reply, body_id(&bytes)), state.pace(turn.as_ref()))
+            };
+            kv::finish(turn, resp)
         }
     }
 }
@@ -119,6 +134,23 @@ struct Generation<'a> {
     model: &'a Model,
     prompt_tokens: u64,
     completion_tokens: u64,
+    durations: Durations,
+}
+
+/// The timings of the last object, in nanoseconds.
+#[derive(Clone, Copy)]
+struct Durations {
+    total: u64,
+    load: u64,
+    prompt_eval: u64,
+    eval: u64,
+}
+
+/// Fixed timings, without a KV cache: every one non-zero, as Ollama's are.
+const DURATIONS: Durations = Durations { total: 5_000_000, load: 1_000_000, prompt_eval: 1_000_000, eval: 3_000_000 };
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Generation<'_> {
@@ -146,13 +178,14 @@ impl Generation<'_> {
         if !self.chat {
             object.insert("context".into(), json!([1, 2, 3]));
         }
+        let d = self.durations;
         for (name, value) in [
-            ("total_duration", 5_000_000),
-            ("load_duration", 1_000_000),
+            ("total_duration", d.total),
+            ("load_duration", d.load),
             ("prompt_eval_count", self.prompt_tokens),
-            ("prompt_eval_duration", 1_000_000),
+            ("prompt_eval_duration", d.prompt_eval),
             ("eval_count", self.completion_tokens),
-            ("eval_duration", 3_000_000),
+            ("eval_duration", d.eval),
         ] {
             object.insert(name.into(), json!(value));
         }

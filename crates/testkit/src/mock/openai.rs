@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::body::MockBody;
 use super::frames::Frames;
 use super::handlers::{body_id, gate, raw_str, read_body, Model, Rejection, State};
+use super::kv;
 use super::render::{self, Usage, CREATED};
 use super::reply::{self, Reply, TOOL_ARGUMENTS, TOOL_ARGUMENT_FRAGMENTS};
 use super::stream::{Kind, SseStream};
@@ -177,28 +178,54 @@ async fn completion(state: &State, bytes: &Bytes, kind: Kind) -> Response<MockBo
     if let Err(resp) = gate(state, render::FAIL_BODY).await {
         return *resp;
     }
-    let id = body_id(bytes);
-    let usage = Usage { prompt: render::prompt_tokens(bytes.len()), completion: state.stream_chunks as u64 };
-    if let Some(reply) = reply {
-        let chat = Chat { id, model, usage };
-        return if stream {
-            state.stream(SSE, chat.stream(&reply, include_usage))
-        } else {
-            state.json(StatusCode::OK, chat.whole(&reply))
+    // Only a KV-cache mock reads the whole body: the fast path stays free of parsing.
+    let turn = if state.control.kv.is_some() {
+        let body = serde_json::from_slice::<Value>(bytes).unwrap_or(Value::Null);
+        let default_reply;
+        let kv_reply = match &reply {
+            Some(reply) => reply,
+            None => {
+                default_reply = Reply::chunks(state.stream_chunks);
+                &default_reply
+            }
         };
-    }
-    if stream {
-        let usage = include_usage.then_some(usage);
-        let sse = SseStream::new(kind, id, &model.json, state.stream_chunks, usage, state.control.chunk_delay());
-        let mut resp = state.respond(StatusCode::OK, SSE, MockBody::Stream(Box::new(sse)));
-        resp.headers_mut().insert(CACHE_CONTROL, NO_CACHE);
-        return resp;
-    }
-    let body = match kind {
-        Kind::Chat => render::chat_completion(id, &model.json, &state.content_json, usage),
-        Kind::Completion => render::text_completion(id, &model.json, &state.content_json, usage),
+        state.kv_turn(&body, kv_reply).await
+    } else {
+        None
     };
-    state.json(StatusCode::OK, body)
+    let id = body_id(bytes);
+    let completion = state.stream_chunks as u64;
+    let usage = match &turn {
+        Some(turn) => Usage { prompt: turn.prompt_tokens, completion, cached: Some(turn.cached) },
+        None => Usage { prompt: render::prompt_tokens(bytes.len()), completion, cached: None },
+    };
+    let delay = state.pace(turn.as_ref());
+    if let (false, Some(turn)) = (stream, &turn) {
+        turn.decode().await;
+    }
+    let resp = 'resp: {
+        if let Some(reply) = reply {
+            let chat = Chat { id, model, usage };
+            break 'resp if stream {
+                state.stream(SSE, chat.stream(&reply, include_usage), delay)
+            } else {
+                state.json(StatusCode::OK, chat.whole(&reply))
+            };
+        }
+        if stream {
+            let usage = include_usage.then_some(usage);
+            let sse = SseStream::new(kind, id, &model.json, state.stream_chunks, usage, delay);
+            let mut resp = state.respond(StatusCode::OK, SSE, MockBody::Stream(Box::new(sse)));
+            resp.headers_mut().insert(CACHE_CONTROL, NO_CACHE);
+            break 'resp resp;
+        }
+        let body = match kind {
+            Kind::Chat => render::chat_completion(id, &model.json, &state.content_json, usage),
+            Kind::Completion => render::text_completion(id, &model.json, &state.content_json, usage),
+        };
+        state.json(StatusCode::OK, body)
+    };
+    kv::finish(turn, resp)
 }
 
 /// A chat completion whose reply is not the default text.
@@ -210,8 +237,13 @@ struct Chat<'a> {
 
 impl Chat<'_> {
     fn usage_json(&self) -> Value {
-        let Usage { prompt, completion } = self.usage;
-        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+        let Usage { prompt, completion, cached } = self.usage;
+        let mut usage =
+            json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+        if let Some(cached) = cached {
+            usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+        }
+        usage
     }
 
     fn whole(&self, reply: &Reply) -> Vec<u8> {

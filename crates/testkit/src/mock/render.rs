@@ -13,17 +13,24 @@ pub(crate) const CREATED: u64 = 1_700_000_000;
 pub(crate) struct Usage {
     pub(crate) prompt: u64,
     pub(crate) completion: u64,
+    /// Prompt tokens served from the KV cache, reported (as `prompt_tokens_details.cached_tokens`,
+    /// like llama.cpp and vLLM) only by a mock simulating one.
+    pub(crate) cached: Option<u64>,
 }
 
 impl Usage {
     pub(crate) fn write_json(self, out: &mut String) {
         let _ = write!(
             out,
-            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{}}}"#,
+            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{}"#,
             self.prompt,
             self.completion,
             self.prompt + self.completion
         );
+        if let Some(cached) = self.cached {
+            let _ = write!(out, r#","prompt_tokens_details":{{"cached_tokens":{cached}}}"#);
+        }
+        out.push('}');
     }
 }
 

@@ -52,6 +52,14 @@ impl Reply {
         }
     }
 
+    /// The reply as the message carrying it back reads to the tokeniser: its text, or the call.
+    pub(crate) fn normalised_text(&self) -> String {
+        match self {
+            Reply::Text(pieces) => pieces.concat(),
+            Reply::ToolCall(name) => super::tokens::tool_call_text(name, TOOL_ARGUMENTS),
+        }
+    }
+
     /// All the text, concatenated.
     pub(crate) fn text(&self) -> String {
         match self {
