@@ -75,6 +75,11 @@ pub enum Strategy {
     LeastConnections,
     Priority,
     Weighted,
+    /// Longest cached prompt prefix first, load when it is too uneven (`route/prefix.rs`).
+    CacheAware,
+    /// The first 512 bytes of the prompt hashed to a backend: what some gateways do; kept for
+    /// comparison in the benchmarks (it pins every conversation sharing a system prompt together).
+    PrefixHash,
 }
 
 impl Strategy {
@@ -84,6 +89,8 @@ impl Strategy {
             Strategy::LeastConnections => "least-connections",
             Strategy::Priority => "priority",
             Strategy::Weighted => "weighted",
+            Strategy::CacheAware => "cache-aware",
+            Strategy::PrefixHash => "prefix-hash",
         }
     }
 }
@@ -100,6 +107,22 @@ pub struct BackendConfig {
     /// Higher wins under the `priority` strategy.
     pub priority: i32,
     pub weight: u32,
+    /// Prompt tokens the backend's KV cache holds (sizes its share of the prefix index).
+    pub cache_tokens: usize,
+}
+
+/// Keeping a conversation where its KV cache is warm, without pinning everyone to one backend.
+#[derive(Debug, Clone)]
+pub struct AffinityConfig {
+    /// Route requests that carry a session key to the backend their session went to.
+    pub sticky_sessions: bool,
+    /// A session's pin expires after this long without a request.
+    pub session_ttl: Duration,
+    pub max_sessions: usize,
+    /// Affinity gives way to load when the preferred backend has more than
+    /// `balance_factor × least + balance_slack` requests in flight.
+    pub balance_factor: f64,
+    pub balance_slack: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -172,6 +195,8 @@ pub struct Config {
     pub strategy: Strategy,
     /// Upper bound on upstream attempts per request (first try included).
     pub max_attempts: u32,
+    /// Sticky sessions and cache-aware balance.
+    pub affinity: AffinityConfig,
     pub aliases: HashMap<String, String>,
     pub health: HealthConfig,
     pub timeouts: Timeouts,

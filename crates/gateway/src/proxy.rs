@@ -30,12 +30,13 @@ use crate::http::GatewayBody;
 use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit};
 use crate::metrics::Endpoint;
 use crate::route::backend::{now_ms, Backend, InFlight};
-use crate::route::SelectError;
+use crate::route::{RouteHints, SelectError};
 use crate::translate::{self, Plan, StreamTranslator, Wire};
 use crate::usage::{inject_include_usage, Tokens};
 use translation::{Bodies, BodyError};
 
 pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
+static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
 static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -47,6 +48,8 @@ struct Answer {
     guard: InFlight,
     ttfb: Duration,
     plan: Plan,
+    /// Why this backend (sticky session, cache affinity), for `x-switchyard-route`.
+    route: Option<HeaderValue>,
 }
 
 enum AttemptError {
@@ -109,9 +112,11 @@ pub async fn forward(
     // A retryable (5xx/429) answer, kept to pass through if no other backend can take the request.
     let mut held: Option<Answer> = None;
 
+    let session = header_session(&parts.headers).or(routed.session.as_deref());
+    let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain) };
     for attempt in 0..app.config.max_attempts {
-        let backend = match app.router.select(&routed.model, &tried) {
-            Ok(b) => b,
+        let (backend, route) = match app.router.select_with(&routed.model, &hints, &tried) {
+            Ok(selected) => (selected.backend, selected.explain.and_then(|e| HeaderValue::try_from(e).ok())),
             Err(SelectError::UnknownModel) => {
                 let e = GatewayError::ModelNotFound { model: routed.model };
                 if let Some(m) = meter.as_mut() {
@@ -181,7 +186,7 @@ pub async fn forward(
                 } else {
                     backend.health.on_success();
                 }
-                let answer = Answer { parts, body, first, guard, ttfb, plan };
+                let answer = Answer { parts, body, first, guard, ttfb, plan, route };
                 if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
                     held = Some(answer);
                     continue;
@@ -351,7 +356,7 @@ async fn respond(
     metering: Metering,
     bodies: &mut Bodies<'_>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    let Answer { parts, body, first, guard, ttfb, plan } = answer;
+    let Answer { parts, body, first, guard, ttfb, plan, route } = answer;
     let Call { endpoint, stream, started, mut upstream_wait, deadline, context } = call;
     let Metering { mut meter, permit, strip_usage_chunk } = metering;
     let translated = matches!(plan, Plan::Translate(_));
@@ -374,7 +379,11 @@ async fn respond(
                     return Err(e);
                 }
             };
-            return Ok(respond_whole(app, whole, parts, guard, ttfb, started, upstream_wait, meter, permit));
+            let mut resp = respond_whole(app, whole, parts, guard, ttfb, started, upstream_wait, meter, permit);
+            if let Some(route) = route {
+                resp.headers_mut().insert(&ROUTE_HEADER, route);
+            }
+            return Ok(resp);
         }
     }
     let overhead = started.elapsed().saturating_sub(upstream_wait);
@@ -422,6 +431,9 @@ async fn respond(
     }
     headers.insert(&BACKEND_HEADER, backend_name);
     headers.insert(&SERVER_TIMING, server_timing(overhead, upstream_wait));
+    if let Some(route) = route {
+        headers.insert(&ROUTE_HEADER, route);
+    }
     Ok(resp)
 }
 
@@ -470,6 +482,20 @@ fn respond_whole(
     drop((permit, guard));
     app.metrics.duration.observe(started.elapsed());
     resp
+}
+
+/// A session key from the headers: `x-session-id`, else any `x-…-session-id` (such as
+/// `x-claude-code-session-id`).
+fn header_session(headers: &HeaderMap) -> Option<&str> {
+    fn text(v: &HeaderValue) -> Option<&str> {
+        v.to_str().ok().filter(|s| !s.is_empty())
+    }
+    headers.get("x-session-id").and_then(text).or_else(|| {
+        headers
+            .iter()
+            .find(|(name, _)| name.as_str().starts_with("x-") && name.as_str().ends_with("-session-id"))
+            .and_then(|(_, v)| text(v))
+    })
 }
 
 /// `server-timing: gateway;dur=0.031, upstream;dur=12.204` (milliseconds).

@@ -2,18 +2,33 @@
 //! The model table is rebuilt whenever discovery changes a backend's model list and swapped in
 //! atomically, so the request path only does a hash lookup and a scan of a few candidates.
 
+pub mod affinity;
 pub mod backend;
 pub mod health;
 pub mod policy;
+pub mod prefix;
+pub mod signals;
+pub mod sticky;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use crate::config::Config;
+use crate::config::{AffinityConfig, Config, Strategy};
+pub use affinity::RouteHints;
 use backend::{now_ms, Backend};
 use policy::RoutingPolicy;
+use prefix::PrefixIndex;
+use sticky::StickyTable;
+
+/// A chosen backend, and why when an affinity rule decided (`x-switchyard-route`).
+pub struct Selected {
+    pub backend: Arc<Backend>,
+    pub explain: Option<String>,
+}
 
 type ModelTable = HashMap<String, Vec<Arc<Backend>>>;
 
@@ -28,6 +43,12 @@ pub enum SelectError {
 pub struct Router {
     pub backends: Vec<Arc<Backend>>,
     policy: Box<dyn RoutingPolicy>,
+    strategy: Strategy,
+    affinity: AffinityConfig,
+    sticky: Option<StickyTable>,
+    /// The prompt prefixes sent to each backend (cache-aware strategy only).
+    prefix: Option<PrefixIndex>,
+    turn: AtomicUsize,
     table: ArcSwap<ModelTable>,
     rebuild_lock: Mutex<()>,
 }
@@ -40,8 +61,15 @@ impl Router {
             .enumerate()
             .map(|(i, b)| Backend::new(i, b.clone(), &config.health).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
+        let affinity = config.affinity.clone();
         let router = Router {
             policy: policy::for_strategy(config.strategy, backends.len()),
+            strategy: config.strategy,
+            sticky: affinity.sticky_sessions.then(|| StickyTable::new(affinity.session_ttl, affinity.max_sessions)),
+            prefix: (config.strategy == Strategy::CacheAware)
+                .then(|| PrefixIndex::new(&config.backends.iter().map(|b| b.cache_tokens).collect::<Vec<_>>())),
+            affinity,
+            turn: AtomicUsize::new(0),
             backends,
             table: ArcSwap::from_pointee(HashMap::new()),
             rebuild_lock: Mutex::new(()),
@@ -72,20 +100,109 @@ impl Router {
 
     /// Pick a backend for `model`, skipping ids in `tried`.
     pub fn select(&self, model: &str, tried: &[usize]) -> Result<Arc<Backend>, SelectError> {
+        self.select_with(model, &RouteHints::default(), tried).map(|s| s.backend)
+    }
+
+    /// Which prompt hashes `select_with` can use: none, the first 512 bytes, or the whole prompt.
+    pub fn prefix_bytes_needed(&self) -> Option<usize> {
+        match self.strategy {
+            Strategy::CacheAware => Some(usize::MAX),
+            Strategy::PrefixHash => Some(512),
+            _ => None,
+        }
+    }
+
+    /// Pick a backend for `model` with what is known of the request's session and prompt:
+    /// a sticky session's backend first, then the strategy.
+    pub fn select_with(&self, model: &str, hints: &RouteHints, tried: &[usize]) -> Result<Selected, SelectError> {
         let table = self.table.load();
         let all = table.get(model).ok_or(SelectError::UnknownModel)?;
         let now = now_ms();
         let mut candidates: Vec<&Arc<Backend>> =
             all.iter().filter(|b| !tried.contains(&b.id) && b.health.available(now)).collect();
-        while let Some(i) = self.policy.select(&candidates) {
+        let session = hints.session.filter(|_| self.sticky.is_some());
+        let mut repin_why = None;
+        if let (Some(sticky), Some(session)) = (&self.sticky, session) {
+            if let Some(id) = sticky.get(model, session, Instant::now()) {
+                match candidates.iter().position(|b| b.id == id) {
+                    Some(i) => match affinity::overloaded(&self.affinity, candidates[i], &candidates) {
+                        None if candidates[i].health.claim(now) => {
+                            let chosen = candidates[i].clone();
+                            sticky.pin(model, session, chosen.id, Instant::now());
+                            self.remember(&chosen, hints, None);
+                            let explain = affinity::explain("sticky", &chosen, 0, 0, "session pinned here");
+                            return Ok(Selected { backend: chosen, explain: Some(explain) });
+                        }
+                        None => repin_why = Some("re-pinned: the pinned backend is in a breaker trial"),
+                        Some(_) => repin_why = Some("re-pinned: the pinned backend is overloaded"),
+                    },
+                    None => repin_why = Some("re-pinned: the pinned backend is unavailable"),
+                }
+            }
+        }
+        loop {
+            let (i, matched, why) = self.choose(hints, &candidates).ok_or(SelectError::NoneAvailable)?;
             let chosen = candidates[i];
             // Only one request wins the half-open trial of a recovering breaker.
-            if chosen.health.claim(now) {
-                return Ok(chosen.clone());
+            if !chosen.health.claim(now) {
+                candidates.swap_remove(i);
+                continue;
             }
-            candidates.swap_remove(i);
+            let chosen = chosen.clone();
+            if let (Some(sticky), Some(session)) = (&self.sticky, session) {
+                sticky.pin(model, session, chosen.id, Instant::now());
+            }
+            self.remember(&chosen, hints, Some(matched));
+            let explain = match (why, repin_why) {
+                (Some(why), _) => {
+                    Some(affinity::explain(self.strategy.as_str(), &chosen, matched, hints.chain.len(), &why))
+                }
+                (None, Some(repin)) => Some(affinity::explain(self.strategy.as_str(), &chosen, 0, 0, repin)),
+                (None, None) if session.is_some() => {
+                    Some(affinity::explain(self.strategy.as_str(), &chosen, 0, 0, "session pinned now"))
+                }
+                (None, None) => None,
+            };
+            return Ok(Selected { backend: chosen, explain });
         }
-        Err(SelectError::NoneAvailable)
+    }
+
+    /// The strategy's pick: index into `candidates`, blocks of the prompt the pick holds, and
+    /// the reason when the strategy explains itself.
+    fn choose(&self, hints: &RouteHints, candidates: &[&Arc<Backend>]) -> Option<(usize, usize, Option<String>)> {
+        if candidates.is_empty() {
+            return None;
+        }
+        let turn = self.turn.fetch_add(1, Relaxed);
+        match (&self.prefix, self.strategy) {
+            (Some(index), _) if !hints.chain.is_empty() => {
+                let (i, matched, why) = affinity::cache_aware(&self.affinity, index, &hints.chain, candidates, turn);
+                Some((i, matched, Some(why)))
+            }
+            (_, Strategy::PrefixHash) if !hints.chain.is_empty() => {
+                // Deliberately naive: the hash of the first 512 bytes, modulo the candidates.
+                let head = hints.chain[hints.chain.len().min(512 / prefix::BLOCK_BYTES) - 1];
+                Some(((head % candidates.len() as u64) as usize, 0, None))
+            }
+            _ => self.policy.select(candidates).map(|i| (i, 0, None)),
+        }
+    }
+
+    /// Note that the prompt went to `backend` (cache-aware only); `matched` blocks it already held.
+    fn remember(&self, backend: &Backend, hints: &RouteHints, matched: Option<usize>) {
+        if let Some(index) = &self.prefix {
+            if !hints.chain.is_empty() {
+                let known = matched.unwrap_or_else(|| index.matches(&hints.chain, &[backend.id])[0]);
+                index.insert(backend.id, &hints.chain, known);
+            }
+        }
+    }
+
+    /// A backend went down: whatever it had cached is gone.
+    pub fn forget_cache(&self, backend: &Backend) {
+        if let Some(index) = &self.prefix {
+            index.forget(backend.id);
+        }
     }
 
     /// De-duplicated catalogue of every model served by a backend that is up: model → backend names.

@@ -25,6 +25,19 @@ pub struct RoutingFields<'a> {
     /// The Responses API's spelling.
     #[serde(default)]
     pub max_output_tokens: Option<serde_json::Value>,
+    /// Anthropic's (and Ollama generate's) system prompt; the Responses API's `instructions`.
+    #[serde(borrow, default)]
+    pub system: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub instructions: Option<&'a RawValue>,
+    /// Session hints for sticky routing: OpenAI's `prompt_cache_key` and `user`, and
+    /// `metadata.session_id` / Anthropic's `metadata.user_id`.
+    #[serde(borrow, default)]
+    pub prompt_cache_key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub user: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub metadata: Option<&'a RawValue>,
 }
 
 /// `{"error": {...}}`, the error body every OpenAI-compatible client understands.

@@ -10,7 +10,8 @@ use serde::Deserialize;
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
-    AuthConfig, BackendConfig, BackendKind, Config, ConfigError, HealthConfig, Price, StorageConfig, Strategy, Timeouts,
+    AffinityConfig, AuthConfig, BackendConfig, BackendKind, Config, ConfigError, HealthConfig, Price, StorageConfig,
+    Strategy, Timeouts,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -70,7 +71,12 @@ struct RawBackend {
     models: Option<Vec<String>>,
     priority: Option<i32>,
     weight: Option<u32>,
+    cache_tokens: Option<usize>,
 }
+
+/// KV-cache capacity assumed for a backend that does not say: a few conversations of a
+/// mid-sized context.
+const DEFAULT_CACHE_TOKENS: usize = 65_536;
 
 fn default_kind() -> String {
     "openai".to_owned()
@@ -81,6 +87,11 @@ fn default_kind() -> String {
 struct RawRouting {
     strategy: Option<String>,
     max_attempts: Option<u32>,
+    sticky_sessions: Option<bool>,
+    session_ttl: Option<String>,
+    max_sessions: Option<usize>,
+    balance_factor: Option<f64>,
+    balance_slack: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -172,13 +183,29 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         "least-connections" => Strategy::LeastConnections,
         "priority" => Strategy::Priority,
         "weighted" => Strategy::Weighted,
+        "cache-aware" => Strategy::CacheAware,
+        "prefix-hash" => Strategy::PrefixHash,
         other => {
             return Err(ConfigError::at(
                 "routing.strategy",
-                format!("unknown strategy `{other}` (round-robin, least-connections, priority, weighted)"),
+                format!(
+                    "unknown strategy `{other}` (round-robin, least-connections, priority, weighted, cache-aware, \
+                     prefix-hash)"
+                ),
             ))
         }
     };
+    let r = &raw.routing;
+    let affinity = AffinityConfig {
+        sticky_sessions: r.sticky_sessions.unwrap_or(true),
+        session_ttl: duration("routing.session_ttl", &r.session_ttl, Duration::from_secs(30 * 60))?,
+        max_sessions: r.max_sessions.unwrap_or(100_000).max(1),
+        balance_factor: r.balance_factor.unwrap_or(1.5),
+        balance_slack: r.balance_slack.unwrap_or(2),
+    };
+    if !(affinity.balance_factor >= 1.0 && affinity.balance_factor.is_finite()) {
+        return Err(ConfigError::at("routing.balance_factor", "must be a number of at least 1"));
+    }
     let max_attempts = raw.routing.max_attempts.unwrap_or(3);
     if max_attempts == 0 {
         return Err(ConfigError::at("routing.max_attempts", "must be at least 1"));
@@ -277,6 +304,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         backends,
         strategy,
         max_attempts,
+        affinity,
         aliases: raw.aliases,
         health,
         timeouts,
@@ -332,6 +360,7 @@ fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Res
         models: b.models,
         priority: b.priority.unwrap_or(0),
         weight,
+        cache_tokens: b.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS).max(1),
     })
 }
 

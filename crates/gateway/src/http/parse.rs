@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use serde_json::value::RawValue;
 use switchyard_protocol::openai::RoutingFields;
 
-use crate::config::Config;
+use crate::config::{Config, Strategy};
 use crate::error::GatewayError;
 use crate::metrics::Endpoint;
 
@@ -39,6 +39,11 @@ pub struct RoutedRequest {
     pub stream: bool,
     /// The body to send upstream (rewritten only when an alias resolved).
     pub body: Bytes,
+    /// A session key from the body (`prompt_cache_key`, `user`, `metadata.session_id`,
+    /// `metadata.user_id`), when sticky sessions are on.
+    pub session: Option<String>,
+    /// Chained block hashes of the prompt, when the routing strategy uses them.
+    pub chain: Vec<u64>,
 }
 
 pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result<RoutedRequest, GatewayError> {
@@ -77,13 +82,62 @@ pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result
     if !name.is_empty() {
         check_required(field, name, must_be_array)?;
     }
+    let session = if config.affinity.sticky_sessions { body_session(&fields) } else { None };
+    let chain = prompt_chain(endpoint, &fields, config);
     let resolved = config.resolve_alias(&model).to_owned();
     let body = if resolved != model { rewrite_model(&body, raw_model, &resolved)? } else { body.clone() };
     let max_tokens = [&fields.max_tokens, &fields.max_completion_tokens, &fields.max_output_tokens]
         .into_iter()
         .flatten()
         .find_map(|v| v.as_u64());
-    Ok(RoutedRequest { model: resolved, requested: model.into_owned(), max_tokens, stream, body })
+    Ok(RoutedRequest { model: resolved, requested: model.into_owned(), max_tokens, stream, body, session, chain })
+}
+
+/// The first session hint in the body: `prompt_cache_key`, `user`, `metadata.session_id`,
+/// `metadata.user_id` (strings only).
+fn body_session(fields: &RoutingFields<'_>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        session_id: Option<String>,
+        user_id: Option<String>,
+    }
+    let text = |raw: Option<&RawValue>| raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok());
+    text(fields.prompt_cache_key).or_else(|| text(fields.user)).filter(|s| !s.is_empty()).or_else(|| {
+        let metadata: Metadata = serde_json::from_str(fields.metadata?.get()).ok()?;
+        metadata.session_id.or(metadata.user_id).filter(|s| !s.is_empty())
+    })
+}
+
+/// The prompt's chained block hashes (its system prompt, then its messages, as the client's
+/// bytes), for the cache-aware strategy; the first 512 bytes' for the prefix-hash one.
+fn prompt_chain(endpoint: Endpoint, fields: &RoutingFields<'_>, config: &Config) -> Vec<u64> {
+    let Some(limit) = (match config.strategy {
+        Strategy::CacheAware => Some(usize::MAX),
+        Strategy::PrefixHash => Some(512),
+        _ => None,
+    }) else {
+        return Vec::new();
+    };
+    let parts: [Option<&RawValue>; 2] = match endpoint {
+        Endpoint::Messages | Endpoint::CountTokens => [fields.system, fields.messages],
+        Endpoint::Responses => [fields.instructions, fields.input],
+        Endpoint::OllamaGenerate => [fields.system, fields.prompt],
+        Endpoint::ChatCompletions | Endpoint::OllamaChat => [None, fields.messages],
+        Endpoint::Completions => [None, fields.prompt],
+        _ => [None, None],
+    };
+    let mut left = limit;
+    let bytes: Vec<&[u8]> = parts
+        .iter()
+        .flatten()
+        .map(|raw| {
+            let b = raw.get().as_bytes();
+            let take = b.len().min(left);
+            left -= take;
+            &b[..take]
+        })
+        .collect();
+    crate::route::prefix::chain(&bytes)
 }
 
 fn check_required(field: Option<&RawValue>, name: &'static str, must_be_array: bool) -> Result<(), GatewayError> {

@@ -43,6 +43,8 @@ pub struct Backend {
     models: ArcSwap<Vec<String>>,
     /// Wakes the prober early, e.g. after a passive failure.
     pub wake: Notify,
+    /// Load and cache state the backend reports about itself.
+    pub signals: super::signals::BackendSignals,
 }
 
 impl Backend {
@@ -87,6 +89,7 @@ impl Backend {
             stats: BackendStats::default(),
             models: ArcSwap::from_pointee(models),
             wake: Notify::new(),
+            signals: Default::default(),
             cfg,
         })
     }

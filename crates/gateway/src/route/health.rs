@@ -103,11 +103,65 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
             _ = tokio::time::sleep(wait) => {}
             _ = backend.wake.notified() => {}
         }
+        let was_up = backend.health.is_up();
         if apply(&backend, probe(&client, &backend, cfg.timeout).await) {
             tracing::info!(backend = backend.name(), "model list changed");
             router.rebuild_table();
         }
+        if was_up != backend.health.is_up() {
+            // Went down, or came back (likely restarted): what it had cached is gone.
+            router.forget_cache(&backend);
+        }
+        if backend.health.is_up() {
+            read_signals(&client, &backend, cfg.timeout).await;
+        }
     }
+}
+
+/// Read what the backend says about its own load and loaded models, where it says anything:
+/// Prometheus `/metrics` (llama.cpp server, vLLM), else llama.cpp's `/slots`; Ollama's `/api/ps`.
+async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Duration) {
+    match backend.cfg.kind {
+        BackendKind::OpenAi => {
+            if let Some(reading) = fetch(client, backend, "/metrics", timeout)
+                .await
+                .and_then(|b| std::str::from_utf8(&b).ok().and_then(super::signals::parse_metrics))
+            {
+                backend.signals.record(reading);
+            } else if let Some(reading) =
+                fetch(client, backend, "/slots", timeout).await.and_then(|b| super::signals::parse_slots(&b))
+            {
+                backend.signals.record(reading);
+            }
+        }
+        BackendKind::Ollama => {
+            if let Some(list) = fetch(client, backend, "/api/ps", timeout)
+                .await
+                .and_then(|b| serde_json::from_slice::<TagList>(&b).ok())
+            {
+                backend.signals.record_loaded(list.models.into_iter().map(|m| m.name).collect());
+            }
+        }
+        BackendKind::Anthropic => {}
+    }
+}
+
+/// GET `path` on the backend; the body of a 2xx answer.
+async fn fetch(client: &UpstreamClient, backend: &Backend, path: &str, timeout: Duration) -> Option<Bytes> {
+    let uri: http::Uri = format!("{}{path}", backend.cfg.url).parse().ok()?;
+    let mut req = http::Request::get(uri);
+    for (name, value) in &backend.auth_headers {
+        req = req.header(name, value.clone());
+    }
+    let req = req.body(Full::new(Bytes::new())).ok()?;
+    let fetch = async {
+        let resp = client.request(req).await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        Some(Limited::new(resp.into_body(), MAX_DISCOVERY_BYTES).collect().await.ok()?.to_bytes())
+    };
+    tokio::time::timeout(timeout, fetch).await.ok().flatten()
 }
 
 #[cfg(test)]

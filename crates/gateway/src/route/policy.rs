@@ -30,22 +30,35 @@ pub fn for_strategy(strategy: Strategy, backend_count: usize) -> Box<dyn Routing
         Strategy::LeastConnections => Box::new(LeastConnections::default()),
         Strategy::Priority => Box::new(Priority::default()),
         Strategy::Weighted => Box::new(Weighted::new(backend_count)),
+        // These two choose in the router (they need the prompt); least-connections breaks ties
+        // and serves requests that carry no prompt prefix.
+        Strategy::CacheAware | Strategy::PrefixHash => Box::new(LeastConnections::default()),
     }
 }
 
 /// Index of the least-loaded candidate among `indices`, ties broken by rotating from `turn`
 /// so that equally idle backends share the work instead of the first one taking it all.
-fn least_loaded(
+pub(super) fn least_loaded(
     candidates: &[&Arc<Backend>],
     indices: impl Iterator<Item = usize> + Clone,
     turn: usize,
+) -> Option<usize> {
+    least_loaded_by(candidates, indices, turn, |b| b.in_flight())
+}
+
+/// [`least_loaded`] with the load measured by `load`.
+pub(super) fn least_loaded_by(
+    candidates: &[&Arc<Backend>],
+    indices: impl Iterator<Item = usize> + Clone,
+    turn: usize,
+    load: impl Fn(&Backend) -> usize,
 ) -> Option<usize> {
     let n = indices.clone().count();
     if n == 0 {
         return None;
     }
     let start = turn % n;
-    indices.cycle().skip(start).take(n).min_by_key(|&i| candidates[i].in_flight())
+    indices.cycle().skip(start).take(n).min_by_key(|&i| load(candidates[i]))
 }
 
 #[cfg(test)]
@@ -64,6 +77,7 @@ pub(crate) mod test_support {
             models: Some(vec!["m".into()]),
             priority,
             weight,
+            cache_tokens: 65_536,
         };
         let health = Config::empty().unwrap().health;
         Arc::new(Backend::new(id, cfg, &health).unwrap())

@@ -1,0 +1,264 @@
+//! Prefix affinity: an approximate index of the prompt prefixes the gateway recently sent to each
+//! backend, so a request can go where the longest part of its prompt is probably still in the
+//! backend's KV cache.
+//!
+//! A prompt (the raw bytes of its system prompt and messages, which clients re-send unchanged
+//! turn after turn) is cut into blocks of [`BLOCK_BYTES`]; block k is identified by the hash of
+//! everything up to its end (`chain`), so two prompts share block k's hash only if they share the
+//! whole prefix. The index maps a block hash to the set of backends it was sent to (a bit mask)
+//! and keeps, per backend, its blocks in the order they were added, dropping the oldest beyond
+//! the backend's cache capacity. Since a backend holding block k held every block before it when
+//! it was sent, the longest cached prefix is found by binary search over the chain: O(log n)
+//! lookups per backend, whatever the prompt's length.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+
+/// Bytes per block: about 16 tokens of English text or JSON.
+pub const BLOCK_BYTES: usize = 64;
+/// Approximate bytes per token, to size a backend's share of the index from its token capacity.
+pub const BYTES_PER_TOKEN: usize = 4;
+/// Backends with an id beyond this do not take part (one bit each in a `u64`).
+pub const MAX_BACKENDS: usize = 64;
+
+/// The chained block hashes of `parts` read as one byte stream: entry k identifies the prefix
+/// made of the first k + 1 whole blocks. A partial last block is not included (it cannot be
+/// matched reliably: the next turn extends it).
+pub fn chain(parts: &[&[u8]]) -> Vec<u64> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut out = Vec::with_capacity(total / BLOCK_BYTES);
+    let mut hasher = PrefixHasher::default();
+    // Whole blocks only reach the hasher, so where the parts split does not matter.
+    let mut block = [0u8; BLOCK_BYTES];
+    let mut in_block = 0;
+    for part in parts {
+        let mut rest: &[u8] = part;
+        while !rest.is_empty() {
+            if in_block == 0 && rest.len() >= BLOCK_BYTES {
+                hasher.write(&rest[..BLOCK_BYTES]);
+                out.push(hasher.finish());
+                rest = &rest[BLOCK_BYTES..];
+                continue;
+            }
+            let take = (BLOCK_BYTES - in_block).min(rest.len());
+            block[in_block..in_block + take].copy_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            in_block += take;
+            if in_block == BLOCK_BYTES {
+                hasher.write(&block);
+                out.push(hasher.finish());
+                in_block = 0;
+            }
+        }
+    }
+    out
+}
+
+/// A fast, non-cryptographic running hash (multiply-xorshift over 8-byte words). Collisions only
+/// cost a wrong routing guess, never correctness; the state carries over blocks, so each block's
+/// digest covers the whole prefix.
+#[derive(Default)]
+struct PrefixHasher {
+    state: u64,
+}
+
+const MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl Hasher for PrefixHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let w = u64::from_le_bytes([word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7]]);
+            self.state = (self.state ^ w).wrapping_mul(MULTIPLIER).rotate_left(29);
+        }
+        for &b in words.remainder() {
+            self.state = (self.state ^ u64::from(b)).wrapping_mul(MULTIPLIER).rotate_left(29);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        // Final avalanche (splitmix64's), so similar states give unrelated digests.
+        let mut z = self.state.wrapping_add(MULTIPLIER);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// The keys are hashes already: use them as they are.
+#[derive(Default)]
+struct Identity(u64);
+
+impl Hasher for Identity {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type BlockMap = HashMap<u64, u64, BuildHasherDefault<Identity>>;
+
+pub struct PrefixIndex {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// Block hash → bit mask of the backends it was sent to.
+    holders: BlockMap,
+    /// Per backend: its blocks, oldest first, and how many it may keep.
+    order: Vec<VecDeque<u64>>,
+    capacity: Vec<usize>,
+}
+
+impl PrefixIndex {
+    /// `capacity_tokens[id]`: how many prompt tokens backend `id` keeps cached.
+    pub fn new(capacity_tokens: &[usize]) -> PrefixIndex {
+        let n = capacity_tokens.len().min(MAX_BACKENDS);
+        let capacity = capacity_tokens[..n].iter().map(|t| (t * BYTES_PER_TOKEN / BLOCK_BYTES).max(1)).collect();
+        PrefixIndex {
+            inner: Mutex::new(Inner { holders: BlockMap::default(), order: vec![VecDeque::new(); n], capacity }),
+        }
+    }
+
+    /// For each backend id in `backends`, how many leading blocks of `chain` it holds.
+    pub fn matches(&self, chain: &[u64], backends: &[usize]) -> Vec<usize> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        backends
+            .iter()
+            .map(|&id| {
+                if id >= MAX_BACKENDS || chain.is_empty() {
+                    return 0;
+                }
+                let bit = 1u64 << id;
+                let held = |k: usize| inner.holders.get(&chain[k]).is_some_and(|mask| mask & bit != 0);
+                // Largest k with blocks 0..k held: binary search on the monotone "held" predicate.
+                let (mut lo, mut hi) = (0, chain.len());
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    if held(mid - 1) {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                lo
+            })
+            .collect()
+    }
+
+    /// Record that `chain` was sent to backend `id` (its first `known` blocks are already held).
+    pub fn insert(&self, id: usize, chain: &[u64], known: usize) {
+        if id >= MAX_BACKENDS {
+            return;
+        }
+        let bit = 1u64 << id;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Inner { holders, order, capacity } = &mut *inner;
+        for &hash in chain.iter().skip(known) {
+            let mask = holders.entry(hash).or_insert(0);
+            if *mask & bit == 0 {
+                *mask |= bit;
+                order[id].push_back(hash);
+            }
+        }
+        while order[id].len() > capacity[id] {
+            let Some(old) = order[id].pop_front() else { break };
+            if let Some(mask) = holders.get_mut(&old) {
+                *mask &= !bit;
+                if *mask == 0 {
+                    holders.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Forget everything backend `id` held (it restarted, or went down: its cache is gone).
+    pub fn forget(&self, id: usize) {
+        if id >= MAX_BACKENDS {
+            return;
+        }
+        let bit = 1u64 << id;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Inner { holders, order, .. } = &mut *inner;
+        for hash in order[id].drain(..) {
+            if let Some(mask) = holders.get_mut(&hash) {
+                *mask &= !bit;
+                if *mask == 0 {
+                    holders.remove(&hash);
+                }
+            }
+        }
+    }
+
+    /// Blocks held by backend `id` (for tests and metrics).
+    pub fn held(&self, id: usize) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).order.get(id).map_or(0, VecDeque::len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| b'a' + ((i as u8).wrapping_mul(7).wrapping_add(seed) % 26)).collect()
+    }
+
+    #[test]
+    fn chains_identify_prefixes_across_part_boundaries() {
+        let whole = text(1000, 1);
+        let a = chain(&[&whole]);
+        let b = chain(&[&whole[..100], &whole[100..]]);
+        assert_eq!(a, b, "the same bytes, however split, give the same chain");
+        assert_eq!(a.len(), 1000 / BLOCK_BYTES);
+        let mut longer = whole.clone();
+        longer.extend(text(500, 2));
+        let c = chain(&[&longer]);
+        assert_eq!(&c[..a.len()], &a[..], "a longer prompt extends the chain");
+        let mut changed = whole.clone();
+        changed[10] ^= 1;
+        let d = chain(&[&changed]);
+        assert!(d.iter().zip(&a).all(|(x, y)| x != y), "a change early on changes every later block");
+    }
+
+    #[test]
+    fn longest_prefix_per_backend() {
+        let index = PrefixIndex::new(&[1 << 20, 1 << 20, 1 << 20]);
+        let system = text(640, 3); // 10 blocks shared by everyone
+        let mut convo = system.clone();
+        convo.extend(text(640, 4)); // 10 more blocks of one conversation
+        index.insert(0, &chain(&[&system]), 0);
+        index.insert(1, &chain(&[&convo]), 0);
+        let mut next_turn = convo.clone();
+        next_turn.extend(text(320, 5));
+        let c = chain(&[&next_turn]);
+        assert_eq!(index.matches(&c, &[0, 1, 2]), vec![10, 20, 0]);
+        assert_eq!(index.matches(&[], &[0, 1]), vec![0, 0]);
+    }
+
+    #[test]
+    fn capacity_evicts_the_oldest_blocks_and_forget_clears_a_backend() {
+        // Room for 8 blocks.
+        let index = PrefixIndex::new(&[8 * BLOCK_BYTES / BYTES_PER_TOKEN]);
+        let first = chain(&[&text(6 * BLOCK_BYTES, 1)]);
+        let second = chain(&[&text(6 * BLOCK_BYTES, 9)]);
+        index.insert(0, &first, 0);
+        index.insert(0, &second, 0);
+        assert_eq!(index.held(0), 8);
+        assert_eq!(index.matches(&second, &[0]), vec![6], "the newest prompt is whole");
+        // The oldest blocks went first: the first prompt's head is gone, so nothing of it matches.
+        assert_eq!(index.matches(&first, &[0]), vec![0]);
+        index.forget(0);
+        assert_eq!((index.held(0), index.matches(&second, &[0])[0]), (0, 0));
+    }
+}
