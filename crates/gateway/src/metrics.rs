@@ -245,6 +245,16 @@ fn render_backends(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
     for b in backends {
         let _ = writeln!(out, "switchyard_backend_models{{backend=\"{}\"}} {}", b.name(), b.models().len());
     }
+    let _ = writeln!(
+        out,
+        "# HELP switchyard_backend_waiting Requests queued at the backend, as it last reported (fresh readings only).\n\
+         # TYPE switchyard_backend_waiting gauge"
+    );
+    for b in backends {
+        if let Some(waiting) = b.signals.waiting() {
+            let _ = writeln!(out, "switchyard_backend_waiting{{backend=\"{}\"}} {waiting}", b.name());
+        }
+    }
 }
 
 #[cfg(test)]

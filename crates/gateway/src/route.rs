@@ -11,7 +11,7 @@ pub mod signals;
 pub mod sticky;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,6 +32,9 @@ pub struct Selected {
 
 type ModelTable = HashMap<String, Vec<Arc<Backend>>>;
 
+/// Routing decisions over which "requests routed lately" halves.
+const RECENT_WINDOW: usize = 1024;
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum SelectError {
     /// No backend has ever said it serves this model.
@@ -49,6 +52,8 @@ pub struct Router {
     /// The prompt prefixes sent to each backend (cache-aware strategy only).
     prefix: Option<PrefixIndex>,
     turn: AtomicUsize,
+    /// Requests routed to each backend lately (halved every `RECENT_WINDOW` decisions).
+    recent: Vec<AtomicU64>,
     table: ArcSwap<ModelTable>,
     rebuild_lock: Mutex<()>,
 }
@@ -70,6 +75,7 @@ impl Router {
                 .then(|| PrefixIndex::new(&config.backends.iter().map(|b| b.cache_tokens).collect::<Vec<_>>())),
             affinity,
             turn: AtomicUsize::new(0),
+            recent: (0..backends.len()).map(|_| AtomicU64::new(0)).collect(),
             backends,
             table: ArcSwap::from_pointee(HashMap::new()),
             rebuild_lock: Mutex::new(()),
@@ -176,7 +182,9 @@ impl Router {
         let turn = self.turn.fetch_add(1, Relaxed);
         match (&self.prefix, self.strategy) {
             (Some(index), _) if !hints.chain.is_empty() => {
-                let (i, matched, why) = affinity::cache_aware(&self.affinity, index, &hints.chain, candidates, turn);
+                let recent = |id: usize| self.recent.get(id).map_or(0, |r| r.load(Relaxed));
+                let (i, matched, why) =
+                    affinity::cache_aware(&self.affinity, index, &hints.chain, candidates, &recent, turn);
                 Some((i, matched, Some(why)))
             }
             (_, Strategy::PrefixHash) if !hints.chain.is_empty() => {
@@ -190,6 +198,16 @@ impl Router {
 
     /// Note that the prompt went to `backend` (cache-aware only); `matched` blocks it already held.
     fn remember(&self, backend: &Backend, hints: &RouteHints, matched: Option<usize>) {
+        if let Some(count) = self.recent.get(backend.id) {
+            count.fetch_add(1, Relaxed);
+            // Every so many decisions, halve every count: "lately" fades, so a backend added or
+            // restarted later is not flooded while it catches up with a lifetime's total.
+            if self.turn.load(Relaxed) % RECENT_WINDOW == 0 {
+                for r in &self.recent {
+                    r.store(r.load(Relaxed) / 2, Relaxed);
+                }
+            }
+        }
         if let Some(index) = &self.prefix {
             if !hints.chain.is_empty() {
                 let known = matched.unwrap_or_else(|| index.matches(&hints.chain, &[backend.id])[0]);

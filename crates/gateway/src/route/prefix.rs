@@ -10,6 +10,11 @@
 //! the backend's cache capacity. Since a backend holding block k held every block before it when
 //! it was sent, the longest cached prefix is found by binary search over the chain: O(log n)
 //! lookups per backend, whatever the prompt's length.
+//!
+//! Shared prefixes. A block where two different prompts went on differently (a system prompt
+//! every conversation starts with) is marked as a branch point. A request whose longest cached
+//! prefix ends at a branch point is a new conversation that only shares that prefix, so load may
+//! decide where it goes; one whose match ends inside its own history is a continuation.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -106,14 +111,24 @@ impl Hasher for Identity {
     }
 }
 
-type BlockMap = HashMap<u64, u64, BuildHasherDefault<Identity>>;
+type BlockMap = HashMap<u64, Block, BuildHasherDefault<Identity>>;
+
+#[derive(Default, Clone, Copy)]
+struct Block {
+    /// Backends the block was sent to, one bit per backend id.
+    mask: u64,
+    /// Some prompt went on past this block.
+    has_child: bool,
+    /// Prompts went on past this block in different ways (a shared prefix).
+    branch: bool,
+}
 
 pub struct PrefixIndex {
     inner: Mutex<Inner>,
 }
 
 struct Inner {
-    /// Block hash → bit mask of the backends it was sent to.
+    /// Block hash → which backends hold it, and whether prompts branch there.
     holders: BlockMap,
     /// Per backend: its blocks, oldest first, and how many it may keep.
     order: Vec<VecDeque<u64>>,
@@ -140,7 +155,7 @@ impl PrefixIndex {
                     return 0;
                 }
                 let bit = 1u64 << id;
-                let held = |k: usize| inner.holders.get(&chain[k]).is_some_and(|mask| mask & bit != 0);
+                let held = |k: usize| inner.holders.get(&chain[k]).is_some_and(|b| b.mask & bit != 0);
                 // Largest k with blocks 0..k held: binary search on the monotone "held" predicate.
                 let (mut lo, mut hi) = (0, chain.len());
                 while lo < hi {
@@ -164,22 +179,31 @@ impl PrefixIndex {
         let bit = 1u64 << id;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let Inner { holders, order, capacity } = &mut *inner;
-        for &hash in chain.iter().skip(known) {
-            let mask = holders.entry(hash).or_insert(0);
-            if *mask & bit == 0 {
-                *mask |= bit;
+        if known > 0 && known < chain.len() {
+            // This prompt leaves the cached path after block known - 1: if another prompt already
+            // went on from there, the two branch at that block.
+            if let Some(at) = holders.get_mut(&chain[known - 1]) {
+                at.branch |= at.has_child;
+                at.has_child = true;
+            }
+        }
+        for (k, &hash) in chain.iter().enumerate().skip(known) {
+            let block = holders.entry(hash).or_default();
+            block.has_child |= k + 1 < chain.len();
+            if block.mask & bit == 0 {
+                block.mask |= bit;
                 order[id].push_back(hash);
             }
         }
         while order[id].len() > capacity[id] {
             let Some(old) = order[id].pop_front() else { break };
-            if let Some(mask) = holders.get_mut(&old) {
-                *mask &= !bit;
-                if *mask == 0 {
-                    holders.remove(&old);
-                }
-            }
+            remove_holder(holders, old, bit);
         }
+    }
+
+    /// Whether prompts branch after `block` (it is a prefix several conversations share).
+    pub fn is_shared(&self, block: u64) -> bool {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).holders.get(&block).is_some_and(|b| b.branch)
     }
 
     /// Forget everything backend `id` held (it restarted, or went down: its cache is gone).
@@ -191,18 +215,22 @@ impl PrefixIndex {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let Inner { holders, order, .. } = &mut *inner;
         for hash in order[id].drain(..) {
-            if let Some(mask) = holders.get_mut(&hash) {
-                *mask &= !bit;
-                if *mask == 0 {
-                    holders.remove(&hash);
-                }
-            }
+            remove_holder(holders, hash, bit);
         }
     }
 
     /// Blocks held by backend `id` (for tests and metrics).
     pub fn held(&self, id: usize) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).order.get(id).map_or(0, VecDeque::len)
+    }
+}
+
+fn remove_holder(holders: &mut BlockMap, hash: u64, bit: u64) {
+    if let Some(block) = holders.get_mut(&hash) {
+        block.mask &= !bit;
+        if block.mask == 0 {
+            holders.remove(&hash);
+        }
     }
 }
 
@@ -244,6 +272,30 @@ mod tests {
         let c = chain(&[&next_turn]);
         assert_eq!(index.matches(&c, &[0, 1, 2]), vec![10, 20, 0]);
         assert_eq!(index.matches(&[], &[0, 1]), vec![0, 0]);
+    }
+
+    #[test]
+    fn a_prefix_two_conversations_went_on_from_is_shared_and_a_continuation_is_not() {
+        let index = PrefixIndex::new(&[1 << 20]);
+        let system = text(640, 3);
+        let convo = |seed| {
+            let mut c = system.clone();
+            c.extend(text(640, seed));
+            c
+        };
+        let (one, two) = (chain(&[&convo(4)]), chain(&[&convo(5)]));
+        index.insert(0, &one, 0);
+        let last_system_block = one[9];
+        assert!(!index.is_shared(last_system_block), "one conversation so far");
+        // The same conversation's next turn extends it: no branch.
+        let mut next = convo(4);
+        next.extend(text(320, 6));
+        let next = chain(&[&next]);
+        index.insert(0, &next, index.matches(&next, &[0])[0]);
+        assert!(!index.is_shared(one[19]));
+        // A second conversation leaves the first after the system prompt: that block is shared.
+        index.insert(0, &two, index.matches(&two, &[0])[0]);
+        assert!(index.is_shared(last_system_block));
     }
 
     #[test]

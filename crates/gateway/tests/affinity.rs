@@ -1,0 +1,183 @@
+//! KV-cache affinity end to end, against mocks that simulate a prefix cache: a conversation's
+//! warm turns go where its prefix is cached, a shared system prompt does not pin every user to
+//! one backend, sticky sessions follow their session key and move when their backend goes down,
+//! and every decision is explained in `x-switchyard-route`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use serde_json::{json, Value};
+use switchyard_testkit::{KvCacheConfig, MockConfig, MockServer, TestClient, TestResponse};
+
+async fn kv_mock() -> MockServer {
+    let kv = KvCacheConfig { capacity_tokens: 1 << 20, prefill_us_per_token: 0, slots: 8, ..KvCacheConfig::default() };
+    mock_with(&["m"], MockConfig { kv_cache: Some(kv), stream_chunks: 4, ..MockConfig::default() }).await
+}
+
+fn system_prompt() -> String {
+    "You are a careful coding agent. Follow the repository's conventions. ".repeat(40)
+}
+
+/// One user's conversation: the shared system prompt, then its own turns.
+struct Conversation {
+    messages: Vec<Value>,
+}
+
+impl Conversation {
+    fn new(user: usize) -> Self {
+        Conversation {
+            messages: vec![
+                json!({"role": "system", "content": system_prompt()}),
+                json!({"role": "user", "content": format!("user {user}: {}", "please refactor this module. ".repeat(20))}),
+            ],
+        }
+    }
+
+    async fn turn(
+        &mut self,
+        client: &TestClient,
+        gw: &switchyard::RunningGateway,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        let body = json!({"model": "m", "messages": self.messages});
+        let r = client
+            .post_json(&format!("{}/v1/chat/completions", gw.url()), body.to_string().as_bytes(), headers)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let reply = r.json()["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+        self.messages.push(json!({"role": "assistant", "content": reply}));
+        self.messages.push(json!({"role": "user", "content": format!("next step {}", self.messages.len())}));
+        r
+    }
+}
+
+#[tokio::test]
+async fn warm_turns_follow_their_prefix_and_a_shared_system_prompt_does_not_pin_everyone() {
+    let mocks = [kv_mock().await, kv_mock().await, kv_mock().await, kv_mock().await];
+    let refs: Vec<&MockServer> = mocks.iter().collect();
+    let gw = gateway(&refs, "routing: {strategy: cache-aware, sticky_sessions: false}").await;
+    let client = TestClient::new();
+    let mut conversations: Vec<Conversation> = (0..8).map(Conversation::new).collect();
+    let mut home: Vec<String> = Vec::new();
+    for c in conversations.iter_mut() {
+        let r = c.turn(&client, &gw, &[]).await;
+        home.push(backend_of(&r));
+        let route = r.header("x-switchyard-route").unwrap();
+        assert!(route.starts_with("strategy=cache-aware; backend="), "{route}");
+    }
+    // New users sharing only the system prompt spread out instead of piling onto one backend.
+    let mut per_backend: HashMap<&str, usize> = HashMap::new();
+    for b in &home {
+        *per_backend.entry(b.as_str()).or_default() += 1;
+    }
+    assert_eq!(per_backend.len(), 4, "8 users over 4 backends: {per_backend:?}");
+    // Every later turn goes home, where its whole history is cached.
+    for _ in 0..3 {
+        for (c, home) in conversations.iter_mut().zip(&home) {
+            let r = c.turn(&client, &gw, &[]).await;
+            assert_eq!(&backend_of(&r), home);
+            let route = r.header("x-switchyard-route").unwrap();
+            assert!(route.contains("why=longest cached prefix"), "{route}");
+            let cached: usize = r.header("x-mock-cached-tokens").unwrap().parse().unwrap();
+            let prompt: usize = r.header("x-mock-prompt-tokens").unwrap().parse().unwrap();
+            assert!(cached * 10 >= prompt * 8, "warm turn: {cached} of {prompt} prompt tokens cached");
+        }
+    }
+}
+
+#[tokio::test]
+async fn round_robin_sends_warm_turns_to_cold_caches() {
+    // The baseline the cache-aware strategy is measured against: most turns miss.
+    let mocks = [kv_mock().await, kv_mock().await];
+    let gw = gateway(&[&mocks[0], &mocks[1]], "routing: {strategy: round-robin, sticky_sessions: false}").await;
+    let client = TestClient::new();
+    let mut c = Conversation::new(0);
+    let mut backends = Vec::new();
+    for _ in 0..4 {
+        backends.push(backend_of(&c.turn(&client, &gw, &[]).await));
+    }
+    assert_ne!(backends[0], backends[1]);
+    let total: u64 = mocks.iter().map(|m| m.control().kv_stats().prefill_tokens).sum();
+    let prompt: u64 = mocks.iter().map(|m| m.control().kv_stats().prompt_tokens).sum();
+    assert!(total * 2 > prompt, "round-robin recomputes most of the prompt: {total} of {prompt}");
+}
+
+#[tokio::test]
+async fn sticky_sessions_follow_the_session_key_and_move_when_their_backend_dies() {
+    let mocks = [kv_mock().await, kv_mock().await, kv_mock().await];
+    let refs: Vec<&MockServer> = mocks.iter().collect();
+    let gw = gateway(&refs, "routing: {strategy: round-robin}\nhealth: {interval: 50ms}").await;
+    let client = TestClient::new();
+    let mut c = Conversation::new(1);
+    let first = c.turn(&client, &gw, &[("x-claude-code-session-id", "abc")]).await;
+    let home = backend_of(&first);
+    for _ in 0..4 {
+        let r = c.turn(&client, &gw, &[("x-claude-code-session-id", "abc")]).await;
+        assert_eq!(backend_of(&r), home, "round-robin alone would have moved it");
+        assert!(r.header("x-switchyard-route").unwrap().starts_with("strategy=sticky"));
+    }
+    // A body field works as the key too (OpenAI's `user`), scoped apart from the header's.
+    let body = json!({"model": "m", "user": "u-7", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let pinned = backend_of(
+        &client.post_json(&format!("{}/v1/chat/completions", gw.url()), body.as_bytes(), &[]).await.unwrap(),
+    );
+    for _ in 0..3 {
+        let r = client.post_json(&format!("{}/v1/chat/completions", gw.url()), body.as_bytes(), &[]).await.unwrap();
+        assert_eq!(backend_of(&r), pinned);
+    }
+    // Its backend dies: the session moves to a live one and stays there.
+    let index: usize = home.trim_start_matches('b').parse().unwrap();
+    mocks[index].kill();
+    let moved = c.turn(&client, &gw, &[("x-claude-code-session-id", "abc")]).await;
+    let new_home = backend_of(&moved);
+    assert_ne!(new_home, home);
+    for _ in 0..3 {
+        let r = c.turn(&client, &gw, &[("x-claude-code-session-id", "abc")]).await;
+        assert_eq!(backend_of(&r), new_home);
+    }
+}
+
+#[tokio::test]
+async fn affinity_gives_way_to_load_the_backend_reports() {
+    // The conversation's home has one slot and a queue (requests sent to it directly, past the
+    // gateway); it says so in its /metrics, the gateway reads that, and the next turn goes
+    // elsewhere with the reason in x-switchyard-route.
+    let slow = KvCacheConfig { decode_ms_per_token: 200, slots: 1, ..KvCacheConfig::default() };
+    let cfg = MockConfig { kv_cache: Some(slow), stream_chunks: 4, ..MockConfig::default() };
+    let (a, b) = (mock_with(&["m"], cfg.clone()).await, mock_with(&["m"], cfg).await);
+    let gw = gateway(
+        &[&a, &b],
+        "routing: {strategy: cache-aware, sticky_sessions: false, balance_factor: 1.0, balance_slack: 1}\nhealth: {interval: 50ms}",
+    )
+    .await;
+    let client = TestClient::new();
+    let mut c = Conversation::new(3);
+    let home = backend_of(&c.turn(&client, &gw, &[]).await);
+    let home_mock = if home == "b0" { &a } else { &b };
+    let mut busy = Vec::new();
+    for _ in 0..3 {
+        let (client, url) = (client.clone(), format!("{}/v1/chat/completions", home_mock.url()));
+        busy.push(tokio::spawn(async move { client.post_json(&url, CHAT.as_bytes(), &[]).await }));
+    }
+    // Until the gateway has read the queue from the backend's own report.
+    let metrics = format!("{}/metrics", gw.url());
+    let waiting = format!("switchyard_backend_waiting{{backend=\"{home}\"}} 2");
+    for _ in 0..1000 {
+        if client.get(&metrics).await.unwrap().text().contains(&waiting) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let r = c.turn(&client, &gw, &[]).await;
+    let route = r.header("x-switchyard-route").unwrap().to_owned();
+    assert_ne!(backend_of(&r), home, "{route}");
+    assert!(route.contains("why=balance"), "{route}");
+    for t in busy {
+        t.await.unwrap().unwrap();
+    }
+}
