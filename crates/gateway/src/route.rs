@@ -202,7 +202,7 @@ impl Router {
             count.fetch_add(1, Relaxed);
             // Every so many decisions, halve every count: "lately" fades, so a backend added or
             // restarted later is not flooded while it catches up with a lifetime's total.
-            if self.turn.load(Relaxed) % RECENT_WINDOW == 0 {
+            if self.turn.load(Relaxed).is_multiple_of(RECENT_WINDOW) {
                 for r in &self.recent {
                     r.store(r.load(Relaxed) / 2, Relaxed);
                 }
