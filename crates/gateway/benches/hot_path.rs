@@ -76,6 +76,57 @@ fn route_select(c: &mut Criterion) {
     group.finish();
 }
 
+/// Cache-aware decision for a 32k-token prompt (128 KB: 2,048 blocks) among 16 backends whose
+/// indexes already hold many conversations; and hashing such a prompt into its block chain.
+fn route_cache_aware(c: &mut Criterion) {
+    use switchyard::route::{prefix, RouteHints};
+    let mut group = c.benchmark_group("route_cache_aware");
+    group.sample_size(30).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
+    let n = 16;
+    let mut yaml = String::from("routing: {strategy: cache-aware, sticky_sessions: false}\nbackends:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - {{name: b{i}, url: 'http://127.0.0.1:{}', models: [m], cache_tokens: 262144}}\n",
+            20000 + i
+        ));
+    }
+    let router = Router::new(&config(&yaml)).unwrap();
+    for b in &router.backends {
+        b.health.set_up(true);
+    }
+    let text = |seed: u64, bytes: usize| -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..bytes)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b'a' + (x % 26) as u8
+            })
+            .collect()
+    };
+    let system = text(1, 16 << 10);
+    // 64 conversations sharing a 4k-token system prompt, spread over the backends by the router.
+    for conv in 0..64u64 {
+        let mut prompt = system.clone();
+        prompt.extend(text(100 + conv, 112 << 10));
+        let hints = RouteHints { session: None, chain: prefix::chain(&[&prompt]) };
+        router.select_with("m", &hints, &[]).unwrap();
+    }
+    let mut prompt = system.clone();
+    prompt.extend(text(100, 112 << 10)); // conversation 0's next turn
+    prompt.extend(text(9999, 512));
+    let chain = prefix::chain(&[&prompt]);
+    assert_eq!(chain.len(), prompt.len() / prefix::BLOCK_BYTES);
+    let hints = RouteHints { session: None, chain: chain.clone() };
+    group.bench_function("decision_32k_tokens_16_backends", |b| {
+        b.iter(|| router.select_with(black_box("m"), black_box(&hints), black_box(&[])).unwrap())
+    });
+    group.throughput(Throughput::Bytes(prompt.len() as u64));
+    group.bench_function("hash_32k_token_prompt", |b| b.iter(|| prefix::chain(black_box(&[&prompt]))));
+    group.finish();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. Request parsing and model rewrite
 
@@ -187,5 +238,5 @@ fn sse_relay(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, route_select, parse, sse_relay);
+criterion_group!(benches, route_select, route_cache_aware, parse, sse_relay);
 criterion_main!(benches);

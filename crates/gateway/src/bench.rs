@@ -16,7 +16,8 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | usage-query | quick | all
+    /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | usage-query |
+    /// affinity | shared-prefix | affinity-quick | quick | all
     #[arg(default_value = "quick")]
     pub scenario: String,
     /// Seconds per measured phase (scenario defaults apply when omitted).
@@ -64,6 +65,19 @@ pub struct BenchArgs {
     /// a budget, none of them reached) created on the gateway this run starts.
     #[arg(long, conflicts_with = "target")]
     pub virtual_key: bool,
+    /// affinity / shared-prefix: real backends to use instead of KV-cache mocks (repeatable),
+    /// e.g. llama.cpp servers started by scripts/bench-llamacpp.
+    #[arg(long = "backend")]
+    pub backends: Vec<String>,
+    /// affinity: context lengths (tokens) of the conversations.
+    #[arg(long, value_delimiter = ',', default_value = "1024,4096,16384")]
+    pub contexts: Vec<usize>,
+    /// affinity: conversations per context length; shared-prefix: users (at least 32).
+    #[arg(long, default_value_t = 5)]
+    pub conversations: usize,
+    /// affinity / shared-prefix: turns per conversation.
+    #[arg(long, default_value_t = 10)]
+    pub turns: usize,
     /// Failover: kill/restart cycles.
     #[arg(long, default_value_t = 3)]
     pub cycles: usize,

@@ -2,6 +2,7 @@
 //! gateway, run phases direct and through the gateway, and turn the stats into rows, findings
 //! and charts. Failover, which needs two backends it can kill, lives in `scenarios/failover.rs`.
 
+mod affinity;
 mod failover;
 mod usage_query;
 
@@ -314,8 +315,23 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             usage_query::run(args.records, args.storage.as_deref(), &mut report).await?;
             return Ok(report);
         }
+        // Their own backends (KV-cache mocks or `--backend` servers) and a gateway per strategy.
+        "affinity" | "shared-prefix" | "affinity-quick" => {
+            let mut report = Report::default();
+            let quick = args.scenario == "affinity-quick";
+            if args.scenario != "shared-prefix" {
+                affinity::affinity(args, pin, &mut report, quick).await?;
+            }
+            if args.scenario != "affinity" {
+                affinity::shared_prefix(args, pin, &mut report, quick).await?;
+            }
+            return Ok(report);
+        }
         other => {
-            return Err(format!("unknown scenario `{other}` ({}, endurance, usage-query, quick, all)", ALL.join(", ")))
+            return Err(format!(
+                "unknown scenario `{other}` ({}, endurance, usage-query, affinity, shared-prefix, affinity-quick, quick, all)",
+                ALL.join(", ")
+            ))
         }
     };
     let mut args = args.clone();
