@@ -74,3 +74,34 @@ fn usage_query_fills_and_queries_a_database() {
     assert!(queries.iter().all(|x| x["p50_ms"].as_f64().unwrap() >= 0.0));
     let _ = std::fs::remove_file(&json);
 }
+
+/// `bench affinity-quick`: the affinity and shared-prefix scenarios at tiny sizes over KV-cache
+/// mocks. Checks that every strategy was measured and the structural claims hold (the warm
+/// turn under cache-aware routing hit the cache; the first-512-bytes hash left backends idle),
+/// never timings beyond "a cache hit is cheaper than a miss".
+#[test]
+fn affinity_scenarios_run_at_tiny_sizes() {
+    let dir = std::env::temp_dir().join(format!("sy-bench-affinity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("affinity.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["bench", "affinity-quick", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let extra = &report["extra"];
+    for strategy in ["round-robin", "least-connections", "sticky (x-session-id)", "cache-aware"] {
+        assert!(extra[format!("affinity/256/{strategy}")]["ttft_p50_ms_per_turn"].is_array(), "{strategy}");
+    }
+    let cache_aware = &extra["shared-prefix/cache-aware"];
+    let hash = &extra["shared-prefix/prefix-hash (first 512 bytes)"];
+    assert!(cache_aware["cached_tokens"].as_f64().unwrap() > 0.0);
+    let idle = |v: &serde_json::Value| {
+        v["requests_per_backend"].as_array().unwrap().iter().filter(|r| r.as_f64() == Some(0.0)).count()
+    };
+    assert_eq!(idle(cache_aware), 0, "cache-aware uses every backend: {cache_aware}");
+    assert_eq!(idle(hash), 3, "the first-512-bytes hash pins everyone to one backend: {hash}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
