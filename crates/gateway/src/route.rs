@@ -131,7 +131,7 @@ impl Router {
         if let (Some(sticky), Some(session)) = (&self.sticky, session) {
             if let Some(id) = sticky.get(model, session, Instant::now()) {
                 match candidates.iter().position(|b| b.id == id) {
-                    Some(i) => match affinity::overloaded(&self.affinity, candidates[i], &candidates) {
+                    Some(i) => match affinity::overloaded(&self.affinity, model, candidates[i], &candidates) {
                         None if candidates[i].health.claim(now) => {
                             let chosen = candidates[i].clone();
                             sticky.pin(model, session, chosen.id, Instant::now());
@@ -147,7 +147,7 @@ impl Router {
             }
         }
         loop {
-            let (i, matched, why) = self.choose(hints, &candidates).ok_or(SelectError::NoneAvailable)?;
+            let (i, matched, why) = self.choose(model, hints, &candidates).ok_or(SelectError::NoneAvailable)?;
             let chosen = candidates[i];
             // Only one request wins the half-open trial of a recovering breaker.
             if !chosen.health.claim(now) {
@@ -175,7 +175,12 @@ impl Router {
 
     /// The strategy's pick: index into `candidates`, blocks of the prompt the pick holds, and
     /// the reason when the strategy explains itself.
-    fn choose(&self, hints: &RouteHints, candidates: &[&Arc<Backend>]) -> Option<(usize, usize, Option<String>)> {
+    fn choose(
+        &self,
+        model: &str,
+        hints: &RouteHints,
+        candidates: &[&Arc<Backend>],
+    ) -> Option<(usize, usize, Option<String>)> {
         if candidates.is_empty() {
             return None;
         }
@@ -184,7 +189,7 @@ impl Router {
             (Some(index), _) if !hints.chain.is_empty() => {
                 let recent = |id: usize| self.recent.get(id).map_or(0, |r| r.load(Relaxed));
                 let (i, matched, why) =
-                    affinity::cache_aware(&self.affinity, index, &hints.chain, candidates, &recent, turn);
+                    affinity::cache_aware(&self.affinity, model, index, &hints.chain, candidates, &recent, turn);
                 Some((i, matched, Some(why)))
             }
             (_, Strategy::PrefixHash) if !hints.chain.is_empty() => {

@@ -18,16 +18,26 @@ pub struct RouteHints<'a> {
     pub chain: Vec<u64>,
 }
 
-/// The load a backend is judged by: requests in flight through this gateway, plus what the
-/// backend itself reports waiting (when its signal is fresh).
-pub fn load(backend: &Backend) -> usize {
-    backend.in_flight() + backend.signals.waiting().unwrap_or(0)
+/// The load a backend is judged by for `model`: requests in flight through this gateway, plus
+/// what the backend itself reports waiting (when its signal is fresh), plus a penalty when it
+/// says the model is not loaded (loading one takes seconds; unknown counts as no penalty).
+pub fn load(backend: &Backend, model: &str) -> usize {
+    let cold = if backend.signals.has_loaded(model) == Some(false) { NOT_LOADED_PENALTY } else { 0 };
+    backend.in_flight() + backend.signals.waiting().unwrap_or(0) + cold
 }
 
+/// What "the model is not loaded there" weighs, in requests.
+const NOT_LOADED_PENALTY: usize = 4;
+
 /// Whether `chosen` is loaded beyond the balance threshold relative to the least-loaded candidate.
-pub fn overloaded(cfg: &AffinityConfig, chosen: &Backend, candidates: &[&Arc<Backend>]) -> Option<(usize, usize)> {
-    let least = candidates.iter().map(|b| load(b)).min().unwrap_or(0);
-    let mine = load(chosen);
+pub fn overloaded(
+    cfg: &AffinityConfig,
+    model: &str,
+    chosen: &Backend,
+    candidates: &[&Arc<Backend>],
+) -> Option<(usize, usize)> {
+    let least = candidates.iter().map(|b| load(b, model)).min().unwrap_or(0);
+    let mine = load(chosen, model);
     let limit = (least as f64 * cfg.balance_factor).floor() as usize + cfg.balance_slack as usize;
     (mine > limit).then_some((mine, least))
 }
@@ -41,8 +51,10 @@ pub fn overloaded(cfg: &AffinityConfig, chosen: &Backend, candidates: &[&Arc<Bac
 ///   shares nothing, goes to the backend that took the fewest requests lately, preferring one
 ///   that holds the shared prefix among equals: a shared prefix costs each backend one prefill,
 ///   while piling every conversation onto its first holder would cost the balance for good.
+#[allow(clippy::too_many_arguments)]
 pub fn cache_aware(
     cfg: &AffinityConfig,
+    model: &str,
     index: &PrefixIndex,
     chain: &[u64],
     candidates: &[&Arc<Backend>],
@@ -59,7 +71,7 @@ pub fn cache_aware(
         let n = candidates.len();
         let i = (0..n)
             .map(|k| (k + turn) % n)
-            .min_by_key(|&i| (recent(candidates[i].id), std::cmp::Reverse(matched[i]), load(candidates[i])))
+            .min_by_key(|&i| (recent(candidates[i].id), std::cmp::Reverse(matched[i]), load(candidates[i], model)))
             .unwrap_or(0);
         let why = if best == 0 {
             "new conversation, nothing cached: least recently loaded".to_owned()
@@ -70,12 +82,12 @@ pub fn cache_aware(
     }
     // Among the candidates holding the longest prefix, the least loaded (rotating ties).
     let holders = (0..candidates.len()).filter(|&i| matched[i] == best);
-    let preferred = super::policy::least_loaded_by(candidates, holders, turn, load).unwrap_or(0);
-    if let Some((mine, least)) = overloaded(cfg, candidates[preferred], candidates) {
+    let preferred = super::policy::least_loaded_by(candidates, holders, turn, |b| load(b, model)).unwrap_or(0);
+    if let Some((mine, least)) = overloaded(cfg, model, candidates[preferred], candidates) {
         // Load wins; among the least-loaded backends, the one holding the most of the prompt.
-        let min_load = candidates.iter().map(|b| load(b)).min().unwrap_or(0);
+        let min_load = candidates.iter().map(|b| load(b, model)).min().unwrap_or(0);
         let i = (0..candidates.len())
-            .filter(|&i| load(candidates[i]) == min_load)
+            .filter(|&i| load(candidates[i], model) == min_load)
             .max_by_key(|&i| matched[i])
             .unwrap_or(preferred);
         let why = format!(
@@ -92,4 +104,66 @@ pub fn cache_aware(
 pub fn explain(strategy: &str, backend: &Backend, matched: usize, chain_len: usize, why: &str) -> String {
     let fraction = if chain_len == 0 { 0.0 } else { matched as f64 / chain_len as f64 };
     format!("strategy={strategy}; backend={}; match={fraction:.2}; why={why}", backend.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::policy::test_support::backend;
+    use crate::route::prefix::chain;
+    use crate::route::signals::LoadReading;
+
+    fn cfg() -> AffinityConfig {
+        AffinityConfig {
+            sticky_sessions: false,
+            session_ttl: std::time::Duration::from_secs(60),
+            max_sessions: 10,
+            balance_factor: 1.5,
+            balance_slack: 2,
+        }
+    }
+
+    #[test]
+    fn balance_threshold_counts_reported_queues_and_cold_models() {
+        let (a, b) = (backend(0, 0, 1), backend(1, 0, 1));
+        let both = [&a, &b];
+        assert_eq!(overloaded(&cfg(), "m", &a, &both), None);
+        // 1.5 × 0 + 2 = 2 allowed; the backend reports 3 queued.
+        a.signals.record(LoadReading { waiting: 3, processing: 1, kv_usage: None });
+        assert_eq!(overloaded(&cfg(), "m", &a, &both), Some((3, 0)));
+        // A model it says it has not loaded weighs like a queue.
+        b.signals.record_loaded(vec!["other".into()]);
+        assert_eq!(load(&b, "m"), NOT_LOADED_PENALTY);
+        assert_eq!(overloaded(&cfg(), "m", &a, &both), None, "3 vs 4: within the threshold");
+    }
+
+    #[test]
+    fn continuation_stays_unless_overloaded_and_new_conversations_spread() {
+        let (a, b) = (backend(0, 0, 1), backend(1, 0, 1));
+        let both = [&a, &b];
+        let index = PrefixIndex::new(&[1 << 20, 1 << 20]);
+        let system = vec![b's'; 640];
+        let conversation = |tail: u8| [system.clone(), vec![tail; 640]].concat();
+        let one = chain(&[&conversation(1)]);
+        index.insert(0, &one, 0);
+        let next_turn = chain(&[&[conversation(1), vec![b'x'; 128]].concat()]);
+        let no_recent = |_: usize| 0;
+        let (i, matched, why) = cache_aware(&cfg(), "m", &index, &next_turn, &both, &no_recent, 1);
+        assert_eq!((i, matched), (0, one.len()), "{why}");
+        assert!(why.starts_with("longest cached prefix"), "{why}");
+        // A second conversation branches after the system prompt: now it is a shared prefix, and
+        // a third goes to the backend with fewer recent requests.
+        let two = chain(&[&conversation(2)]);
+        index.insert(0, &two, index.matches(&two, &[0])[0]);
+        let three = chain(&[&conversation(3)]);
+        let recent = |id: usize| if id == 0 { 2 } else { 0 };
+        let (i, _, why) = cache_aware(&cfg(), "m", &index, &three, &both, &recent, 0);
+        assert_eq!(i, 1, "{why}");
+        assert!(why.starts_with("new conversation sharing a cached prefix"), "{why}");
+        // The continuation moves only when its backend is beyond the balance threshold.
+        a.signals.record(LoadReading { waiting: 5, processing: 1, kv_usage: None });
+        let (i, _, why) = cache_aware(&cfg(), "m", &index, &next_turn, &both, &no_recent, 0);
+        assert_eq!(i, 1);
+        assert!(why.starts_with("balance: b0 held"), "{why}");
+    }
 }
