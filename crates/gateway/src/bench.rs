@@ -75,6 +75,9 @@ pub struct BenchArgs {
     /// affinity: conversations per context length; shared-prefix: users (at least 32).
     #[arg(long, default_value_t = 5)]
     pub conversations: usize,
+    /// affinity / shared-prefix: only these strategies (e.g. `round-robin,cache-aware`); all by default.
+    #[arg(long, value_delimiter = ',')]
+    pub strategies: Vec<String>,
     /// affinity / shared-prefix: turns per conversation.
     #[arg(long, default_value_t = 10)]
     pub turns: usize,

@@ -31,6 +31,12 @@ const STRATEGIES: [(&str, &str, bool); 5] = [
     ("cache-aware", "routing: {strategy: cache-aware, sticky_sessions: false}", false),
 ];
 
+/// Whether `--strategies` selects this one (by the first word of its name).
+fn wanted(args: &BenchArgs, name: &str) -> bool {
+    let short = name.split(' ').next().unwrap_or(name);
+    args.strategies.is_empty() || args.strategies.iter().any(|s| s == short)
+}
+
 /// The backends: `--backend` URLs, or KV-cache mocks started here (kept alive by `_procs`).
 struct Backends {
     urls: Vec<String>,
@@ -68,7 +74,8 @@ fn backends(args: &BenchArgs, n: usize, pin: &Pinning) -> Result<Backends, Strin
 }
 
 fn gateway_config(urls: &[String], model: &str, routing: &str) -> String {
-    let mut c = format!("listen: 127.0.0.1:0\n{routing}\nbackends:\n");
+    // A real server busy prefilling a long prompt may answer a probe late; that is not down.
+    let mut c = format!("listen: 127.0.0.1:0\n{routing}\nhealth: {{timeout: 120s}}\nbackends:\n");
     for (i, u) in urls.iter().enumerate() {
         c.push_str(&format!("  - {{name: b{i}, url: '{u}', models: ['{model}'], cache_tokens: 200000}}\n"));
     }
@@ -114,20 +121,26 @@ async fn chat(
     let (mut ttft, mut text, mut pending) = (None, String::new(), Vec::new());
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
-        pending.extend_from_slice(&data);
+        // Some servers end SSE lines with CRLF.
+        pending.extend(data.iter().filter(|&&b| b != b'\r'));
         while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
             let event: Vec<u8> = pending.drain(..end + 2).collect();
             let Some(payload) = std::str::from_utf8(&event).ok().and_then(|e| e.trim().strip_prefix("data: ")) else {
                 continue;
             };
             let Ok(v) = serde_json::from_str::<Value>(payload) else { continue };
+            if let Some(error) = v.get("error") {
+                return Err(format!("the stream ended in an error: {error}"));
+            }
             if let Some(delta) = v["choices"][0]["delta"]["content"].as_str().filter(|d| !d.is_empty()) {
                 ttft.get_or_insert_with(|| sent.elapsed());
                 text.push_str(delta);
             }
         }
     }
-    Ok((ttft.unwrap_or_else(|| sent.elapsed()), text))
+    // A stream that produced no text did not answer: never count it as a fast first token.
+    let ttft = ttft.ok_or_else(|| "the stream produced no text".to_owned())?;
+    Ok((ttft, text))
 }
 
 /// Forget every backend's cache between strategies (mocks only; real servers get fresh texts).
@@ -175,7 +188,8 @@ pub async fn affinity(args: &BenchArgs, pin: &Pinning, report: &mut Report, quic
     let (conversations, turns) = if quick { (2, 3) } else { (args.conversations, args.turns) };
     let backends = backends(args, 2, pin)?;
     let client = http_client();
-    let strategies: Vec<_> = STRATEGIES.iter().filter(|s| !s.0.starts_with("prefix-hash")).collect();
+    let strategies: Vec<_> =
+        STRATEGIES.iter().filter(|s| !s.0.starts_with("prefix-hash") && wanted(args, s.0)).collect();
     let mut series = Vec::new();
     for (ci, &context) in contexts.iter().enumerate() {
         for (si, (name, routing, session)) in strategies.iter().enumerate() {
@@ -241,7 +255,7 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
     let system = filler(system_tokens, 7);
     // The best balanced assignment: user i's whole conversation on backend i mod 4, sent directly.
     let mut runs: Vec<(String, Option<&str>, bool)> = vec![("best balanced assignment".into(), None, false)];
-    runs.extend(STRATEGIES.iter().map(|(n, r, s)| (n.to_string(), Some(*r), *s)));
+    runs.extend(STRATEGIES.iter().filter(|s| wanted(args, s.0)).map(|(n, r, s)| (n.to_string(), Some(*r), *s)));
     let mut best_prefill = 0.0;
     for (name, routing, session) in runs {
         let gateway = match routing {
