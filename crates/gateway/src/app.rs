@@ -208,11 +208,17 @@ pub async fn start(
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let store = open_store(&config.storage.url).await?;
-    let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default())
-        .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
-    let writer = spawn_writer(&config.storage.url, &store, &journal)?;
+    let (journal, writer) = if config.storage.record_usage {
+        let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default())
+            .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
+        let writer = spawn_writer(&config.storage.url, &store, &journal)?;
+        (Some(journal), Some(writer))
+    } else {
+        tracing::warn!("storage.record_usage is off: no usage is recorded and key budgets are not enforced");
+        (None, None)
+    };
     let mut app = App::new(config, Some(store))?;
-    app.journal = Some(journal);
+    app.journal = journal;
     let app = Arc::new(app);
     if !app.auth.enabled() {
         tracing::warn!(
@@ -241,6 +247,7 @@ pub async fn start(
         };
         crate::server::serve(listener, server_app, signal).await;
         // In-flight requests have drained, so their records are in the journal: flush it.
+        let Some(writer) = writer else { return };
         if !writer.shutdown(grace).await {
             tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");
         }

@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// a budget, none of them reached) created on the gateway this run starts.
     #[arg(long, conflicts_with = "target")]
     pub virtual_key: bool,
+    /// Start the gateway with `storage.record_usage: false` (no usage records): with neither
+    /// this nor --virtual-key, the run measures the core alone, on the same build.
+    #[arg(long, conflicts_with_all = ["target", "virtual_key"])]
+    pub no_usage: bool,
     /// affinity / shared-prefix: real backends to use instead of KV-cache mocks (repeatable),
     /// e.g. llama.cpp servers started by scripts/bench-llamacpp.
     #[arg(long = "backend")]

@@ -175,6 +175,9 @@ pub struct StorageConfig {
     pub url: String,
     /// Where the usage journal lives (append-only files replayed into the database).
     pub journal_dir: std::path::PathBuf,
+    /// Record a usage row per request (default). Off, nothing is journaled or written and key
+    /// budgets cannot be enforced: for a pure proxy, and to measure the core alone.
+    pub record_usage: bool,
 }
 
 /// USD per million tokens.

@@ -50,6 +50,27 @@ async fn plain_requests_record_the_backends_usage() {
     assert!(metrics.contains("switchyard_usage_records_total{state=\"queued\"} 4"), "{metrics}");
 }
 
+#[tokio::test]
+async fn with_record_usage_off_nothing_is_journaled() {
+    let a = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage', record_usage: false}}\nbackends:\n{1}",
+        dir.display(),
+        backends_yaml(&[&a])
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    for _ in 0..3 {
+        assert_eq!(chat(&client, &gw, "m").await.status, 200);
+    }
+    assert!(!dir.join("usage").exists(), "no journal is opened");
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(!metrics.contains("switchyard_usage_records_total"), "{metrics}");
+    let report = client.get(&format!("{}/admin/usage", gw.url())).await.unwrap().json();
+    assert_eq!(report["totals"]["requests"], 0);
+}
+
 fn events(frames: &[bytes::Bytes]) -> Vec<serde_json::Value> {
     let text = String::from_utf8(frames.concat()).unwrap();
     text.split("\n\n")

@@ -125,7 +125,11 @@ async fn setup(args: &BenchArgs, pin: &Pinning) -> Result<Setup, String> {
     if args.virtual_key {
         config.push_str(&format!("auth: {{master_key: '{BENCH_MASTER_KEY}'}}\n"));
     }
-    let gateway = start_gateway(&config, pin)?;
+    let gateway = if args.no_usage {
+        start_gateway_with(&config, pin, "record_usage: false")?
+    } else {
+        start_gateway(&config, pin)?
+    };
     if args.virtual_key {
         let key = procs::create_key(&gateway.url, BENCH_MASTER_KEY).await?;
         let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|e| e.to_string())?;
@@ -157,10 +161,18 @@ const BENCH_MASTER_KEY: &str = "bench-master-key-not-secret";
 /// Start `switchyard serve` with `config`, its usage database and journal in a scratch directory
 /// that is removed when the process is dropped (never the working directory's `switchyard.db`).
 pub fn start_gateway(config: &str, pin: &Pinning) -> Result<Proc, String> {
+    start_gateway_with(config, pin, "")
+}
+
+/// `start_gateway` with more `storage` settings (YAML flow-mapping entries, e.g. `record_usage: false`).
+fn start_gateway_with(config: &str, pin: &Pinning, storage: &str) -> Result<Proc, String> {
+    let storage = if storage.is_empty() { String::new() } else { format!(", {storage}") };
     let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{}", std::process::id(), procs::free_port()?));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let config =
-        format!("{config}storage: {{url: 'sqlite://{0}/usage.db', usage_journal_dir: '{0}/journal'}}\n", dir.display());
+    let config = format!(
+        "{config}storage: {{url: 'sqlite://{0}/usage.db', usage_journal_dir: '{0}/journal'{storage}}}\n",
+        dir.display()
+    );
     let path = dir.join("gateway.yaml");
     std::fs::write(&path, config).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let args: Vec<String> = vec!["serve".into(), "--config".into(), path.display().to_string()];

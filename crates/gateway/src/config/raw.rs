@@ -51,6 +51,7 @@ struct RawAuth {
 struct RawStorage {
     url: Option<String>,
     usage_journal_dir: Option<String>,
+    record_usage: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -284,6 +285,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let storage = StorageConfig {
         journal_dir: raw.storage.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into(),
         url,
+        record_usage: raw.storage.record_usage.unwrap_or(true),
     };
     let mut prices = HashMap::new();
     for (model, p) in raw.prices {
