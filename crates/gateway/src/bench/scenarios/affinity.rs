@@ -97,28 +97,67 @@ fn filler(tokens: usize, seed: u64) -> String {
     out
 }
 
-/// One chat request; returns the time to the first content byte and the reply text.
+/// What one streamed chat turn gave back.
+struct Reply {
+    /// Time to the first content byte.
+    ttft: Duration,
+    text: String,
+    /// `x-switchyard-backend` (through the gateway).
+    backend: Option<String>,
+    /// The prompt's tokens, and how many of them the server took from its cache: from llama.cpp's
+    /// `timings` (`prompt_n` computed + `cache_n` reused) or OpenAI's `usage.prompt_tokens` and
+    /// `prompt_tokens_details.cached_tokens` (the KV-cache mock, vLLM, recent llama.cpp).
+    prompt_tokens: Option<u64>,
+    cached_tokens: Option<u64>,
+}
+
+/// Read the prompt accounting of one streamed event into `reply`.
+fn read_prompt_counts(event: &Value, reply: &mut Reply) {
+    let timings = &event["timings"];
+    if let (Some(computed), Some(cached)) = (timings["prompt_n"].as_u64(), timings["cache_n"].as_u64()) {
+        reply.prompt_tokens = Some(computed + cached);
+        reply.cached_tokens = Some(cached);
+        return;
+    }
+    let usage = &event["usage"];
+    if let Some(prompt) = usage["prompt_tokens"].as_u64() {
+        if reply.cached_tokens.is_none() || reply.prompt_tokens != Some(prompt) {
+            reply.prompt_tokens = Some(prompt);
+            reply.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_u64();
+        }
+    }
+}
+
+/// One streamed chat request. With `usage`, asks for the usage chunk (`stream_options`) so the
+/// prompt accounting can be read.
 async fn chat(
     client: &HttpClient,
     gateway: &str,
     model: &str,
     messages: &[Value],
     session: Option<&str>,
-) -> Result<(Duration, String), String> {
-    let body = json!({"model": model, "stream": true, "max_tokens": 8, "messages": messages}).to_string();
+    usage: bool,
+) -> Result<Reply, String> {
+    let mut body = json!({"model": model, "stream": true, "max_tokens": 8, "messages": messages});
+    if usage {
+        body["stream_options"] = json!({"include_usage": true});
+    }
     let mut req = http::Request::post(format!("{gateway}/v1/chat/completions"))
         .header(http::header::CONTENT_TYPE, "application/json");
     if let Some(s) = session {
         req = req.header("x-session-id", s);
     }
-    let req = req.body(Full::new(Bytes::from(body))).map_err(|e| e.to_string())?;
+    let req = req.body(Full::new(Bytes::from(body.to_string()))).map_err(|e| e.to_string())?;
     let sent = Instant::now();
     let resp = client.request(req).await.map_err(|e| format!("request failed: {e}"))?;
     if !resp.status().is_success() {
         return Err(format!("status {}", resp.status()));
     }
+    let backend = resp.headers().get("x-switchyard-backend").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let mut reply =
+        Reply { ttft: Duration::ZERO, text: String::new(), backend, prompt_tokens: None, cached_tokens: None };
+    let (mut ttft, mut pending) = (None, Vec::new());
     let mut body = resp.into_body();
-    let (mut ttft, mut text, mut pending) = (None, String::new(), Vec::new());
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else { continue };
         // Some servers end SSE lines with CRLF.
@@ -134,13 +173,14 @@ async fn chat(
             }
             if let Some(delta) = v["choices"][0]["delta"]["content"].as_str().filter(|d| !d.is_empty()) {
                 ttft.get_or_insert_with(|| sent.elapsed());
-                text.push_str(delta);
+                reply.text.push_str(delta);
             }
+            read_prompt_counts(&v, &mut reply);
         }
     }
     // A stream that produced no text did not answer: never count it as a fast first token.
-    let ttft = ttft.ok_or_else(|| "the stream produced no text".to_owned())?;
-    Ok((ttft, text))
+    reply.ttft = ttft.ok_or_else(|| "the stream produced no text".to_owned())?;
+    Ok(reply)
 }
 
 /// Forget every backend's cache between strategies (mocks only; real servers get fresh texts).
@@ -150,20 +190,6 @@ async fn reset(client: &HttpClient, urls: &[String]) {
             let _ = client.request(req).await;
         }
     }
-}
-
-/// `/mock/stats` of every backend (empty for servers that have none).
-async fn stats(client: &HttpClient, urls: &[String]) -> Vec<Value> {
-    let mut out = Vec::new();
-    for u in urls {
-        let Ok(uri) = format!("{u}/mock/stats").parse::<http::Uri>() else { continue };
-        if let Ok(resp) = client.get(uri).await {
-            if let Ok(body) = resp.into_body().collect().await {
-                out.extend(serde_json::from_slice::<Value>(&body.to_bytes()).ok());
-            }
-        }
-    }
-    out
 }
 
 fn http_client() -> HttpClient {
@@ -208,10 +234,11 @@ pub async fn affinity(args: &BenchArgs, pin: &Pinning, report: &mut Report, quic
             for (t, turn_ttfts) in per_turn.iter_mut().enumerate() {
                 for (c, messages) in convs.iter_mut().enumerate() {
                     let key = format!("conv-{seed}-{c}");
-                    let (ttft, reply) =
-                        chat(&client, &gateway.url, &args.model, messages, session.then_some(key.as_str())).await?;
-                    turn_ttfts.push(ms(ttft));
-                    messages.push(json!({"role": "assistant", "content": reply}));
+                    let reply =
+                        chat(&client, &gateway.url, &args.model, messages, session.then_some(key.as_str()), false)
+                            .await?;
+                    turn_ttfts.push(ms(reply.ttft));
+                    messages.push(json!({"role": "assistant", "content": reply.text}));
                     messages.push(json!({"role": "user", "content": format!("Follow-up {t}: and then?")}));
                 }
             }
@@ -252,48 +279,65 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
         if quick { (8, 2, 256) } else { (args.conversations.max(32), args.turns, 2000) };
     let backends = backends(args, 4, pin)?;
     let client = http_client();
-    let system = filler(system_tokens, 7);
+    // Real servers keep their caches between runs: each run gets texts of its own.
+    let fresh = !args.backends.is_empty();
     // The best balanced assignment: user i's whole conversation on backend i mod 4, sent directly.
     let mut runs: Vec<(String, Option<&str>, bool)> = vec![("best balanced assignment".into(), None, false)];
     runs.extend(STRATEGIES.iter().filter(|s| wanted(args, s.0)).map(|(n, r, s)| (n.to_string(), Some(*r), *s)));
+    let n = backends.urls.len();
     let mut best_prefill = 0.0;
-    for (name, routing, session) in runs {
+    for (ri, (name, routing, session)) in runs.into_iter().enumerate() {
         let gateway = match routing {
             Some(r) => Some(start_gateway(&gateway_config(&backends.urls, &args.model, r), pin)?),
             None => None,
         };
         reset(&client, &backends.urls).await;
         eprintln!("  ▸ shared-prefix: {users} users × {turns} turns, {name}");
+        let seed = if fresh { ri as u64 * 100_000 } else { 0 };
+        let system = filler(system_tokens, 7 + seed);
         let mut tasks = tokio::task::JoinSet::new();
         for u in 0..users {
-            let target =
-                gateway.as_ref().map_or_else(|| backends.urls[u % backends.urls.len()].clone(), |g| g.url.clone());
+            let target = gateway.as_ref().map_or_else(|| backends.urls[u % n].clone(), |g| g.url.clone());
             let (client, model, system) = (client.clone(), args.model.clone(), system.clone());
             tasks.spawn(async move {
                 let key = format!("user-{u}");
                 let mut messages = vec![
                     json!({"role": "system", "content": system}),
-                    json!({"role": "user", "content": format!("user {u}: {}", filler(60, 1000 + u as u64))}),
+                    json!({"role": "user", "content": format!("user {u}: {}", filler(60, seed + 1000 + u as u64))}),
                 ];
+                let mut served = Vec::new();
                 for t in 0..turns {
-                    let (_, reply) = chat(&client, &target, &model, &messages, session.then_some(key.as_str())).await?;
-                    messages.push(json!({"role": "assistant", "content": reply}));
+                    let reply =
+                        chat(&client, &target, &model, &messages, session.then_some(key.as_str()), true).await?;
+                    // Direct, user u's backend is u mod n; through the gateway, its header says (`b{i}`).
+                    let backend = match &reply.backend {
+                        Some(b) => b.strip_prefix('b').and_then(|i| i.parse().ok()).ok_or(format!("backend `{b}`"))?,
+                        None => u % n,
+                    };
+                    let (Some(prompt), Some(cached)) = (reply.prompt_tokens, reply.cached_tokens) else {
+                        return Err("the backend reported no prompt/cached token counts (llama.cpp `timings` or \
+                                    `usage.prompt_tokens_details.cached_tokens`)"
+                            .to_owned());
+                    };
+                    served.push((backend, prompt, cached));
+                    messages.push(json!({"role": "assistant", "content": reply.text}));
                     messages.push(json!({"role": "user", "content": format!("user {u} turn {t}: go on")}));
                 }
-                Ok::<(), String>(())
+                Ok::<_, String>(served)
             });
         }
+        // Per backend: requests, prompt tokens, cached tokens.
+        let mut per_backend = vec![(0u64, 0u64, 0u64); n];
         while let Some(done) = tasks.join_next().await {
-            done.map_err(|e| e.to_string())??;
+            for (backend, prompt, cached) in done.map_err(|e| e.to_string())?? {
+                let slot = per_backend.get_mut(backend).ok_or(format!("backend index {backend} out of range"))?;
+                *slot = (slot.0 + 1, slot.1 + prompt, slot.2 + cached);
+            }
         }
-        let per_backend = stats(&client, &backends.urls).await;
-        if per_backend.len() != backends.urls.len() {
-            eprintln!("  (shared-prefix needs the mocks' /mock/stats: skipped for real servers)");
-            return Ok(());
-        }
-        let sum = |k: &str| per_backend.iter().map(|s| s[k].as_f64().unwrap_or(0.0)).sum::<f64>();
-        let (prefill, prompt, cached) = (sum("prefill_tokens"), sum("prompt_tokens"), sum("cached_tokens"));
-        let requests: Vec<f64> = per_backend.iter().map(|s| s["requests"].as_f64().unwrap_or(0.0)).collect();
+        let prompt = per_backend.iter().map(|b| b.1).sum::<u64>() as f64;
+        let cached = per_backend.iter().map(|b| b.2).sum::<u64>() as f64;
+        let prefill = prompt - cached;
+        let requests: Vec<f64> = per_backend.iter().map(|b| b.0 as f64).collect();
         let (max, min) = requests.iter().fold((0.0f64, f64::MAX), |(a, b), &r| (a.max(r), b.min(r)));
         if routing.is_none() {
             best_prefill = prefill;
