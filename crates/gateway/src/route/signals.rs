@@ -127,6 +127,21 @@ mod tests {
         assert_eq!(parse_slots(slots).map(|r| r.processing), Some(1));
     }
 
+    /// Raw answers of a real llama.cpp `llama-server` (see the fixtures' README).
+    #[test]
+    fn reads_a_real_llama_server() {
+        const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llama-server/");
+        let read = |name: &str| std::fs::read(format!("{DIR}{name}")).unwrap();
+        let text = |name: &str| String::from_utf8(read(name)).unwrap();
+        // This llama.cpp exports no KV-cache ratio: unknown, not zero.
+        let idle = LoadReading { waiting: 0, processing: 0, kv_usage: None };
+        assert_eq!(parse_metrics(&text("metrics-idle.txt")), Some(idle));
+        assert_eq!(parse_metrics(&text("metrics-busy.txt")), Some(LoadReading { processing: 1, ..idle }));
+        assert_eq!(parse_slots(&read("slots-idle.json")), Some(idle));
+        assert_eq!(parse_slots(&read("slots-idle-after-request.json")), Some(idle));
+        assert_eq!(parse_slots(&read("slots-busy.json")), Some(LoadReading { processing: 1, ..idle }));
+    }
+
     #[test]
     fn stale_or_missing_signals_are_unknown_not_idle() {
         let s = BackendSignals::default();

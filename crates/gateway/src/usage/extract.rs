@@ -194,6 +194,13 @@ mod tests {
     }
 
     #[test]
+    fn usage_of_a_real_llama_server_answer() {
+        let body =
+            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llama-server/response.json")).unwrap();
+        assert_eq!(usage_from_response(&body), Some(Tokens { prompt: 36, completion: 12, total: 48 }));
+    }
+
+    #[test]
     fn body_tap_reads_usage_across_frames_up_to_a_limit() {
         let body = Bytes::from_static(CHAT.as_bytes());
         let mut whole = BodyUsageTap::new(1 << 20);

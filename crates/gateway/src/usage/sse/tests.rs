@@ -157,3 +157,20 @@ fn an_endless_event_is_forwarded_untouched() {
         assert_eq!(relay(&mut tap, frames.clone()), input, "strip={strip}");
     }
 }
+
+/// The end of a real llama.cpp `llama-server` stream (fixture): its usage chunk, which also carries
+/// llama.cpp's `timings`, is read and stripped, and everything else passes, split at every byte.
+#[test]
+fn a_real_llama_server_stream_tail() {
+    let tail =
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llama-server/stream-tail.txt")).unwrap();
+    let usage_event = tail.split(|&b| b == b'\n').find(|l| l.windows(8).any(|w| w == b"\"usage\":")).unwrap().to_vec();
+    for split in 0..tail.len() {
+        let mut tap = SseUsageTap::new(true);
+        let out = relay(&mut tap, [Bytes::copy_from_slice(&tail[..split]), Bytes::copy_from_slice(&tail[split..])]);
+        assert_eq!(tap.usage(), Some(Tokens { prompt: 36, completion: 12, total: 48 }), "split at {split}");
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("\"finish_reason\":\"stop\"") && out.ends_with("data: [DONE]\n\n"), "{out}");
+        assert!(!out.contains(std::str::from_utf8(&usage_event).unwrap()), "stripped");
+    }
+}
