@@ -7,6 +7,7 @@ pub mod key;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,14 +44,22 @@ impl Principal {
 const POSITIVE_TTL: Duration = Duration::from_secs(30);
 const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 
-/// key id → (when looked up, the record or None for "no such key").
-type KeyCache = HashMap<String, (Instant, Option<Arc<KeyRecord>>)>;
+/// A looked-up key id: when, the record (None for "no such key"), and a tag of the secret last
+/// verified against it.
+struct CacheEntry {
+    at: Instant,
+    record: Option<Arc<KeyRecord>>,
+    verified: Option<u64>,
+}
 
 pub struct Auth {
     master_key: Option<String>,
     hasher: Hasher,
     store: Arc<dyn KeyLookup>,
-    cache: Mutex<KeyCache>,
+    cache: Mutex<HashMap<String, CacheEntry>>,
+    /// Keys the tags of verified secrets: SipHash under a random per-process key, so a repeat
+    /// request skips the HMAC (a forged secret would need a 64-bit collision under an unknown key).
+    tags: RandomState,
 }
 
 /// The key a client presented, if any.
@@ -69,7 +78,13 @@ fn unauthorized(message: &str, code: &'static str) -> GatewayError {
 
 impl Auth {
     pub fn new(master_key: Option<String>, hasher: Hasher, store: Arc<dyn KeyLookup>) -> Auth {
-        Auth { master_key: master_key.filter(|k| !k.is_empty()), hasher, store, cache: Mutex::new(HashMap::new()) }
+        Auth {
+            master_key: master_key.filter(|k| !k.is_empty()),
+            hasher,
+            store,
+            cache: Mutex::new(HashMap::new()),
+            tags: RandomState::new(),
+        }
     }
 
     pub fn enabled(&self) -> bool {
@@ -100,10 +115,14 @@ impl Auth {
             unauthorized("missing API key: send `Authorization: Bearer sy-…` or `x-api-key`", "missing_api_key")
         })?;
         let parsed = key::parse(token).ok_or_else(|| unauthorized("incorrect API key provided", "invalid_api_key"))?;
-        let record = self.cached(parsed.id).await?;
+        let (record, verified) = self.cached(parsed.id).await?;
         let record = record.ok_or_else(|| unauthorized("incorrect API key provided", "invalid_api_key"))?;
-        if !self.hasher.verify(parsed.secret, &record.secret_hash) {
-            return Err(unauthorized("incorrect API key provided", "invalid_api_key"));
+        let tag = self.tags.hash_one(parsed.secret);
+        if verified != Some(tag) {
+            if !self.hasher.verify(parsed.secret, &record.secret_hash) {
+                return Err(unauthorized("incorrect API key provided", "invalid_api_key"));
+            }
+            self.remember_verified(parsed.id, &record, tag);
         }
         if record.revoked_at.is_some() {
             return Err(unauthorized("this API key has been revoked", "key_revoked"));
@@ -114,13 +133,14 @@ impl Auth {
         Ok(Principal::Key(record))
     }
 
-    async fn cached(&self, id: &str) -> Result<Option<Arc<KeyRecord>>, GatewayError> {
+    /// The key's record (None: no such key) and the tag of the secret last verified for it.
+    async fn cached(&self, id: &str) -> Result<(Option<Arc<KeyRecord>>, Option<u64>), GatewayError> {
         {
             let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, entry)) = cache.get(id) {
-                let ttl = if entry.is_some() { POSITIVE_TTL } else { NEGATIVE_TTL };
-                if at.elapsed() < ttl {
-                    return Ok(entry.clone());
+            if let Some(entry) = cache.get(id) {
+                let ttl = if entry.record.is_some() { POSITIVE_TTL } else { NEGATIVE_TTL };
+                if entry.at.elapsed() < ttl {
+                    return Ok((entry.record.clone(), entry.verified));
                 }
             }
         }
@@ -128,13 +148,23 @@ impl Auth {
             tracing::error!(error = %e, "key lookup failed");
             GatewayError::Internal
         })?;
-        let entry = found.map(Arc::new);
+        let record = found.map(Arc::new);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() > 100_000 {
             cache.clear();
         }
-        cache.insert(id.to_owned(), (Instant::now(), entry.clone()));
-        Ok(entry)
+        cache.insert(id.to_owned(), CacheEntry { at: Instant::now(), record: record.clone(), verified: None });
+        Ok((record, None))
+    }
+
+    /// The secret with this tag matched this record's hash (unless the entry changed meanwhile).
+    fn remember_verified(&self, id: &str, record: &Arc<KeyRecord>, tag: u64) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = cache.get_mut(id) {
+            if entry.record.as_ref().is_some_and(|r| Arc::ptr_eq(r, record)) {
+                entry.verified = Some(tag);
+            }
+        }
     }
 
     /// Forget a key so its next use is looked up again (after update or revocation).

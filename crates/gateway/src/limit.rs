@@ -4,8 +4,10 @@
 mod budget;
 mod memory;
 
+use std::fmt::Write;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 pub use budget::{period_end, period_start, BudgetPermit, Budgets, OverBudget};
@@ -50,17 +52,23 @@ static RESET_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-reset-tok
 
 impl Snapshot {
     /// OpenAI-style headers: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`. Written
-    /// straight into the response's map (every admitted request pays for this, so no strings).
+    /// straight into the response's map, every value a slice of one small buffer (every admitted
+    /// request of a limited key pays for this: one allocation, not one per header).
     pub fn insert_into(&self, headers: &mut HeaderMap) {
-        if let Some((limit, remaining, reset)) = self.requests {
-            headers.insert(&LIMIT_REQUESTS, HeaderValue::from(limit));
-            headers.insert(&REMAINING_REQUESTS, HeaderValue::from(remaining));
-            headers.insert(&RESET_REQUESTS, reset_value(reset));
-        }
-        if let Some((limit, remaining, reset)) = self.tokens {
-            headers.insert(&LIMIT_TOKENS, HeaderValue::from(limit));
-            headers.insert(&REMAINING_TOKENS, HeaderValue::from(remaining));
-            headers.insert(&RESET_TOKENS, reset_value(reset));
+        let limits = [
+            (self.requests, [&LIMIT_REQUESTS, &REMAINING_REQUESTS, &RESET_REQUESTS]),
+            (self.tokens, [&LIMIT_TOKENS, &REMAINING_TOKENS, &RESET_TOKENS]),
+        ];
+        let mut buf = BytesMut::with_capacity(96);
+        headers.reserve(6);
+        for (figures, [limit_name, remaining_name, reset_name]) in limits {
+            let Some((limit, remaining, reset)) = figures else { continue };
+            let _ = write!(buf, "{limit}");
+            insert(headers, limit_name, buf.split());
+            let _ = write!(buf, "{remaining}");
+            insert(headers, remaining_name, buf.split());
+            write_reset(&mut buf, reset);
+            insert(headers, reset_name, buf.split());
         }
     }
 
@@ -72,27 +80,35 @@ impl Snapshot {
     }
 }
 
-fn reset_value(d: Duration) -> HeaderValue {
-    HeaderValue::from_str(&format_reset(d)).unwrap_or_else(|_| HeaderValue::from_static("0ms"))
+fn insert(headers: &mut HeaderMap, name: &HeaderName, value: BytesMut) {
+    // Digits, letters and dots only: always a valid header value.
+    if let Ok(value) = HeaderValue::from_maybe_shared(value.freeze()) {
+        headers.insert(name, value);
+    }
 }
 
-/// `1.5s`, `12ms` — the format OpenAI uses in its reset headers.
-fn format_reset(d: Duration) -> String {
-    // Integer arithmetic only: this runs for every admitted request of a limited key.
+/// `1.5s`, `12ms` — the format OpenAI uses in its reset headers. Integer arithmetic only.
+fn write_reset(out: &mut impl Write, d: Duration) {
     let ms = d.as_millis();
     let (secs, frac) = (ms / 1000, ms % 1000);
-    match frac {
-        _ if secs == 0 => format!("{ms}ms"),
-        0 => format!("{secs}s"),
-        f if f % 100 == 0 => format!("{secs}.{}s", f / 100),
-        f if f % 10 == 0 => format!("{secs}.{:02}s", f / 10),
-        f => format!("{secs}.{f:03}s"),
-    }
+    let _ = match frac {
+        _ if secs == 0 => write!(out, "{ms}ms"),
+        0 => write!(out, "{secs}s"),
+        f if f % 100 == 0 => write!(out, "{secs}.{}s", f / 100),
+        f if f % 10 == 0 => write!(out, "{secs}.{:02}s", f / 10),
+        f => write!(out, "{secs}.{f:03}s"),
+    };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn format_reset(d: Duration) -> String {
+        let mut s = String::new();
+        write_reset(&mut s, d);
+        s
+    }
 
     #[test]
     fn reset_format() {

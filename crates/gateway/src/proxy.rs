@@ -97,7 +97,6 @@ pub async fn forward(
             m.uncharged();
         }
     }
-    let context = translation::response_context(request_id);
     let mut permit = match meter.as_mut() {
         Some(m) => {
             m.set_permit(permit, budget);
@@ -193,7 +192,7 @@ pub async fn forward(
                 }
                 let metering = Metering { meter, permit, strip_usage_chunk };
                 let call =
-                    Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, context: &context };
+                    Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
                 return respond(app, answer, call, metering, &mut bodies).await;
             }
             Err(AttemptError::Transport) => {
@@ -211,7 +210,7 @@ pub async fn forward(
     }
     if let Some(answer) = held {
         let metering = Metering { meter, permit, strip_usage_chunk };
-        let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, context: &context };
+        let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
         return respond(app, answer, call, metering, &mut bodies).await;
     }
     let e = failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model });
@@ -346,7 +345,8 @@ struct Call<'a> {
     started: Instant,
     upstream_wait: Duration,
     deadline: Instant,
-    context: &'a switchyard_protocol::chat::ResponseContext,
+    /// For the id and time a translated answer needs (made only when one is).
+    request_id: &'a HeaderValue,
 }
 
 async fn respond(
@@ -357,7 +357,7 @@ async fn respond(
     bodies: &mut Bodies<'_>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let Answer { parts, body, first, guard, ttfb, plan, route } = answer;
-    let Call { endpoint, stream, started, mut upstream_wait, deadline, context } = call;
+    let Call { endpoint, stream, started, mut upstream_wait, deadline, request_id } = call;
     let Metering { mut meter, permit, strip_usage_chunk } = metering;
     let translated = matches!(plan, Plan::Translate(_));
     let sse = stream
@@ -367,7 +367,8 @@ async fn respond(
         if !stream || !parts.status.is_success() {
             let waiting = Instant::now();
             let limit = deadline.saturating_duration_since(waiting);
-            let read = translation::translate_whole(endpoint, wire, parts.status, first, body, limit, context, bodies);
+            let context = translation::response_context(request_id);
+            let read = translation::translate_whole(endpoint, wire, parts.status, first, body, limit, &context, bodies);
             let result = read.await;
             upstream_wait += waiting.elapsed();
             let whole = match result {
@@ -400,11 +401,11 @@ async fn respond(
     let translator = match plan {
         Plan::Translate(wire) => {
             let decoded = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
-            StreamTranslator::translate(endpoint, wire, context.clone(), decoded)
+            StreamTranslator::translate(endpoint, wire, translation::response_context(request_id), decoded)
         }
         // Same API but not OpenAI's: read the stream's usage without touching it.
         Plan::Pass(wire @ (Wire::Anthropic | Wire::OllamaChat | Wire::OllamaGenerate)) if stream => {
-            StreamTranslator::observe(wire, context.clone())
+            StreamTranslator::observe(wire, translation::response_context(request_id))
         }
         _ => None,
     };

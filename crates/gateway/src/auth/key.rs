@@ -40,20 +40,21 @@ pub fn generate() -> Result<(String, String, String), String> {
     Ok((id, secret, full))
 }
 
-/// HMAC-SHA256 under the server secret.
+/// HMAC-SHA256 under the server secret. The keyed state is computed once and cloned per use
+/// (half of an HMAC's compressions are the key's).
 #[derive(Clone)]
 pub struct Hasher {
-    key: Vec<u8>,
+    keyed: Hmac<Sha256>,
 }
 
 impl Hasher {
     pub fn new(server_secret: &[u8]) -> Hasher {
-        Hasher { key: server_secret.to_vec() }
+        // HMAC accepts keys of any length; this cannot fail.
+        Hasher { keyed: <Hmac<Sha256> as Mac>::new_from_slice(server_secret).unwrap_or_else(|_| unreachable_mac()) }
     }
 
     fn mac(&self) -> Hmac<Sha256> {
-        // HMAC accepts keys of any length; this cannot fail.
-        <Hmac<Sha256> as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable_mac())
+        self.keyed.clone()
     }
 
     pub fn hash(&self, secret: &str) -> Vec<u8> {

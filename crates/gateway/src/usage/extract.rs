@@ -1,7 +1,10 @@
 //! Token usage in OpenAI-shaped JSON: read the `usage` object of a response, and ask a streaming
 //! backend for one (`stream_options.include_usage`) by splicing the request's bytes.
 
+use std::sync::LazyLock;
+
 use bytes::{Bytes, BytesMut};
+use memchr::memmem::{Finder, FinderRev};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -43,8 +46,14 @@ pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
         prompt_eval_count: Option<u64>,
         eval_count: Option<u64>,
     }
-    if memchr::memmem::find(body, b"\"usage\"").is_none() && memchr::memmem::find(body, b"eval_count\"").is_none() {
+    // Built once: making a searcher per call cost more than searching a typical answer.
+    static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+    static EVAL_COUNT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"eval_count\""));
+    if USAGE.find(body).is_none() && EVAL_COUNT.find(body).is_none() {
         return None;
+    }
+    if let Some(tokens) = usage_in_place(body) {
+        return Some(tokens);
     }
     let envelope = serde_json::from_slice::<Envelope>(body).ok()?;
     match (envelope.usage, envelope.prompt_eval_count, envelope.eval_count) {
@@ -55,6 +64,25 @@ pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
             Some(Tokens { prompt, completion, total: prompt.saturating_add(completion) })
         }
     }
+}
+
+/// The `usage` object read where it stands, without parsing the rest of the answer (which took
+/// longer than everything else the gateway does to record usage). The bytes `"usage"` are always
+/// a key or a string value, never text inside a string (a string's quotes are escaped); the last
+/// `"usage": {` is the top-level object in every API served (it comes after the content). Anything
+/// else (`"usage": null`, no counts) returns `None` and the caller parses the whole body.
+fn usage_in_place(body: &[u8]) -> Option<Tokens> {
+    static USAGE_REV: LazyLock<FinderRev<'static>> = LazyLock::new(|| FinderRev::new(b"\"usage\""));
+    let at = USAGE_REV.rfind(body)?;
+    let rest = &body[at + b"\"usage\"".len()..];
+    let skip_ws = |b: &[u8]| b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
+    let rest = &rest[skip_ws(rest)..];
+    let rest = rest.strip_prefix(b":")?;
+    let rest = &rest[skip_ws(rest)..];
+    if !rest.starts_with(b"{") {
+        return None;
+    }
+    WireUsage::deserialize(&mut serde_json::Deserializer::from_slice(rest)).ok()?.tokens()
 }
 
 /// Collects a non-streaming response's frames as it is relayed — refcounted `Bytes` clones, no
@@ -191,6 +219,24 @@ mod tests {
         let ollama = br#"{"model":"m","response":"hi","done":true,"prompt_eval_count":9,"eval_count":4}"#;
         assert_eq!(usage_from_response(ollama), t(9, 4, 13));
         assert_eq!(usage_from_response(br#"{"model":"m","embeddings":[[0.1]],"prompt_eval_count":6}"#), t(6, 0, 6));
+    }
+
+    #[test]
+    fn usage_is_read_in_place_and_text_or_odd_values_cannot_fool_it() {
+        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total });
+        for body in [CHAT, COMPLETION, EMBEDDINGS] {
+            assert!(usage_in_place(body.as_bytes()).is_some(), "{body}");
+        }
+        // The model's text cannot hold the bytes `"usage"`: its quotes are escaped.
+        let text = r#"{"choices":[{"message":{"content":"say \"usage\": {\"prompt_tokens\": 99}"}}],
+            "usage" : {"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#;
+        assert_eq!(usage_from_response(text.as_bytes()), t(3, 4, 7));
+        assert_eq!(usage_in_place(text.as_bytes()), t(3, 4, 7));
+        // A later `"usage"` that is a value, or a null usage: the whole body is parsed instead.
+        let value_after = br#"{"usage":{"prompt_tokens":1,"completion_tokens":2},"metadata":{"note":"usage"}}"#;
+        assert_eq!(usage_in_place(value_after), None);
+        assert_eq!(usage_from_response(value_after), t(1, 2, 3));
+        assert_eq!(usage_from_response(br#"{"id":"x","usage":null}"#), None);
     }
 
     #[test]

@@ -142,14 +142,26 @@ async fn chat(
     if usage {
         body["stream_options"] = json!({"include_usage": true});
     }
-    let mut req = http::Request::post(format!("{gateway}/v1/chat/completions"))
-        .header(http::header::CONTENT_TYPE, "application/json");
-    if let Some(s) = session {
-        req = req.header("x-session-id", s);
-    }
-    let req = req.body(Full::new(Bytes::from(body.to_string()))).map_err(|e| e.to_string())?;
-    let sent = Instant::now();
-    let resp = client.request(req).await.map_err(|e| format!("request failed: {e}"))?;
+    let body = Bytes::from(body.to_string());
+    let request = || {
+        let mut req = http::Request::post(format!("{gateway}/v1/chat/completions"))
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(s) = session {
+            req = req.header("x-session-id", s);
+        }
+        req.body(Full::new(body.clone())).map_err(|e| e.to_string())
+    };
+    let mut sent = Instant::now();
+    let resp = match client.request(request()?).await {
+        Ok(resp) => resp,
+        // No answer at all (the connection failed before one): once more on a fresh connection,
+        // timed from the retry (a benchmark of routing, not of the client's pool).
+        Err(e) => {
+            eprintln!("  (request failed before any answer, {e}; retrying once)");
+            sent = Instant::now();
+            client.request(request()?).await.map_err(|e| format!("request failed: {e}"))?
+        }
+    };
     if !resp.status().is_success() {
         return Err(format!("status {}", resp.status()));
     }
@@ -193,7 +205,10 @@ async fn reset(client: &HttpClient, urls: &[String]) {
 }
 
 fn http_client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
+    // Real servers close keep-alive connections idle for a few seconds (llama.cpp's HTTP library
+    // after 5 s); while other users' prompts prefill, pooled connections sit that long. Drop them
+    // first, so a request never goes out on a connection the server has just closed.
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(1)).build_http()
 }
 
 fn ms(d: Duration) -> f64 {
