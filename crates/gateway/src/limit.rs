@@ -60,12 +60,11 @@ impl Snapshot {
             (self.tokens, [&LIMIT_TOKENS, &REMAINING_TOKENS, &RESET_TOKENS]),
         ];
         let mut buf = BytesMut::with_capacity(96);
-        headers.reserve(6);
         for (figures, [limit_name, remaining_name, reset_name]) in limits {
             let Some((limit, remaining, reset)) = figures else { continue };
-            let _ = write!(buf, "{limit}");
+            put_decimal(&mut buf, limit);
             insert(headers, limit_name, buf.split());
-            let _ = write!(buf, "{remaining}");
+            put_decimal(&mut buf, remaining);
             insert(headers, remaining_name, buf.split());
             write_reset(&mut buf, reset);
             insert(headers, reset_name, buf.split());
@@ -78,6 +77,21 @@ impl Snapshot {
         self.insert_into(&mut map);
         map
     }
+}
+
+/// `n` in decimal, without the formatting machinery.
+fn put_decimal(buf: &mut BytesMut, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[at..]);
 }
 
 fn insert(headers: &mut HeaderMap, name: &HeaderName, value: BytesMut) {
@@ -108,6 +122,15 @@ mod tests {
         let mut s = String::new();
         write_reset(&mut s, d);
         s
+    }
+
+    #[test]
+    fn decimals() {
+        for n in [0, 7, 10, 99, 1_000_000_007, u64::MAX] {
+            let mut buf = BytesMut::new();
+            put_decimal(&mut buf, n);
+            assert_eq!(buf, n.to_string().as_bytes());
+        }
     }
 
     #[test]

@@ -191,8 +191,7 @@ pub async fn forward(
                     continue;
                 }
                 let metering = Metering { meter, permit, strip_usage_chunk };
-                let call =
-                    Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
+                let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
                 return respond(app, answer, call, metering, &mut bodies).await;
             }
             Err(AttemptError::Transport) => {
@@ -393,6 +392,9 @@ async fn respond(
     let backend_name = guard.backend().name_header.clone();
 
     let mut resp = Response::new(());
+    // Room for everything below at once (upstream's headers, ours, six rate-limit ones): growing
+    // the map midway rehashes it.
+    resp.headers_mut().reserve(parts.headers.len() + 10);
     match (&meter, &permit) {
         (Some(m), _) => m.insert_permit_headers(resp.headers_mut()),
         (None, Some(p)) => p.snapshot.insert_into(resp.headers_mut()),
@@ -418,7 +420,6 @@ async fn respond(
     let mut resp = resp.map(|()| Either::Right(relay));
     *resp.status_mut() = parts.status;
     let headers = resp.headers_mut();
-    headers.reserve(parts.headers.len() + 3);
     for (name, value) in parts.headers.iter() {
         // An SSE body may change length on the way (usage chunk stripped, error event added);
         // a translated one changes shape too.
