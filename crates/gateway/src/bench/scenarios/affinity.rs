@@ -301,6 +301,7 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
     runs.extend(STRATEGIES.iter().filter(|s| wanted(args, s.0)).map(|(n, r, s)| (n.to_string(), Some(*r), *s)));
     let n = backends.urls.len();
     let mut best_prefill = 0.0;
+    let mut load_series = Vec::new();
     for (ri, (name, routing, session)) in runs.into_iter().enumerate() {
         let gateway = match routing {
             Some(r) => Some(start_gateway(&gateway_config(&backends.urls, &args.model, r), pin)?),
@@ -362,10 +363,23 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
         report.finding("shared-prefix", format!("{name}: cache hit ratio"), cached / prompt.max(1.0), "");
         report.finding("shared-prefix", format!("{name}: requests per backend, max"), max, "");
         report.finding("shared-prefix", format!("{name}: requests per backend, min"), min, "");
+        let points = requests.iter().enumerate().map(|(i, r)| ((i + 1) as f64, *r)).collect();
+        load_series.push(Series { name: name.clone(), points });
         report.extra.insert(
             format!("shared-prefix/{name}"),
             json!({"prefill_tokens": prefill, "prompt_tokens": prompt, "cached_tokens": cached, "requests_per_backend": requests}),
         );
     }
+    report.charts.push((
+        "shared-prefix-requests-per-backend".into(),
+        Chart {
+            title: format!("Requests each backend served, {users} users sharing a system prompt"),
+            x_label: "backend".into(),
+            y_label: "requests".into(),
+            series: load_series,
+            x_log: false,
+            markers: vec![],
+        },
+    ));
     Ok(())
 }
