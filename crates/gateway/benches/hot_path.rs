@@ -33,10 +33,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use switchyard::http::parse::parse_request;
-use switchyard::metrics::Endpoint;
-use switchyard::route::Router;
-use switchyard::Config;
+use switchyard_gateway::endpoint::Endpoint;
+use switchyard_gateway::http::parse::parse_request;
+use switchyard_gateway::route::Router;
+use switchyard_gateway::Config;
 use switchyard_testkit::{MockConfig, MockServer, TestClient};
 
 fn config(yaml: &str) -> Config {
@@ -82,7 +82,7 @@ fn route_select(c: &mut Criterion) {
 /// Cache-aware decision for a 32k-token prompt (128 KB: 2,048 blocks) among 16 backends whose
 /// indexes already hold many conversations; and hashing such a prompt into its block chain.
 fn route_cache_aware(c: &mut Criterion) {
-    use switchyard::route::{prefix, RouteHints};
+    use switchyard_gateway::route::{prefix, RouteHints};
     let mut group = c.benchmark_group("route_cache_aware");
     group.sample_size(30).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
     let n = 16;
@@ -241,7 +241,7 @@ fn sse_relay(c: &mut Criterion) {
             .await
             .unwrap();
             let yaml = format!("listen: 127.0.0.1:0\nbackends:\n  - {{name: b0, url: '{}'}}\n", mock.url());
-            let gateway = switchyard::start(config(&yaml), std::future::pending()).await.unwrap();
+            let gateway = switchyard_gateway::start(config(&yaml), std::future::pending()).await.unwrap();
             (mock, gateway)
         });
         for (target, base) in [("direct", mock.url()), ("gateway", gateway.url())] {

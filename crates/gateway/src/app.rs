@@ -1,39 +1,19 @@
-//! Builds the gateway's shared state and runs it. The request pipeline, outer to inner:
-//!
-//! 1. accept (HTTP/1.1 keep-alive or h2c), header-read timeout — `server.rs`
-//! 2. request id (propagated or minted), request counting — `http/routes.rs`
-//! 3. route table: proxy endpoints, `/v1/models`, `/health`, `/ready`, `/metrics` — `http/routes.rs`
-//! 4. body read under `limits.max_body_bytes`; parse only `model`/`stream` and the endpoint's
-//!    required field; alias → model rewrite by byte splice — `http/parse.rs`
-//! 5. model → candidate backends (404 if none serves it) → available ones (up, breaker closed)
-//!    → routing policy — `route.rs`, `route/policy/`
-//! 6. upstream call with connect/first-byte timeouts; a failure before anything reached the
-//!    client is retried on another backend, bounded by attempts and deadline — `proxy.rs`
-//! 7. relay the body frame by frame with an idle timeout; a completion guard releases the
-//!    in-flight slot and records metrics however the response ends — `http/relay.rs`
-//!
-//! Before step 4, a client is authenticated (master key or virtual key, `auth.rs`); after step 4,
-//! the key's model allow-list and rate limits are checked (`limit.rs`); `/admin` is the admin
-//! API behind the master key (`http/admin.rs`).
-//!
-//! Health probing and discovery run beside the pipeline, one task per backend — `route/health.rs`.
-
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+//! The gateway's shared state, built once at start-up and read by every request: config,
+//! router (backends, health, routing policy), upstream client, auth, limiter, budgets, metrics,
+//! store and usage journal, and the clock they all read time from. Building it opens the
+//! database and the journal; serving it is `server.rs`'s job.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use crate::auth::{key, Auth, KeyLookup};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::limit::{Budgets, MemoryLimiter};
 use crate::metrics::Metrics;
 use crate::records::KeyRecord;
-use crate::route::{health, Router};
+use crate::route::Router;
 use crate::store::Store;
 use crate::upstream::{self, UpstreamClient};
 use crate::usage::{Journal, JournalOptions, UsageWriter, WriterConfig};
@@ -50,6 +30,8 @@ pub struct App {
     pub store: Option<Store>,
     /// The usage journal every request's record is appended to (with a store).
     pub journal: Option<Arc<Journal>>,
+    /// Where every part of the pipeline reads the time.
+    pub clock: Clock,
 }
 
 /// Keys are looked up in the store.
@@ -86,7 +68,12 @@ fn secret_path(config: &Config) -> Result<Option<std::path::PathBuf>, String> {
 
 impl App {
     pub fn new(config: Config, store: Option<Store>) -> Result<App, String> {
-        let router = Router::new(&config)?;
+        App::with_clock(config, store, Clock::system())
+    }
+
+    /// The state with `clock` as its time source (virtual time in tests).
+    pub fn with_clock(config: Config, store: Option<Store>, clock: Clock) -> Result<App, String> {
+        let router = Router::with_clock(&config, clock.clone())?;
         let client = upstream::build(config.timeouts.connect)?;
         let secret = match &config.auth.secret {
             Some(s) => key::server_secret(Some(s), std::path::Path::new(""))?,
@@ -104,54 +91,32 @@ impl App {
             client,
             metrics: Arc::new(Metrics::default()),
             auth,
-            limiter: Arc::new(MemoryLimiter::default()),
+            limiter: Arc::new(MemoryLimiter::new(clock.clone())),
             budgets: Arc::new(Budgets::default()),
             store,
             journal: None,
+            clock,
         })
     }
-}
 
-/// A gateway serving on a bound address. Dropping it aborts everything; `shutdown` drains first.
-pub struct RunningGateway {
-    pub addr: SocketAddr,
-    pub app: Arc<App>,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
-    probers: Vec<JoinHandle<()>>,
-}
-
-impl RunningGateway {
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Stop accepting, let in-flight requests finish (up to `shutdown_grace`), stop probing.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
-            let _ = server.await;
-        }
-    }
-
-    /// Resolves when the server task ends (after a shutdown signal).
-    pub async fn wait(mut self) {
-        if let Some(server) = self.server.take() {
-            let _ = server.await;
-        }
-    }
-}
-
-impl Drop for RunningGateway {
-    fn drop(&mut self) {
-        for p in &self.probers {
-            p.abort();
-        }
-        if let Some(server) = &self.server {
-            server.abort();
-        }
+    /// The state a serving gateway needs: the store (waiting briefly for a database server),
+    /// and unless usage recording is off, the usage journal and its writer. The writer is the
+    /// caller's to drain at shutdown.
+    pub async fn open(config: Config) -> Result<(App, Option<UsageWriter>), String> {
+        let store = open_store(&config.storage.url).await?;
+        let (journal, writer) = if config.storage.record_usage {
+            let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default()).map_err(|e| {
+                format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display())
+            })?;
+            let writer = spawn_writer(&config.storage.url, &store, &journal)?;
+            (Some(journal), Some(writer))
+        } else {
+            tracing::warn!("storage.record_usage is off: no usage is recorded and key budgets are not enforced");
+            (None, None)
+        };
+        let mut app = App::new(config, Some(store))?;
+        app.journal = journal;
+        Ok((app, writer))
     }
 }
 
@@ -196,63 +161,6 @@ fn spawn_writer(url: &str, store: &Store, journal: &Arc<Journal>) -> Result<Usag
     };
     UsageWriter::spawn_on_own_thread(journal.clone(), make_sink, WriterConfig::default())
         .map_err(|e| format!("cannot start the usage writer: {e}"))
-}
-
-/// Bind `config.listen`, probe every backend once, then serve until `shutdown` resolves (or
-/// `RunningGateway::shutdown` is called).
-pub async fn start(
-    config: Config,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<RunningGateway, String> {
-    let listener =
-        TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let store = open_store(&config.storage.url).await?;
-    let (journal, writer) = if config.storage.record_usage {
-        let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default())
-            .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
-        let writer = spawn_writer(&config.storage.url, &store, &journal)?;
-        (Some(journal), Some(writer))
-    } else {
-        tracing::warn!("storage.record_usage is off: no usage is recorded and key budgets are not enforced");
-        (None, None)
-    };
-    let mut app = App::new(config, Some(store))?;
-    app.journal = journal;
-    let app = Arc::new(app);
-    if !app.auth.enabled() {
-        tracing::warn!(
-            "no master key configured: the gateway and its admin API are OPEN to anyone who can reach them; \
-             set SWITCHYARD_MASTER_KEY (or auth.master_key) to require keys"
-        );
-    }
-    health::probe_all(&app.router, &app.client, &app.config.health).await;
-    let probers = app
-        .router
-        .backends
-        .iter()
-        .map(|b| {
-            tokio::spawn(health::run(app.router.clone(), b.clone(), app.client.clone(), app.config.health.clone()))
-        })
-        .collect();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let grace = app.config.shutdown_grace;
-    let server_app = app.clone();
-    let server = tokio::spawn(async move {
-        let signal = async move {
-            tokio::select! {
-                _ = shutdown => {}
-                _ = stopped => {}
-            }
-        };
-        crate::server::serve(listener, server_app, signal).await;
-        // In-flight requests have drained, so their records are in the journal: flush it.
-        let Some(writer) = writer else { return };
-        if !writer.shutdown(grace).await {
-            tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");
-        }
-    });
-    Ok(RunningGateway { addr, app, stop: Some(stop), server: Some(server), probers })
 }
 
 /// A database URL without its password, for messages.

@@ -1,15 +1,19 @@
-//! The client-facing HTTP surface: route table, body reading, request parsing, response relay.
+//! The client-facing HTTP mechanics every handler shares: the response body type, JSON and
+//! error responses in the caller's API shape, body reading and request parsing (`parse.rs`),
+//! the relayed upstream body (`relay.rs`), usage metering (`metering.rs`) and request ids.
+//! Handlers (`proxy`, `admin`, `catalog`) sit above this and the route table above them.
 
-pub mod admin;
 pub mod metering;
 pub mod parse;
 pub mod relay;
 pub mod request_id;
-pub mod routes;
 
 use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{Either, Full};
+use switchyard_protocol::chat::Api;
 
+use crate::error::GatewayError;
 pub use relay::RelayBody;
 
 /// Every response body the gateway sends: a small buffered one, or a relayed upstream stream.
@@ -17,4 +21,38 @@ pub type GatewayBody = Either<Full<Bytes>, RelayBody>;
 
 pub fn full(bytes: impl Into<Bytes>) -> GatewayBody {
     Either::Left(Full::new(bytes.into()))
+}
+
+/// A JSON answer of already-encoded bytes.
+pub fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<GatewayBody> {
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// A JSON answer of a value.
+pub fn json_value(status: StatusCode, value: &serde_json::Value) -> Response<GatewayBody> {
+    json_response(status, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// An error in OpenAI's shape (the admin API's and the default).
+pub fn error_response(e: &GatewayError) -> Response<GatewayBody> {
+    error_response_in(e, Api::OpenAiChat)
+}
+
+/// An error in the shape of `api`, with the status and headers that go with it.
+pub fn error_response_in(e: &GatewayError, api: Api) -> Response<GatewayBody> {
+    let mut resp = json_response(e.status(), e.render(api));
+    let h = resp.headers_mut();
+    if let GatewayError::RateLimited { retry_after_secs, headers, .. } = e {
+        if *retry_after_secs > 0 {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        }
+        h.extend((**headers).clone());
+    }
+    if let GatewayError::Unauthorized { .. } = e {
+        h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    resp
 }

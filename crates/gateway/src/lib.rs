@@ -1,15 +1,36 @@
-//! Switchyard: one fast binary in front of every LLM backend. The binary's subcommands live in
-//! `cli.rs`; everything else is the gateway as a library, so tests run the real thing in-process.
+//! Switchyard's gateway: the request pipeline as a library, so tests run the real thing
+//! in-process and the `switchyard` binary (crates/switchyard) is a thin command line over it.
+//!
+//! A request's path, outer to inner (each module imports only modules below it in this list):
+//!
+//! 1. `server` — accept (HTTP/1.1 keep-alive or h2c), header-read timeout, graceful drain;
+//!    `server/routes.rs` is the route table: request id, counting, which handler answers.
+//! 2. handlers — `proxy` (every model endpoint), `admin` (`/admin`, master key), `catalog`
+//!    (`/v1/models`, Ollama's catalogue, `/health`, `/ready`, `/metrics`).
+//! 3. `proxy` in order: authenticate (`auth`) → read the body under `limits.max_body_bytes` and
+//!    parse only `model`/`stream`/routing hints (`http/parse.rs`) → key's model allow-list and
+//!    rate limits (`limit`) → budget reservation → candidates for the model and the routing
+//!    policy (`route`) → per-attempt plan: pass through, or translate for the backend's API
+//!    (`translate`) → upstream call with connect/first-byte timeouts; a failure before anything
+//!    reached the client is retried on another backend → relay frame by frame with an idle
+//!    timeout (`http/relay.rs`), metering usage on the way (`http/metering.rs` → `usage` journal
+//!    → `store`), settling limits and budgets when the response ends however it ends.
+//! 4. `app` — the shared state all of the above read: built once, never imports a handler.
+//! 5. `http` — response bodies, JSON and error responses, body reading, relay, metering.
+//! 6. `auth`, `limit`, `route` (health probes and discovery run beside the pipeline, one task
+//!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`.
+//! 7. `upstream`, `config`, `records`, `endpoint`, `clock` — the bottom: they import no other
+//!    pipeline module (`config` and `records` nothing at all).
 
+pub mod admin;
 pub mod app;
 pub mod auth;
-pub mod bench;
-pub mod cli;
+pub mod catalog;
+pub mod clock;
 pub mod config;
-pub mod demo;
+pub mod endpoint;
 pub mod error;
 pub mod http;
-pub mod keys_cli;
 pub mod limit;
 pub mod metrics;
 pub mod proxy;
@@ -21,5 +42,6 @@ pub mod translate;
 pub mod upstream;
 pub mod usage;
 
-pub use app::{start, App, RunningGateway};
+pub use app::App;
 pub use config::Config;
+pub use server::{start, RunningGateway};

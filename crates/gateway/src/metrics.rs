@@ -5,63 +5,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    ChatCompletions,
-    Completions,
-    Embeddings,
-    Models,
-    /// OpenAI Responses (`POST /v1/responses`).
-    Responses,
-    /// Anthropic Messages (`POST /v1/messages`).
-    Messages,
-    /// Anthropic `POST /v1/messages/count_tokens`.
-    CountTokens,
-    /// Ollama `POST /api/chat`, `/api/generate`, `/api/embed`.
-    OllamaChat,
-    OllamaGenerate,
-    OllamaEmbed,
-    Other,
-}
-
-impl Endpoint {
-    const ALL: [Endpoint; 11] = [
-        Endpoint::ChatCompletions,
-        Endpoint::Completions,
-        Endpoint::Embeddings,
-        Endpoint::Models,
-        Endpoint::Responses,
-        Endpoint::Messages,
-        Endpoint::CountTokens,
-        Endpoint::OllamaChat,
-        Endpoint::OllamaGenerate,
-        Endpoint::OllamaEmbed,
-        Endpoint::Other,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "chat_completions",
-            Endpoint::Completions => "completions",
-            Endpoint::Embeddings => "embeddings",
-            Endpoint::Models => "models",
-            Endpoint::Responses => "responses",
-            Endpoint::Messages => "messages",
-            Endpoint::CountTokens => "count_tokens",
-            Endpoint::OllamaChat => "ollama_chat",
-            Endpoint::OllamaGenerate => "ollama_generate",
-            Endpoint::OllamaEmbed => "ollama_embed",
-            Endpoint::Other => "other",
-        }
-    }
-
-    /// Whether requests here are forwarded to a backend (a POST with a `model`).
-    pub fn is_proxied(self) -> bool {
-        !matches!(self, Endpoint::Models | Endpoint::Other)
-    }
-}
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
 const ERROR_KINDS: [&str; 19] = [

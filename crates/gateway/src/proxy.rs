@@ -22,14 +22,14 @@ use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::auth::{model_allowed, Principal};
+use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::metering::Meter;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
 use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit};
-use crate::metrics::Endpoint;
-use crate::route::backend::{now_ms, Backend, InFlight};
+use crate::route::backend::{Backend, InFlight};
 use crate::route::{RouteHints, SelectError};
 use crate::translate::{self, Plan, StreamTranslator, Wire};
 use crate::usage::{inject_include_usage, Tokens};
@@ -65,7 +65,7 @@ pub async fn forward(
     request_id: &HeaderValue,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let (parts, body) = req.into_parts();
-    let principal = app.auth.authenticate(&parts.headers, crate::http::admin::now_unix()).await?;
+    let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
     let mut routed = parse_request(endpoint, body, &app.config)?;
     let permit = admit(app, &principal, &routed)?;
@@ -90,6 +90,7 @@ pub async fn forward(
             &routed.model,
             routed.body.len(),
             started,
+            app.clock.unix_ms(),
         )
     });
     if endpoint == Endpoint::CountTokens {
@@ -179,7 +180,7 @@ pub async fn forward(
                 if status.is_server_error() {
                     backend.stats.failures.fetch_add(1, Relaxed);
                     app.metrics.count_error("upstream_status");
-                    if backend.health.on_server_error(now_ms()) {
+                    if backend.health.on_server_error(app.clock.mono_ms()) {
                         tracing::warn!(backend = backend.name(), %status, "circuit breaker opened");
                     }
                 } else {
@@ -238,7 +239,7 @@ async fn reserve_budget(
 ) -> Result<Option<BudgetPermit>, GatewayError> {
     let Some(key) = principal.key() else { return Ok(None) };
     let Some(budget) = key.budget_usd else { return Ok(None) };
-    let now = crate::http::metering::unix_ms();
+    let now = app.clock.unix_ms();
     let period = key.budget_period.as_deref();
     let start = period_start(period, now);
     if app.budgets.needs_load(&key.id, start) {
@@ -455,7 +456,7 @@ fn respond_whole(
     let overhead = started.elapsed().saturating_sub(upstream_wait);
     app.metrics.overhead.observe(overhead);
     app.metrics.upstream_ttfb.observe(ttfb);
-    let mut resp = translation::json_response(whole.status, whole.body.to_vec());
+    let mut resp = crate::http::json_response(whole.status, whole.body);
     let headers = resp.headers_mut();
     for (name, value) in parts.headers.iter() {
         if !(is_hop_by_hop(name) || name == header::CONTENT_TYPE || name == header::CONTENT_LENGTH) {

@@ -17,9 +17,10 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
+use crate::clock::Clock;
 use crate::config::{AffinityConfig, Config, Strategy};
 pub use affinity::RouteHints;
-use backend::{now_ms, Backend};
+use backend::Backend;
 use policy::RoutingPolicy;
 use prefix::PrefixIndex;
 use sticky::StickyTable;
@@ -45,6 +46,8 @@ pub enum SelectError {
 
 pub struct Router {
     pub backends: Vec<Arc<Backend>>,
+    /// What breaker cool-downs are measured on.
+    pub clock: Clock,
     policy: Box<dyn RoutingPolicy>,
     strategy: Strategy,
     affinity: AffinityConfig,
@@ -60,6 +63,10 @@ pub struct Router {
 
 impl Router {
     pub fn new(config: &Config) -> Result<Router, String> {
+        Router::with_clock(config, Clock::system())
+    }
+
+    pub fn with_clock(config: &Config, clock: Clock) -> Result<Router, String> {
         let backends = config
             .backends
             .iter()
@@ -77,6 +84,7 @@ impl Router {
             turn: AtomicUsize::new(0),
             recent: (0..backends.len()).map(|_| AtomicU64::new(0)).collect(),
             backends,
+            clock,
             table: ArcSwap::from_pointee(HashMap::new()),
             rebuild_lock: Mutex::new(()),
         };
@@ -123,7 +131,7 @@ impl Router {
     pub fn select_with(&self, model: &str, hints: &RouteHints, tried: &[usize]) -> Result<Selected, SelectError> {
         let table = self.table.load();
         let all = table.get(model).ok_or(SelectError::UnknownModel)?;
-        let now = now_ms();
+        let now = self.clock.mono_ms();
         let mut candidates: Vec<&Arc<Backend>> =
             all.iter().filter(|b| !tried.contains(&b.id) && b.health.available(now)).collect();
         let session = hints.session.filter(|_| self.sticky.is_some());
@@ -282,6 +290,29 @@ mod tests {
         assert_eq!(r.select("y", &[]).err().unwrap(), SelectError::NoneAvailable);
         let cat = r.catalogue();
         assert_eq!(cat.keys().collect::<Vec<_>>(), vec!["x"]);
+    }
+
+    #[test]
+    fn an_open_breaker_readmits_one_trial_after_its_cool_down_in_virtual_time() {
+        let cfg = Config::from_yaml(
+            "health: {failure_threshold: 2, breaker_cooldown: 30s}\nbackends:\n - {name: a, url: 'http://a:1', models: [x]}",
+            &HashMap::<String, String>::new(),
+        )
+        .unwrap();
+        let clock = Clock::manual(0);
+        let r = Router::with_clock(&cfg, clock.clone()).unwrap();
+        let a = &r.backends[0];
+        a.health.set_up(true);
+        assert!(!a.health.on_server_error(r.clock.mono_ms()));
+        assert!(a.health.on_server_error(r.clock.mono_ms()), "the second 5xx in a row opens the breaker");
+        assert_eq!(r.select("x", &[]).err(), Some(SelectError::NoneAvailable));
+        clock.advance(std::time::Duration::from_millis(29_999));
+        assert_eq!(r.select("x", &[]).err(), Some(SelectError::NoneAvailable), "still cooling down");
+        clock.advance(std::time::Duration::from_millis(1));
+        assert_eq!(r.select("x", &[]).unwrap().name(), "a", "one half-open trial");
+        assert_eq!(r.select("x", &[]).err(), Some(SelectError::NoneAvailable), "only one trial at a time");
+        a.health.on_success();
+        assert_eq!(r.select("x", &[]).unwrap().name(), "a", "a successful trial closes the breaker");
     }
 
     #[test]

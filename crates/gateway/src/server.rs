@@ -1,9 +1,13 @@
-//! The listener: accepts connections, serves HTTP/1.1 (keep-alive) and h2c on each, and shuts
-//! down gracefully — stop accepting, let in-flight requests and streams finish up to
-//! `shutdown_grace`, then drop what is left.
+//! Serving: bind the listener, open the shared state (`app.rs`), start the health probers, then
+//! accept connections, serve HTTP/1.1 (keep-alive) and h2c on each through the route table
+//! (`server/routes.rs`), and shut down gracefully — stop accepting, let in-flight requests and
+//! streams finish up to `shutdown_grace`, flush the usage journal, then drop what is left.
+
+pub mod routes;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,11 +16,105 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use crate::app::App;
-use crate::http::routes;
+use crate::config::Config;
+use crate::route::health;
 
-pub async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+/// A gateway serving on a bound address. Dropping it aborts everything; `shutdown` drains first.
+pub struct RunningGateway {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+    probers: Vec<JoinHandle<()>>,
+}
+
+impl RunningGateway {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stop accepting, let in-flight requests finish (up to `shutdown_grace`), stop probing.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+
+    /// Resolves when the server task ends (after a shutdown signal).
+    pub async fn wait(mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for RunningGateway {
+    fn drop(&mut self) {
+        for p in &self.probers {
+            p.abort();
+        }
+        if let Some(server) = &self.server {
+            server.abort();
+        }
+    }
+}
+
+/// Bind `config.listen`, open the state, probe every backend once, then serve until `shutdown`
+/// resolves (or `RunningGateway::shutdown` is called).
+pub async fn start(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<RunningGateway, String> {
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let (app, writer) = App::open(config).await?;
+    let app = Arc::new(app);
+    if !app.auth.enabled() {
+        tracing::warn!(
+            "no master key configured: the gateway and its admin API are OPEN to anyone who can reach them; \
+             set SWITCHYARD_MASTER_KEY (or auth.master_key) to require keys"
+        );
+    }
+    health::probe_all(&app.router, &app.client, &app.config.health).await;
+    let probers = app
+        .router
+        .backends
+        .iter()
+        .map(|b| {
+            tokio::spawn(health::run(app.router.clone(), b.clone(), app.client.clone(), app.config.health.clone()))
+        })
+        .collect();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let grace = app.config.shutdown_grace;
+    let server_app = app.clone();
+    let server = tokio::spawn(async move {
+        let signal = async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = stopped => {}
+            }
+        };
+        serve(listener, server_app, signal).await;
+        // In-flight requests have drained, so their records are in the journal: flush it.
+        let Some(writer) = writer else { return };
+        if !writer.shutdown(grace).await {
+            tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");
+        }
+    });
+    Ok(RunningGateway { addr, app, stop: Some(stop), server: Some(server), probers })
+}
+
+/// Accept until `shutdown`, then drain: in-flight requests and streams get up to
+/// `shutdown_grace` to finish.
+async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(app.config.timeouts.header_read).keep_alive(true);
     builder.http2().timer(TokioTimer::new());

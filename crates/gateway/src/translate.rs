@@ -14,7 +14,7 @@ use switchyard_protocol::chat::{Api, ApiError};
 use switchyard_protocol::{anthropic, ollama, openai_chat};
 
 use crate::config::BackendKind;
-use crate::metrics::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// An API as a backend is spoken to: one request/response shape on one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

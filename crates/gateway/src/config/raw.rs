@@ -124,8 +124,8 @@ struct RawLimits {
 
 /// YAML text → interpolated value tree → `RawConfig`, with the key path in every error.
 pub fn parse(text: &str, env: &dyn Env) -> Result<RawConfig, ConfigError> {
-    let mut value: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| ConfigError::at("", format!("invalid YAML: {e}")))?;
+    let mut value: yaml_serde::Value =
+        yaml_serde::from_str(text).map_err(|e| ConfigError::at("", format!("invalid YAML: {e}")))?;
     if value.is_null() {
         return Ok(RawConfig::default());
     }
@@ -136,8 +136,8 @@ pub fn parse(text: &str, env: &dyn Env) -> Result<RawConfig, ConfigError> {
     })
 }
 
-fn interpolate_tree(value: &mut serde_yaml::Value, path: String, env: &dyn Env) -> Result<(), ConfigError> {
-    use serde_yaml::Value;
+fn interpolate_tree(value: &mut yaml_serde::Value, path: String, env: &dyn Env) -> Result<(), ConfigError> {
+    use yaml_serde::Value;
     match value {
         Value::String(s) => {
             *s = interpolate(s, env).map_err(|m| ConfigError::at(path, m))?;

@@ -4,7 +4,7 @@
 //! body is handed to the client, or when the request ends any other way (error, disconnect).
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -41,10 +41,6 @@ pub struct Meter {
     recorded: bool,
 }
 
-pub fn unix_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
 impl Meter {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -56,11 +52,12 @@ impl Meter {
         served: &str,
         request_bytes: usize,
         started: Instant,
+        now_unix_ms: i64,
     ) -> Meter {
         Meter {
             record: UsageRecord {
                 id: request_id.to_owned(),
-                ts_ms: unix_ms() - started.elapsed().as_millis() as i64,
+                ts_ms: now_unix_ms - started.elapsed().as_millis() as i64,
                 key_id: key.map(|k| k.id.clone()),
                 user: key.and_then(|k| k.user.clone()),
                 team: key.and_then(|k| k.team.clone()),

@@ -10,8 +10,8 @@ use serde_json::value::RawValue;
 use switchyard_protocol::openai::RoutingFields;
 
 use crate::config::{Config, Strategy};
+use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
-use crate::metrics::Endpoint;
 
 /// Read the whole request body, refusing more than `limit` bytes (early, by content-length, when sent).
 pub async fn read_body(headers: &http::HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, GatewayError> {

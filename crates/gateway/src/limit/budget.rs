@@ -148,6 +148,29 @@ impl Drop for BudgetPermit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
+    use std::time::Duration;
+
+    #[test]
+    fn a_daily_budget_spent_today_is_open_again_tomorrow_in_virtual_time() {
+        let clock = Clock::manual(1_795_262_400_000); // 2026-11-21T12:00Z
+        let budgets = Arc::new(Budgets::default());
+        let today = period_start(Some("daily"), clock.unix_ms());
+        budgets.load("k", today, 0.0);
+        budgets.reserve("k", today, 1.0, 0.6).unwrap().settle(1.0);
+        assert_eq!(budgets.reserve("k", today, 1.0, 0.0).err(), Some(OverBudget { budget: 1.0, committed: 1.0 }));
+        let tomorrow_at = period_end(Some("daily"), today).unwrap();
+        clock.advance(Duration::from_millis((tomorrow_at - clock.unix_ms()) as u64 - 1));
+        let still_today = period_start(Some("daily"), clock.unix_ms());
+        assert_eq!(still_today, today);
+        assert!(!budgets.needs_load("k", still_today) && budgets.reserve("k", still_today, 1.0, 0.0).is_err());
+        clock.advance(Duration::from_millis(1));
+        let tomorrow = period_start(Some("daily"), clock.unix_ms());
+        assert_eq!(tomorrow, tomorrow_at);
+        assert!(budgets.needs_load("k", tomorrow), "a new period reads its spend from the store");
+        budgets.load("k", tomorrow, 0.0);
+        assert!(budgets.reserve("k", tomorrow, 1.0, 0.6).is_ok());
+    }
 
     #[test]
     fn periods() {

@@ -10,9 +10,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Limits, RateLimited, Snapshot};
+use crate::clock::Clock;
 
 /// Buckets in the window: an admission in second `s` counts while `now_s - s <= 60`.
 const BUCKETS: usize = 61;
@@ -85,13 +86,13 @@ impl KeyWindow {
 }
 
 pub struct MemoryLimiter {
-    epoch: Instant,
+    clock: Clock,
     keys: Mutex<HashMap<String, Box<KeyWindow>>>,
 }
 
 impl Default for MemoryLimiter {
     fn default() -> Self {
-        MemoryLimiter { epoch: Instant::now(), keys: Mutex::new(HashMap::new()) }
+        MemoryLimiter::new(Clock::system())
     }
 }
 
@@ -116,8 +117,13 @@ pub struct Permit {
 const SWEEP_ABOVE: usize = 4096;
 
 impl MemoryLimiter {
+    /// A limiter whose windows move with `clock`.
+    pub fn new(clock: Clock) -> MemoryLimiter {
+        MemoryLimiter { clock, keys: Mutex::new(HashMap::new()) }
+    }
+
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.clock.mono_ms()
     }
 
     /// Admit or refuse one request for `key` with `estimate` tokens, atomically across limits.
@@ -266,6 +272,27 @@ mod tests {
         assert_eq!(refused.which, "requests");
         assert!(refused.retry_after > Duration::from_secs(50));
         assert!(l.acquire("other", &lim, 0).is_ok(), "limits are per key");
+    }
+
+    #[test]
+    fn a_refused_key_is_admitted_again_when_virtual_time_passes_its_window() {
+        let clock = Clock::manual(0);
+        let l = Arc::new(MemoryLimiter::new(clock.clone()));
+        let lim = limits(Some(2), Some(1000), None);
+        let mut first = l.acquire("k", &lim, 400).unwrap();
+        first.settle(400);
+        clock.advance(Duration::from_secs(30));
+        l.acquire("k", &lim, 400).unwrap().settle(400);
+        let refused = l.acquire("k", &lim, 100).err().unwrap();
+        assert_eq!(refused.which, "requests");
+        // The first request expires 60-61 s after it was admitted, i.e. 30-31 s from now.
+        assert!(refused.retry_after > Duration::from_secs(29) && refused.retry_after <= Duration::from_secs(31));
+        clock.advance(Duration::from_secs(29));
+        assert!(l.acquire("k", &lim, 100).is_err(), "still inside the first request's window");
+        clock.advance(refused.retry_after - Duration::from_secs(29));
+        let again = l.acquire("k", &lim, 100).unwrap();
+        assert_eq!(again.snapshot.requests.as_ref().unwrap().1, 0, "one slot came back, and it is taken now");
+        assert_eq!(again.snapshot.tokens.as_ref().unwrap().1, 500, "the first request's 400 tokens came back too");
     }
 
     #[test]

@@ -2,19 +2,19 @@
 //! request decoded once, encoded once per wire), token counting answered locally, and whole
 //! answers (successes and errors) re-rendered in the client's API.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 use http_body::Frame;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use switchyard_protocol::anthropic;
 use switchyard_protocol::chat::{ResponseContext, TranslateError};
 
+use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
-use crate::http::GatewayBody;
-use crate::metrics::Endpoint;
+use crate::http::{json_response, GatewayBody};
 use crate::translate::{translate_error, translate_response, Decoded, Wire};
 
 /// Largest backend answer read whole for translation (a streamed one is never read whole).
@@ -66,7 +66,7 @@ impl<'a> Bodies<'a> {
 
 /// Values a translated answer uses where the backend gives none (Ollama sends no id).
 pub fn response_context(request_id: &HeaderValue) -> ResponseContext {
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let created = crate::clock::unix_ms().max(0) as u64 / 1000;
     let id: String =
         request_id.to_str().unwrap_or_default().chars().filter(|c| c.is_ascii_alphanumeric()).take(32).collect();
     ResponseContext { created, id }
@@ -119,13 +119,6 @@ pub async fn translate_whole(
         GatewayError::BadGateway { message: format!("the backend's answer could not be translated: {e}") }
     })?;
     Ok(WholeAnswer { status, body: Bytes::from(body), usage: Some(usage) })
-}
-
-pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<GatewayBody> {
-    let mut resp = Response::new(Either::Left(Full::new(Bytes::from(body))));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
 }
 
 /// The content type of a translated answer for a client of `endpoint`.

@@ -2,8 +2,7 @@
 //! discovered models, and health (up/down plus a consecutive-5xx circuit breaker).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use http::{HeaderName, HeaderValue, Uri};
@@ -14,12 +13,6 @@ use crate::translate::Wire;
 
 /// The Messages API version sent to Anthropic backends.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// Milliseconds since the process started; what breaker timestamps are measured in.
-pub fn now_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
 
 #[derive(Default)]
 pub struct BackendStats {

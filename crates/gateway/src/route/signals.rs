@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use super::backend::now_ms;
+use crate::clock::mono_ms as now_ms;
 
 /// A signal is trusted for this many milliseconds after it was read.
 pub const FRESH_MS: u64 = 10_000;

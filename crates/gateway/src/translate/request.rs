@@ -8,7 +8,7 @@ use switchyard_protocol::responses::Echo;
 use switchyard_protocol::{anthropic, ollama, openai_chat, openai_embeddings, responses};
 
 use super::Wire;
-use crate::metrics::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// A request in the internal model, with the model name routing resolved.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use switchyard_protocol::embed::EmbedResponse;
 use switchyard_protocol::{anthropic, ollama, openai_chat, openai_embeddings, responses};
 
 use super::{client_api, encode_error, Decoded, Wire};
-use crate::metrics::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// The client-shaped body of a successful backend answer, and the usage it reported.
 pub fn translate_response(

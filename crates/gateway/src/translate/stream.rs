@@ -9,7 +9,7 @@ use switchyard_protocol::chat::{
 use switchyard_protocol::{anthropic, ollama, openai_chat, responses};
 
 use super::{Decoded, Wire};
-use crate::metrics::Endpoint;
+use crate::endpoint::Endpoint;
 
 pub struct StreamTranslator {
     decoder: Box<dyn StreamDecoder + Send>,

@@ -40,7 +40,7 @@ impl Conversation {
     async fn turn(
         &mut self,
         client: &TestClient,
-        gw: &switchyard::RunningGateway,
+        gw: &switchyard_gateway::RunningGateway,
         headers: &[(&str, &str)],
     ) -> TestResponse {
         let body = json!({"model": "m", "messages": self.messages});

@@ -12,7 +12,8 @@ use hdrhistogram::Histogram;
 use switchyard_testkit::{MockConfig, MockServer, TestClient};
 use tokio::sync::mpsc;
 
-use crate::config::{Config, ProcessEnv};
+use switchyard_bench::load::overhead_us;
+use switchyard_gateway::config::{Config, ProcessEnv};
 
 const MODELS: [&str; 2] = ["llama3.2:1b", "qwen2.5:0.5b"];
 const CONCURRENCY: usize = 12;
@@ -55,11 +56,14 @@ pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(
         format!("listen: '{addr}'\n{storage}\nrouting: {{strategy: least-connections}}\naliases: {{fast: 'qwen2.5:0.5b'}}\nbackends:\n{backends}")
     };
     let config = |addr| Config::from_yaml(&yaml(addr), &ProcessEnv).map_err(|e| e.to_string());
-    let gateway = match crate::start(config(listen)?, crate::cli::shutdown_signal()).await {
+    let gateway = match switchyard_gateway::start(config(listen)?, crate::cli::shutdown_signal()).await {
         Ok(g) => g,
         Err(_) => {
-            crate::start(config("127.0.0.1:0".parse().map_err(|_| "bad address")?)?, crate::cli::shutdown_signal())
-                .await?
+            switchyard_gateway::start(
+                config("127.0.0.1:0".parse().map_err(|_| "bad address")?)?,
+                crate::cli::shutdown_signal(),
+            )
+            .await?
         }
     };
     let base = gateway.url();
@@ -190,11 +194,4 @@ async fn one_request(client: &TestClient, base: &str, model: &str, stream: bool,
 
 fn header(headers: &http::HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
-}
-
-/// The gateway's own time from `server-timing: gateway;dur=MS, ...`, in microseconds.
-pub fn overhead_us(headers: &http::HeaderMap) -> Option<u64> {
-    let v = headers.get("server-timing")?.to_str().ok()?;
-    let ms: f64 = v.split(',').find_map(|part| part.trim().strip_prefix("gateway;dur="))?.parse().ok()?;
-    Some((ms * 1000.0).round() as u64)
 }

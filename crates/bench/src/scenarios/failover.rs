@@ -10,10 +10,10 @@ use serde_json::json;
 use switchyard_testkit::TestClient;
 
 use super::{chat_body, measure, rate_series, start_gateway, start_mock, Mode, Setup};
-use crate::bench::chart::{Chart, Series};
-use crate::bench::procs::{self, Proc};
-use crate::bench::report::Report;
-use crate::bench::{BenchArgs, Pinning};
+use crate::chart::{Chart, Series};
+use crate::procs::{self, Proc};
+use crate::report::Report;
+use crate::{BenchArgs, Pinning};
 
 const CONNECTIONS: usize = 16;
 const POLL: Duration = Duration::from_millis(2);

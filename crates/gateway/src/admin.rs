@@ -2,21 +2,21 @@
 //! reports (JSON or CSV), guarded by the master key. Documented in `openapi.json` beside this file.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{full, GatewayBody};
 use crate::app::App;
 use crate::auth::key;
 use crate::error::GatewayError;
+use crate::http::{full, json_value, GatewayBody};
 use crate::records::KeyRecord;
 use crate::store::{Bucket, UsageQuery};
 
-const OPENAPI: &str = include_str!("openapi.json");
+const OPENAPI: &str = include_str!("admin/openapi.json");
 
 /// Fields a client may set on a key; every one optional (PATCH changes only those present).
 #[derive(Debug, Default, Deserialize)]
@@ -43,10 +43,6 @@ struct Metadata {
     tags: Option<Vec<String>>,
 }
 
-pub fn now_unix() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
 fn bad(message: impl Into<String>, param: Option<&'static str>) -> GatewayError {
     GatewayError::bad_request(message, param)
 }
@@ -54,13 +50,6 @@ fn bad(message: impl Into<String>, param: Option<&'static str>) -> GatewayError 
 fn internal(e: impl std::fmt::Display) -> GatewayError {
     tracing::error!(error = %e, "admin storage operation failed");
     GatewayError::Internal
-}
-
-fn json_response(status: StatusCode, value: &Value) -> Response<GatewayBody> {
-    let mut resp = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
 }
 
 /// The public view of a key: everything but the hash.
@@ -152,7 +141,7 @@ pub async fn handle(
     body: Bytes,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
-    let now = now_unix();
+    let now = app.clock.unix_secs();
     match (method, path.trim_end_matches('/')) {
         (&Method::GET, "/admin/openapi.json") => {
             let mut resp = Response::new(full(Bytes::from_static(OPENAPI.as_bytes())));
@@ -170,11 +159,11 @@ pub async fn handle(
             store.insert_key(&record).await.map_err(internal)?;
             let mut out = key_json(&record);
             out["key"] = json!(full_key);
-            Ok(json_response(StatusCode::CREATED, &out))
+            Ok(json_value(StatusCode::CREATED, &out))
         }
         (&Method::GET, "/admin/keys") => {
             let keys = store.list_keys().await.map_err(internal)?;
-            Ok(json_response(
+            Ok(json_value(
                 StatusCode::OK,
                 &json!({"object": "list", "data": keys.iter().map(key_json).collect::<Vec<_>>()}),
             ))
@@ -188,12 +177,12 @@ pub async fn handle(
             let not_found = || GatewayError::NotFound { message: format!("no key with id `{id}`") };
             let mut record = store.get_key(id).await.map_err(internal)?.ok_or_else(not_found)?;
             match *m {
-                Method::GET => Ok(json_response(StatusCode::OK, &key_json(&record))),
+                Method::GET => Ok(json_value(StatusCode::OK, &key_json(&record))),
                 Method::PATCH => {
                     apply(&mut record, parse_fields(&body)?, now)?;
                     store.update_key(&record).await.map_err(internal)?;
                     app.auth.evict(id);
-                    Ok(json_response(StatusCode::OK, &key_json(&record)))
+                    Ok(json_value(StatusCode::OK, &key_json(&record)))
                 }
                 Method::DELETE => {
                     if record.revoked_at.is_none() {
@@ -201,7 +190,7 @@ pub async fn handle(
                         store.update_key(&record).await.map_err(internal)?;
                     }
                     app.auth.evict(id);
-                    Ok(json_response(StatusCode::OK, &key_json(&record)))
+                    Ok(json_value(StatusCode::OK, &key_json(&record)))
                 }
                 _ => Err(GatewayError::MethodNotAllowed),
             }
@@ -245,7 +234,7 @@ async fn usage(app: &Arc<App>, query: Option<&str>) -> Result<Response<GatewayBo
     };
     let report = store.usage_report(&q).await.map_err(internal)?;
     match p.format.as_deref().unwrap_or("json") {
-        "json" => Ok(json_response(StatusCode::OK, &serde_json::to_value(&report).unwrap_or_default())),
+        "json" => Ok(json_value(StatusCode::OK, &serde_json::to_value(&report).unwrap_or_default())),
         "csv" => {
             let mut csv = String::from("bucket_start,requests,prompt_tokens,completion_tokens,total_tokens,cost_usd\n");
             for b in &report.buckets {

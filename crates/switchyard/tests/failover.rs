@@ -14,7 +14,7 @@ use switchyard_testkit::TestClient;
 use tokio::sync::Notify;
 
 /// Poll with real requests until one is served by `backend` (bounded), returning how many it took.
-async fn until_served_by(client: &TestClient, gw: &switchyard::RunningGateway, backend: &str) -> usize {
+async fn until_served_by(client: &TestClient, gw: &switchyard_gateway::RunningGateway, backend: &str) -> usize {
     for i in 1..=5000 {
         let r = chat(client, gw, "m").await;
         assert_eq!(r.status, 200, "{}", r.text());

@@ -321,10 +321,10 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
     let names: Vec<&str> = match args.scenario.as_str() {
         "all" | "quick" => ALL.to_vec(),
         one if ALL.contains(&one) || one == "endurance" => vec![one],
-        // Needs no gateway: a database filled with generated records, queried directly.
+        // No backends: a database filled with generated records, queried through the admin API.
         "usage-query" => {
             let mut report = Report::default();
-            usage_query::run(args.records, args.storage.as_deref(), &mut report).await?;
+            usage_query::run(args.records, args.storage.as_deref(), pin, &mut report).await?;
             return Ok(report);
         }
         // Their own backends (KV-cache mocks or `--backend` servers) and a gateway per strategy.

@@ -211,7 +211,7 @@ fn build_request(spec: &RequestSpec) -> Option<Request<Full<Bytes>>> {
 async fn finish(resp: http::Response<hyper::body::Incoming>, spec: &RequestSpec, sent: Instant) -> Outcome {
     let status = resp.status();
     let backend = resp.headers().get(&spec.backend_header).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let reported_overhead_us = crate::demo::overhead_us(resp.headers());
+    let reported_overhead_us = overhead_us(resp.headers());
     let mut body = resp.into_body();
     let mut first_chunk = None;
     let mut tail = Vec::new();
@@ -411,6 +411,13 @@ fn wait_until(t: Instant) {
     while Instant::now() < t {
         std::hint::spin_loop();
     }
+}
+
+/// The gateway's own time from `server-timing: gateway;dur=MS, ...`, in microseconds.
+pub fn overhead_us(headers: &http::HeaderMap) -> Option<u64> {
+    let v = headers.get("server-timing")?.to_str().ok()?;
+    let ms: f64 = v.split(',').find_map(|part| part.trim().strip_prefix("gateway;dur="))?.parse().ok()?;
+    Some((ms * 1000.0).round() as u64)
 }
 
 #[cfg(test)]

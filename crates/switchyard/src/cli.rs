@@ -1,4 +1,4 @@
-//! Command line: `serve`, `check`, `mock`, `demo`. Logs go to stderr; stdout carries only
+//! Command line: `serve`, `check`, `mock`, `demo`, `keys`, `bench`. Logs go to stderr; stdout carries only
 //! machine-readable lines (`listening on http://ADDR`) and the output a command exists for.
 
 use std::net::SocketAddr;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use switchyard_testkit::{MockApi, MockConfig};
 
-use crate::config::{Config, ProcessEnv};
+use switchyard_gateway::config::{Config, ProcessEnv};
 
 #[derive(Parser)]
 #[command(name = "switchyard", version, about = "One fast gateway in front of every LLM backend")]
@@ -89,9 +89,9 @@ enum Command {
         slots: usize,
     },
     /// Manage virtual keys through a running gateway's admin API.
-    Keys(crate::keys_cli::KeysArgs),
+    Keys(crate::keys::KeysArgs),
     /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory.
-    Bench(Box<crate::bench::BenchArgs>),
+    Bench(Box<switchyard_bench::BenchArgs>),
     /// Start mock backends and the real gateway, show routing and failover, then keep serving.
     Demo {
         /// Address for the demo gateway (falls back to a free port if taken).
@@ -104,6 +104,15 @@ enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Fill a database with generated usage records (for `bench usage-query`).
+    #[command(hide = true)]
+    SeedUsage {
+        /// Database URL (sqlite://… or postgres://…).
+        #[arg(long)]
+        storage: String,
+        #[arg(long, default_value_t = 10_000_000)]
+        records: u64,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -111,8 +120,8 @@ pub fn main() -> ExitCode {
     init_tracing();
     // Pin the load generator before the runtime starts its threads, so they inherit the mask.
     if let Command::Bench(args) = &cli.command {
-        let pinned = crate::bench::Pinning::parse(args.pin.as_deref())
-            .and_then(|p| p.load.map_or(Ok(()), |cpus| crate::bench::procs::pin_self(&cpus)));
+        let pinned = switchyard_bench::Pinning::parse(args.pin.as_deref())
+            .and_then(|p| p.load.map_or(Ok(()), |cpus| switchyard_bench::procs::pin_self(&cpus)));
         if let Err(e) = pinned {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
@@ -172,9 +181,10 @@ pub fn main() -> ExitCode {
                 };
                 switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
             }
-            Command::Bench(args) => crate::bench::run(*args).await,
-            Command::Keys(args) => crate::keys_cli::run(args).await,
+            Command::Bench(args) => switchyard_bench::run(*args).await,
+            Command::Keys(args) => crate::keys::run(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
+            Command::SeedUsage { storage, records } => crate::seed::run(&storage, records).await,
         }
     });
     match result {
@@ -242,7 +252,7 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<(), 
     }
     let strategy = config.strategy.as_str();
     let signal = shutdown_signal();
-    let gateway = crate::start(config, signal).await?;
+    let gateway = switchyard_gateway::start(config, signal).await?;
     for b in &gateway.app.router.backends {
         tracing::info!(
             backend = b.name(),
@@ -260,9 +270,9 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<(), 
 
 async fn check(path: PathBuf, offline: bool) -> Result<(), String> {
     let config = load(&path)?;
-    let app = crate::App::new(config, None)?;
+    let app = switchyard_gateway::App::new(config, None)?;
     if !offline {
-        crate::route::health::probe_all(&app.router, &app.client, &app.config.health).await;
+        switchyard_gateway::route::health::probe_all(&app.router, &app.client, &app.config.health).await;
     }
     println!("config OK: {} (strategy {}, listen {})", path.display(), app.config.strategy.as_str(), app.config.listen);
     println!();

@@ -13,7 +13,10 @@ use switchyard_testkit::{MockConfig, TestClient, TestResponse};
 
 const MASTER: &str = "master-key-for-tests";
 
-async fn secured(mocks: &[&switchyard_testkit::MockServer], dir: &std::path::Path) -> switchyard::RunningGateway {
+async fn secured(
+    mocks: &[&switchyard_testkit::MockServer],
+    dir: &std::path::Path,
+) -> switchyard_gateway::RunningGateway {
     let db = db_url(dir);
     let yaml = format!(
         "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nbackends:\n{1}",
@@ -25,7 +28,7 @@ async fn secured(mocks: &[&switchyard_testkit::MockServer], dir: &std::path::Pat
 
 async fn admin(
     client: &TestClient,
-    gw: &switchyard::RunningGateway,
+    gw: &switchyard_gateway::RunningGateway,
     method: Method,
     path: &str,
     body: &str,
@@ -37,14 +40,14 @@ async fn admin(
         .unwrap()
 }
 
-async fn create_key(client: &TestClient, gw: &switchyard::RunningGateway, body: &str) -> (String, String) {
+async fn create_key(client: &TestClient, gw: &switchyard_gateway::RunningGateway, body: &str) -> (String, String) {
     let r = admin(client, gw, Method::POST, "/admin/keys", body).await;
     assert_eq!(r.status, 201, "{}", r.text());
     let v = r.json();
     (v["id"].as_str().unwrap().to_owned(), v["key"].as_str().unwrap().to_owned())
 }
 
-async fn chat_as(client: &TestClient, gw: &switchyard::RunningGateway, key: &str, model: &str) -> TestResponse {
+async fn chat_as(client: &TestClient, gw: &switchyard_gateway::RunningGateway, key: &str, model: &str) -> TestResponse {
     let auth = format!("Bearer {key}");
     client
         .post_json(
@@ -258,8 +261,42 @@ async fn the_keys_cli_uses_the_admin_api() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
 }
 
+#[tokio::test]
+async fn the_keys_cli_takes_url_and_master_key_after_the_action_too() {
+    let a = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let gw = secured(&[&a], &dir).await;
+    let keys = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+                .arg("keys")
+                .args(args)
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let url = gw.url();
+    let out = keys(&["create", "--rpm", "7", "--url", &url, "--master-key", MASTER]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["rpm"], 7);
+    let id = created["id"].as_str().unwrap();
+    let out = keys(&["show", id, "--master-key", MASTER, "--url", &url]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(id));
+    // Without the master key the admin API refuses, wherever the option would have gone.
+    let out = keys(&["list", "--url", &url]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// $1 per token in and out, so budgets are easy to reason about.
-async fn priced(mocks: &[&switchyard_testkit::MockServer], dir: &std::path::Path) -> switchyard::RunningGateway {
+async fn priced(
+    mocks: &[&switchyard_testkit::MockServer],
+    dir: &std::path::Path,
+) -> switchyard_gateway::RunningGateway {
     let db = db_url(dir);
     let yaml = format!(
         "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nprices: {{m: {{input_per_million: 1000000, output_per_million: 1000000}}}}\nbackends:\n{1}",

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use switchyard::{Config, RunningGateway};
+use switchyard_gateway::{Config, RunningGateway};
 use switchyard_testkit::{MockConfig, MockServer, TestClient, TestResponse};
 
 pub const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
@@ -98,7 +98,7 @@ pub fn storage_yaml() -> String {
 pub async fn gateway_yaml(yaml: &str) -> RunningGateway {
     let yaml = if yaml.contains("storage:") { yaml.to_owned() } else { format!("{}{yaml}", storage_yaml()) };
     let config = Config::from_yaml(&yaml, &test_env(&yaml)).unwrap();
-    switchyard::start(config, std::future::pending()).await.unwrap()
+    switchyard_gateway::start(config, std::future::pending()).await.unwrap()
 }
 
 pub fn chat_body(model: &str, stream: bool) -> String {
@@ -154,7 +154,9 @@ pub async fn records(db: &str, n: usize) -> Vec<(String, i64, i64, i64, i64, boo
     panic!("usage records never reached {n}");
 }
 
-pub async fn metered_gateway(mocks: &[&switchyard_testkit::MockServer]) -> (switchyard::RunningGateway, String) {
+pub async fn metered_gateway(
+    mocks: &[&switchyard_testkit::MockServer],
+) -> (switchyard_gateway::RunningGateway, String) {
     let dir = scratch_dir();
     let db = db_url(&dir);
     let yaml = format!(

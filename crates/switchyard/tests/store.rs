@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use switchyard::records::{KeyRecord, UsageRecord};
-use switchyard::store::{Bucket, Store, StoreError, UsageQuery, UsageReport};
+use switchyard_gateway::records::{KeyRecord, UsageRecord};
+use switchyard_gateway::store::{Bucket, Store, StoreError, UsageQuery, UsageReport};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 86_400_000;

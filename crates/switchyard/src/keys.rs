@@ -8,11 +8,11 @@ use switchyard_testkit::TestClient;
 
 #[derive(Args, Debug)]
 pub struct KeysArgs {
-    /// Gateway base URL.
-    #[arg(long, env = "SWITCHYARD_URL", default_value = "http://127.0.0.1:4100")]
+    /// Gateway base URL (before or after the action: `keys --url U list` or `keys list --url U`).
+    #[arg(long, global = true, env = "SWITCHYARD_URL", default_value = "http://127.0.0.1:4100")]
     url: String,
-    /// Master key (sent as Bearer).
-    #[arg(long, env = "SWITCHYARD_MASTER_KEY", hide_env_values = true)]
+    /// Master key (sent as Bearer; before or after the action).
+    #[arg(long, global = true, env = "SWITCHYARD_MASTER_KEY", hide_env_values = true)]
     master_key: Option<String>,
     #[command(subcommand)]
     action: KeysAction,

@@ -1,0 +1,71 @@
+//! The answers the gateway gives from what it knows, without calling a backend: the model
+//! catalogue (OpenAI's `GET /v1/models`; Ollama's `/api/tags`, `/api/ps`, `/api/version`),
+//! liveness (`/health`), readiness (`/ready`) and Prometheus metrics (`/metrics`).
+
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::json;
+use switchyard_protocol::ollama;
+
+use crate::app::App;
+use crate::error::GatewayError;
+use crate::http::{full, json_response, json_value, GatewayBody};
+
+/// The Ollama version reported by `/api/version`: clients check it to know which API features exist.
+const OLLAMA_API_VERSION: &str = "0.6.0";
+
+/// Ollama's `GET /api/tags`, `/api/ps` and `/api/version`, answered from the gateway's own
+/// catalogue (every model a healthy backend serves, whatever its kind). Behind the same key
+/// check as the proxied routes.
+pub async fn ollama(app: &App, headers: &HeaderMap, path: &str) -> Result<Response<GatewayBody>, GatewayError> {
+    app.auth.authenticate(headers, app.clock.unix_secs()).await?;
+    let catalogue = app.router.catalogue();
+    let names: Vec<&str> = catalogue.keys().map(String::as_str).collect();
+    let body = match path {
+        "/api/tags" => ollama::encode_tags(&names),
+        "/api/ps" => ollama::encode_ps(&names),
+        _ => ollama::encode_version(OLLAMA_API_VERSION),
+    };
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// One de-duplicated catalogue of the models served by healthy backends, plus usable aliases.
+pub fn models(app: &App) -> Response<GatewayBody> {
+    let catalogue = app.router.catalogue();
+    let mut data: Vec<serde_json::Value> = catalogue
+        .iter()
+        .map(|(id, backends)| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard", "backends": backends}))
+        .collect();
+    let mut aliases: Vec<_> = app.config.aliases.iter().filter(|(_, t)| catalogue.contains_key(*t)).collect();
+    aliases.sort();
+    for (alias, target) in aliases {
+        if !catalogue.contains_key(alias) {
+            data.push(
+                json!({"id": alias, "object": "model", "created": 0, "owned_by": "switchyard", "alias_of": target}),
+            );
+        }
+    }
+    json_value(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+pub fn health() -> Response<GatewayBody> {
+    json_value(StatusCode::OK, &json!({"status": "ok"}))
+}
+
+pub fn ready(app: &App) -> Response<GatewayBody> {
+    let up = app.router.healthy_count();
+    let total = app.router.backends.len();
+    let (status, word) =
+        if up > 0 { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "not_ready") };
+    json_value(status, &json!({"status": word, "backends_up": up, "backends": total}))
+}
+
+pub fn metrics(app: &App) -> Response<GatewayBody> {
+    let mut text = app.metrics.render(&app.router.backends);
+    if let Some(journal) = &app.journal {
+        journal.counters().render(&mut text);
+    }
+    let mut resp = Response::new(full(text));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    resp
+}

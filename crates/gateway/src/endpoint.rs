@@ -1,0 +1,76 @@
+//! The client-facing endpoints the gateway serves: which API a path belongs to, and the label
+//! it carries in metrics. The bottom of the pipeline: everything may name an endpoint.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    ChatCompletions,
+    Completions,
+    Embeddings,
+    Models,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
+    /// Anthropic Messages (`POST /v1/messages`).
+    Messages,
+    /// Anthropic `POST /v1/messages/count_tokens`.
+    CountTokens,
+    /// Ollama `POST /api/chat`, `/api/generate`, `/api/embed`.
+    OllamaChat,
+    OllamaGenerate,
+    OllamaEmbed,
+    Other,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 11] = [
+        Endpoint::ChatCompletions,
+        Endpoint::Completions,
+        Endpoint::Embeddings,
+        Endpoint::Models,
+        Endpoint::Responses,
+        Endpoint::Messages,
+        Endpoint::CountTokens,
+        Endpoint::OllamaChat,
+        Endpoint::OllamaGenerate,
+        Endpoint::OllamaEmbed,
+        Endpoint::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat_completions",
+            Endpoint::Completions => "completions",
+            Endpoint::Embeddings => "embeddings",
+            Endpoint::Models => "models",
+            Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+            Endpoint::CountTokens => "count_tokens",
+            Endpoint::OllamaChat => "ollama_chat",
+            Endpoint::OllamaGenerate => "ollama_generate",
+            Endpoint::OllamaEmbed => "ollama_embed",
+            Endpoint::Other => "other",
+        }
+    }
+
+    /// The endpoint a request path names. `/v1/...` and the bare paths some clients build from a
+    /// base URL without `/v1` are the same endpoint; the caller strips `/v1`.
+    pub fn from_path(path: &str) -> Endpoint {
+        match path {
+            "/chat/completions" => Endpoint::ChatCompletions,
+            "/completions" => Endpoint::Completions,
+            "/embeddings" => Endpoint::Embeddings,
+            "/models" => Endpoint::Models,
+            "/responses" => Endpoint::Responses,
+            "/messages" => Endpoint::Messages,
+            "/messages/count_tokens" => Endpoint::CountTokens,
+            "/api/chat" => Endpoint::OllamaChat,
+            "/api/generate" => Endpoint::OllamaGenerate,
+            "/api/embed" => Endpoint::OllamaEmbed,
+            _ => Endpoint::Other,
+        }
+    }
+
+    /// Whether requests here are forwarded to a backend (a POST with a `model`).
+    pub fn is_proxied(self) -> bool {
+        !matches!(self, Endpoint::Models | Endpoint::Other)
+    }
+}

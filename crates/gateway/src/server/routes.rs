@@ -1,0 +1,69 @@
+//! The route table: which handler answers which method and path. Every response gets an
+//! `x-request-id`, every request is counted; errors render in the shape of the API the client
+//! called (OpenAI's, Anthropic's or Ollama's).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+
+use crate::app::App;
+use crate::endpoint::Endpoint;
+use crate::error::GatewayError;
+use crate::http::{error_response, error_response_in, parse, request_id, GatewayBody};
+use crate::{admin, catalog, proxy, translate};
+use switchyard_protocol::chat::Api;
+
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBody> {
+    let started = Instant::now();
+    let rid = request_id::from_request(req.headers());
+    // Accept both `/v1/...` and the bare paths some clients build from a base URL without `/v1`.
+    let path = req.uri().path();
+    let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);
+    let endpoint = Endpoint::from_path(path);
+    let api = if path.starts_with("/api/") { Api::Ollama } else { translate::client_api(endpoint) };
+    if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
+        let result = admin_gate(&app, req).await;
+        let mut resp = result.unwrap_or_else(|e| {
+            app.metrics.count_error(e.kind());
+            error_response(&e)
+        });
+        resp.headers_mut().insert(request_id::HEADER, rid);
+        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+        return resp;
+    }
+    let result = match (endpoint, req.method(), path) {
+        (ep, &Method::POST, _) if ep.is_proxied() => proxy::forward(&app, endpoint, req, started, &rid).await,
+        (Endpoint::Models, &Method::GET, _) => Ok(catalog::models(&app)),
+        (Endpoint::Other, &Method::GET, "/api/tags" | "/api/ps" | "/api/version") => {
+            catalog::ollama(&app, req.headers(), path).await
+        }
+        (Endpoint::Other, &Method::GET, "/health") => Ok(catalog::health()),
+        (Endpoint::Other, &Method::GET, "/ready") => Ok(catalog::ready(&app)),
+        (Endpoint::Other, &Method::GET, "/metrics") => Ok(catalog::metrics(&app)),
+        (Endpoint::Other, _, "/health" | "/ready" | "/metrics") => Err(GatewayError::MethodNotAllowed),
+        (Endpoint::Other, _, _) => Err(GatewayError::RouteNotFound),
+        _ => Err(GatewayError::MethodNotAllowed),
+    };
+    let mut resp = result.unwrap_or_else(|e| {
+        app.metrics.count_error(e.kind());
+        error_response_in(&e, api)
+    });
+    resp.headers_mut().insert(request_id::HEADER, rid);
+    app.metrics.count_request(endpoint, resp.status().as_u16());
+    resp
+}
+
+/// `/admin/...`: master key required whenever auth is on.
+async fn admin_gate(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<GatewayBody>, GatewayError> {
+    if app.auth.enabled() && !app.auth.is_master(req.headers()) {
+        return Err(GatewayError::Unauthorized {
+            message: "the admin API needs the master key as `Authorization: Bearer`".to_owned(),
+            code: "invalid_api_key",
+        });
+    }
+    let (parts, body) = req.into_parts();
+    let body = parse::read_body(&parts.headers, body, app.config.max_body_bytes).await?;
+    admin::handle(app, &parts.method, parts.uri.path(), parts.uri.query(), body).await
+}

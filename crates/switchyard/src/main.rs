@@ -1,0 +1,12 @@
+//! The `switchyard` binary: its subcommands (`cli.rs`) over the gateway library
+//! (`switchyard-gateway`), the benchmark suite (`switchyard-bench`) and the mock backends
+//! (`switchyard-testkit`).
+
+mod cli;
+mod demo;
+mod keys;
+mod seed;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
