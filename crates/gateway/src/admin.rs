@@ -31,8 +31,19 @@ pub struct KeyFields {
     budget_period: Option<String>,
     expires_at: Option<String>,
     metadata: Option<Metadata>,
+    /// MCP servers the key may use (globs); `null` = all.
+    #[serde(default, deserialize_with = "nullable")]
+    mcp_servers: Option<Option<Vec<String>>>,
+    /// MCP tools the key may use (globs over `{server}__{tool}`); `null` = all.
+    #[serde(default, deserialize_with = "nullable")]
+    mcp_tools: Option<Option<Vec<String>>>,
     /// PATCH only: `true` revokes, `false` reinstates.
     revoked: Option<bool>,
+}
+
+/// A present field, `null` included (`Some(None)`), as opposed to an absent one (`None`).
+fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +71,7 @@ fn key_json(k: &KeyRecord) -> Value {
         "budget_usd": k.budget_usd, "budget_period": k.budget_period, "expires_at": ts(k.expires_at),
         "revoked_at": ts(k.revoked_at), "created_at": rfc3339(k.created_at),
         "metadata": {"user": k.user, "team": k.team, "tags": k.tags},
+        "mcp_servers": k.mcp_servers, "mcp_tools": k.mcp_tools,
     })
 }
 
@@ -116,6 +128,16 @@ fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> 
         k.team = m.team.or(k.team.take());
         if let Some(tags) = m.tags {
             k.tags = tags;
+        }
+    }
+    for (name, v, slot) in
+        [("mcp_servers", f.mcp_servers, &mut k.mcp_servers), ("mcp_tools", f.mcp_tools, &mut k.mcp_tools)]
+    {
+        if let Some(v) = v {
+            if v.as_ref().is_some_and(|globs| globs.iter().any(String::is_empty)) {
+                return Err(bad(format!("`{name}` entries must not be empty"), None));
+            }
+            *slot = v;
         }
     }
     match f.revoked {

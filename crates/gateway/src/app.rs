@@ -32,6 +32,8 @@ pub struct App {
     pub journal: Option<Arc<Journal>>,
     /// Where every part of the pipeline reads the time.
     pub clock: Clock,
+    /// The MCP gateway, when `mcp.servers` names any.
+    pub mcp: Option<Arc<switchyard_mcp::Front>>,
 }
 
 /// Keys are looked up in the store.
@@ -85,6 +87,7 @@ impl App {
         };
         let auth =
             Auth::new(config.auth.master_key.clone(), key::Hasher::new(&secret), Arc::new(StoreKeys(store.clone())));
+        let mcp = mcp_front(&config, &client, &secret)?;
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -96,6 +99,7 @@ impl App {
             store,
             journal: None,
             clock,
+            mcp,
         })
     }
 
@@ -118,6 +122,41 @@ impl App {
         app.journal = journal;
         Ok((app, writer))
     }
+}
+
+/// The MCP gateway over the configured servers; its session ids are signed with a key derived
+/// from the server secret, so every instance sharing the secret accepts them.
+fn mcp_front(
+    config: &Config,
+    client: &UpstreamClient,
+    secret: &[u8],
+) -> Result<Option<Arc<switchyard_mcp::Front>>, String> {
+    if config.mcp.servers.is_empty() {
+        return Ok(None);
+    }
+    let http: Arc<dyn switchyard_mcp::http_upstream::HttpSend> = Arc::new(upstream::McpHttp(client.clone()));
+    let specs = config
+        .mcp
+        .servers
+        .iter()
+        .map(|s| {
+            let headers: http::HeaderMap = s.headers.iter().cloned().collect();
+            let rules = s.clone();
+            switchyard_mcp::ServerSpec {
+                name: s.name.clone(),
+                upstream: Arc::new(switchyard_mcp::http_upstream::HttpUpstream::new(
+                    s.url.clone(),
+                    headers,
+                    http.clone(),
+                    s.timeout,
+                )),
+                tool_filter: Box::new(move |tool| rules.tool_allowed(tool)),
+            }
+        })
+        .collect();
+    let hub = Arc::new(switchyard_mcp::Hub::new(specs));
+    let session_key = [b"switchyard mcp sessions:".as_slice(), secret].concat();
+    switchyard_mcp::Front::new(hub, &session_key).map(|f| Some(Arc::new(f)))
 }
 
 /// How long start-up waits for a database server before serving without it.

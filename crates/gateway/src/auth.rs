@@ -182,15 +182,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Does `model` match any of the key's allowed globs (`*` matches any run of characters)?
 pub fn model_allowed(globs: &[String], model: &str) -> bool {
-    globs.is_empty() || globs.iter().any(|g| glob_match(g.as_bytes(), model.as_bytes()))
-}
-
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|i| glob_match(rest, &text[i..])),
-        Some((c, rest)) => text.split_first().is_some_and(|(t, text_rest)| t == c && glob_match(rest, text_rest)),
-    }
+    globs.is_empty() || crate::glob::any(globs, model)
 }
 
 #[cfg(test)]

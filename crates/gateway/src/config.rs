@@ -3,6 +3,7 @@
 
 mod duration;
 mod interpolate;
+mod mcp;
 mod raw;
 
 use std::collections::HashMap;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 pub use duration::parse_duration;
 pub use interpolate::{Env, ProcessEnv};
+pub use mcp::{McpConfig, McpServerConfig};
 
 /// Where a configuration problem is, and what it is. `path` is the YAML key path (`backends[1].url`).
 #[derive(Debug, Clone, PartialEq)]
@@ -205,6 +207,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub max_body_bytes: usize,
     pub shutdown_grace: Duration,
+    /// Upstream MCP servers (`mcp:`); none by default.
+    pub mcp: McpConfig,
 }
 
 impl Config {

@@ -7,6 +7,7 @@ pub mod metering;
 pub mod parse;
 pub mod relay;
 pub mod request_id;
+pub mod sse_events;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
@@ -15,9 +16,16 @@ use switchyard_protocol::chat::Api;
 
 use crate::error::GatewayError;
 pub use relay::RelayBody;
+pub use sse_events::SseEvents;
 
-/// Every response body the gateway sends: a small buffered one, or a relayed upstream stream.
-pub type GatewayBody = Either<Full<Bytes>, RelayBody>;
+/// Every response body the gateway sends: a small buffered one, a relayed upstream stream, or
+/// events the gateway writes itself (MCP answers streamed as SSE).
+pub type GatewayBody = Either<Full<Bytes>, Either<RelayBody, SseEvents>>;
+
+/// A relayed upstream stream as a response body.
+pub fn relayed(relay: RelayBody) -> GatewayBody {
+    Either::Right(Either::Left(relay))
+}
 
 pub fn full(bytes: impl Into<Bytes>) -> GatewayBody {
     Either::Left(Full::new(bytes.into()))

@@ -5,7 +5,8 @@
 //!
 //! 1. `server` — accept (HTTP/1.1 keep-alive or h2c), header-read timeout, graceful drain;
 //!    `server/routes.rs` is the route table: request id, counting, which handler answers.
-//! 2. handlers — `proxy` (every model endpoint), `admin` (`/admin`, master key), `catalog`
+//! 2. handlers — `proxy` (every model endpoint), `mcp` (`/mcp`, `/mcp/{server}`: the MCP
+//!    gateway, protocol in the `switchyard-mcp` crate), `admin` (`/admin`, master key), `catalog`
 //!    (`/v1/models`, Ollama's catalogue, `/health`, `/ready`, `/metrics`).
 //! 3. `proxy` in order: authenticate (`auth`) → read the body under `limits.max_body_bytes` and
 //!    parse only `model`/`stream`/routing hints (`http/parse.rs`) → key's model allow-list and
@@ -19,7 +20,7 @@
 //! 5. `http` — response bodies, JSON and error responses, body reading, relay, metering.
 //! 6. `auth`, `limit`, `route` (health probes and discovery run beside the pipeline, one task
 //!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`.
-//! 7. `upstream`, `config`, `records`, `endpoint`, `clock` — the bottom: they import no other
+//! 7. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob` — the bottom: they import no other
 //!    pipeline module (`config` and `records` nothing at all).
 
 pub mod admin;
@@ -30,8 +31,10 @@ pub mod clock;
 pub mod config;
 pub mod endpoint;
 pub mod error;
+pub mod glob;
 pub mod http;
 pub mod limit;
+pub mod mcp;
 pub mod metrics;
 pub mod proxy;
 pub mod records;

@@ -5,6 +5,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+mod mcp;
+
 use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
 
@@ -67,7 +69,7 @@ impl Histogram {
         self.count.load(Relaxed)
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
+    pub(crate) fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
         for (bound, bucket) in BOUNDS.iter().zip(&self.buckets) {
@@ -93,6 +95,7 @@ pub struct Metrics {
     pub overhead: Histogram,
     /// Time from sending upstream until its response headers arrived (last attempt).
     pub upstream_ttfb: Histogram,
+    mcp: mcp::McpMetrics,
 }
 
 impl Default for Metrics {
@@ -104,6 +107,7 @@ impl Default for Metrics {
             duration: Histogram::default(),
             overhead: Histogram::default(),
             upstream_ttfb: Histogram::default(),
+            mcp: mcp::McpMetrics::default(),
         }
     }
 }
@@ -112,6 +116,11 @@ impl Metrics {
     pub fn count_request(&self, endpoint: Endpoint, status: u16) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
         self.requests[endpoint as usize][class].fetch_add(1, Relaxed);
+    }
+
+    /// One MCP tool call and how it ended.
+    pub fn count_mcp_call(&self, server: &str, tool: &str, status: &'static str, latency: Duration) {
+        self.mcp.count(server, tool, status, latency);
     }
 
     pub fn count_error(&self, kind: &str) {
@@ -155,6 +164,7 @@ impl Metrics {
             h.render(&mut out, name, "");
         }
         render_backends(&mut out, backends);
+        self.mcp.render(&mut out);
         out
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Frame;
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
 use crate::app::App;
@@ -418,7 +418,7 @@ async fn respond(
     let completion = Completion { guard, metrics: app.metrics.clone(), started, permit, meter };
     let relay =
         RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion).with_translator(translator);
-    let mut resp = resp.map(|()| Either::Right(relay));
+    let mut resp = resp.map(|()| crate::http::relayed(relay));
     *resp.status_mut() = parts.status;
     let headers = resp.headers_mut();
     for (name, value) in parts.headers.iter() {

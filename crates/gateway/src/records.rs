@@ -27,9 +27,21 @@ pub struct KeyRecord {
     pub team: Option<String>,
     pub tags: Vec<String>,
     pub created_at: i64,
+    /// MCP servers this key may use (globs over aliases); None = all.
+    #[serde(default)]
+    pub mcp_servers: Option<Vec<String>>,
+    /// MCP tools this key may use (globs over `{server}__{tool}`); None = all.
+    #[serde(default)]
+    pub mcp_tools: Option<Vec<String>>,
 }
 
 impl KeyRecord {
+    /// Whether this key may use `tool` of MCP server `server`.
+    pub fn mcp_permits(&self, server: &str, tool: &str) -> bool {
+        self.mcp_servers.as_ref().is_none_or(|g| crate::glob::any(g, server))
+            && self.mcp_tools.as_ref().is_none_or(|g| crate::glob::any(g, &format!("{server}__{tool}")))
+    }
+
     /// A key with no limits, no metadata and no expiry.
     pub fn new(id: String, secret_hash: Vec<u8>, created_at: i64) -> KeyRecord {
         KeyRecord {
@@ -48,6 +60,8 @@ impl KeyRecord {
             team: None,
             tags: Vec::new(),
             created_at,
+            mcp_servers: None,
+            mcp_tools: None,
         }
     }
 }
@@ -73,4 +87,10 @@ pub struct UsageRecord {
     pub cost_usd: f64,
     /// Tokens were estimated because the backend reported none.
     pub estimated: bool,
+    /// An MCP tool call's tool (its server is `backend`); None for model requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// An MCP tool call's answer size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_bytes: Option<u64>,
 }

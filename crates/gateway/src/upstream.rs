@@ -11,6 +11,19 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// The same pooled client carrying the MCP gateway's upstream requests.
+pub struct McpHttp(pub UpstreamClient);
+
+impl switchyard_mcp::http_upstream::HttpSend for McpHttp {
+    fn send(
+        &self,
+        req: http::Request<Full<Bytes>>,
+    ) -> switchyard_mcp::upstream::BoxFuture<'_, Result<http::Response<hyper::body::Incoming>, String>> {
+        let sent = self.0.request(req);
+        Box::pin(async move { sent.await.map_err(|e| e.to_string()) })
+    }
+}
+
 pub fn build(connect_timeout: Duration) -> Result<UpstreamClient, String> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);

@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 /// Outer to inner. A module may import any module in a later layer, none in its own or earlier.
 const LAYERS: &[&[&str]] = &[
     &["server"],
-    &["admin", "catalog", "proxy"],
+    &["admin", "catalog", "mcp", "proxy"],
     &["app"],
     &["http"],
     &["auth", "limit", "metrics", "store"],
     &["route", "usage", "error"],
     &["translate", "upstream"],
-    &["config", "records", "endpoint", "clock"],
+    &["config", "records"],
+    &["endpoint", "clock", "glob"],
 ];
 
 const MAX_LINES: usize = 600;

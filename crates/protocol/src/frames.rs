@@ -58,7 +58,7 @@ fn trim_cr(line: &[u8]) -> &[u8] {
 /// Server-sent events: `event:` and `data:` lines up to a blank line. Hands out each event's name
 /// (empty when it had none) and data (several `data:` lines joined with `\n`).
 #[derive(Debug, Default)]
-pub(crate) struct SseParser {
+pub struct SseParser {
     lines: LineSplitter,
     event: String,
     data: Vec<u8>,
@@ -66,7 +66,7 @@ pub(crate) struct SseParser {
 }
 
 impl SseParser {
-    pub(crate) fn feed(
+    pub fn feed(
         &mut self,
         bytes: &[u8],
         mut on_event: impl FnMut(&str, &[u8]) -> Result<(), TranslateError>,
@@ -75,7 +75,7 @@ impl SseParser {
         lines.feed(bytes, |line| sse_line(line, event, data, has_data, &mut on_event))
     }
 
-    pub(crate) fn finish(
+    pub fn finish(
         &mut self,
         mut on_event: impl FnMut(&str, &[u8]) -> Result<(), TranslateError>,
     ) -> Result<(), TranslateError> {

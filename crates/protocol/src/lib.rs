@@ -5,7 +5,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod embed;
 pub mod error;
-mod frames;
+pub mod frames;
 mod json;
 pub mod ollama;
 pub mod openai;

@@ -46,6 +46,12 @@ struct Policy {
     team: Option<String>,
     #[arg(long, value_delimiter = ',')]
     tags: Option<Vec<String>>,
+    /// MCP servers the key may use, comma-separated globs (default: all).
+    #[arg(long, value_delimiter = ',')]
+    mcp_servers: Option<Vec<String>>,
+    /// MCP tools the key may use, comma-separated globs over `{server}__{tool}` (default: all).
+    #[arg(long, value_delimiter = ',')]
+    mcp_tools: Option<Vec<String>>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -82,6 +88,8 @@ impl Policy {
         put("budget_usd", json!(self.budget_usd));
         put("budget_period", json!(self.budget_period));
         put("expires_at", json!(self.expires_at));
+        put("mcp_servers", json!(self.mcp_servers));
+        put("mcp_tools", json!(self.mcp_tools));
         let mut meta = Map::new();
         for (k, v) in [("user", json!(self.user)), ("team", json!(self.team)), ("tags", json!(self.tags))] {
             if !v.is_null() {

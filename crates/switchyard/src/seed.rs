@@ -44,6 +44,8 @@ pub async fn run(url: &str, records: u64) -> Result<(), String> {
             ttft_ms: Some(30.0),
             cost_usd: 0.0001,
             estimated: false,
+            tool: None,
+            response_bytes: None,
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

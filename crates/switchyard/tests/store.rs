@@ -127,6 +127,8 @@ fn key(id: &str, created_at: i64) -> KeyRecord {
         team: Some("research".into()),
         tags: vec!["prod".into()],
         created_at,
+        mcp_servers: Some(vec!["github".into(), "files-*".into()]),
+        mcp_tools: None,
     }
 }
 
@@ -148,6 +150,8 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         ttft_ms: Some(3.0),
         cost_usd: 0.5,
         estimated: false,
+        tool: None,
+        response_bytes: None,
     }
 }
 

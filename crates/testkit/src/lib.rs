@@ -12,7 +12,9 @@
 //! [`TestClient`] is a keep-alive hyper client returning whole bodies or stream frames.
 
 pub mod client;
+pub mod mcp;
 pub mod mock;
 
 pub use client::{Error, TestClient, TestResponse};
+pub use mcp::{McpMock, McpMockConfig, McpStats};
 pub use mock::{run_cli, KvCacheConfig, KvStats, MockApi, MockConfig, MockControl, MockServer};

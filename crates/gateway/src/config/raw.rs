@@ -37,6 +37,8 @@ pub struct RawConfig {
     storage: RawStorage,
     #[serde(default)]
     prices: HashMap<String, RawPrice>,
+    #[serde(default)]
+    mcp: super::mcp::RawMcp,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -312,6 +314,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         timeouts,
         max_body_bytes,
         shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,
+        mcp: super::mcp::validate(raw.mcp)?,
     })
 }
 

@@ -72,6 +72,8 @@ impl Meter {
                 ttft_ms: None,
                 cost_usd: 0.0,
                 estimated: false,
+                tool: None,
+                response_bytes: None,
             },
             journal,
             config,

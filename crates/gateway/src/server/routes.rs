@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::{error_response, error_response_in, parse, request_id, GatewayBody};
-use crate::{admin, catalog, proxy, translate};
+use crate::{admin, catalog, mcp, proxy, translate};
 use switchyard_protocol::chat::Api;
 
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBody> {
@@ -26,6 +26,16 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
         let result = admin_gate(&app, req).await;
         let mut resp = result.unwrap_or_else(|e| {
+            app.metrics.count_error(e.kind());
+            error_response(&e)
+        });
+        resp.headers_mut().insert(request_id::HEADER, rid);
+        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+        return resp;
+    }
+    if req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/") {
+        let path = req.uri().path().to_owned();
+        let mut resp = mcp::handle(&app, req, &path, &rid).await.unwrap_or_else(|e| {
             app.metrics.count_error(e.kind());
             error_response(&e)
         });

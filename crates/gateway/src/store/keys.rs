@@ -5,7 +5,7 @@ use super::{to_i64, Store, StoreError};
 use crate::records::KeyRecord;
 
 const COLUMNS: &str = "id, secret_hash, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, \
-                       expires_at, revoked_at, user_name, team, tags, created_at";
+                       expires_at, revoked_at, user_name, team, tags, created_at, mcp";
 
 /// One `api_keys` row as both drivers decode it (column order = `COLUMNS`).
 type KeyRow = (
@@ -24,6 +24,7 @@ type KeyRow = (
     Option<String>,
     String,
     i64,
+    Option<String>,
 );
 
 /// The values bound for a key, in `COLUMNS` order, already converted to storable types.
@@ -33,6 +34,8 @@ struct KeyParams {
     rpm: Option<i64>,
     tpm: Option<i64>,
     max_parallel: Option<i64>,
+    /// `{"servers": …, "tools": …}`; None when both are None (every server and tool).
+    mcp: Option<String>,
 }
 
 impl KeyParams {
@@ -43,6 +46,13 @@ impl KeyParams {
             rpm: k.rpm.map(i64::from),
             tpm: k.tpm.map(|v| to_i64(v, "tpm")).transpose()?,
             max_parallel: k.max_parallel.map(i64::from),
+            mcp: match (&k.mcp_servers, &k.mcp_tools) {
+                (None, None) => None,
+                (servers, tools) => Some(
+                    serde_json::to_string(&serde_json::json!({"servers": servers, "tools": tools}))
+                        .map_err(|e| StoreError::Invalid(format!("mcp permissions not serialisable: {e}")))?,
+                ),
+            },
         })
     }
 }
@@ -52,7 +62,7 @@ impl Store {
     pub async fn insert_key(&self, k: &KeyRecord) -> Result<(), StoreError> {
         let p = KeyParams::new(k)?;
         let sql = format!(
-            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
         );
         with_pool!(self, |pool| {
             sqlx::query(&sql)
@@ -71,6 +81,7 @@ impl Store {
                 .bind(&k.team)
                 .bind(&p.tags)
                 .bind(k.created_at)
+                .bind(&p.mcp)
                 .execute(pool)
                 .await?;
         });
@@ -96,7 +107,7 @@ impl Store {
         let p = KeyParams::new(k)?;
         let sql = "UPDATE api_keys SET secret_hash = $2, name = $3, models = $4, rpm = $5, tpm = $6, \
                    max_parallel = $7, budget_usd = $8, budget_period = $9, expires_at = $10, revoked_at = $11, \
-                   user_name = $12, team = $13, tags = $14, created_at = $15 WHERE id = $1";
+                   user_name = $12, team = $13, tags = $14, created_at = $15, mcp = $16 WHERE id = $1";
         let affected = with_pool!(self, |pool| {
             sqlx::query(sql)
                 .bind(&k.id)
@@ -114,6 +125,7 @@ impl Store {
                 .bind(&k.team)
                 .bind(&p.tags)
                 .bind(k.created_at)
+                .bind(&p.mcp)
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -158,7 +170,24 @@ fn from_row(row: KeyRow) -> Result<KeyRecord, StoreError> {
         team,
         tags,
         created_at,
+        mcp,
     ) = row;
+    let (mcp_servers, mcp_tools) = match mcp {
+        None => (None, None),
+        Some(text) => {
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|_| StoreError::Corrupt("mcp permissions are not JSON".into()))?;
+            let list = |field: &str| -> Result<Option<Vec<String>>, StoreError> {
+                match v.get(field) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(list) => serde_json::from_value(list.clone())
+                        .map(Some)
+                        .map_err(|_| StoreError::Corrupt(format!("mcp.{field} is not a JSON list of strings"))),
+                }
+            };
+            (list("servers")?, list("tools")?)
+        }
+    };
     Ok(KeyRecord {
         id,
         secret_hash,
@@ -175,5 +204,7 @@ fn from_row(row: KeyRow) -> Result<KeyRecord, StoreError> {
         team,
         tags: parse_list(&tags, "tags")?,
         created_at,
+        mcp_servers,
+        mcp_tools,
     })
 }

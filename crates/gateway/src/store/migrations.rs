@@ -19,12 +19,14 @@ const SQLITE: Embedded = &[
     (1, "0001_init.sql", include_str!("../../../../migrations/sqlite/0001_init.sql")),
     (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/sqlite/0002_journal_checkpoints.sql")),
     (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/sqlite/0003_all_keys_rollup.sql")),
+    (4, "0004_mcp.sql", include_str!("../../../../migrations/sqlite/0004_mcp.sql")),
 ];
 
 const POSTGRES: Embedded = &[
     (1, "0001_init.sql", include_str!("../../../../migrations/postgres/0001_init.sql")),
     (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/postgres/0002_journal_checkpoints.sql")),
     (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/postgres/0003_all_keys_rollup.sql")),
+    (4, "0004_mcp.sql", include_str!("../../../../migrations/postgres/0004_mcp.sql")),
 ];
 
 #[derive(Debug)]

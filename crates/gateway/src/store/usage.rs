@@ -13,10 +13,11 @@ use crate::records::UsageRecord;
 pub const HOUR_MS: i64 = 3_600_000;
 
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
-                              prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated";
-const RECORD_COLS: usize = 16;
+                              prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
+                              response_bytes";
+const RECORD_COLS: usize = 18;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement: 16 columns x 500 = 8,000 parameters, well under SQLite's 32,766 and Postgres's
+/// Rows per multi-row statement: 18 columns x 500 = 9,000 parameters, well under SQLite's 32,766 and Postgres's
 /// 65,535. Only full chunks become cached prepared statements; a batch's remainder is prepared once and dropped.
 const CHUNK_ROWS: usize = 500;
 
@@ -32,6 +33,7 @@ struct Row<'a> {
     prompt: i64,
     completion: i64,
     total: i64,
+    response_bytes: Option<i64>,
 }
 
 impl<'a> Row<'a> {
@@ -42,6 +44,7 @@ impl<'a> Row<'a> {
             prompt: to_i64(r.prompt_tokens, "prompt_tokens")?,
             completion: to_i64(r.completion_tokens, "completion_tokens")?,
             total: to_i64(r.total_tokens, "total_tokens")?,
+            response_bytes: r.response_bytes.map(|b| to_i64(b, "response_bytes")).transpose()?,
         })
     }
 }
@@ -144,7 +147,9 @@ impl Store {
                         .bind(r.latency_ms)
                         .bind(r.ttft_ms)
                         .bind(r.cost_usd)
-                        .bind(r.estimated);
+                        .bind(r.estimated)
+                        .bind(&r.tool)
+                        .bind(row.response_bytes);
                 }
                 q.execute(&mut *tx).await?;
             }

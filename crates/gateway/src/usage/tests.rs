@@ -49,6 +49,8 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         ttft_ms: Some(3.25),
         cost_usd: 0.0001,
         estimated: false,
+        tool: None,
+        response_bytes: None,
     }
 }
 

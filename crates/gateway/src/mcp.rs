@@ -1,0 +1,161 @@
+//! `/mcp` and `/mcp/{server}`: the MCP gateway's endpoints. What every endpoint gets applies here
+//! — the key (checked on every request), its MCP permissions, its request-rate limit for tool
+//! calls, a usage record and metrics per tool call — and the JSON-RPC message itself goes to
+//! `switchyard_mcp::Front`, which speaks the protocol. The client's `Authorization` stops here:
+//! upstreams get only the credentials configured for them.
+
+use std::sync::Arc;
+
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use switchyard_mcp::{Answer, Body, CallRecord, OnCall, Scope};
+
+use crate::app::App;
+use crate::auth::Principal;
+use crate::error::GatewayError;
+use crate::http::{full, parse::read_body, GatewayBody, SseEvents};
+use crate::limit::Limits;
+use crate::records::UsageRecord;
+
+static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+/// `path` is the request path: `/mcp` or `/mcp/{server}`.
+pub async fn handle(
+    app: &App,
+    req: Request<Incoming>,
+    path: &str,
+    request_id: &HeaderValue,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let Some(front) = &app.mcp else { return Err(GatewayError::RouteNotFound) };
+    let scope = match path.strip_prefix("/mcp").map(|p| p.trim_matches('/')) {
+        Some("") => Scope::All,
+        Some(server) if !server.contains('/') => Scope::Server(server),
+        _ => return Err(GatewayError::RouteNotFound),
+    };
+    let (parts, body) = req.into_parts();
+    let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
+    let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
+    let key = match &principal {
+        Principal::Key(k) => Some(k.clone()),
+        _ => None,
+    };
+    let on_call = recorder(app, key.clone(), request_id);
+    let permits: switchyard_mcp::SharedPermits = match &key {
+        Some(k) => {
+            let k = k.clone();
+            Arc::new(move |server: &str, tool: &str| k.mcp_permits(server, tool))
+        }
+        None => Arc::new(|_: &str, _: &str| true),
+    };
+    let admit = |principal: &Principal| -> Result<(), String> {
+        let Some(k) = principal.key() else { return Ok(()) };
+        let limits = Limits { rpm: k.rpm, tpm: None, max_parallel: None };
+        if limits.is_unlimited() {
+            return Ok(());
+        }
+        app.limiter.acquire(&k.id, &limits, 0).map(drop).map_err(|r| {
+            let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            format!("rate limit reached: {} requests per minute for this key; retry in {secs} s", r.limit)
+        })
+    };
+    let admit = move || admit(&principal);
+    let header = |name: &HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let answer = front
+        .handle(switchyard_mcp::Request {
+            method: &parts.method,
+            session: header(&SESSION_HEADER),
+            version_header: header(&VERSION_HEADER),
+            accepts_sse: accepts_sse(&parts.headers),
+            key: key.as_ref().map(|k| k.id.as_str()),
+            now_unix: app.clock.unix_secs(),
+            scope,
+            permits,
+            admit: &admit,
+            on_call,
+            body: &body,
+        })
+        .await;
+    Ok(render(answer))
+}
+
+fn accepts_sse(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("text/event-stream")))
+}
+
+fn render(answer: Answer) -> Response<GatewayBody> {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let (body, content_type) = match answer.body {
+        Body::Empty => (full(Vec::new()), None),
+        Body::Json(bytes) => (full(bytes), Some("application/json")),
+        Body::Events(events) => (
+            http_body_util::Either::Right(http_body_util::Either::Right(SseEvents::new(events))),
+            Some("text/event-stream"),
+        ),
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    if let Some(ct) = content_type {
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    }
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        h.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+    }
+    if let Some(session) = answer.session.and_then(|s| HeaderValue::from_str(&s).ok()) {
+        h.insert(SESSION_HEADER.clone(), session);
+    }
+    resp
+}
+
+/// Journals one usage record per tool call (through the same journal and store as model
+/// requests: `backend` and `model_*` name the server as `mcp:{server}`, `tool` the tool) and
+/// counts it in the metrics.
+fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: &HeaderValue) -> OnCall {
+    let journal = app.journal.clone();
+    let metrics = app.metrics.clone();
+    let started_unix_ms = app.clock.unix_ms();
+    let id = request_id.to_str().unwrap_or_default().to_owned();
+    Arc::new(move |call: CallRecord| {
+        metrics.count_mcp_call(&call.server, &call.tool, call.status, call.latency);
+        let Some(journal) = &journal else { return };
+        let server = if call.server.is_empty() { "unknown".to_owned() } else { call.server.clone() };
+        let record = UsageRecord {
+            id: id.clone(),
+            ts_ms: started_unix_ms,
+            key_id: key.as_ref().map(|k| k.id.clone()),
+            user: key.as_ref().and_then(|k| k.user.clone()),
+            team: key.as_ref().and_then(|k| k.team.clone()),
+            model_requested: format!("mcp:{server}"),
+            model_served: format!("mcp:{server}"),
+            backend: Some(server),
+            status: http_status(call.status),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            latency_ms: call.latency.as_secs_f64() * 1e3,
+            ttft_ms: None,
+            cost_usd: 0.0,
+            estimated: false,
+            tool: Some(call.tool.clone()),
+            response_bytes: Some(call.response_bytes as u64),
+        };
+        if let Err(e) = journal.append(&record) {
+            tracing::error!(error = %e, "could not journal an MCP tool call's usage");
+        }
+    })
+}
+
+/// The HTTP-like status a tool call's record carries, so reports count failures alike.
+fn http_status(status: &str) -> u16 {
+    match status {
+        "ok" => 200,
+        "tool_error" => 200,
+        "unknown_tool" => 404,
+        "forbidden" => 403,
+        "rate_limited" => 429,
+        "cancelled" => 499,
+        "timeout" => 504,
+        _ => 502,
+    }
+}

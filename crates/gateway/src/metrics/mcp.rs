@@ -1,0 +1,55 @@
+//! MCP tool-call metrics: calls by server, tool and outcome, and call latency by server.
+//! Labels come from the configured servers and their tools, so their number is bounded by config.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::Histogram;
+
+#[derive(Default)]
+pub struct McpMetrics {
+    calls: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+    latency: Mutex<BTreeMap<String, Histogram>>,
+}
+
+impl McpMetrics {
+    pub fn count(&self, server: &str, tool: &str, status: &'static str, latency: Duration) {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        *calls.entry((server.to_owned(), tool.to_owned(), status)).or_default() += 1;
+        drop(calls);
+        if !server.is_empty() {
+            let mut latency_by_server = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+            latency_by_server.entry(server.to_owned()).or_default().observe(latency);
+        }
+    }
+
+    pub fn render(&self, out: &mut String) {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if calls.is_empty() {
+            return;
+        }
+        out.push_str("# HELP switchyard_mcp_tool_calls_total MCP tool calls, by server, tool and outcome.\n");
+        out.push_str("# TYPE switchyard_mcp_tool_calls_total counter\n");
+        for ((server, tool, status), n) in calls.iter() {
+            let _ = writeln!(
+                out,
+                "switchyard_mcp_tool_calls_total{{server=\"{}\",tool=\"{}\",status=\"{status}\"}} {n}",
+                escape(server),
+                escape(tool)
+            );
+        }
+        drop(calls);
+        out.push_str("# HELP switchyard_mcp_tool_call_duration_seconds MCP tool call latency through the gateway.\n");
+        out.push_str("# TYPE switchyard_mcp_tool_call_duration_seconds histogram\n");
+        for (server, h) in self.latency.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            h.render(out, "switchyard_mcp_tool_call_duration_seconds", &format!("server=\"{}\"", escape(server)));
+        }
+    }
+}
+
+/// A label value with `\`, `"` and newlines escaped, as the exposition format requires.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

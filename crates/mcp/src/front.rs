@@ -1,0 +1,497 @@
+//! The MCP server the gateway presents to clients, independent of the HTTP stack: one POSTed
+//! JSON-RPC message in, an answer out (JSON, an SSE stream, or 202 for a notification), for
+//! the aggregated endpoint (every permitted tool, named `{server}__{tool}`) or one server passed
+//! through under its own names. Session-era clients `initialize` and get a signed session id
+//! (`session.rs`) that any instance with the secret accepts; an unknown one is 404 so the
+//! client opens a new session. Every tool call is reported to the caller's `on_call` hook
+//! (usage, metrics) however it ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::hub::Hub;
+use crate::jsonrpc::{self, Id, Message, RpcError, METHOD_NOT_FOUND};
+use crate::session::SessionSigner;
+use crate::upstream::{Upstream, UpstreamError};
+use crate::version;
+
+/// Which endpoint a request came to.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// `POST /mcp`: every server's tools, aggregated.
+    All,
+    /// `POST /mcp/{server}`: one server under its own names.
+    Server(&'a str),
+}
+
+/// Whether the caller may use (server, tool): the key's MCP permissions.
+pub type SharedPermits = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+/// One HTTP request to an MCP endpoint, as the gateway read it.
+pub struct Request<'a> {
+    pub method: &'a http::Method,
+    pub session: Option<&'a str>,
+    pub version_header: Option<&'a str>,
+    pub accepts_sse: bool,
+    /// The key id the gateway authenticated (sessions are bound to it).
+    pub key: Option<&'a str>,
+    pub now_unix: i64,
+    pub scope: Scope<'a>,
+    pub permits: SharedPermits,
+    /// Admission of one tool call under the key's limits: `Err(message)` refuses it.
+    pub admit: &'a (dyn Fn() -> Result<(), String> + Send + Sync),
+    /// Where this request's tool call is reported.
+    pub on_call: OnCall,
+    pub body: &'a [u8],
+}
+
+pub enum Body {
+    Empty,
+    Json(Vec<u8>),
+    /// SSE `data:` payloads, one JSON-RPC message each; the stream ends when the sender drops.
+    Events(mpsc::Receiver<Vec<u8>>),
+}
+
+pub struct Answer {
+    pub status: u16,
+    /// An `Mcp-Session-Id` to send (after `initialize`).
+    pub session: Option<String>,
+    pub body: Body,
+}
+
+impl Answer {
+    fn json(status: u16, body: Vec<u8>) -> Answer {
+        Answer { status, session: None, body: Body::Json(body) }
+    }
+
+    fn empty(status: u16) -> Answer {
+        Answer { status, session: None, body: Body::Empty }
+    }
+
+    fn rpc_error(status: u16, id: Option<&Id>, error: RpcError) -> Answer {
+        Answer::json(status, jsonrpc::error_bytes(id, &error))
+    }
+}
+
+/// How one tool call ended, for usage records and metrics.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    pub key: Option<String>,
+    pub server: String,
+    pub tool: String,
+    /// `ok`, `tool_error` (the tool answered `isError`), `forbidden`, `unknown_tool`,
+    /// `cancelled`, or an upstream failure kind (`timeout`, `unreachable`, ...).
+    pub status: &'static str,
+    pub latency: Duration,
+    pub request_bytes: usize,
+    pub response_bytes: usize,
+}
+
+pub type OnCall = Arc<dyn Fn(CallRecord) + Send + Sync>;
+
+/// A call in flight that `notifications/cancelled` can reach: by (session, client request id).
+struct InFlight {
+    upstream: Arc<dyn Upstream>,
+    upstream_id: u64,
+    cancel: oneshot::Sender<()>,
+}
+
+pub struct Front {
+    hub: Arc<Hub>,
+    signer: SessionSigner,
+    in_flight: Mutex<HashMap<(String, String), InFlight>>,
+}
+
+/// The JSON-RPC error code of a tool call refused by the key's rate limit (implementation-defined
+/// server error range).
+pub const RATE_LIMITED: i64 = -32029;
+
+/// Session ids live this long; then the client re-initialises.
+pub const SESSION_TTL_SECS: i64 = 24 * 3600;
+
+impl Front {
+    pub fn new(hub: Arc<Hub>, secret: &[u8]) -> Result<Front, String> {
+        Ok(Front { hub, signer: SessionSigner::new(secret, SESSION_TTL_SECS)?, in_flight: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    pub async fn handle(self: &Arc<Self>, req: Request<'_>) -> Answer {
+        if let Scope::Server(name) = req.scope {
+            if !self.hub.has_server(name) {
+                return Answer::rpc_error(
+                    404,
+                    None,
+                    RpcError::new(METHOD_NOT_FOUND, format!("no MCP server `{name}`")),
+                );
+            }
+        }
+        match *req.method {
+            http::Method::POST => {}
+            // No server-initiated stream: the spec lets a server answer GET with 405.
+            http::Method::GET => return Answer::empty(405),
+            http::Method::DELETE => {
+                return match req.session.and_then(|s| self.signer.verify(s, req.key, req.now_unix)) {
+                    Some(_) => Answer::empty(200),
+                    None => Answer::empty(404),
+                }
+            }
+            _ => return Answer::empty(405),
+        }
+        let message = match jsonrpc::parse(req.body) {
+            Ok(m) => m,
+            Err(refusal) => return Answer::rpc_error(400, refusal.id.as_ref(), refusal.error),
+        };
+        if let Some(v) = req.version_header {
+            if !version::is_supported(v) {
+                let e = RpcError::new(jsonrpc::INVALID_REQUEST, format!("unsupported MCP-Protocol-Version `{v}`"));
+                return Answer::rpc_error(400, None, e);
+            }
+        }
+        // `initialize` opens a session; everything else needs one.
+        if let Message::Request { id, method, params } = &message {
+            if method == "initialize" {
+                return self.initialize(&req, id, params.as_ref()).await;
+            }
+        }
+        let Some(session_id) = req.session else {
+            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "missing Mcp-Session-Id: send `initialize` first");
+            return Answer::rpc_error(400, None, e);
+        };
+        if self.signer.verify(session_id, req.key, req.now_unix).is_none() {
+            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or expired session: initialize again");
+            return Answer::rpc_error(404, None, e);
+        }
+        match message {
+            Message::Notification { method, params } => {
+                if method == "notifications/cancelled" {
+                    self.cancel(session_id, params.as_ref()).await;
+                }
+                Answer::empty(202)
+            }
+            // Answers to requests we never send (sampling, roots): accepted and dropped.
+            Message::Response { .. } => Answer::empty(202),
+            Message::Request { id, method, params } => {
+                self.request(&req, session_id, id, &method, params.unwrap_or_else(|| json!({}))).await
+            }
+        }
+    }
+
+    async fn initialize(&self, req: &Request<'_>, id: &Id, params: Option<&Value>) -> Answer {
+        let requested = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str);
+        let agreed = version::negotiate(requested);
+        let capabilities = match req.scope {
+            Scope::All => json!({"tools": {"listChanged": true}}),
+            // One server: what it offers (tools, resources, prompts, completions), as ours.
+            Scope::Server(name) => match self.hub.upstream(name) {
+                Some(_) => json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
+                None => json!({}),
+            },
+        };
+        let result = json!({
+            "protocolVersion": agreed,
+            "capabilities": capabilities,
+            "serverInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
+            "instructions": match req.scope {
+                Scope::All => "Tools of every MCP server behind this gateway, named {server}__{tool}.".to_owned(),
+                Scope::Server(name) => format!("The `{name}` MCP server, through the Switchyard gateway."),
+            },
+        });
+        let mut answer = Answer::json(200, jsonrpc::result_value(id, &result));
+        answer.session = Some(self.signer.issue(agreed, req.key, req.now_unix));
+        answer
+    }
+
+    async fn request(
+        self: &Arc<Self>,
+        req: &Request<'_>,
+        session: &str,
+        id: Id,
+        method: &str,
+        params: Value,
+    ) -> Answer {
+        let permits = req.permits.as_ref();
+        match (method, req.scope) {
+            ("ping", _) => Answer::json(200, jsonrpc::result_value(&id, &json!({}))),
+            ("tools/list", Scope::All) => {
+                let tools: Vec<Value> = self
+                    .hub
+                    .catalogue(permits)
+                    .await
+                    .into_iter()
+                    .map(|(_, t)| {
+                        let mut d = t.definition;
+                        d["name"] = json!(t.aggregated);
+                        d
+                    })
+                    .collect();
+                Answer::json(200, jsonrpc::result_value(&id, &json!({"tools": tools})))
+            }
+            ("tools/list", Scope::Server(server)) => match self.hub.tools_of(server).await {
+                Ok(tools) => {
+                    let tools: Vec<&Value> =
+                        tools.iter().filter(|t| permits(server, &t.name)).map(|t| &t.definition).collect();
+                    Answer::json(200, jsonrpc::result_value(&id, &json!({"tools": tools})))
+                }
+                Err(e) => upstream_failure(&id, &e),
+            },
+            ("tools/call", scope) => self.call(req, session, id, scope, params).await,
+            (_, Scope::Server(server)) if passed_through(method) => {
+                let Some(upstream) = self.hub.upstream(server) else { return Answer::empty(404) };
+                match upstream.request(upstream.next_id(), method, params, None).await {
+                    Ok(result) => Answer::json(200, jsonrpc::result_bytes(&id, &result)),
+                    Err(e) => upstream_failure(&id, &e),
+                }
+            }
+            _ => Answer::json(
+                200,
+                jsonrpc::error_bytes(
+                    Some(&id),
+                    &RpcError::new(METHOD_NOT_FOUND, format!("method `{method}` not found")),
+                ),
+            ),
+        }
+    }
+
+    async fn call(
+        self: &Arc<Self>,
+        req: &Request<'_>,
+        session: &str,
+        id: Id,
+        scope: Scope<'_>,
+        params: Value,
+    ) -> Answer {
+        let started = Instant::now();
+        let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &RpcError::invalid_params("`name` is required")));
+        };
+        let record = |server: &str, tool: &str, status, response_bytes| CallRecord {
+            key: req.key.map(str::to_owned),
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            status,
+            latency: started.elapsed(),
+            request_bytes: req.body.len(),
+            response_bytes,
+        };
+        let target = match scope {
+            Scope::All => self.hub.resolve(&name).await,
+            Scope::Server(server) => match self.hub.tools_of(server).await {
+                Ok(tools) => tools.iter().any(|t| t.name == name).then(|| (server.to_owned(), name.clone())),
+                Err(e) => return upstream_failure(&id, &e),
+            },
+        };
+        let Some((server, tool)) = target else {
+            (req.on_call)(record("", &name, "unknown_tool", 0));
+            let e = RpcError::invalid_params(format!("unknown tool `{name}`"));
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        };
+        if !(req.permits)(&server, &tool) {
+            (req.on_call)(record(&server, &tool, "forbidden", 0));
+            let mut e = RpcError::invalid_params(format!("tool `{name}` is not permitted for this key"));
+            e.data = Some(json!({"reason": "forbidden"}));
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        }
+        if let Err(message) = (req.admit)() {
+            (req.on_call)(record(&server, &tool, "rate_limited", 0));
+            let mut e = RpcError::new(RATE_LIMITED, message);
+            e.data = Some(json!({"reason": "rate_limited"}));
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        }
+        let Some(upstream) = self.hub.upstream(&server).cloned() else { return Answer::empty(404) };
+        let upstream_id = upstream.next_id();
+        let (cancel_tx, cancel_rx) = oneshot::channel();
+        let flight_key = (session.to_owned(), id.as_str().to_owned());
+        crate::hub_lock(&self.in_flight)
+            .insert(flight_key.clone(), InFlight { upstream: upstream.clone(), upstream_id, cancel: cancel_tx });
+        let wants_progress = params.pointer("/_meta/progressToken").is_some();
+        let call = Call {
+            front: self.clone(),
+            server,
+            tool,
+            id,
+            upstream_id,
+            flight_key,
+            params,
+            on_call: req.on_call.clone(),
+            key: req.key.map(str::to_owned),
+            request_bytes: req.body.len(),
+            started,
+        };
+        if req.accepts_sse && wants_progress {
+            // Relay progress as it comes: answer with an SSE stream, the result last.
+            let (tx, rx) = mpsc::channel(64);
+            tokio::spawn(call.run_streaming(tx, cancel_rx));
+            return Answer { status: 200, session: None, body: Body::Events(rx) };
+        }
+        Answer::json(200, call.run(cancel_rx).await)
+    }
+
+    /// `notifications/cancelled` from the client: stop waiting and tell the upstream.
+    async fn cancel(&self, session: &str, params: Option<&Value>) {
+        let Some(request_id) = params.and_then(|p| p.get("requestId")) else { return };
+        let key = (session.to_owned(), request_id.to_string());
+        let flight = crate::hub_lock(&self.in_flight).remove(&key);
+        if let Some(f) = flight {
+            let _ = f.cancel.send(());
+            let reason = params.and_then(|p| p.get("reason")).cloned().unwrap_or(json!("cancelled by the client"));
+            if let Err(e) = f
+                .upstream
+                .notify("notifications/cancelled", json!({"requestId": f.upstream_id, "reason": reason}))
+                .await
+            {
+                tracing::debug!(error = %e, "could not forward a cancellation upstream");
+            }
+        }
+    }
+}
+
+/// Methods of one server that pass through unchanged on `/mcp/{server}`.
+fn passed_through(method: &str) -> bool {
+    matches!(
+        method,
+        "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "prompts/list"
+            | "prompts/get"
+            | "completion/complete"
+    )
+}
+
+fn upstream_failure(id: &Id, e: &UpstreamError) -> Answer {
+    let error = match e {
+        UpstreamError::Rpc(rpc) => rpc.clone(),
+        other => {
+            tracing::warn!(error = %other, "MCP upstream failed");
+            RpcError::new(jsonrpc::INTERNAL_ERROR, format!("the upstream MCP server failed ({})", other.kind()))
+        }
+    };
+    Answer::json(200, jsonrpc::error_bytes(Some(id), &error))
+}
+
+/// One tool call on its way upstream.
+struct Call {
+    front: Arc<Front>,
+    server: String,
+    tool: String,
+    id: Id,
+    upstream_id: u64,
+    flight_key: (String, String),
+    params: Value,
+    on_call: OnCall,
+    key: Option<String>,
+    request_bytes: usize,
+    started: Instant,
+}
+
+impl Call {
+    async fn run(self, cancel: oneshot::Receiver<()>) -> Vec<u8> {
+        self.finish(None, cancel).await.unwrap_or_default()
+    }
+
+    /// Progress notifications as events while the call runs, then its answer; the client
+    /// closing the stream cancels the call upstream.
+    async fn run_streaming(self, events: mpsc::Sender<Vec<u8>>, cancel: oneshot::Receiver<()>) {
+        let (notes_tx, mut notes_rx) = mpsc::unbounded_channel();
+        let relay_to = events.clone();
+        let relay = tokio::spawn(async move {
+            while let Some(note) = notes_rx.recv().await {
+                if relay_to.send(serde_json::to_vec(&note).unwrap_or_default()).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let answer = tokio::select! {
+            answer = self.finish(Some(notes_tx), cancel) => answer,
+            _ = events.closed() => None,
+        };
+        let _ = relay.await;
+        if let Some(bytes) = answer {
+            let _ = events.send(bytes).await;
+        }
+    }
+
+    /// The answer's bytes, or None when the call was cancelled. Reports the call either way.
+    async fn finish(
+        self,
+        notify: Option<crate::upstream::NotificationSink>,
+        cancel: oneshot::Receiver<()>,
+    ) -> Option<Vec<u8>> {
+        let mut guard = FlightGuard {
+            front: self.front.clone(),
+            key: self.flight_key.clone(),
+            upstream_id: self.upstream_id,
+            server: self.server.clone(),
+            done: false,
+        };
+        let outcome = tokio::select! {
+            r = self.front.hub.call(&self.server, self.upstream_id, &self.tool, self.params, notify) => Some(r),
+            _ = cancel => None,
+        };
+        guard.done = true;
+        drop(guard);
+        let (bytes, status) = match outcome {
+            None => (None, "cancelled"),
+            Some(Ok(result)) => {
+                (Some(jsonrpc::result_bytes(&self.id, &result)), if tool_error(&result) { "tool_error" } else { "ok" })
+            }
+            Some(Err(e)) => match upstream_failure(&self.id, &e).body {
+                Body::Json(b) => (Some(b), e.kind()),
+                _ => (None, e.kind()),
+            },
+        };
+        (self.on_call)(CallRecord {
+            key: self.key,
+            server: self.server,
+            tool: self.tool,
+            status,
+            latency: self.started.elapsed(),
+            request_bytes: self.request_bytes,
+            response_bytes: bytes.as_ref().map_or(0, Vec::len),
+        });
+        bytes
+    }
+}
+
+/// Whether a tool result says `"isError": true` (read without parsing the whole result).
+fn tool_error(result: &RawValue) -> bool {
+    let text = result.get().as_bytes();
+    memchr::memmem::find(text, b"\"isError\"").is_some()
+        && serde_json::from_str::<Value>(result.get()).ok().and_then(|v| v.get("isError").and_then(Value::as_bool))
+            == Some(true)
+}
+
+/// Removes a call from the in-flight table however it ends; a call dropped before it finished
+/// (the client went away) is cancelled upstream too.
+struct FlightGuard {
+    front: Arc<Front>,
+    key: (String, String),
+    upstream_id: u64,
+    server: String,
+    done: bool,
+}
+
+impl Drop for FlightGuard {
+    fn drop(&mut self) {
+        let removed = crate::hub_lock(&self.front.in_flight).remove(&self.key);
+        if !self.done && removed.is_some() {
+            if let Some(upstream) = self.front.hub.upstream(&self.server).cloned() {
+                let id = self.upstream_id;
+                tokio::spawn(async move {
+                    let params = json!({"requestId": id, "reason": "the client went away"});
+                    let _ = upstream.notify("notifications/cancelled", params).await;
+                });
+            }
+        }
+    }
+}

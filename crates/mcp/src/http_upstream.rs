@@ -1,0 +1,259 @@
+//! An upstream MCP server over Streamable HTTP, spoken to as a session-era client: `initialize`
+//! once, reuse its `Mcp-Session-Id`, open a new session when the server forgets ours (404), and
+//! read answers given as JSON or as an SSE stream — every event of it, relaying notifications
+//! (progress) until the response with our id arrives. Credentials come from config only.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use switchyard_protocol::frames::SseParser;
+use tokio::sync::Mutex;
+
+use crate::jsonrpc::{self, Message};
+use crate::upstream::{BoxFuture, NotificationSink, Upstream, UpstreamError};
+use crate::version;
+
+/// Sends one HTTP request: the gateway's pooled client (TLS, timeouts) behind a trait, so this
+/// crate does not choose the HTTP stack.
+pub trait HttpSend: Send + Sync {
+    fn send(&self, req: Request<Full<Bytes>>) -> BoxFuture<'_, Result<Response<Incoming>, String>>;
+}
+
+/// An answer larger than this is refused rather than buffered.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+pub static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+pub static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+struct UpstreamSession {
+    /// None when the server issues no session id (a stateless server of the session era).
+    id: Option<HeaderValue>,
+    version: HeaderValue,
+}
+
+pub struct HttpUpstream {
+    url: Uri,
+    headers: HeaderMap,
+    http: Arc<dyn HttpSend>,
+    timeout: Duration,
+    next_id: AtomicU64,
+    session: Mutex<Option<Arc<UpstreamSession>>>,
+}
+
+impl HttpUpstream {
+    pub fn new(url: Uri, headers: HeaderMap, http: Arc<dyn HttpSend>, timeout: Duration) -> HttpUpstream {
+        HttpUpstream { url, headers, http, timeout, next_id: AtomicU64::new(1), session: Mutex::new(None) }
+    }
+
+    async fn session(&self) -> Result<Arc<UpstreamSession>, UpstreamError> {
+        let mut slot = self.session.lock().await;
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.clone());
+        }
+        let id = self.next_id();
+        let params = json!({
+            "protocolVersion": version::SESSION[0],
+            "capabilities": {},
+            "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let resp = self.post(jsonrpc::request_bytes(id, "initialize", &params), None).await?;
+        let sid = resp.headers().get(&SESSION_HEADER).cloned();
+        let result = read_answer(resp, id, None).await?;
+        let agreed = serde_json::from_str::<Value>(result.get())
+            .ok()
+            .and_then(|r| r.get("protocolVersion").and_then(Value::as_str).map(str::to_owned))
+            .filter(|v| version::is_supported(v))
+            .ok_or_else(|| UpstreamError::Protocol("initialize answered no protocol version we speak".into()))?;
+        let session = Arc::new(UpstreamSession {
+            id: sid,
+            version: HeaderValue::from_str(&agreed).map_err(|e| UpstreamError::Protocol(e.to_string()))?,
+        });
+        let initialized = jsonrpc::notification_bytes("notifications/initialized", &json!({}));
+        let resp = self.post(initialized, Some(&session)).await?;
+        if !resp.status().is_success() {
+            return Err(UpstreamError::Status(resp.status().as_u16()));
+        }
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Forget `stale` (the server answered 404 for it) unless another caller already did.
+    async fn forget(&self, stale: &Arc<UpstreamSession>) {
+        let mut slot = self.session.lock().await;
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, stale)) {
+            *slot = None;
+        }
+    }
+
+    async fn post(
+        &self,
+        body: Vec<u8>,
+        session: Option<&UpstreamSession>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut req = Request::post(self.url.clone())
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        let h = req.headers_mut();
+        h.extend(self.headers.clone());
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+        if let Some(s) = session {
+            if let Some(id) = &s.id {
+                h.insert(SESSION_HEADER.clone(), id.clone());
+            }
+            h.insert(VERSION_HEADER.clone(), s.version.clone());
+        }
+        self.http.send(req).await.map_err(UpstreamError::Unreachable)
+    }
+
+    async fn request_once(
+        &self,
+        id: u64,
+        method: &str,
+        params: &Value,
+        notify: Option<NotificationSink>,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        let mut session = self.session().await?;
+        let body = jsonrpc::request_bytes(id, method, params);
+        let mut resp = self.post(body.clone(), Some(&session)).await?;
+        if resp.status() == StatusCode::NOT_FOUND && session.id.is_some() {
+            // The server ended or forgot our session: open a new one and try once more.
+            self.forget(&session).await;
+            session = self.session().await?;
+            resp = self.post(body, Some(&session)).await?;
+        }
+        read_answer(resp, id, notify).await
+    }
+}
+
+impl Upstream for HttpUpstream {
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Relaxed)
+    }
+
+    fn request<'a>(
+        &'a self,
+        id: u64,
+        method: &'a str,
+        params: Value,
+        notify: Option<NotificationSink>,
+    ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
+        Box::pin(async move {
+            tokio::time::timeout(self.timeout, self.request_once(id, method, &params, notify))
+                .await
+                .unwrap_or(Err(UpstreamError::Timeout))
+        })
+    }
+
+    fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {
+        Box::pin(async move {
+            let session = self.session().await?;
+            let resp = self.post(jsonrpc::notification_bytes(method, &params), Some(&session)).await?;
+            match resp.status().is_success() {
+                true => Ok(()),
+                false => Err(UpstreamError::Status(resp.status().as_u16())),
+            }
+        })
+    }
+}
+
+/// The result of request `id` from an answer given as JSON or as an SSE stream.
+async fn read_answer(
+    resp: Response<Incoming>,
+    id: u64,
+    notify: Option<NotificationSink>,
+) -> Result<Box<RawValue>, UpstreamError> {
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(UpstreamError::Status(status.as_u16()));
+    }
+    let sse = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let mut body = resp.into_body();
+    let want = id.to_string();
+    if !sse {
+        let bytes = read_all(&mut body).await?;
+        return match jsonrpc::parse(&bytes) {
+            Ok(Message::Response { id, outcome }) if id.as_str() == want => outcome.map_err(UpstreamError::Rpc),
+            Ok(_) => Err(UpstreamError::Protocol("the answer is not the response to our request".into())),
+            Err(r) => Err(UpstreamError::Protocol(r.error.message)),
+        };
+    }
+    let mut parser = SseParser::default();
+    let mut found: Option<Result<Box<RawValue>, UpstreamError>> = None;
+    let mut seen = 0usize;
+    loop {
+        let frame = match body.frame().await {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Err(UpstreamError::Unreachable(format!("stream broke: {e}"))),
+            None => break,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        seen += data.len();
+        if seen > MAX_ANSWER_BYTES {
+            return Err(UpstreamError::Protocol("answer too large".into()));
+        }
+        let _ = parser.feed(&data, |_, event| {
+            on_event(event, &want, notify.as_ref(), &mut found);
+            Ok(())
+        });
+        if found.is_some() {
+            break;
+        }
+    }
+    if found.is_none() {
+        let _ = parser.finish(|_, event| {
+            on_event(event, &want, notify.as_ref(), &mut found);
+            Ok(())
+        });
+    }
+    found.unwrap_or_else(|| Err(UpstreamError::Protocol("the stream ended without our response".into())))
+}
+
+fn on_event(
+    data: &[u8],
+    want: &str,
+    notify: Option<&NotificationSink>,
+    found: &mut Option<Result<Box<RawValue>, UpstreamError>>,
+) {
+    if found.is_some() || data.is_empty() {
+        return;
+    }
+    match jsonrpc::parse(data) {
+        Ok(Message::Response { id, outcome }) if id.as_str() == want => {
+            *found = Some(outcome.map_err(UpstreamError::Rpc));
+        }
+        Ok(Message::Notification { .. }) => {
+            if let (Some(sink), Ok(value)) = (notify, serde_json::from_slice::<Value>(data)) {
+                let _ = sink.send(value);
+            }
+        }
+        // Requests from the server (sampling, elicitation) need a client session we do not
+        // relay yet; other responses are not ours.
+        _ => tracing::debug!("upstream MCP event ignored"),
+    }
+}
+
+async fn read_all(body: &mut Incoming) -> Result<Vec<u8>, UpstreamError> {
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| UpstreamError::Unreachable(format!("body broke: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > MAX_ANSWER_BYTES {
+                return Err(UpstreamError::Protocol("answer too large".into()));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
+}

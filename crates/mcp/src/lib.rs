@@ -1,0 +1,21 @@
+//! Switchyard's MCP gateway: JSON-RPC and MCP protocol pieces (`jsonrpc`, `version`, `names`,
+//! `session`), upstream clients (`upstream`, `http_upstream`), the tool catalogue over every
+//! upstream (`hub`), and the MCP server presented to clients (`front`). The gateway crate mounts
+//! the endpoints and applies keys, limits and usage; nothing here knows about them.
+
+pub mod front;
+pub mod http_upstream;
+pub mod hub;
+pub mod jsonrpc;
+pub mod names;
+pub mod session;
+pub mod upstream;
+pub mod version;
+
+pub use front::{Answer, Body, CallRecord, Front, OnCall, Request, Scope, SharedPermits};
+pub use hub::{Hub, ServerSpec, Tool};
+pub use upstream::{Upstream, UpstreamError};
+
+fn hub_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,91 @@
+//! Session ids that need no session store: `s1.{version}.{key}.{issued}.{mac}`, where `mac` is
+//! an HMAC-SHA256 (first 16 bytes, hex) over the rest under the gateway's secret. Any instance
+//! with the same secret accepts a session another instance issued, and a session is bound to the
+//! key that opened it. A forged, altered, foreign-key or expired id is "unknown": the client gets
+//! 404 and opens a new session, as the spec prescribes.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// What a valid session id says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    pub version: String,
+    /// The key id that opened it (`-` without keys).
+    pub key: String,
+    pub issued_unix: i64,
+}
+
+#[derive(Clone)]
+pub struct SessionSigner {
+    mac: HmacSha256,
+    ttl_secs: i64,
+}
+
+impl SessionSigner {
+    /// HMAC takes keys of any length, so this fails only if that contract breaks.
+    pub fn new(secret: &[u8], ttl_secs: i64) -> Result<SessionSigner, String> {
+        let mac = HmacSha256::new_from_slice(secret).map_err(|e| format!("session signer: {e}"))?;
+        Ok(SessionSigner { mac, ttl_secs })
+    }
+
+    pub fn issue(&self, version: &str, key: Option<&str>, now_unix: i64) -> String {
+        let body = format!("s1.{version}.{}.{now_unix}", key.unwrap_or("-"));
+        format!("{body}.{}", self.tag(&body))
+    }
+
+    /// The session, if `id` is one this secret issued, for `key`, and not expired at `now_unix`.
+    pub fn verify(&self, id: &str, key: Option<&str>, now_unix: i64) -> Option<Session> {
+        let (body, tag) = id.rsplit_once('.')?;
+        if !constant_time_eq(self.tag(body).as_bytes(), tag.as_bytes()) {
+            return None;
+        }
+        let mut parts = body.splitn(4, '.');
+        let (s1, version, owner, issued) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let issued: i64 = issued.parse().ok()?;
+        let fresh = issued <= now_unix + 60 && now_unix - issued <= self.ttl_secs;
+        (s1 == "s1" && owner == key.unwrap_or("-") && fresh).then(|| Session {
+            version: version.to_owned(),
+            key: owner.to_owned(),
+            issued_unix: issued,
+        })
+    }
+
+    fn tag(&self, body: &str) -> String {
+        let mut mac = self.mac.clone();
+        mac.update(body.as_bytes());
+        mac.finalize().into_bytes()[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_is_accepted_by_any_signer_with_the_secret_for_its_key_until_it_expires() {
+        let a = SessionSigner::new(b"one secret", 3600).unwrap();
+        let b = SessionSigner::new(b"one secret", 3600).unwrap();
+        let id = a.issue("2025-11-25", Some("k_1"), 1_000);
+        let s = b.verify(&id, Some("k_1"), 1_100).unwrap();
+        assert_eq!((s.version.as_str(), s.key.as_str(), s.issued_unix), ("2025-11-25", "k_1", 1_000));
+        assert!(b.verify(&id, Some("k_2"), 1_100).is_none(), "bound to its key");
+        assert!(b.verify(&id, None, 1_100).is_none());
+        assert!(b.verify(&id, Some("k_1"), 1_000 + 3601).is_none(), "expired");
+        assert!(
+            SessionSigner::new(b"other", 3600).unwrap().verify(&id, Some("k_1"), 1_100).is_none(),
+            "another secret"
+        );
+        let forged = id.replacen("k_1", "k_2", 1);
+        assert!(b.verify(&forged, Some("k_2"), 1_100).is_none(), "altered");
+        assert!(b.verify("garbage", None, 0).is_none());
+        let open = a.issue("2025-06-18", None, 5);
+        assert_eq!(a.verify(&open, None, 6).unwrap().key, "-");
+    }
+}

@@ -1,0 +1,332 @@
+//! The MCP gateway, black box: the real gateway in front of mock MCP servers over Streamable
+//! HTTP, spoken to with raw JSON-RPC over HTTP (the official SDKs run in tests/conformance).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use http::Method;
+use serde_json::{json, Value};
+use switchyard_testkit::{McpMock, McpMockConfig, TestClient, TestResponse};
+
+const MASTER: &str = "master-key-for-mcp-tests";
+
+async fn mcp_mock(cfg: McpMockConfig) -> McpMock {
+    McpMock::start("127.0.0.1:0".parse().unwrap(), cfg).await.unwrap()
+}
+
+/// A gateway with `servers` (name, mock) behind `/mcp`, keys on, usage recorded.
+async fn mcp_gateway(servers: &[(&str, &McpMock)], extra: &str) -> (switchyard_gateway::RunningGateway, String) {
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let mut yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\nmcp:\n  servers:\n",
+        dir.display()
+    );
+    for (name, mock) in servers {
+        yaml.push_str(&format!(
+            "    - {{name: {name}, url: '{}', headers: {{Authorization: 'Bearer upstream-{name}'}}{extra}}}\n",
+            mock.url()
+        ));
+    }
+    (gateway_yaml(&yaml).await, db)
+}
+
+struct Session<'a> {
+    client: TestClient,
+    url: String,
+    key: &'a str,
+    id: Option<String>,
+}
+
+impl<'a> Session<'a> {
+    fn new(gw: &switchyard_gateway::RunningGateway, path: &str, key: &'a str) -> Session<'a> {
+        Session { client: TestClient::new(), url: format!("{}{path}", gw.url()), key, id: None }
+    }
+
+    async fn post(&self, body: &Value, extra: &[(&str, &str)]) -> TestResponse {
+        self.post_raw(serde_json::to_vec(body).unwrap(), extra).await
+    }
+
+    async fn post_raw(&self, body: Vec<u8>, extra: &[(&str, &str)]) -> TestResponse {
+        let auth = format!("Bearer {}", self.key);
+        let mut headers = vec![("authorization", auth.as_str()), ("accept", "application/json, text/event-stream")];
+        if let Some(id) = &self.id {
+            headers.push(("mcp-session-id", id.as_str()));
+        }
+        headers.extend_from_slice(extra);
+        self.client.request(Method::POST, &self.url, Bytes::from(body), &headers).await.unwrap()
+    }
+
+    async fn initialize(&mut self) -> Value {
+        let r = self
+            .post(
+                &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}),
+                &[],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        self.id = Some(r.header("mcp-session-id").expect("a session id").to_owned());
+        let ack = self.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &[]).await;
+        assert_eq!(ack.status, 202);
+        r.json()
+    }
+
+    async fn call(&self, id: u64, method: &str, params: Value) -> Value {
+        let r = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["id"], id, "answers carry the request's id: {v}");
+        v
+    }
+}
+
+fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[tokio::test]
+async fn the_aggregated_endpoint_lists_every_page_of_every_server_and_calls_through() {
+    let paged = mcp_mock(McpMockConfig { extra_tools: 95, page_size: 40, ..Default::default() }).await;
+    let sse = mcp_mock(McpMockConfig { sse: true, ..Default::default() }).await;
+    let (gw, _) = mcp_gateway(&[("files", &paged), ("search", &sse)], "").await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    let init = s.initialize().await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "a session revision it knows is kept");
+    assert!(init["result"]["capabilities"]["tools"].is_object());
+
+    let list = s.call(1, "tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 2 * 6 + 95, "every upstream page, both servers");
+    assert!(names.iter().all(|n| valid_tool_name(n)), "{names:?}");
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "deterministic order");
+    assert!(names.contains(&"files__tool_94") && names.contains(&"search__echo"));
+    assert!(list["result"].get("nextCursor").is_none(), "one page for clients that never follow cursors");
+
+    // A JSON answer and an SSE answer upstream both come back as the result.
+    for tool in ["files__echo", "search__echo"] {
+        let r = s.call(2, "tools/call", json!({"name": tool, "arguments": {"text": "hi there"}})).await;
+        assert_eq!(r["result"]["content"][0]["text"], "hi there", "{tool}: {r}");
+    }
+    let r = s.call(3, "tools/call", json!({"name": "files__fail", "arguments": {}})).await;
+    assert_eq!(r["result"]["isError"], true, "a tool's own error is a result, not a JSON-RPC error");
+    let r = s.call(4, "tools/call", json!({"name": "files__large", "arguments": {"kb": 512}})).await;
+    assert_eq!(r["result"]["content"][0]["text"].as_str().unwrap().len(), 512 * 1024);
+    assert_eq!(paged.stats().calls["echo"], 1);
+    assert_eq!(sse.stats().calls["echo"], 1);
+}
+
+#[tokio::test]
+async fn one_server_passes_through_under_its_own_names_with_resources_and_prompts() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let (gw, _) = mcp_gateway(&[("files", &m)], ", tools: {deny: ['write_*']}").await;
+    let mut s = Session::new(&gw, "/mcp/files", MASTER);
+    s.initialize().await;
+    let list = s.call(1, "tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"echo") && !names.contains(&"write_file"), "own names, config deny applied: {names:?}");
+    let r = s.call(2, "tools/call", json!({"name": "add", "arguments": {"a": 2, "b": 3}})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "5");
+    let r = s.call(3, "tools/call", json!({"name": "write_file", "arguments": {"path": "/x"}})).await;
+    assert_eq!(r["error"]["code"], -32602, "a denied tool does not exist: {r}");
+    assert_eq!(m.stats().calls.get("write_file"), None, "and never reached the upstream");
+    assert_eq!(s.call(4, "resources/list", json!({})).await["result"]["resources"][0]["uri"], "mock://readme");
+    assert_eq!(s.call(5, "prompts/get", json!({"name": "greet"})).await["result"]["messages"][0]["role"], "user");
+    let unknown =
+        Session::new(&gw, "/mcp/nope", MASTER).post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}), &[]).await;
+    assert_eq!(unknown.status, 404);
+}
+
+#[tokio::test]
+async fn sessions_and_json_rpc_errors_follow_the_spec() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let (gw, _) = mcp_gateway(&[("files", &m)], "").await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    assert_eq!(s.post(&ping, &[]).await.status, 400, "no session yet");
+    s.initialize().await;
+    assert_eq!(s.call(1, "ping", json!({})).await["result"], json!({}));
+    // Another instance with the same secret accepts the session; a tampered one is unknown: 404.
+    let good = s.id.clone().unwrap();
+    s.id = Some(format!("{}0", &good[..good.len() - 1]));
+    assert_eq!(s.post(&ping, &[]).await.status, 404);
+    s.id = Some(good);
+    let code = |r: TestResponse| r.json()["error"]["code"].as_i64().unwrap();
+    assert_eq!(code(s.post_raw(b"{not json".to_vec(), &[]).await), -32700);
+    assert_eq!(code(s.post_raw(b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]".to_vec(), &[]).await), -32600);
+    assert_eq!(code(s.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "nope/nope"}), &[]).await), -32601);
+    assert_eq!(
+        code(s.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}), &[]).await),
+        -32602
+    );
+    assert_eq!(
+        code(
+            s.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "files__nope"}}), &[])
+                .await
+        ),
+        -32602
+    );
+    let r = s.post(&ping, &[("mcp-protocol-version", "1999-01-01")]).await;
+    assert_eq!(r.status, 400, "an unsupported protocol version header");
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(11 << 20));
+    assert_eq!(s.post_raw(big.into_bytes(), &[]).await.status, 413);
+    let auth = format!("Bearer {MASTER}");
+    let get = s.client.request(Method::GET, &s.url, Bytes::new(), &[("authorization", &auth)]).await.unwrap();
+    assert_eq!(get.status, 405);
+    let sid = s.id.clone().unwrap();
+    let del = s
+        .client
+        .request(Method::DELETE, &s.url, Bytes::new(), &[("authorization", &auth), ("mcp-session-id", &sid)])
+        .await
+        .unwrap();
+    assert_eq!(del.status, 200);
+}
+
+#[tokio::test]
+async fn keys_are_checked_and_their_mcp_permissions_filter_lists_and_calls() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let other = mcp_mock(McpMockConfig::default()).await;
+    let (gw, _) = mcp_gateway(&[("files", &m), ("search", &other)], "").await;
+    let client = TestClient::new();
+    let anonymous = client
+        .post_json(&format!("{}/mcp", gw.url()), br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#, &[])
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status, 401, "no key, no MCP");
+    let auth = format!("Bearer {MASTER}");
+    let created = client
+        .post_json(
+            &format!("{}/admin/keys", gw.url()),
+            br#"{"mcp_servers": ["files"], "mcp_tools": ["files__echo", "files__add"], "rpm": 3}"#,
+            &[("authorization", &auth)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert_eq!(created.json()["mcp_servers"], json!(["files"]));
+    let key = created.json()["key"].as_str().unwrap().to_owned();
+    let mut s = Session::new(&gw, "/mcp", &key);
+    s.initialize().await;
+    let list = s.call(1, "tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["files__add", "files__echo"]);
+    let r = s.call(2, "tools/call", json!({"name": "files__large", "arguments": {"kb": 1}})).await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["data"]["reason"], "forbidden");
+    assert_eq!(m.stats().calls.get("large"), None, "a forbidden call never reaches the upstream");
+    // The key's request-rate limit covers tool calls: rpm 3.
+    for i in 0..3 {
+        let r = s.call(10 + i, "tools/call", json!({"name": "files__echo", "arguments": {"text": "x"}})).await;
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let r = s.call(20, "tools/call", json!({"name": "files__echo", "arguments": {"text": "x"}})).await;
+    assert_eq!(r["error"]["data"]["reason"], "rate_limited", "{r}");
+    // A session is bound to its key.
+    let mut stolen = Session::new(&gw, "/mcp", MASTER);
+    stolen.id = s.id.clone();
+    assert_eq!(stolen.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}), &[]).await.status, 404);
+    // Upstreams see their configured credentials, never the client's key.
+    let seen = m.stats().authorizations;
+    assert_eq!(seen, ["Bearer upstream-files"], "{seen:?}");
+}
+
+#[tokio::test]
+async fn progress_is_relayed_and_cancellation_reaches_the_upstream() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let (gw, _) = mcp_gateway(&[("files", &m)], "").await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "files__slow", "arguments": {"ms": 60, "steps": 3}, "_meta": {"progressToken": "p-1"}}});
+    let r = s.post(&body, &[]).await;
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let events: Vec<Value> = r
+        .text()
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let progress: Vec<&Value> = events.iter().filter(|e| e["method"] == "notifications/progress").collect();
+    assert_eq!(progress.len(), 3, "{events:?}");
+    assert!(progress.iter().all(|p| p["params"]["progressToken"] == "p-1"), "the client's token comes back");
+    assert_eq!(events.last().unwrap()["id"], 7);
+    assert_eq!(events.last().unwrap()["result"]["content"][0]["text"], "waited 60 ms");
+
+    // A long call, cancelled by the client while it runs.
+    let long = json!({"jsonrpc": "2.0", "id": "c-1", "method": "tools/call",
+        "params": {"name": "files__slow", "arguments": {"ms": 5000, "steps": 50}}});
+    let s = std::sync::Arc::new(s);
+    let caller = {
+        let s = s.clone();
+        tokio::spawn(async move { s.post(&long, &[]).await })
+    };
+    while m.stats().calls.get("slow").copied().unwrap_or(0) < 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c-1", "reason": "user"}});
+    assert_eq!(s.post(&cancel, &[]).await.status, 202);
+    while m.stats().stopped_early < 1 {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    assert_eq!(m.stats().cancelled.len(), 1, "the upstream was told, under its own request id");
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(2), caller).await.unwrap().unwrap();
+    assert_eq!(answer.status, 200, "the cancelled request ends at once");
+}
+
+#[tokio::test]
+async fn a_restarted_upstream_session_is_reopened_transparently() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let (gw, _) = mcp_gateway(&[("files", &m)], "").await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    let echo = json!({"name": "files__echo", "arguments": {"text": "a"}});
+    assert_eq!(s.call(1, "tools/call", echo.clone()).await["result"]["content"][0]["text"], "a");
+    m.forget_sessions();
+    assert_eq!(s.call(2, "tools/call", echo).await["result"]["content"][0]["text"], "a");
+    assert_eq!(m.stats().initialized, 2, "the gateway opened a new upstream session after the 404");
+}
+
+#[tokio::test]
+async fn every_tool_call_gets_a_usage_record_and_metrics() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let (gw, db) = mcp_gateway(&[("files", &m)], "").await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    s.call(1, "tools/call", json!({"name": "files__echo", "arguments": {"text": "hello"}})).await;
+    s.call(2, "tools/call", json!({"name": "files__fail", "arguments": {}})).await;
+    let rows = records(&db, 2).await;
+    assert_eq!(rows.len(), 2, "one record per tool call: {rows:?}");
+    let detail: Vec<(String, String, Option<String>, Option<i64>)> = {
+        let sql = "SELECT backend, model_served, tool, response_bytes FROM usage_records ORDER BY tool";
+        if db.starts_with("sqlite:") {
+            sqlx::query_as(sql).fetch_all(&sqlx::SqlitePool::connect(&db).await.unwrap()).await.unwrap()
+        } else {
+            sqlx::query_as(sql).fetch_all(&sqlx::PgPool::connect(&db).await.unwrap()).await.unwrap()
+        }
+    };
+    assert_eq!(detail[0].0, "files");
+    assert_eq!(detail[0].1, "mcp:files");
+    assert_eq!((detail[0].2.as_deref(), detail[1].2.as_deref()), (Some("echo"), Some("fail")));
+    assert!(detail[0].3.unwrap() > 0);
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"switchyard_mcp_tool_calls_total{server="files",tool="echo",status="ok"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"switchyard_mcp_tool_calls_total{server="files",tool="fail",status="tool_error"} 1"#));
+    assert!(metrics.contains(r#"switchyard_mcp_tool_call_duration_seconds_count{server="files"} 2"#));
+}
+
+#[tokio::test]
+async fn without_mcp_config_there_is_no_mcp_endpoint() {
+    let backend = mock(&["m"]).await;
+    let gw = gateway(&[&backend], "").await;
+    let r = TestClient::new().post_json(&format!("{}/mcp", gw.url()), b"{}", &[]).await.unwrap();
+    assert_eq!(r.status, 404);
+}
