@@ -105,7 +105,13 @@ pub struct Front {
     hub: Arc<Hub>,
     signer: SessionSigner,
     in_flight: Mutex<HashMap<(String, String), InFlight>>,
+    /// Sessions a client ended with DELETE (id → issued at), until they would have expired.
+    /// Per instance: another instance still accepts them until the fleet layer shares this.
+    ended: Mutex<HashMap<String, i64>>,
 }
+
+/// Ended sessions remembered before expired ones are swept.
+const ENDED_SWEEP_ABOVE: usize = 10_000;
 
 /// The JSON-RPC error code of a tool call refused by the key's rate limit (implementation-defined
 /// server error range).
@@ -116,7 +122,12 @@ pub const SESSION_TTL_SECS: i64 = 24 * 3600;
 
 impl Front {
     pub fn new(hub: Arc<Hub>, secret: &[u8]) -> Result<Front, String> {
-        Ok(Front { hub, signer: SessionSigner::new(secret, SESSION_TTL_SECS)?, in_flight: Mutex::new(HashMap::new()) })
+        Ok(Front {
+            hub,
+            signer: SessionSigner::new(secret, SESSION_TTL_SECS)?,
+            in_flight: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn hub(&self) -> &Arc<Hub> {
@@ -138,10 +149,13 @@ impl Front {
             // No server-initiated stream: the spec lets a server answer GET with 405.
             http::Method::GET => return Answer::empty(405),
             http::Method::DELETE => {
-                return match req.session.and_then(|s| self.signer.verify(s, req.key, req.now_unix)) {
-                    Some(_) => Answer::empty(200),
+                return match req.session.filter(|s| self.session_valid(s, req.key, req.now_unix)) {
+                    Some(id) => {
+                        self.end_session(id, req.key, req.now_unix);
+                        Answer::empty(200)
+                    }
                     None => Answer::empty(404),
-                }
+                };
             }
             _ => return Answer::empty(405),
         }
@@ -165,7 +179,7 @@ impl Front {
             let e = RpcError::new(jsonrpc::INVALID_REQUEST, "missing Mcp-Session-Id: send `initialize` first");
             return Answer::rpc_error(400, None, e);
         };
-        if self.signer.verify(session_id, req.key, req.now_unix).is_none() {
+        if !self.session_valid(session_id, req.key, req.now_unix) {
             let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or expired session: initialize again");
             return Answer::rpc_error(404, None, e);
         }
@@ -182,6 +196,19 @@ impl Front {
                 self.request(&req, session_id, id, &method, params.unwrap_or_else(|| json!({}))).await
             }
         }
+    }
+
+    fn session_valid(&self, id: &str, key: Option<&str>, now_unix: i64) -> bool {
+        self.signer.verify(id, key, now_unix).is_some() && !crate::hub_lock(&self.ended).contains_key(id)
+    }
+
+    fn end_session(&self, id: &str, key: Option<&str>, now_unix: i64) {
+        let Some(session) = self.signer.verify(id, key, now_unix) else { return };
+        let mut ended = crate::hub_lock(&self.ended);
+        if ended.len() >= ENDED_SWEEP_ABOVE {
+            ended.retain(|_, issued| now_unix - *issued <= SESSION_TTL_SECS);
+        }
+        ended.insert(id.to_owned(), session.issued_unix);
     }
 
     async fn initialize(&self, req: &Request<'_>, id: &Id, params: Option<&Value>) -> Answer {

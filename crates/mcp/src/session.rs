@@ -1,4 +1,5 @@
-//! Session ids that need no session store: `s1.{version}.{key}.{issued}.{mac}`, where `mac` is
+//! Session ids that need no session store: `s1.{version}.{key}.{issued}.{nonce}.{mac}` (`nonce`:
+//! 8 random bytes, so two sessions never share an id), where `mac` is
 //! an HMAC-SHA256 (first 16 bytes, hex) over the rest under the gateway's secret. Any instance
 //! with the same secret accepts a session another instance issued, and a session is bound to the
 //! key that opened it. A forged, altered, foreign-key or expired id is "unknown": the client gets
@@ -32,7 +33,14 @@ impl SessionSigner {
     }
 
     pub fn issue(&self, version: &str, key: Option<&str>, now_unix: i64) -> String {
-        let body = format!("s1.{version}.{}.{now_unix}", key.unwrap_or("-"));
+        let mut nonce = [0u8; 8];
+        if getrandom::getrandom(&mut nonce).is_err() {
+            // No OS randomness: a process-wide counter still keeps ids apart.
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            nonce = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_le_bytes();
+        }
+        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let body = format!("s1.{version}.{}.{now_unix}.{nonce}", key.unwrap_or("-"));
         format!("{body}.{}", self.tag(&body))
     }
 
@@ -42,8 +50,9 @@ impl SessionSigner {
         if !constant_time_eq(self.tag(body).as_bytes(), tag.as_bytes()) {
             return None;
         }
-        let mut parts = body.splitn(4, '.');
+        let mut parts = body.splitn(5, '.');
         let (s1, version, owner, issued) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        parts.next()?; // the nonce
         let issued: i64 = issued.parse().ok()?;
         let fresh = issued <= now_unix + 60 && now_unix - issued <= self.ttl_secs;
         (s1 == "s1" && owner == key.unwrap_or("-") && fresh).then(|| Session {
@@ -85,6 +94,7 @@ mod tests {
         let forged = id.replacen("k_1", "k_2", 1);
         assert!(b.verify(&forged, Some("k_2"), 1_100).is_none(), "altered");
         assert!(b.verify("garbage", None, 0).is_none());
+        assert_ne!(a.issue("2025-11-25", Some("k_1"), 1_000), id, "two sessions opened together differ");
         let open = a.issue("2025-06-18", None, 5);
         assert_eq!(a.verify(&open, None, 6).unwrap().key, "-");
     }

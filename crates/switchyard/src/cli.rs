@@ -88,6 +88,23 @@ enum Command {
             default_value_t = switchyard_testkit::KvCacheConfig::default().slots)]
         slots: usize,
     },
+    /// Run a mock MCP server over Streamable HTTP (for tests, demos and benchmarks).
+    MockMcp {
+        #[arg(long, default_value = "127.0.0.1:8100")]
+        listen: SocketAddr,
+        /// Generated `tool_{i}` tools besides the fixed ones (echo, add, slow, fail, large, write_file).
+        #[arg(long, default_value_t = 0)]
+        extra_tools: usize,
+        /// Tools per `tools/list` page.
+        #[arg(long, default_value_t = 100)]
+        page_size: usize,
+        /// Answer every request as an SSE stream instead of JSON.
+        #[arg(long)]
+        sse: bool,
+        /// Delay before answering each tool call.
+        #[arg(long, default_value_t = 0)]
+        call_delay_ms: u64,
+    },
     /// Manage virtual keys through a running gateway's admin API.
     Keys(crate::keys::KeysArgs),
     /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory.
@@ -180,6 +197,10 @@ pub fn main() -> ExitCode {
                     kv_cache,
                 };
                 switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
+            }
+            Command::MockMcp { listen, extra_tools, page_size, sse, call_delay_ms } => {
+                let cfg = switchyard_testkit::McpMockConfig { extra_tools, page_size, sse, call_delay_ms };
+                switchyard_testkit::mcp::run_cli(listen, cfg).await.map_err(|e| format!("mock-mcp: {e}"))
             }
             Command::Bench(args) => switchyard_bench::run(*args).await,
             Command::Keys(args) => crate::keys::run(args).await,

@@ -1,0 +1,170 @@
+"""The official MCP Python SDK (the 1.x line, session handshake) against the gateway's MCP endpoints.
+
+Two mock MCP servers (`switchyard mock-mcp`): `files` lists its tools over several pages and answers
+with JSON, `search` answers every request as an SSE stream. The gateway (`switchyard serve`) has
+keys on; the SDK is used unmodified, with the key as a bearer token.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import anyio
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client  # 1.x: headers as an argument
+from mcp.shared.exceptions import McpError
+
+from conftest import Proc, start, start_gateway
+
+MASTER = "sk-mcp-conformance-master"
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@pytest.fixture(scope="module")
+def mcp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    log_dir = tmp_path_factory.mktemp("mcp")
+    procs: list[Proc] = []
+    try:
+        files = start("mcp-files", ["mock-mcp", "--listen", "127.0.0.1:0", "--extra-tools", "95", "--page-size", "40"], log_dir)
+        procs.append(files)
+        search = start("mcp-search", ["mock-mcp", "--listen", "127.0.0.1:0", "--sse"], log_dir)
+        procs.append(search)
+        data = log_dir / "data"
+        data.mkdir()
+        config = log_dir / "gateway.yaml"
+        config.write_text(
+            "listen: 127.0.0.1:0\n"
+            f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
+            f"auth: {{master_key: {MASTER}}}\n"
+            "mcp:\n  servers:\n"
+            f"    - {{name: files, url: '{files.url}', tools: {{deny: ['write_*']}}}}\n"
+            f"    - {{name: search, url: '{search.url}'}}\n"
+        )
+        gateway = start_gateway("mcp-gateway", config, log_dir)
+        procs.append(gateway)
+        yield {"url": gateway.url, "files": files, "search": search}
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def run(coro_fn, *args):
+    return anyio.run(coro_fn, *args)
+
+
+async def with_session(url: str, key: str, body):
+    async with streamablehttp_client(url, headers={"Authorization": f"Bearer {key}"}) as (read, write, session_id):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            return await body(session, init, session_id())
+
+
+def create_key(url: str, **fields) -> str:
+    r = httpx.post(f"{url}/admin/keys", json=fields, headers={"Authorization": f"Bearer {MASTER}"})
+    assert r.status_code == 201, r.text
+    return r.json()["key"]
+
+
+def test_initialize_and_the_aggregated_catalogue(mcp_stack):
+    async def body(session, init, session_id):
+        assert init.protocolVersion == "2025-11-25"
+        assert init.serverInfo.name == "switchyard"
+        assert session_id, "the gateway issued a session id"
+        tools = (await session.list_tools()).tools
+        return [t.name for t in tools], tools
+
+    names, tools = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
+    assert all(NAME.match(n) for n in names), names
+    assert names == sorted(names), "a deterministic order"
+    # files: 5 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 6.
+    assert len(names) == 5 + 95 + 6
+    assert "files__tool_94" in names and "files__write_file" not in names and "search__slow" in names
+    echo = next(t for t in tools if t.name == "files__echo")
+    assert echo.inputSchema["required"] == ["text"], "schemas pass through"
+
+
+def test_calls_answered_as_json_and_as_sse(mcp_stack):
+    async def body(session, init, session_id):
+        a = await session.call_tool("files__echo", {"text": "json upstream"})
+        b = await session.call_tool("search__echo", {"text": "sse upstream"})
+        c = await session.call_tool("files__add", {"a": 2, "b": 40})
+        d = await session.call_tool("files__fail", {})
+        return a, b, c, d
+
+    a, b, c, d = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
+    assert a.content[0].text == "json upstream" and not a.isError
+    assert b.content[0].text == "sse upstream"
+    assert c.content[0].text == "42"
+    assert d.isError is True
+
+
+def test_progress_is_relayed_to_the_sdk(mcp_stack):
+    seen: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total))
+
+    async def body(session, init, session_id):
+        return await session.call_tool("files__slow", {"ms": 90, "steps": 3}, progress_callback=on_progress)
+
+    result = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
+    assert result.content[0].text == "waited 90 ms"
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_one_server_passed_through_with_its_resources(mcp_stack):
+    async def body(session, init, session_id):
+        tools = [t.name for t in (await session.list_tools()).tools]
+        resources = (await session.list_resources()).resources
+        read = await session.read_resource(resources[0].uri)
+        return tools, read
+
+    tools, read = run(with_session, f"{mcp_stack['url']}/mcp/files", MASTER, body)
+    assert "echo" in tools and "tool_94" in tools and "write_file" not in tools
+    assert read.contents[0].text == "hello from the mock"
+
+
+def test_a_forbidden_tool_is_a_json_rpc_error_and_is_not_listed(mcp_stack):
+    key = create_key(mcp_stack["url"], mcp_servers=["search"], mcp_tools=["search__echo"])
+
+    async def body(session, init, session_id):
+        names = [t.name for t in (await session.list_tools()).tools]
+        with pytest.raises(McpError) as refused:
+            await session.call_tool("search__large", {"kb": 1})
+        ok = await session.call_tool("search__echo", {"text": "allowed"})
+        return names, refused.value, ok
+
+    names, refused, ok = run(with_session, f"{mcp_stack['url']}/mcp", key, body)
+    assert names == ["search__echo"]
+    assert refused.error.code == -32602 and "not permitted" in refused.error.message
+    assert ok.content[0].text == "allowed"
+
+
+def test_a_missing_key_is_refused(mcp_stack):
+    r = httpx.post(
+        f"{mcp_stack['url']}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+        headers={"Accept": "application/json, text/event-stream"},
+    )
+    assert r.status_code == 401
+
+
+def test_an_unknown_session_is_404_and_a_new_session_works(mcp_stack):
+    url = f"{mcp_stack['url']}/mcp"
+    headers = {"Authorization": f"Bearer {MASTER}", "Accept": "application/json, text/event-stream"}
+
+    async def body(session, init, session_id):
+        return session_id
+
+    old = run(with_session, url, MASTER, body)
+    tampered = old[:-1] + ("0" if old[-1] != "0" else "1")
+    r = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers={**headers, "Mcp-Session-Id": tampered})
+    assert r.status_code == 404, "a session the gateway did not issue is unknown: the client re-initialises"
+    # The SDK ended its session with DELETE on the way out: that session is gone too.
+    r = httpx.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers={**headers, "Mcp-Session-Id": old})
+    assert r.status_code == 404
+    assert run(with_session, url, MASTER, body) != old, "re-initialising gets a fresh session"
