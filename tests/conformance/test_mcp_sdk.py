@@ -1,7 +1,8 @@
 """The official MCP Python SDK (the 1.x line, session handshake) against the gateway's MCP endpoints.
 
-Two mock MCP servers (`switchyard mock-mcp`): `files` lists its tools over several pages and answers
-with JSON, `search` answers every request as an SSE stream. The gateway (`switchyard serve`) has
+Three mock MCP servers (`switchyard mock-mcp`): `files` lists its tools over several pages and answers
+with JSON, `search` answers every request as an SSE stream, `local` is a stdio server the gateway
+runs as its own child process. The gateway (`switchyard serve`) has
 keys on; the SDK is used unmodified, with the key as a bearer token.
 """
 
@@ -18,7 +19,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client  # 1.x: headers as an argument
 from mcp.shared.exceptions import McpError
 
-from conftest import Proc, start, start_gateway
+from conftest import Proc, start, start_gateway, switchyard_bin
 
 MASTER = "sk-mcp-conformance-master"
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -43,6 +44,7 @@ def mcp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             "mcp:\n  servers:\n"
             f"    - {{name: files, url: '{files.url}', tools: {{deny: ['write_*']}}}}\n"
             f"    - {{name: search, url: '{search.url}'}}\n"
+            f"    - {{name: local, command: ['{switchyard_bin()}', mock-mcp, --stdio]}}\n"
         )
         gateway = start_gateway("mcp-gateway", config, log_dir)
         procs.append(gateway)
@@ -80,8 +82,9 @@ def test_initialize_and_the_aggregated_catalogue(mcp_stack):
     names, tools = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
     assert all(NAME.match(n) for n in names), names
     assert names == sorted(names), "a deterministic order"
-    # files: 5 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 6.
-    assert len(names) == 5 + 95 + 6
+    # files: 5 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 6;
+    # local (stdio): 6 + pid, crash, spawn_sleeper.
+    assert len(names) == 5 + 95 + 6 + 9
     assert "files__tool_94" in names and "files__write_file" not in names and "search__slow" in names
     echo = next(t for t in tools if t.name == "files__echo")
     assert echo.inputSchema["required"] == ["text"], "schemas pass through"
@@ -93,9 +96,11 @@ def test_calls_answered_as_json_and_as_sse(mcp_stack):
         b = await session.call_tool("search__echo", {"text": "sse upstream"})
         c = await session.call_tool("files__add", {"a": 2, "b": 40})
         d = await session.call_tool("files__fail", {})
-        return a, b, c, d
+        e = await session.call_tool("local__echo", {"text": "stdio upstream"})
+        return a, b, c, d, e
 
-    a, b, c, d = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
+    a, b, c, d, e = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
+    assert e.content[0].text == "stdio upstream"
     assert a.content[0].text == "json upstream" and not a.isError
     assert b.content[0].text == "sse upstream"
     assert c.content[0].text == "42"

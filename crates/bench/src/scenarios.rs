@@ -4,6 +4,7 @@
 
 mod affinity;
 mod failover;
+mod mcp;
 mod usage_query;
 
 use std::sync::{Arc, Mutex};
@@ -327,6 +328,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             usage_query::run(args.records, args.storage.as_deref(), pin, &mut report).await?;
             return Ok(report);
         }
+        // Mock MCP servers and a gateway in front of them.
+        "mcp" => {
+            let mut report = Report::default();
+            mcp::run(args, pin, &mut report).await?;
+            return Ok(report);
+        }
         // Their own backends (KV-cache mocks or `--backend` servers) and a gateway per strategy.
         "affinity" | "shared-prefix" | "affinity-quick" => {
             let mut report = Report::default();
@@ -341,7 +348,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, usage-query, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, usage-query, mcp, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

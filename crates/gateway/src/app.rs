@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::auth::{key, Auth, KeyLookup};
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, McpTransport};
 use crate::limit::{Budgets, MemoryLimiter};
 use crate::metrics::Metrics;
 use crate::records::KeyRecord;
@@ -140,16 +140,24 @@ fn mcp_front(
         .servers
         .iter()
         .map(|s| {
-            let headers: http::HeaderMap = s.headers.iter().cloned().collect();
-            let rules = s.clone();
-            switchyard_mcp::ServerSpec {
-                name: s.name.clone(),
-                upstream: Arc::new(switchyard_mcp::http_upstream::HttpUpstream::new(
-                    s.url.clone(),
-                    headers,
+            let upstream: Arc<dyn switchyard_mcp::Upstream> = match &s.transport {
+                McpTransport::Http { url, headers } => Arc::new(switchyard_mcp::http_upstream::HttpUpstream::new(
+                    url.clone(),
+                    headers.iter().cloned().collect(),
                     http.clone(),
                     s.timeout,
                 )),
+                McpTransport::Stdio { command, env } => Arc::new(switchyard_mcp::stdio_upstream::StdioUpstream::spawn(
+                    &s.name,
+                    command.clone(),
+                    env.clone(),
+                    s.timeout,
+                )),
+            };
+            let rules = s.clone();
+            switchyard_mcp::ServerSpec {
+                name: s.name.clone(),
+                upstream,
                 tool_filter: Box::new(move |tool| rules.tool_allowed(tool)),
             }
         })

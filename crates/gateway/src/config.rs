@@ -14,7 +14,7 @@ use std::time::Duration;
 
 pub use duration::parse_duration;
 pub use interpolate::{Env, ProcessEnv};
-pub use mcp::{McpConfig, McpServerConfig};
+pub use mcp::{McpConfig, McpServerConfig, McpTransport};
 
 /// Where a configuration problem is, and what it is. `path` is the YAML key path (`backends[1].url`).
 #[derive(Debug, Clone, PartialEq)]

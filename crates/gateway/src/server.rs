@@ -102,7 +102,11 @@ pub async fn start(
                 _ = stopped => {}
             }
         };
-        serve(listener, server_app, signal).await;
+        serve(listener, server_app.clone(), signal).await;
+        // Requests have drained: stop the MCP servers the gateway runs as child processes.
+        if let Some(mcp) = &server_app.mcp {
+            mcp.hub().shutdown().await;
+        }
         // In-flight requests have drained, so their records are in the journal: flush it.
         let Some(writer) = writer else { return };
         if !writer.shutdown(grace).await {

@@ -113,6 +113,11 @@ impl Hub {
         Ok(tools)
     }
 
+    /// Stop every upstream that runs as a process (stdio servers), and wait until each is gone.
+    pub async fn shutdown(&self) {
+        futures_join(self.servers.iter().map(|s| s.spec.upstream.shutdown())).await;
+    }
+
     /// Forget a server's cached tools (it said `notifications/tools/list_changed`).
     pub fn invalidate(&self, server: &str) {
         if let Some(i) = self.index(server) {

@@ -1,5 +1,5 @@
 //! Switchyard's MCP gateway: JSON-RPC and MCP protocol pieces (`jsonrpc`, `version`, `names`,
-//! `session`), upstream clients (`upstream`, `http_upstream`), the tool catalogue over every
+//! `session`), upstream clients (`upstream`, `http_upstream`, `stdio_upstream`), the tool catalogue over every
 //! upstream (`hub`), and the MCP server presented to clients (`front`). The gateway crate mounts
 //! the endpoints and applies keys, limits and usage; nothing here knows about them.
 
@@ -9,6 +9,7 @@ pub mod hub;
 pub mod jsonrpc;
 pub mod names;
 pub mod session;
+pub mod stdio_upstream;
 pub mod upstream;
 pub mod version;
 

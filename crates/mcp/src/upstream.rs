@@ -72,4 +72,9 @@ pub trait Upstream: Send + Sync {
 
     /// Send a notification; nothing comes back.
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>>;
+
+    /// Stop whatever runs the server (a child process); nothing for remote servers.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }

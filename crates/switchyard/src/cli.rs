@@ -104,6 +104,9 @@ enum Command {
         /// Delay before answering each tool call.
         #[arg(long, default_value_t = 0)]
         call_delay_ms: u64,
+        /// Serve on stdin/stdout instead of HTTP (a stdio MCP server; `--listen` is ignored).
+        #[arg(long)]
+        stdio: bool,
     },
     /// Manage virtual keys through a running gateway's admin API.
     Keys(crate::keys::KeysArgs),
@@ -198,9 +201,14 @@ pub fn main() -> ExitCode {
                 };
                 switchyard_testkit::run_cli(listen, cfg).await.map_err(|e| format!("mock: {e}"))
             }
-            Command::MockMcp { listen, extra_tools, page_size, sse, call_delay_ms } => {
-                let cfg = switchyard_testkit::McpMockConfig { extra_tools, page_size, sse, call_delay_ms };
-                switchyard_testkit::mcp::run_cli(listen, cfg).await.map_err(|e| format!("mock-mcp: {e}"))
+            Command::MockMcp { listen, extra_tools, page_size, sse, call_delay_ms, stdio } => {
+                let cfg = switchyard_testkit::McpMockConfig { extra_tools, page_size, sse, call_delay_ms, stdio };
+                let served = if stdio {
+                    switchyard_testkit::mcp::run_stdio(cfg).await
+                } else {
+                    switchyard_testkit::mcp::run_cli(listen, cfg).await
+                };
+                served.map_err(|e| format!("mock-mcp: {e}"))
             }
             Command::Bench(args) => switchyard_bench::run(*args).await,
             Command::Keys(args) => crate::keys::run(args).await,

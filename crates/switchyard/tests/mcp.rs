@@ -330,3 +330,91 @@ async fn without_mcp_config_there_is_no_mcp_endpoint() {
     let r = TestClient::new().post_json(&format!("{}/mcp", gw.url()), b"{}", &[]).await.unwrap();
     assert_eq!(r.status, 404);
 }
+
+#[tokio::test]
+async fn a_session_opened_on_one_instance_is_accepted_by_another_with_the_same_secret() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let secret = format!(", secret: '{}'", "s".repeat(32));
+    let extra_auth =
+        |yaml: String| yaml.replace(&format!("master_key: {MASTER}}}"), &format!("master_key: {MASTER}{secret}}}"));
+    let start = || async {
+        let dir = scratch_dir();
+        let yaml = format!(
+            "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nmcp:\n  servers:\n    - {{name: files, url: '{1}'}}\n",
+            dir.display(),
+            m.url()
+        );
+        gateway_yaml(&extra_auth(yaml)).await
+    };
+    let (a, b) = (start().await, start().await);
+    let mut on_a = Session::new(&a, "/mcp", MASTER);
+    on_a.initialize().await;
+    let mut on_b = Session::new(&b, "/mcp", MASTER);
+    on_b.id = on_a.id.clone();
+    let r = on_b.call(1, "tools/call", json!({"name": "files__echo", "arguments": {"text": "moved"}})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "moved", "{r}");
+}
+
+/// Running (not exited, not a zombie) per /proc.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn text_of(answer: &Value) -> String {
+    answer["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn a_stdio_server_is_supervised_restarted_when_it_dies_and_gone_after_shutdown() {
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nmcp:\n  servers:\n    - {{name: local, command: ['{1}', mock-mcp, --stdio], env: {{MOCK_MODE: test}}}}\n",
+        dir.display(),
+        env!("CARGO_BIN_EXE_switchyard")
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    let list = s.call(1, "tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"local__echo") && names.contains(&"local__crash"), "{names:?}");
+    assert_eq!(
+        text_of(&s.call(2, "tools/call", json!({"name": "local__echo", "arguments": {"text": "over stdio"}})).await),
+        "over stdio"
+    );
+    let first: u32 = text_of(&s.call(3, "tools/call", json!({"name": "local__pid"})).await).parse().unwrap();
+    let orphan: u32 = text_of(&s.call(4, "tools/call", json!({"name": "local__spawn_sleeper"})).await).parse().unwrap();
+    assert!(alive(first) && alive(orphan));
+
+    // It dies mid-call: the call fails at once, the process group goes, a new process starts.
+    let crashed = s.call(5, "tools/call", json!({"name": "local__crash"})).await;
+    assert!(crashed.get("error").is_some(), "{crashed}");
+    let mut second = first;
+    for i in 0..200 {
+        let r = s.call(10 + i, "tools/call", json!({"name": "local__pid"})).await;
+        if let Ok(pid) = text_of(&r).parse::<u32>() {
+            second = pid;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_ne!(second, first, "restarted");
+    assert!(!alive(first), "the crashed server is reaped");
+    for _ in 0..200 {
+        if !alive(orphan) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(!alive(orphan), "what the crashed server left in its process group is killed");
+
+    let orphan2: u32 =
+        text_of(&s.call(300, "tools/call", json!({"name": "local__spawn_sleeper"})).await).parse().unwrap();
+    gw.shutdown().await;
+    assert!(!alive(second), "no server process after shutdown");
+    assert!(!alive(orphan2), "and nothing of its process group");
+}

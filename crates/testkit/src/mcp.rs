@@ -3,15 +3,18 @@
 //! `echo {text}`, `add {a, b}`, `slow {ms, steps}` (progress notifications over SSE when the
 //! caller sent a progress token; stops when cancelled), `fail` (`isError: true`),
 //! `large {kb}`, plus `tool_0..N` to make listings span pages. It records what reached it
-//! (calls, cancellations, the `Authorization` header) for tests to assert on.
+//! (calls, cancellations, the `Authorization` header) for tests to assert on. `run_stdio` serves
+//! the same tools on stdin/stdout, one JSON-RPC message per line.
 
 mod server;
+mod stdio;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 pub use server::McpMock;
+pub use stdio::run_stdio;
 
 #[derive(Debug, Clone)]
 pub struct McpMockConfig {
@@ -23,11 +26,13 @@ pub struct McpMockConfig {
     pub sse: bool,
     /// Delay before answering a `tools/call`, in milliseconds.
     pub call_delay_ms: u64,
+    /// Serving on stdin/stdout (`run_stdio`): adds `pid`, `crash` and `spawn_sleeper`.
+    pub stdio: bool,
 }
 
 impl Default for McpMockConfig {
     fn default() -> Self {
-        McpMockConfig { extra_tools: 0, page_size: 100, sse: false, call_delay_ms: 0 }
+        McpMockConfig { extra_tools: 0, page_size: 100, sse: false, call_delay_ms: 0, stdio: false }
     }
 }
 

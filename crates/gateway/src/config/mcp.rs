@@ -57,12 +57,18 @@ pub struct McpConfig {
 }
 
 #[derive(Debug, Clone)]
+pub enum McpTransport {
+    /// Streamable HTTP at `url`, with `headers` (credentials) on every request.
+    Http { url: http::Uri, headers: Vec<(http::HeaderName, http::HeaderValue)> },
+    /// A child process speaking JSON-RPC on stdin/stdout, with only `env` (plus PATH and HOME).
+    Stdio { command: Vec<String>, env: Vec<(String, String)> },
+}
+
+#[derive(Debug, Clone)]
 pub struct McpServerConfig {
     /// The alias clients see: `[a-z0-9-]{1,16}`.
     pub name: String,
-    pub url: http::Uri,
-    /// Sent on every upstream request (credentials), after `${VAR}` interpolation.
-    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    pub transport: McpTransport,
     pub allow: Vec<String>,
     pub deny: Vec<String>,
     /// Per upstream request.
@@ -90,39 +96,29 @@ pub fn validate(raw: RawMcp) -> Result<McpConfig, ConfigError> {
         if !names.insert(s.name.clone()) {
             return Err(ConfigError::at(at("name"), format!("`{}` is used twice", s.name)));
         }
-        let url = match (s.url, s.command) {
-            (Some(url), None) => url,
-            (None, Some(_)) => {
-                return Err(ConfigError::at(
-                    at("command"),
-                    "stdio MCP servers are not supported by this build yet; run the server behind Streamable HTTP \
-                     and give its `url`",
-                ))
+        let transport = match (s.url, s.command) {
+            (Some(url), None) => {
+                if !s.env.is_empty() {
+                    return Err(ConfigError::at(at("env"), "`env` applies to `command` servers only"));
+                }
+                http_transport(&at, &url, s.headers)?
+            }
+            (None, Some(command)) => {
+                if command.first().is_none_or(String::is_empty) {
+                    return Err(ConfigError::at(at("command"), "give the program and its arguments"));
+                }
+                if !s.headers.is_empty() {
+                    return Err(ConfigError::at(at("headers"), "`headers` apply to `url` servers only"));
+                }
+                McpTransport::Stdio { command, env: s.env.into_iter().collect() }
             }
             _ => return Err(ConfigError::at(at("url"), "give exactly one of `url` and `command`")),
         };
-        if !s.env.is_empty() {
-            return Err(ConfigError::at(at("env"), "`env` applies to `command` servers only"));
-        }
-        let url: http::Uri = url.parse().map_err(|_| ConfigError::at(at("url"), format!("`{url}` is not a URL")))?;
-        if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
-            return Err(ConfigError::at(at("url"), "use an http:// or https:// URL"));
-        }
-        let mut headers = Vec::with_capacity(s.headers.len());
-        for (name, value) in s.headers {
-            let path = at(&format!("headers.{name}"));
-            let name = http::HeaderName::try_from(name.as_str())
-                .map_err(|_| ConfigError::at(&path, "not a valid header name"))?;
-            let mut value = http::HeaderValue::try_from(value.as_str())
-                .map_err(|_| ConfigError::at(&path, "not a valid header value"))?;
-            value.set_sensitive(true);
-            headers.push((name, value));
-        }
         let timeout = match &s.timeout {
             Some(t) => parse_duration(t).map_err(|m| ConfigError::at(at("timeout"), m))?,
             None => DEFAULT_TIMEOUT,
         };
-        servers.push(McpServerConfig { name: s.name, url, headers, allow: s.tools.allow, deny: s.tools.deny, timeout });
+        servers.push(McpServerConfig { name: s.name, transport, allow: s.tools.allow, deny: s.tools.deny, timeout });
     }
     if let Some(code) = raw.code_mode {
         let _ = (code.memory_mb, code.timeout, code.max_tool_calls, code.max_parallel_calls);
@@ -134,6 +130,28 @@ pub fn validate(raw: RawMcp) -> Result<McpConfig, ConfigError> {
         }
     }
     Ok(McpConfig { servers })
+}
+
+fn http_transport(
+    at: &dyn Fn(&str) -> String,
+    url: &str,
+    raw_headers: BTreeMap<String, String>,
+) -> Result<McpTransport, ConfigError> {
+    let url: http::Uri = url.parse().map_err(|_| ConfigError::at(at("url"), format!("`{url}` is not a URL")))?;
+    if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
+        return Err(ConfigError::at(at("url"), "use an http:// or https:// URL"));
+    }
+    let mut headers = Vec::with_capacity(raw_headers.len());
+    for (name, value) in raw_headers {
+        let path = at(&format!("headers.{name}"));
+        let name =
+            http::HeaderName::try_from(name.as_str()).map_err(|_| ConfigError::at(&path, "not a valid header name"))?;
+        let mut value = http::HeaderValue::try_from(value.as_str())
+            .map_err(|_| ConfigError::at(&path, "not a valid header value"))?;
+        value.set_sensitive(true);
+        headers.push((name, value));
+    }
+    Ok(McpTransport::Http { url, headers })
 }
 
 fn valid_alias(name: &str) -> bool {
@@ -157,7 +175,8 @@ mod tests {
         )
         .unwrap();
         let s = &c.mcp.servers[0];
-        assert_eq!(s.headers[0].1, "Bearer t0p");
+        let super::McpTransport::Http { headers, .. } = &s.transport else { panic!("an HTTP server") };
+        assert_eq!(headers[0].1, "Bearer t0p");
         assert!(s.tool_allowed("read_file") && !s.tool_allowed("write_file"));
     }
 
@@ -170,7 +189,11 @@ mod tests {
         );
         assert!(err("mcp: {servers: [{name: a}]}").starts_with("mcp.servers[0].url"));
         assert!(err("mcp: {servers: [{name: a, url: 'ftp://x'}]}").starts_with("mcp.servers[0].url"));
-        assert!(err("mcp: {servers: [{name: a, command: [npx, x]}]}").starts_with("mcp.servers[0].command"));
+        assert!(err("mcp: {servers: [{name: a, command: []}]}").starts_with("mcp.servers[0].command"));
+        assert!(err("mcp: {servers: [{name: a, url: 'http://a', env: {X: y}}]}").starts_with("mcp.servers[0].env"));
+        let c = load("mcp: {servers: [{name: files, command: [npx, server], env: {ROOT: '${TOKEN}'}}]}").unwrap();
+        let super::McpTransport::Stdio { command, env } = &c.mcp.servers[0].transport else { panic!("stdio") };
+        assert_eq!((command.len(), env[0].1.as_str()), (2, "t0p"));
         assert!(err("mcp: {servers: [{name: a, url: 'http://a', bogus: 1}]}").contains("bogus"));
         assert!(err("mcp: {code_mode: {enabled: true}}").starts_with("mcp.code_mode.enabled"));
     }

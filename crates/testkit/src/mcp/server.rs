@@ -71,10 +71,10 @@ impl Drop for McpMock {
     }
 }
 
-struct State {
-    cfg: McpMockConfig,
-    shared: SharedState,
-    next_session: AtomicU64,
+pub(super) struct State {
+    pub(super) cfg: McpMockConfig,
+    pub(super) shared: SharedState,
+    pub(super) next_session: AtomicU64,
 }
 
 fn reply(status: StatusCode, body: Option<Value>) -> Response<Body> {
@@ -200,8 +200,20 @@ fn fixed_tools() -> Vec<Value> {
     ]
 }
 
+fn process_tools() -> Vec<Value> {
+    let none = json!({"type": "object"});
+    vec![
+        json!({"name": "pid", "description": "The server's process id.", "inputSchema": none}),
+        json!({"name": "crash", "description": "Exit the server at once.", "inputSchema": none}),
+        json!({"name": "spawn_sleeper", "description": "Start a child process that sleeps; its pid.", "inputSchema": none}),
+    ]
+}
+
 fn all_tools(cfg: &McpMockConfig) -> Vec<Value> {
     let mut tools = fixed_tools();
+    if cfg.stdio {
+        tools.extend(process_tools());
+    }
     for i in 0..cfg.extra_tools {
         tools.push(json!({"name": format!("tool_{i}"), "description": format!("Generated tool {i}."), "inputSchema": {"type": "object"}}));
     }
@@ -212,7 +224,7 @@ fn text(t: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": t.into()}]})
 }
 
-async fn answer(
+pub(super) async fn answer(
     state: &State,
     method: &str,
     params: Value,
@@ -262,6 +274,13 @@ async fn answer(
                 }
                 "slow" => slow(state, &params, &args, id, notes).await,
                 other if other.starts_with("tool_") => Ok(text(other)),
+                // Process tools: only a mock on stdio runs in a process of its own.
+                "pid" if state.cfg.stdio => Ok(text(std::process::id().to_string())),
+                "crash" if state.cfg.stdio => std::process::exit(3),
+                "spawn_sleeper" if state.cfg.stdio => match std::process::Command::new("sleep").arg("300").spawn() {
+                    Ok(child) => Ok(text(child.id().to_string())),
+                    Err(e) => Err((-32603, e.to_string())),
+                },
                 other => Err((-32602, format!("unknown tool {other}"))),
             }
         }

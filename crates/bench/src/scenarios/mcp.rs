@@ -1,0 +1,122 @@
+//! `mcp`: MCP through the gateway against the same request made directly to the mock MCP server
+//! (`switchyard mock-mcp`), one connection, closed loop: `tools/call` answered as JSON, `tools/call`
+//! answered as an SSE stream, and `tools/list` (the gateway serves it from its cache; direct, the
+//! mock lists its own tools). Sessions are opened once per side before measuring, as a client would.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use serde_json::json;
+use switchyard_testkit::TestClient;
+
+use super::{cdf, measure, Mode};
+use crate::chart::{Chart, Series};
+use crate::load::RequestSpec;
+use crate::procs::Proc;
+use crate::report::Report;
+use crate::{BenchArgs, Pinning};
+
+pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
+    let mock = |name: &str, sse: bool| {
+        let mut a: Vec<String> = vec!["mock-mcp".into(), "--listen".into(), "127.0.0.1:0".into()];
+        if sse {
+            a.push("--sse".into());
+        }
+        Proc::start(name, &a, pin.mock.as_deref())
+    };
+    let json_mock = mock("mcp-json", false)?;
+    let sse_mock = mock("mcp-sse", true)?;
+    let config = format!(
+        "listen: 127.0.0.1:0\nmcp:\n  servers:\n    - {{name: j, url: '{}'}}\n    - {{name: s, url: '{}'}}\n",
+        json_mock.url, sse_mock.url
+    );
+    let gateway = super::start_gateway(&config, pin)?;
+    let gateway_mcp = format!("{}/mcp", gateway.url);
+    let direct_json = open_session(&json_mock.url).await?;
+    let direct_sse = open_session(&sse_mock.url).await?;
+    let through = open_session(&gateway_mcp).await?;
+    if let Some(rss) = gateway.rss_bytes() {
+        report.finding("mcp", "gateway RSS with two MCP servers, sessions open", super::mb(rss), "MB");
+    }
+
+    let call = |tool: &str| json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": {"text": "hello"}}});
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let phases = [
+        (
+            "tools/call, JSON answer",
+            spec(&json_mock.url, &direct_json, &call("echo"), false)?,
+            spec(&gateway_mcp, &through, &call("j__echo"), false)?,
+        ),
+        (
+            "tools/call, SSE answer",
+            spec(&sse_mock.url, &direct_sse, &call("echo"), true)?,
+            spec(&gateway_mcp, &through, &call("s__echo"), false)?,
+        ),
+        ("tools/list", spec(&json_mock.url, &direct_json, &list, false)?, spec(&gateway_mcp, &through, &list, false)?),
+    ];
+    let (d, w) = (args.phase(5.0), args.warmup());
+    let mut curves = Vec::new();
+    for (label, direct, via) in phases {
+        let ds = measure(&format!("{label}: direct"), &direct, Mode::Closed(1), w, d).await;
+        let gs = measure(&format!("{label}: gateway"), &via, Mode::Closed(1), w, d).await;
+        let sd = report.row("mcp", label, "direct", &ds);
+        let sg = report.row("mcp", label, "gateway", &gs);
+        report.finding("mcp", format!("{label}: added latency p50, 1 connection"), sg.p50 as f64 - sd.p50 as f64, "µs");
+        report.finding("mcp", format!("{label}: added latency p99, 1 connection"), sg.p99 as f64 - sd.p99 as f64, "µs");
+        if label.starts_with("tools/call, JSON") {
+            curves.push(Series { name: "direct".into(), points: cdf(&ds) });
+            curves.push(Series { name: "gateway".into(), points: cdf(&gs) });
+        }
+    }
+    report.charts.push((
+        "mcp-tools-call-cdf".into(),
+        Chart {
+            title: "MCP tools/call latency at 1 connection: direct vs through the gateway".into(),
+            x_label: "latency (µs)".into(),
+            y_label: "fraction of requests".into(),
+            series: curves,
+            x_log: true,
+            markers: vec![],
+        },
+    ));
+    Ok(())
+}
+
+/// `initialize` + `notifications/initialized`; the session id to send from then on.
+async fn open_session(url: &str) -> Result<String, String> {
+    let client = TestClient::new();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "switchyard-bench", "version": "1"}}});
+    let accept = ("accept", "application/json, text/event-stream");
+    let r = client
+        .post_json(url, init.to_string().as_bytes(), &[accept])
+        .await
+        .map_err(|e| format!("initialize at {url}: {e}"))?;
+    let session =
+        r.header("mcp-session-id").ok_or_else(|| format!("{url} answered initialize without a session"))?.to_owned();
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    client
+        .post_json(url, done.to_string().as_bytes(), &[accept, ("mcp-session-id", &session)])
+        .await
+        .map_err(|e| format!("notifications/initialized at {url}: {e}"))?;
+    Ok(session)
+}
+
+fn spec(url: &str, session: &str, body: &serde_json::Value, sse: bool) -> Result<Arc<RequestSpec>, String> {
+    let header = |v: &str| HeaderValue::from_str(v).map_err(|e| e.to_string());
+    Ok(Arc::new(RequestSpec {
+        uri: url.parse().map_err(|e| format!("bad URL {url}: {e}"))?,
+        body: Bytes::from(body.to_string()),
+        headers: vec![
+            (http::header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            (http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream")),
+            (HeaderName::from_static("mcp-session-id"), header(session)?),
+        ],
+        stream: sse,
+        stream_end: b"\"result\"",
+        backend_header: HeaderName::from_static("x-switchyard-backend"),
+        timeout: Duration::from_secs(30),
+    }))
+}
