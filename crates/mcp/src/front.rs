@@ -113,6 +113,9 @@ pub struct Front {
 /// Ended sessions remembered before expired ones are swept.
 const ENDED_SWEEP_ABOVE: usize = 10_000;
 
+/// The 2026-07-28 error for a protocol version the server does not speak; `data` lists those it does.
+pub const UNSUPPORTED_VERSION: i64 = -32022;
+
 /// The JSON-RPC error code of a tool call refused by the key's rate limit (implementation-defined
 /// server error range).
 pub const RATE_LIMITED: i64 = -32029;
@@ -169,6 +172,10 @@ impl Front {
                 return Answer::rpc_error(400, None, e);
             }
         }
+        // The stateless revision: the version travels in every request's `_meta`; no session.
+        if let Some(requested) = meta_version(&message) {
+            return self.stateless(&req, message, &requested).await;
+        }
         // `initialize` opens a session; everything else needs one.
         if let Message::Request { id, method, params } = &message {
             if method == "initialize" {
@@ -193,9 +200,68 @@ impl Front {
             // Answers to requests we never send (sampling, roots): accepted and dropped.
             Message::Response { .. } => Answer::empty(202),
             Message::Request { id, method, params } => {
-                self.request(&req, session_id, id, &method, params.unwrap_or_else(|| json!({}))).await
+                self.request(&req, session_id, false, id, &method, params.unwrap_or_else(|| json!({}))).await
             }
         }
+    }
+
+    /// A request of the stateless revision (2026-07-28): the version it names must be one we
+    /// speak (else -32022 with the ones we do), the `MCP-Protocol-Version` header must agree, and
+    /// closing the answer's stream is how it is cancelled.
+    async fn stateless(self: &Arc<Self>, req: &Request<'_>, message: Message, requested: &str) -> Answer {
+        let id = match &message {
+            Message::Request { id, .. } => Some(id.clone()),
+            _ => None,
+        };
+        if requested != version::STATELESS {
+            let mut e = RpcError::new(UNSUPPORTED_VERSION, format!("unsupported protocol version `{requested}`"));
+            e.data = Some(json!({"supported": supported_versions(), "requested": requested}));
+            return Answer::rpc_error(400, id.as_ref(), e);
+        }
+        if req.version_header.is_some_and(|h| h != requested) {
+            let e =
+                RpcError::new(jsonrpc::INVALID_REQUEST, "MCP-Protocol-Version does not match the request's `_meta`");
+            return Answer::rpc_error(400, id.as_ref(), e);
+        }
+        let Message::Request { id, method, params } = message else { return Answer::empty(202) };
+        let params = params.unwrap_or_else(|| json!({}));
+        match method.as_str() {
+            "server/discover" => {
+                let mut result = self.server_description(req.scope);
+                result["supportedVersions"] = json!(supported_versions());
+                result["resultType"] = json!("complete");
+                result["ttlMs"] = json!(0);
+                result["cacheScope"] = json!("private");
+                Answer::json(200, jsonrpc::result_value(&id, &result))
+            }
+            "ping" => Answer::json(200, jsonrpc::result_value(&id, &json!({"resultType": "complete"}))),
+            _ => {
+                // Cancellation is by closing the stream: no id to look calls up by, so each
+                // request gets a key of its own.
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let flight = format!("~{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                self.request(req, &flight, true, id, &method, params).await
+            }
+        }
+    }
+
+    /// Capabilities, instructions and server info: what `initialize` and `server/discover` say.
+    fn server_description(&self, scope: Scope<'_>) -> Value {
+        let capabilities = match scope {
+            Scope::All => json!({"tools": {"listChanged": true}}),
+            // One server: what it offers (tools, resources, prompts), as ours.
+            Scope::Server(_) => json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
+        };
+        let info = json!({"name": "switchyard", "version": env!("CARGO_PKG_VERSION")});
+        json!({
+            "capabilities": capabilities,
+            "serverInfo": info,
+            "_meta": {"io.modelcontextprotocol/serverInfo": info},
+            "instructions": match scope {
+                Scope::All => "Tools of every MCP server behind this gateway, named {server}__{tool}.".to_owned(),
+                Scope::Server(name) => format!("The `{name}` MCP server, through the Switchyard gateway."),
+            },
+        })
     }
 
     fn session_valid(&self, id: &str, key: Option<&str>, now_unix: i64) -> bool {
@@ -214,32 +280,22 @@ impl Front {
     async fn initialize(&self, req: &Request<'_>, id: &Id, params: Option<&Value>) -> Answer {
         let requested = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str);
         let agreed = version::negotiate(requested);
-        let capabilities = match req.scope {
-            Scope::All => json!({"tools": {"listChanged": true}}),
-            // One server: what it offers (tools, resources, prompts, completions), as ours.
-            Scope::Server(name) => match self.hub.upstream(name) {
-                Some(_) => json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
-                None => json!({}),
-            },
-        };
-        let result = json!({
-            "protocolVersion": agreed,
-            "capabilities": capabilities,
-            "serverInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
-            "instructions": match req.scope {
-                Scope::All => "Tools of every MCP server behind this gateway, named {server}__{tool}.".to_owned(),
-                Scope::Server(name) => format!("The `{name}` MCP server, through the Switchyard gateway."),
-            },
-        });
+        let mut result = self.server_description(req.scope);
+        result["protocolVersion"] = json!(agreed);
+        if let Some(m) = result.as_object_mut() {
+            m.remove("_meta");
+        }
         let mut answer = Answer::json(200, jsonrpc::result_value(id, &result));
         answer.session = Some(self.signer.issue(agreed, req.key, req.now_unix));
         answer
     }
 
+    /// `modern`: a stateless-revision request, whose results must carry `resultType`.
     async fn request(
         self: &Arc<Self>,
         req: &Request<'_>,
         session: &str,
+        modern: bool,
         id: Id,
         method: &str,
         params: Value,
@@ -259,21 +315,21 @@ impl Front {
                         d
                     })
                     .collect();
-                Answer::json(200, jsonrpc::result_value(&id, &json!({"tools": tools})))
+                Answer::json(200, jsonrpc::result_value(&id, &tool_list(tools)))
             }
             ("tools/list", Scope::Server(server)) => match self.hub.tools_of(server).await {
                 Ok(tools) => {
-                    let tools: Vec<&Value> =
-                        tools.iter().filter(|t| permits(server, &t.name)).map(|t| &t.definition).collect();
-                    Answer::json(200, jsonrpc::result_value(&id, &json!({"tools": tools})))
+                    let tools: Vec<Value> =
+                        tools.iter().filter(|t| permits(server, &t.name)).map(|t| t.definition.clone()).collect();
+                    Answer::json(200, jsonrpc::result_value(&id, &tool_list(tools)))
                 }
                 Err(e) => upstream_failure(&id, &e),
             },
-            ("tools/call", scope) => self.call(req, session, id, scope, params).await,
+            ("tools/call", scope) => self.call(req, session, modern, id, scope, params).await,
             (_, Scope::Server(server)) if passed_through(method) => {
                 let Some(upstream) = self.hub.upstream(server) else { return Answer::empty(404) };
                 match upstream.request(upstream.next_id(), method, params, None).await {
-                    Ok(result) => Answer::json(200, jsonrpc::result_bytes(&id, &result)),
+                    Ok(result) => Answer::json(200, jsonrpc::result_bytes_for(&id, &result, modern)),
                     Err(e) => upstream_failure(&id, &e),
                 }
             }
@@ -291,6 +347,7 @@ impl Front {
         self: &Arc<Self>,
         req: &Request<'_>,
         session: &str,
+        modern: bool,
         id: Id,
         scope: Scope<'_>,
         params: Value,
@@ -340,6 +397,7 @@ impl Front {
             .insert(flight_key.clone(), InFlight { upstream: upstream.clone(), upstream_id, cancel: cancel_tx });
         let wants_progress = params.pointer("/_meta/progressToken").is_some();
         let call = Call {
+            modern,
             front: self.clone(),
             server,
             tool,
@@ -380,6 +438,25 @@ impl Front {
     }
 }
 
+/// A `tools/list` result: one page, and the 2026-07-28 fields older clients ignore (the list
+/// depends on the caller's key: private, and not to be reused).
+fn tool_list(tools: Vec<Value>) -> Value {
+    json!({"tools": tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
+}
+
+/// The protocol version a stateless-revision request names in its `_meta`.
+fn meta_version(message: &Message) -> Option<String> {
+    let params = match message {
+        Message::Request { params, .. } | Message::Notification { params, .. } => params.as_ref()?,
+        Message::Response { .. } => return None,
+    };
+    params.get("_meta")?.get(version::META_KEY)?.as_str().map(str::to_owned)
+}
+
+fn supported_versions() -> Vec<&'static str> {
+    std::iter::once(version::STATELESS).chain(version::SESSION).collect()
+}
+
 /// Methods of one server that pass through unchanged on `/mcp/{server}`.
 fn passed_through(method: &str) -> bool {
     matches!(
@@ -408,6 +485,8 @@ fn upstream_failure(id: &Id, e: &UpstreamError) -> Answer {
 
 /// One tool call on its way upstream.
 struct Call {
+    /// A stateless-revision call: its result must carry `resultType`.
+    modern: bool,
     front: Arc<Front>,
     server: String,
     tool: String,
@@ -469,9 +548,10 @@ impl Call {
         drop(guard);
         let (bytes, status) = match outcome {
             None => (None, "cancelled"),
-            Some(Ok(result)) => {
-                (Some(jsonrpc::result_bytes(&self.id, &result)), if tool_error(&result) { "tool_error" } else { "ok" })
-            }
+            Some(Ok(result)) => (
+                Some(jsonrpc::result_bytes_for(&self.id, &result, self.modern)),
+                if tool_error(&result) { "tool_error" } else { "ok" },
+            ),
             Some(Err(e)) => match upstream_failure(&self.id, &e).body {
                 Body::Json(b) => (Some(b), e.kind()),
                 _ => (None, e.kind()),

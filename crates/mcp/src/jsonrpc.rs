@@ -170,6 +170,28 @@ pub fn result_bytes(id: &Id, result: &RawValue) -> Vec<u8> {
     out
 }
 
+/// `result_bytes`, with `"resultType":"complete"` added for a stateless-revision client when the
+/// result (an upstream's, passed through) has none: that revision requires it, session-era
+/// upstreams never send it. Spliced in after the opening brace; the result is not re-serialised.
+/// A result mentioning `"resultType"` anywhere is taken as having it.
+pub fn result_bytes_for(id: &Id, result: &RawValue, stateless: bool) -> Vec<u8> {
+    let text = result.get();
+    let body = text.trim_start();
+    if !stateless || !body.starts_with('{') || memchr::memmem::find(text.as_bytes(), b"\"resultType\"").is_some() {
+        return result_bytes(id, result);
+    }
+    let inner = &body[1..];
+    let sep = if inner.trim_start().starts_with('}') { "" } else { "," };
+    let mut out = Vec::with_capacity(64 + id.as_str().len() + text.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.as_str().as_bytes());
+    out.extend_from_slice(b",\"result\":{\"resultType\":\"complete\"");
+    out.extend_from_slice(sep.as_bytes());
+    out.extend_from_slice(inner.as_bytes());
+    out.push(b'}');
+    out
+}
+
 /// A result built by the gateway itself.
 pub fn result_value(id: &Id, result: &Value) -> Vec<u8> {
     let raw = serde_json::value::to_raw_value(result).unwrap_or_else(|_| null());
@@ -232,6 +254,23 @@ mod tests {
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#), INVALID_REQUEST);
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), INVALID_REQUEST);
         assert_eq!(code("17"), INVALID_REQUEST);
+    }
+
+    #[test]
+    fn stateless_results_gain_a_result_type_once() {
+        let id = Id::number(3);
+        let raw = |t: &str| RawValue::from_string(t.to_owned()).unwrap();
+        let v = |b: Vec<u8>| serde_json::from_slice::<Value>(&b).unwrap()["result"].clone();
+        assert_eq!(
+            v(result_bytes_for(&id, &raw(r#"{"content":[]}"#), true)),
+            serde_json::json!({"resultType":"complete","content":[]})
+        );
+        assert_eq!(v(result_bytes_for(&id, &raw("{ }"), true)), serde_json::json!({"resultType":"complete"}));
+        assert_eq!(
+            v(result_bytes_for(&id, &raw(r#"{"resultType":"input_required"}"#), true))["resultType"],
+            "input_required"
+        );
+        assert_eq!(v(result_bytes_for(&id, &raw(r#"{"content":[]}"#), false)), serde_json::json!({"content":[]}));
     }
 
     #[test]

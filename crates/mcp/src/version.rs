@@ -5,6 +5,9 @@
 /// The stateless revision: no `initialize`, version and capabilities in each request's `_meta`.
 pub const STATELESS: &str = "2026-07-28";
 
+/// Where a stateless-revision request names its version: `params._meta[META_KEY]`.
+pub const META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+
 /// Session revisions (an `initialize` handshake and `Mcp-Session-Id`), newest first.
 pub const SESSION: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 

@@ -418,3 +418,50 @@ async fn a_stdio_server_is_supervised_restarted_when_it_dies_and_gone_after_shut
     assert!(!alive(second), "no server process after shutdown");
     assert!(!alive(orphan2), "and nothing of its process group");
 }
+
+#[tokio::test]
+async fn the_stateless_revision_needs_no_session_and_names_its_version_in_meta() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let (gw, _) = mcp_gateway(&[("files", &m)], "").await;
+    let s = Session::new(&gw, "/mcp", MASTER);
+    let meta = |v: &str| json!({"io.modelcontextprotocol/protocolVersion": v, "io.modelcontextprotocol/clientCapabilities": {}});
+    let header = [("mcp-protocol-version", "2026-07-28")];
+    let discover = s
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta("2026-07-28")}}),
+            &header,
+        )
+        .await;
+    assert_eq!(discover.status, 200, "{}", discover.text());
+    let d = discover.json()["result"].clone();
+    assert_eq!(d["supportedVersions"][0], "2026-07-28");
+    assert_eq!(d["resultType"], "complete");
+    assert_eq!(d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "switchyard");
+    assert!(discover.header("mcp-session-id").is_none(), "no session in the stateless revision");
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "files__echo", "arguments": {"text": "no session"}, "_meta": meta("2026-07-28")}});
+    let r = s.post(&call, &header).await.json();
+    assert_eq!(r["result"]["content"][0]["text"], "no session");
+    assert_eq!(r["result"]["resultType"], "complete", "added for the stateless revision: {r}");
+    let list = s
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": meta("2026-07-28")}}),
+            &header,
+        )
+        .await
+        .json();
+    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 6);
+    let unknown = s
+        .post(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": meta("2099-01-01")}}), &[])
+        .await;
+    assert_eq!(unknown.status, 400);
+    assert_eq!(unknown.json()["error"]["code"], -32022);
+    assert_eq!(unknown.json()["error"]["data"]["supported"][0], "2026-07-28");
+    let mismatch = s
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta": meta("2026-07-28")}}),
+            &[("mcp-protocol-version", "2025-06-18")],
+        )
+        .await;
+    assert_eq!(mismatch.status, 400, "the header must agree with _meta");
+}

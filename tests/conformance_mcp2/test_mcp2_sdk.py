@@ -1,0 +1,118 @@
+"""The official MCP Python SDK's 2.x line against the gateway: it probes `server/discover`, adopts
+the stateless 2026-07-28 revision (no session: version and capabilities in each request's `_meta`),
+and calls tools of an HTTP and a stdio upstream through the aggregated endpoint. Its `mode="legacy"`
+still gets the session handshake from the same endpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from procs import Proc, start, switchyard_bin
+
+MASTER = "sk-mcp2-conformance-master"
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log_dir = tmp_path_factory.mktemp("mcp2")
+    procs: list[Proc] = []
+    try:
+        files = start("mcp-files", ["mock-mcp", "--listen", "127.0.0.1:0", "--extra-tools", "50", "--page-size", "20"], log_dir)
+        procs.append(files)
+        data = log_dir / "data"
+        data.mkdir()
+        config = log_dir / "gateway.yaml"
+        config.write_text(
+            "listen: 127.0.0.1:0\n"
+            f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
+            f"auth: {{master_key: {MASTER}}}\n"
+            "mcp:\n  servers:\n"
+            f"    - {{name: files, url: '{files.url}'}}\n"
+            f"    - {{name: local, command: ['{switchyard_bin()}', mock-mcp, --stdio]}}\n"
+        )
+        gw = start("mcp2-gateway", ["serve", "--config", str(config)], log_dir)
+        procs.append(gw)
+        yield f"{gw.url}/mcp"
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def connect(url: str, key: str = MASTER, mode: str = "auto"):
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"})
+    return Client(streamable_http_client(url, http_client=http), mode=mode)
+
+
+def test_the_sdk_adopts_the_stateless_revision_and_calls_tools(gateway):
+    async def main():
+        async with connect(gateway) as client:
+            tools = (await client.list_tools()).tools
+            echo = await client.call_tool("files__echo", {"text": "stateless"})
+            local = await client.call_tool("local__add", {"a": 1, "b": 2})
+            failed = await client.call_tool("files__fail", {})
+            return client.protocol_version, client.server_info, [t.name for t in tools], echo, local, failed
+
+    version, info, names, echo, local, failed = anyio.run(main)
+    assert version == "2026-07-28"
+    assert info is not None and info.name == "switchyard"
+    assert all(NAME.match(n) for n in names) and names == sorted(names)
+    assert "files__tool_49" in names and "local__pid" in names, "every upstream page, both upstreams"
+    assert echo.content[0].text == "stateless"
+    assert local.content[0].text == "3"
+    assert failed.is_error is True
+
+
+def test_progress_reaches_the_sdk_on_the_stateless_revision(gateway):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(progress)
+
+    async def main():
+        async with connect(gateway) as client:
+            return await client.call_tool("files__slow", {"ms": 60, "steps": 3}, progress_callback=on_progress)
+
+    result = anyio.run(main)
+    assert result.content[0].text == "waited 60 ms"
+    assert seen == [1, 2, 3]
+
+
+def test_the_legacy_mode_of_the_same_sdk_gets_the_session_handshake(gateway):
+    async def main():
+        async with connect(gateway, mode="legacy") as client:
+            r = await client.call_tool("files__echo", {"text": "legacy"})
+            return client.protocol_version, r
+
+    version, r = anyio.run(main)
+    assert version == "2025-11-25"
+    assert r.content[0].text == "legacy"
+
+
+def test_a_forbidden_tool_and_a_missing_key(gateway):
+    base = gateway.rsplit("/mcp", 1)[0]
+    r = httpx2.post(f"{base}/admin/keys", json={"mcp_tools": ["files__echo"]}, headers={"Authorization": f"Bearer {MASTER}"})
+    assert r.status_code == 201, r.text
+    key = r.json()["key"]
+
+    async def main():
+        async with connect(gateway, key=key) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("files__add", {"a": 1, "b": 1})
+            return names, refused.value
+
+    names, refused = anyio.run(main)
+    assert names == ["files__echo"]
+    assert refused.error.code == -32602
+    missing = httpx2.post(gateway, json={"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}})
+    assert missing.status_code == 401
