@@ -2,6 +2,8 @@
 //! (`switchyard mock-mcp`), one connection, closed loop: `tools/call` answered as JSON, `tools/call`
 //! answered as an SSE stream, and `tools/list` (the gateway serves it from its cache; direct, the
 //! mock lists its own tools). Sessions are opened once per side before measuring, as a client would.
+//! A stdio upstream has no HTTP to call directly: its phase sets the gateway in front of a stdio
+//! mock against the direct HTTP call of the JSON phase, so the difference includes the pipes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,9 +30,12 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     };
     let json_mock = mock("mcp-json", false)?;
     let sse_mock = mock("mcp-sse", true)?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
     let config = format!(
-        "listen: 127.0.0.1:0\nmcp:\n  servers:\n    - {{name: j, url: '{}'}}\n    - {{name: s, url: '{}'}}\n",
-        json_mock.url, sse_mock.url
+        "listen: 127.0.0.1:0\nmcp:\n  servers:\n    - {{name: j, url: '{}'}}\n    - {{name: s, url: '{}'}}\n    - {{name: l, command: ['{}', mock-mcp, --stdio]}}\n",
+        json_mock.url,
+        sse_mock.url,
+        exe.display()
     );
     let gateway = super::start_gateway(&config, pin)?;
     let gateway_mcp = format!("{}/mcp", gateway.url);
@@ -55,6 +60,11 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
             spec(&gateway_mcp, &through, &call("s__echo"), false)?,
         ),
         ("tools/list", spec(&json_mock.url, &direct_json, &list, false)?, spec(&gateway_mcp, &through, &list, false)?),
+        (
+            "tools/call, stdio upstream",
+            spec(&json_mock.url, &direct_json, &call("echo"), false)?,
+            spec(&gateway_mcp, &through, &call("l__echo"), false)?,
+        ),
     ];
     let (d, w) = (args.phase(5.0), args.warmup());
     let mut curves = Vec::new();
