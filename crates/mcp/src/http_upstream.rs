@@ -17,7 +17,7 @@ use switchyard_protocol::frames::SseParser;
 use tokio::sync::Mutex;
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{BoxFuture, NotificationSink, Upstream, UpstreamError};
+use crate::upstream::{within, BoxFuture, NotificationSink, Upstream, UpstreamError};
 use crate::version;
 
 /// Sends one HTTP request: the gateway's pooled client (TLS, timeouts) behind a trait, so this
@@ -145,11 +145,7 @@ impl Upstream for HttpUpstream {
         params: Value,
         notify: Option<NotificationSink>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
-        Box::pin(async move {
-            tokio::time::timeout(self.timeout, self.request_once(id, method, &params, notify))
-                .await
-                .unwrap_or(Err(UpstreamError::Timeout))
-        })
+        Box::pin(async move { within(self.timeout, self.request_once(id, method, &params, notify)).await })
     }
 
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {

@@ -19,7 +19,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{BoxFuture, NotificationSink, Upstream, UpstreamError};
+use crate::upstream::{within, BoxFuture, NotificationSink, Upstream, UpstreamError};
 use crate::version;
 
 /// Restart delays grow from this to `MAX_BACKOFF`, and reset after a run of `HEALTHY_RUN`.
@@ -171,11 +171,7 @@ impl Upstream for StdioUpstream {
         params: Value,
         notify: Option<NotificationSink>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
-        Box::pin(async move {
-            tokio::time::timeout(self.timeout, self.request_once(id, method, params, notify))
-                .await
-                .unwrap_or(Err(UpstreamError::Timeout))
-        })
+        Box::pin(within(self.timeout, self.request_once(id, method, params, notify)))
     }
 
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {

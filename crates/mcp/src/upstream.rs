@@ -13,6 +13,14 @@ use crate::jsonrpc::RpcError;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// `answer`, or `UpstreamError::Timeout` when it takes longer than `limit`.
+pub async fn within<T>(
+    limit: std::time::Duration,
+    answer: impl Future<Output = Result<T, UpstreamError>>,
+) -> Result<T, UpstreamError> {
+    tokio::time::timeout(limit, answer).await.unwrap_or(Err(UpstreamError::Timeout))
+}
+
 /// Notifications an upstream sent while answering (e.g. `notifications/progress`), as whole
 /// JSON-RPC messages, for the caller to relay.
 pub type NotificationSink = mpsc::UnboundedSender<Value>;
