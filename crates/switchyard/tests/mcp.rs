@@ -153,7 +153,8 @@ async fn sessions_and_json_rpc_errors_follow_the_spec() {
     assert_eq!(s.call(1, "ping", json!({})).await["result"], json!({}));
     // Another instance with the same secret accepts the session; a tampered one is unknown: 404.
     let good = s.id.clone().unwrap();
-    s.id = Some(format!("{}0", &good[..good.len() - 1]));
+    let flipped = if good.ends_with('0') { '1' } else { '0' };
+    s.id = Some(format!("{}{flipped}", &good[..good.len() - 1]));
     assert_eq!(s.post(&ping, &[]).await.status, 404);
     s.id = Some(good);
     let code = |r: TestResponse| r.json()["error"]["code"].as_i64().unwrap();
