@@ -84,6 +84,17 @@ impl<'a> Session<'a> {
     }
 }
 
+/// Wait for `done` to hold, checking every 2 ms, failing after 5 s.
+async fn until(done: impl Fn() -> bool, what: &str) {
+    for _ in 0..2500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
 fn valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
@@ -267,14 +278,10 @@ async fn progress_is_relayed_and_cancellation_reaches_the_upstream() {
         let s = s.clone();
         tokio::spawn(async move { s.post(&long, &[]).await })
     };
-    while m.stats().calls.get("slow").copied().unwrap_or(0) < 2 {
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
+    until(|| m.stats().calls.get("slow").copied().unwrap_or(0) >= 2, "the long call reached the upstream").await;
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c-1", "reason": "user"}});
     assert_eq!(s.post(&cancel, &[]).await.status, 202);
-    while m.stats().stopped_early < 1 {
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
+    until(|| m.stats().stopped_early >= 1, "the upstream stopped the cancelled call").await;
     assert_eq!(m.stats().cancelled.len(), 1, "the upstream was told, under its own request id");
     let answer = tokio::time::timeout(std::time::Duration::from_secs(2), caller).await.unwrap().unwrap();
     assert_eq!(answer.status, 200, "the cancelled request ends at once");
