@@ -82,9 +82,9 @@ def test_initialize_and_the_aggregated_catalogue(mcp_stack):
     names, tools = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
     assert all(NAME.match(n) for n in names), names
     assert names == sorted(names), "a deterministic order"
-    # files: 5 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 6;
-    # local (stdio): 6 + pid, crash, spawn_sleeper.
-    assert len(names) == 5 + 95 + 6 + 9
+    # files: 6 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 7;
+    # local (stdio): 7 + pid, crash, spawn_sleeper.
+    assert len(names) == 6 + 95 + 7 + 10
     assert "files__tool_94" in names and "files__write_file" not in names and "search__slow" in names
     echo = next(t for t in tools if t.name == "files__echo")
     assert echo.inputSchema["required"] == ["text"], "schemas pass through"

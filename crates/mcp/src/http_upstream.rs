@@ -17,7 +17,7 @@ use switchyard_protocol::frames::SseParser;
 use tokio::sync::Mutex;
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{within, BoxFuture, NotificationSink, Upstream, UpstreamError};
+use crate::upstream::{within, BoxFuture, ListChangedHook, NotificationSink, Upstream, UpstreamError};
 use crate::version;
 
 /// Sends one HTTP request: the gateway's pooled client (TLS, timeouts) behind a trait, so this
@@ -45,11 +45,20 @@ pub struct HttpUpstream {
     timeout: Duration,
     next_id: AtomicU64,
     session: Mutex<Option<Arc<UpstreamSession>>>,
+    list_changed: ListChangedHook,
 }
 
 impl HttpUpstream {
     pub fn new(url: Uri, headers: HeaderMap, http: Arc<dyn HttpSend>, timeout: Duration) -> HttpUpstream {
-        HttpUpstream { url, headers, http, timeout, next_id: AtomicU64::new(1), session: Mutex::new(None) }
+        HttpUpstream {
+            url,
+            headers,
+            http,
+            timeout,
+            next_id: AtomicU64::new(1),
+            session: Mutex::new(None),
+            list_changed: ListChangedHook::default(),
+        }
     }
 
     async fn session(&self) -> Result<Arc<UpstreamSession>, UpstreamError> {
@@ -65,7 +74,7 @@ impl HttpUpstream {
         });
         let resp = self.post(jsonrpc::request_bytes(id, "initialize", &params), None).await?;
         let sid = resp.headers().get(&SESSION_HEADER).cloned();
-        let result = read_answer(resp, id, None).await?;
+        let result = read_answer(resp, id, None, &self.list_changed).await?;
         let agreed = serde_json::from_str::<Value>(result.get())
             .ok()
             .and_then(|r| r.get("protocolVersion").and_then(Value::as_str).map(str::to_owned))
@@ -129,7 +138,7 @@ impl HttpUpstream {
             session = self.session().await?;
             resp = self.post(body, Some(&session)).await?;
         }
-        read_answer(resp, id, notify).await
+        read_answer(resp, id, notify, &self.list_changed).await
     }
 }
 
@@ -146,6 +155,10 @@ impl Upstream for HttpUpstream {
         notify: Option<NotificationSink>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
         Box::pin(async move { within(self.timeout, self.request_once(id, method, &params, notify)).await })
+    }
+
+    fn list_changed(&self) -> Option<&ListChangedHook> {
+        Some(&self.list_changed)
     }
 
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {
@@ -165,6 +178,7 @@ async fn read_answer(
     resp: Response<Incoming>,
     id: u64,
     notify: Option<NotificationSink>,
+    list_changed: &ListChangedHook,
 ) -> Result<Box<RawValue>, UpstreamError> {
     let status = resp.status();
     if !status.is_success() {
@@ -200,7 +214,7 @@ async fn read_answer(
             return Err(UpstreamError::Protocol("answer too large".into()));
         }
         let _ = parser.feed(&data, |_, event| {
-            on_event(event, &want, notify.as_ref(), &mut found);
+            on_event(event, &want, notify.as_ref(), list_changed, &mut found);
             Ok(())
         });
         if found.is_some() {
@@ -209,7 +223,7 @@ async fn read_answer(
     }
     if found.is_none() {
         let _ = parser.finish(|_, event| {
-            on_event(event, &want, notify.as_ref(), &mut found);
+            on_event(event, &want, notify.as_ref(), list_changed, &mut found);
             Ok(())
         });
     }
@@ -220,6 +234,7 @@ fn on_event(
     data: &[u8],
     want: &str,
     notify: Option<&NotificationSink>,
+    list_changed: &ListChangedHook,
     found: &mut Option<Result<Box<RawValue>, UpstreamError>>,
 ) {
     if found.is_some() || data.is_empty() {
@@ -229,7 +244,10 @@ fn on_event(
         Ok(Message::Response { id, outcome }) if id.as_str() == want => {
             *found = Some(outcome.map_err(UpstreamError::Rpc));
         }
-        Ok(Message::Notification { .. }) => {
+        Ok(Message::Notification { method, .. }) => {
+            if method == "notifications/tools/list_changed" {
+                list_changed.fire();
+            }
             if let (Some(sink), Ok(value)) = (notify, serde_json::from_slice::<Value>(data)) {
                 let _ = sink.send(value);
             }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::breaker::Breaker;
 use crate::names;
 use crate::upstream::{NotificationSink, Upstream, UpstreamError};
 
@@ -49,7 +50,8 @@ struct CachedTools {
 
 struct Server {
     spec: ServerSpec,
-    tools: Mutex<Option<CachedTools>>,
+    breaker: Breaker,
+    tools: Arc<Mutex<Option<CachedTools>>>,
     /// One fetch at a time per server.
     fetching: tokio::sync::Mutex<()>,
 }
@@ -59,15 +61,28 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Servers in alias order. Aliases must be unique (config validation checks).
+    /// Servers in alias order. Aliases must be unique (config validation checks). A server
+    /// that says its tool list changed has its cached list forgotten at once.
     pub fn new(mut specs: Vec<ServerSpec>) -> Hub {
         specs.sort_by(|a, b| a.name.cmp(&b.name));
-        Hub {
+        let hub = Hub {
             servers: specs
                 .into_iter()
-                .map(|spec| Server { spec, tools: Mutex::new(None), fetching: tokio::sync::Mutex::new(()) })
+                .map(|spec| Server {
+                    spec,
+                    breaker: Breaker::default(),
+                    tools: Arc::new(Mutex::new(None)),
+                    fetching: tokio::sync::Mutex::new(()),
+                })
                 .collect(),
+        };
+        for s in &hub.servers {
+            if let Some(hook) = s.spec.upstream.list_changed() {
+                let tools = s.tools.clone();
+                hook.set(Arc::new(move || *lock(&tools) = None));
+            }
         }
+        hub
     }
 
     pub fn server_names(&self) -> impl Iterator<Item = &str> {
@@ -96,7 +111,7 @@ impl Hub {
         if let Some(tools) = fresh(s) {
             return Ok(tools);
         }
-        let listed = list_all(s.spec.upstream.as_ref()).await?;
+        let listed = guarded(s, list_all(s.spec.upstream.as_ref())).await?;
         let tools: Vec<Tool> = listed
             .into_iter()
             .filter_map(|definition| {
@@ -176,10 +191,30 @@ impl Hub {
         mut params: Value,
         notify: Option<NotificationSink>,
     ) -> Result<Box<RawValue>, UpstreamError> {
-        let upstream = self.upstream(server).ok_or_else(|| UpstreamError::Protocol("no such server".into()))?;
+        let s = &self.servers[self.index(server).ok_or_else(|| UpstreamError::Protocol("no such server".into()))?];
         params["name"] = json!(tool);
-        upstream.request(id, "tools/call", params, notify).await
+        guarded(s, s.spec.upstream.request(id, "tools/call", params, notify)).await
     }
+
+    /// Whether a server's breaker is open (it failed repeatedly and is being skipped).
+    pub fn is_down(&self, server: &str) -> bool {
+        self.index(server).is_some_and(|i| self.servers[i].breaker.is_open())
+    }
+}
+
+/// An upstream exchange under the server's breaker: refused at once while it is open.
+async fn guarded<T>(
+    s: &Server,
+    exchange: impl std::future::Future<Output = Result<T, UpstreamError>>,
+) -> Result<T, UpstreamError> {
+    if !s.breaker.allows() {
+        return Err(UpstreamError::Unreachable(format!("`{}` is failing; its breaker is open", s.spec.name)));
+    }
+    let outcome = exchange.await;
+    if s.breaker.record(&outcome) {
+        tracing::warn!(server = %s.spec.name, "MCP server failed {} times in a row: breaker open", crate::breaker::THRESHOLD);
+    }
+    outcome
 }
 
 fn fresh(s: &Server) -> Option<Arc<Vec<Tool>>> {

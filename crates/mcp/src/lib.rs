@@ -3,6 +3,7 @@
 //! upstream (`hub`), and the MCP server presented to clients (`front`). The gateway crate mounts
 //! the endpoints and applies keys, limits and usage; nothing here knows about them.
 
+pub mod breaker;
 pub mod front;
 pub mod http_upstream;
 pub mod hub;

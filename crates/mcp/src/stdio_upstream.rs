@@ -19,7 +19,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{within, BoxFuture, NotificationSink, Upstream, UpstreamError};
+use crate::upstream::{within, BoxFuture, ListChangedHook, NotificationSink, Upstream, UpstreamError};
 use crate::version;
 
 /// Restart delays grow from this to `MAX_BACKOFF`, and reset after a run of `HEALTHY_RUN`.
@@ -58,6 +58,7 @@ pub struct StdioUpstream {
     supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Process starts, for tests and metrics.
     starts: Arc<AtomicU64>,
+    list_changed: ListChangedHook,
 }
 
 impl StdioUpstream {
@@ -68,7 +69,9 @@ impl StdioUpstream {
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let (stop_tx, stop_rx) = oneshot::channel();
         let starts = Arc::new(AtomicU64::new(0));
+        let list_changed = ListChangedHook::default();
         let supervisor = Supervisor {
+            list_changed: list_changed.clone(),
             name: name.to_owned(),
             command,
             env,
@@ -85,6 +88,7 @@ impl StdioUpstream {
             stop: Mutex::new(Some(stop_tx)),
             supervisor: Mutex::new(Some(tokio::spawn(supervisor.run(stop_rx)))),
             starts,
+            list_changed,
         }
     }
 
@@ -184,6 +188,10 @@ impl Upstream for StdioUpstream {
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(StdioUpstream::shutdown(self))
     }
+
+    fn list_changed(&self) -> Option<&ListChangedHook> {
+        Some(&self.list_changed)
+    }
 }
 
 async fn write_line(running: &Running, mut line: Vec<u8>) -> Result<(), UpstreamError> {
@@ -217,6 +225,7 @@ impl Drop for GroupGuard {
 }
 
 struct Supervisor {
+    list_changed: ListChangedHook,
     name: String,
     command: Vec<String>,
     env: Vec<(String, String)>,
@@ -353,7 +362,11 @@ impl Supervisor {
                     let _ = waiting.answer.send(outcome.map_err(UpstreamError::Rpc));
                 }
             }
-            Ok(Message::Notification { params, .. }) => {
+            Ok(Message::Notification { method, params }) => {
+                if method == "notifications/tools/list_changed" {
+                    self.list_changed.fire();
+                    return;
+                }
                 let Some(token) = params.as_ref().and_then(|p| p.get("progressToken")) else { return };
                 let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
                 for waiting in lock(&self.pending).values() {

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -12,6 +13,27 @@ use tokio::sync::mpsc;
 use crate::jsonrpc::RpcError;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where an upstream reports that its tool list changed (`notifications/tools/list_changed`):
+/// the hub sets it to forget that server's cached tools.
+#[derive(Default, Clone)]
+pub struct ListChangedHook(Arc<Mutex<Option<OnListChanged>>>);
+
+/// What to do when a server's tool list changes.
+pub type OnListChanged = Arc<dyn Fn() + Send + Sync>;
+
+impl ListChangedHook {
+    pub fn set(&self, hook: OnListChanged) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    pub fn fire(&self) {
+        let hook = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+}
 
 /// `answer`, or `UpstreamError::Timeout` when it takes longer than `limit`.
 pub async fn within<T>(
@@ -80,6 +102,11 @@ pub trait Upstream: Send + Sync {
 
     /// Send a notification; nothing comes back.
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>>;
+
+    /// Where this upstream reports a changed tool list, if it can.
+    fn list_changed(&self) -> Option<&ListChangedHook> {
+        None
+    }
 
     /// Stop whatever runs the server (a child process); nothing for remote servers.
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -112,7 +112,7 @@ async fn the_aggregated_endpoint_lists_every_page_of_every_server_and_calls_thro
     let list = s.call(1, "tools/list", json!({})).await;
     let names: Vec<&str> =
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 2 * 6 + 95, "every upstream page, both servers");
+    assert_eq!(names.len(), 2 * 7 + 95, "every upstream page, both servers");
     assert!(names.iter().all(|n| valid_tool_name(n)), "{names:?}");
     assert!(names.windows(2).all(|w| w[0] < w[1]), "deterministic order");
     assert!(names.contains(&"files__tool_94") && names.contains(&"search__echo"));
@@ -458,7 +458,7 @@ async fn the_stateless_revision_needs_no_session_and_names_its_version_in_meta()
         )
         .await
         .json();
-    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 6);
+    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 7);
     let unknown = s
         .post(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": meta("2099-01-01")}}), &[])
         .await;
@@ -472,4 +472,56 @@ async fn the_stateless_revision_needs_no_session_and_names_its_version_in_meta()
         )
         .await;
     assert_eq!(mismatch.status, 400, "the header must agree with _meta");
+}
+
+#[tokio::test]
+async fn a_server_that_says_its_tools_changed_is_listed_afresh_at_once() {
+    let sse = mcp_mock(McpMockConfig { sse: true, ..Default::default() }).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/db.sqlite', usage_journal_dir: '{0}/usage'}}\nauth: {{master_key: {MASTER}}}\nmcp:\n  servers:\n    - {{name: remote, url: '{1}'}}\n    - {{name: local, command: ['{2}', mock-mcp, --stdio]}}\n",
+        dir.display(),
+        sse.url(),
+        env!("CARGO_BIN_EXE_switchyard")
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    let names = |v: Value| -> Vec<String> {
+        v["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let before = names(s.call(1, "tools/list", json!({})).await);
+    assert!(!before.iter().any(|n| n.ends_with("__added_tool")), "{before:?}");
+    // Both announce notifications/tools/list_changed (over the SSE answer, and on stdout): the
+    // gateway forgets the cached lists instead of serving them for their 60 s.
+    s.call(2, "tools/call", json!({"name": "remote__change_tools"})).await;
+    s.call(3, "tools/call", json!({"name": "local__change_tools"})).await;
+    let after = names(s.call(4, "tools/list", json!({})).await);
+    assert!(after.contains(&"remote__added_tool".to_owned()), "{after:?}");
+    assert!(after.contains(&"local__added_tool".to_owned()), "{after:?}");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failing_server_trips_its_breaker_and_is_refused_at_once() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let (gw, _) = mcp_gateway(&[("files", &m)], "").await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    let echo = json!({"name": "files__echo", "arguments": {"text": "x"}});
+    assert!(s.call(1, "tools/call", echo.clone()).await.get("result").is_some());
+    drop(m); // the server goes away: connections are refused
+    let mut messages = Vec::new();
+    for i in 0..6 {
+        let r = s.call(10 + i, "tools/call", echo.clone()).await;
+        assert_eq!(r["error"]["code"], -32603, "{r}");
+        messages.push(r["error"]["message"].as_str().unwrap().to_owned());
+    }
+    assert!(messages[..5].iter().all(|m| m.contains("unreachable")), "{messages:?}");
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"switchyard_mcp_tool_calls_total{server="files",tool="echo",status="unreachable"} 6"#),
+        "{metrics}"
+    );
+    assert!(gw.app.mcp.as_ref().unwrap().hub().is_down("files"), "five failures in a row open the breaker");
 }

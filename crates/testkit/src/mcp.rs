@@ -53,6 +53,8 @@ pub struct McpStats {
 
 #[derive(Default)]
 pub(crate) struct Shared {
+    /// `change_tools` was called: `added_tool` is listed and list_changed was announced.
+    pub(crate) tools_changed: std::sync::atomic::AtomicBool,
     pub(crate) stats: Mutex<McpStats>,
     pub(crate) sessions: Mutex<std::collections::HashSet<String>>,
     pub(crate) cancels: Mutex<BTreeMap<String, tokio::sync::watch::Sender<bool>>>,

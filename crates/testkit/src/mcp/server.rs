@@ -34,11 +34,15 @@ impl McpMock {
         let shared: SharedState = Arc::new(Shared::default());
         let state = Arc::new(State { cfg, shared: shared.clone(), next_session: AtomicU64::new(1) });
         let task = tokio::spawn(async move {
+            // Connections live in this task's JoinSet, so dropping the mock (aborting the task)
+            // closes every connection too, as a killed server would.
+            let mut connections = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
+                while connections.try_join_next().is_some() {}
                 let _ = stream.set_nodelay(true);
                 let state = state.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let service = service_fn(move |req| {
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(handle(state, req).await) }
@@ -197,6 +201,7 @@ fn fixed_tools() -> Vec<Value> {
         json!({"name": "fail", "description": "Always fails (isError).", "inputSchema": obj(json!({}), json!([]))}),
         json!({"name": "large", "description": "Return `kb` kilobytes of text.", "inputSchema": obj(json!({"kb": {"type": "integer"}}), json!(["kb"]))}),
         json!({"name": "write_file", "description": "Pretend to write a file.", "inputSchema": obj(json!({"path": {"type": "string"}}), json!(["path"]))}),
+        json!({"name": "change_tools", "description": "Add `added_tool` and announce list_changed.", "inputSchema": obj(json!({}), json!([]))}),
     ]
 }
 
@@ -209,8 +214,11 @@ fn process_tools() -> Vec<Value> {
     ]
 }
 
-fn all_tools(cfg: &McpMockConfig) -> Vec<Value> {
+fn all_tools(cfg: &McpMockConfig, shared: &Shared) -> Vec<Value> {
     let mut tools = fixed_tools();
+    if shared.tools_changed.load(Relaxed) {
+        tools.push(json!({"name": "added_tool", "description": "Appeared after change_tools.", "inputSchema": {"type": "object"}}));
+    }
     if cfg.stdio {
         tools.extend(process_tools());
     }
@@ -235,7 +243,7 @@ pub(super) async fn answer(
         "ping" => Ok(json!({})),
         "tools/list" => {
             lock(&state.shared.stats).lists += 1;
-            let tools = all_tools(&state.cfg);
+            let tools = all_tools(&state.cfg, &state.shared);
             let start: usize = params.get("cursor").and_then(Value::as_str).and_then(|c| c.parse().ok()).unwrap_or(0);
             let end = (start + state.cfg.page_size.max(1)).min(tools.len());
             let mut page = json!({"tools": tools.get(start..end).unwrap_or_default()});
@@ -274,6 +282,12 @@ pub(super) async fn answer(
                 }
                 "slow" => slow(state, &params, &args, id, notes).await,
                 other if other.starts_with("tool_") => Ok(text(other)),
+                "change_tools" => {
+                    state.shared.tools_changed.store(true, Relaxed);
+                    let _ = notes.send(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})).await;
+                    Ok(text("changed"))
+                }
+                "added_tool" => Ok(text("added")),
                 // Process tools: only a mock on stdio runs in a process of its own.
                 "pid" if state.cfg.stdio => Ok(text(std::process::id().to_string())),
                 "crash" if state.cfg.stdio => std::process::exit(3),
