@@ -148,6 +148,9 @@ impl Hub {
         let mut out: Vec<(String, Tool)> = Vec::new();
         let mut taken: HashMap<String, String> = HashMap::new();
         for (s, list) in self.servers.iter().zip(lists) {
+            if s.breaker.is_open() {
+                continue; // failing: its tools would only fail
+            }
             let tools = match list {
                 Ok(tools) => tools,
                 Err(e) => {

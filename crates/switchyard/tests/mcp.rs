@@ -524,4 +524,6 @@ async fn a_failing_server_trips_its_breaker_and_is_refused_at_once() {
         "{metrics}"
     );
     assert!(gw.app.mcp.as_ref().unwrap().hub().is_down("files"), "five failures in a row open the breaker");
+    let listed = s.call(30, "tools/list", json!({})).await;
+    assert_eq!(listed["result"]["tools"], json!([]), "a server behind an open breaker is not listed");
 }
