@@ -117,7 +117,9 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
     let started_unix_ms = app.clock.unix_ms();
     let id = request_id.to_str().unwrap_or_default().to_owned();
     Arc::new(move |call: CallRecord| {
-        metrics.count_mcp_call(&call.server, &call.tool, call.status, call.latency);
+        // A name the client made up must not become a metric label (unbounded series).
+        let tool_label = if call.status == "unknown_tool" { "(unknown)" } else { call.tool.as_str() };
+        metrics.count_mcp_call(&call.server, tool_label, call.status, call.latency);
         let Some(journal) = &journal else { return };
         let server = if call.server.is_empty() { "unknown".to_owned() } else { call.server.clone() };
         let record = UsageRecord {

@@ -329,6 +329,11 @@ async fn every_tool_call_gets_a_usage_record_and_metrics() {
     );
     assert!(metrics.contains(r#"switchyard_mcp_tool_calls_total{server="files",tool="fail",status="tool_error"} 1"#));
     assert!(metrics.contains(r#"switchyard_mcp_tool_call_duration_seconds_count{server="files"} 2"#));
+    // Names a client makes up do not become label values.
+    s.call(3, "tools/call", json!({"name": "files__made_up_by_the_client"})).await;
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(!metrics.contains("made_up_by_the_client"), "{metrics}");
+    assert!(metrics.contains(r#"tool="(unknown)",status="unknown_tool"} 1"#), "{metrics}");
 }
 
 #[tokio::test]
