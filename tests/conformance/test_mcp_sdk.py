@@ -173,3 +173,29 @@ def test_an_unknown_session_is_404_and_a_new_session_works(mcp_stack):
     r = httpx.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers={**headers, "Mcp-Session-Id": old})
     assert r.status_code == 404
     assert run(with_session, url, MASTER, body) != old, "re-initialising gets a fresh session"
+
+
+def test_tool_list_changes_reach_the_sdk_on_its_get_stream(mcp_stack):
+    import mcp.types as types
+
+    heard: list[str] = []
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.ServerNotification) and isinstance(message.root, types.ToolListChangedNotification):
+            heard.append(message.root.method)
+
+    async def main():
+        headers = {"Authorization": f"Bearer {MASTER}"}
+        async with streamablehttp_client(f"{mcp_stack['url']}/mcp", headers=headers) as (read, write, _):
+            async with ClientSession(read, write, message_handler=on_message) as session:
+                await session.initialize()
+                # The SDK opens its GET stream in the background: announce until it has heard one.
+                with anyio.fail_after(10):
+                    while not heard:
+                        await session.call_tool("search__change_tools", {})
+                        await anyio.sleep(0.05)
+                return [t.name for t in (await session.list_tools()).tools]
+
+    names = run(main)
+    assert heard[0] == "notifications/tools/list_changed"
+    assert "search__added_tool" in names, "the gateway listed the server afresh"

@@ -154,6 +154,10 @@ async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Outpu
         }
     }
     drop(listener);
+    // Long-lived MCP GET streams would hold their connections open through the whole grace.
+    if let Some(mcp) = &app.mcp {
+        mcp.close_streams();
+    }
     let grace = app.config.shutdown_grace;
     tracing::info!(grace_secs = grace.as_secs_f64(), "shutting down: draining in-flight requests");
     tokio::select! {

@@ -105,6 +105,8 @@ pub struct Front {
     hub: Arc<Hub>,
     signer: SessionSigner,
     in_flight: Mutex<HashMap<(String, String), InFlight>>,
+    /// Set at shutdown: clients' GET streams end, so draining connections does not wait on them.
+    closing: tokio::sync::watch::Sender<bool>,
     /// Sessions a client ended with DELETE (id → issued at), until they would have expired.
     /// Per instance: another instance still accepts them until the fleet layer shares this.
     ended: Mutex<HashMap<String, i64>>,
@@ -130,7 +132,59 @@ impl Front {
             signer: SessionSigner::new(secret, SESSION_TTL_SECS)?,
             in_flight: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
+            closing: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// End every client's GET stream (the gateway is shutting down).
+    pub fn close_streams(&self) {
+        let _ = self.closing.send(true);
+    }
+
+    /// A session-era client's GET stream: `notifications/tools/list_changed` whenever a server in
+    /// its scope says its tools changed, until the client goes away or the gateway shuts down.
+    fn stream(&self, req: &Request<'_>) -> Answer {
+        if !req.accepts_sse {
+            return Answer::empty(405);
+        }
+        let Some(session) = req.session else {
+            let e = RpcError::new(jsonrpc::INVALID_REQUEST, "missing Mcp-Session-Id: send `initialize` first");
+            return Answer::rpc_error(400, None, e);
+        };
+        if !self.session_valid(session, req.key, req.now_unix) {
+            return Answer::empty(404);
+        }
+        let only: Option<String> = match req.scope {
+            Scope::All => None,
+            Scope::Server(name) => Some(name.to_owned()),
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let mut changes = self.hub.changes();
+        let mut closing = self.closing.subscribe();
+        if *closing.borrow() {
+            return Answer::empty(503);
+        }
+        tokio::spawn(async move {
+            let note = jsonrpc::notification_bytes("notifications/tools/list_changed", &json!({}));
+            loop {
+                tokio::select! {
+                    changed = changes.recv() => match changed {
+                        Ok(server) if only.as_ref().is_some_and(|o| *o != server) => {}
+                        // A lagging stream missed some: one notification covers them all.
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            if tx.send(note.clone()).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                    _ = tx.closed() => return,
+                    // The only change ever made is to `true`: shutting down.
+                    _ = closing.changed() => return,
+                }
+            }
+        });
+        Answer { status: 200, session: None, body: Body::Events(rx) }
     }
 
     pub fn hub(&self) -> &Arc<Hub> {
@@ -149,8 +203,7 @@ impl Front {
         }
         match *req.method {
             http::Method::POST => {}
-            // No server-initiated stream: the spec lets a server answer GET with 405.
-            http::Method::GET => return Answer::empty(405),
+            http::Method::GET => return self.stream(&req),
             http::Method::DELETE => {
                 return match req.session.filter(|s| self.session_valid(s, req.key, req.now_unix)) {
                     Some(id) => {

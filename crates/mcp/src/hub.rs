@@ -58,6 +58,8 @@ struct Server {
 
 pub struct Hub {
     servers: Vec<Server>,
+    /// The alias of each server that says its tool list changed, for clients' GET streams.
+    changes: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Hub {
@@ -75,14 +77,24 @@ impl Hub {
                     fetching: tokio::sync::Mutex::new(()),
                 })
                 .collect(),
+            changes: tokio::sync::broadcast::channel(64).0,
         };
         for s in &hub.servers {
             if let Some(hook) = s.spec.upstream.list_changed() {
                 let tools = s.tools.clone();
-                hook.set(Arc::new(move || *lock(&tools) = None));
+                let (changes, name) = (hub.changes.clone(), s.spec.name.clone());
+                hook.set(Arc::new(move || {
+                    *lock(&tools) = None;
+                    let _ = changes.send(name.clone());
+                }));
             }
         }
         hub
+    }
+
+    /// Aliases of servers whose tool lists change from now on.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.changes.subscribe()
     }
 
     pub fn server_names(&self) -> impl Iterator<Item = &str> {

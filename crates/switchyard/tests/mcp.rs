@@ -532,3 +532,31 @@ async fn a_failing_server_trips_its_breaker_and_is_refused_at_once() {
     let listed = s.call(30, "tools/list", json!({})).await;
     assert_eq!(listed["result"]["tools"], json!([]), "a server behind an open breaker is not listed");
 }
+
+#[tokio::test]
+async fn a_session_client_hears_list_changed_on_its_get_stream() {
+    use http_body_util::BodyExt;
+    let m = mcp_mock(McpMockConfig { sse: true, ..Default::default() }).await;
+    let (gw, _) = mcp_gateway(&[("remote", &m)], "").await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    let auth = format!("Bearer {MASTER}");
+    let sid = s.id.clone().unwrap();
+    let headers = [("authorization", auth.as_str()), ("accept", "text/event-stream"), ("mcp-session-id", sid.as_str())];
+    let stream = s.client.send(Method::GET, &s.url, Bytes::new(), &headers).await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let mut body = stream.into_body();
+    s.call(1, "tools/call", json!({"name": "remote__change_tools"})).await;
+    let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
+    let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+    assert!(text.contains(r#""method":"notifications/tools/list_changed""#), "{text}");
+    // Shutting down ends the stream instead of waiting out the grace period on it.
+    let started = std::time::Instant::now();
+    gw.shutdown().await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "shutdown waited on the GET stream");
+    assert!(tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
+        .await
+        .unwrap()
+        .is_none_or(|f| f.is_err()));
+}
