@@ -645,9 +645,11 @@ impl Drop for FlightGuard {
     fn drop(&mut self) {
         let removed = crate::hub_lock(&self.front.in_flight).remove(&self.key);
         if !self.done && removed.is_some() {
-            if let Some(upstream) = self.front.hub.upstream(&self.server).cloned() {
+            // No runtime (it is shutting down): the upstream is going away with it anyway.
+            let runtime = tokio::runtime::Handle::try_current();
+            if let (Some(upstream), Ok(runtime)) = (self.front.hub.upstream(&self.server).cloned(), runtime) {
                 let id = self.upstream_id;
-                tokio::spawn(async move {
+                runtime.spawn(async move {
                     let params = json!({"requestId": id, "reason": "the client went away"});
                     let _ = upstream.notify("notifications/cancelled", params).await;
                 });

@@ -26,6 +26,8 @@ use crate::version;
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
+/// How long a new process may take to answer `initialize`.
+const HANDSHAKE: Duration = Duration::from_secs(30);
 /// How long shutdown waits after closing stdin, and again after SIGTERM.
 const GRACE: Duration = Duration::from_secs(2);
 /// A line longer than this from the server is a protocol error (the process is restarted).
@@ -253,9 +255,10 @@ impl Supervisor {
                     guard.0 = None;
                     return;
                 }
-                let _ = child.wait().await;
-                // Whatever it left behind in its group goes with it.
+                // It exited, closed stdout, or hung in its handshake: the whole group goes (the
+                // leader is not reaped yet, so the group id is still this process's).
                 signal_group(process.pid, Signal::SIGKILL);
+                let _ = child.wait().await;
                 guard.0 = None;
             }
             if started.elapsed() >= HEALTHY_RUN {
@@ -320,10 +323,17 @@ impl Supervisor {
             return;
         }
         let mut line = Vec::new();
+        // A server that never answers `initialize` is restarted like one that died.
+        let deadline = tokio::time::Instant::now() + HANDSHAKE;
         loop {
             line.clear();
-            if read_line(&mut reader, &mut line).await.is_none() {
-                return;
+            match tokio::time::timeout_at(deadline, read_line(&mut reader, &mut line)).await {
+                Ok(Some(())) => {}
+                Ok(None) => return,
+                Err(_) => {
+                    tracing::error!(server = %self.name, "stdio MCP server did not answer initialize in time");
+                    return;
+                }
             }
             if let Ok(Message::Response { id, outcome }) = jsonrpc::parse(trim(&line)) {
                 if id.as_str() == "1" {
