@@ -199,3 +199,36 @@ def test_tool_list_changes_reach_the_sdk_on_its_get_stream(mcp_stack):
     names = run(main)
     assert heard[0] == "notifications/tools/list_changed"
     assert "search__added_tool" in names, "the gateway listed the server afresh"
+
+
+def test_a_cancelled_call_is_cancelled_at_the_upstream(mcp_stack):
+    files_stats = mcp_stack["files"].url.rsplit("/mcp", 1)[0] + "/mock/stats"
+    before = httpx.get(files_stats).json()
+    started = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    async def main():
+        async def body(session, init, session_id):
+            async with anyio.create_task_group() as tg:
+                async def slow_call():
+                    await session.call_tool("files__slow", {"ms": 10000, "steps": 100}, progress_callback=on_progress)
+
+                tg.start_soon(slow_call)
+                with anyio.fail_after(5):
+                    await started.wait()
+                # The SDK sends notifications/cancelled for a request whose scope is cancelled.
+                tg.cancel_scope.cancel()
+            return True
+
+        return await with_session(f"{mcp_stack['url']}/mcp", MASTER, body)
+
+    assert run(main)
+    for _ in range(250):
+        after = httpx.get(files_stats).json()
+        if after["stopped_early"] > before["stopped_early"]:
+            break
+        anyio.run(anyio.sleep, 0.02)
+    assert after["stopped_early"] == before["stopped_early"] + 1, after
+    assert len(after["cancelled"]) == len(before["cancelled"]) + 1

@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from procs import Proc, start, switchyard_bin
 
 MASTER = "sk-mcp2-conformance-master"
+FILES_STATS = ""
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -29,6 +30,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         files = start("mcp-files", ["mock-mcp", "--listen", "127.0.0.1:0", "--extra-tools", "50", "--page-size", "20"], log_dir)
         procs.append(files)
+        global FILES_STATS
+        FILES_STATS = files.url.rsplit("/mcp", 1)[0] + "/mock/stats"
         data = log_dir / "data"
         data.mkdir()
         config = log_dir / "gateway.yaml"
@@ -116,3 +119,32 @@ def test_a_forbidden_tool_and_a_missing_key(gateway):
     assert refused.error.code == -32602
     missing = httpx2.post(gateway, json={"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}})
     assert missing.status_code == 401
+
+
+def test_closing_the_stream_cancels_the_call_upstream(gateway):
+    before = httpx2.get(FILES_STATS).json()
+    started = anyio.Event()
+
+    async def on_progress(progress, total, message):
+        started.set()
+
+    async def main():
+        async with connect(gateway) as client:
+            async with anyio.create_task_group() as tg:
+
+                async def slow_call():
+                    await client.call_tool("files__slow", {"ms": 10000, "steps": 100}, progress_callback=on_progress)
+
+                tg.start_soon(slow_call)
+                with anyio.fail_after(5):
+                    await started.wait()
+                tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    after = before
+    for _ in range(250):
+        after = httpx2.get(FILES_STATS).json()
+        if after["stopped_early"] > before["stopped_early"]:
+            break
+        anyio.run(anyio.sleep, 0.02)
+    assert after["stopped_early"] == before["stopped_early"] + 1, after

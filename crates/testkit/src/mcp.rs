@@ -3,7 +3,8 @@
 //! `echo {text}`, `add {a, b}`, `slow {ms, steps}` (progress notifications over SSE when the
 //! caller sent a progress token; stops when cancelled), `fail` (`isError: true`),
 //! `large {kb}`, plus `tool_0..N` to make listings span pages. It records what reached it
-//! (calls, cancellations, the `Authorization` header) for tests to assert on. `run_stdio` serves
+//! (calls, cancellations, the `Authorization` header) for tests to assert on, also as
+//! `GET /mock/stats` for tests that run it as a process. `run_stdio` serves
 //! the same tools on stdin/stdout, one JSON-RPC message per line.
 
 mod server;

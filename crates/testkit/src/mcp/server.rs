@@ -90,6 +90,16 @@ fn reply(status: StatusCode, body: Option<Value>) -> Response<Body> {
 }
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    if req.uri().path() == "/mock/stats" {
+        let stats = lock(&state.shared.stats).clone();
+        return reply(
+            StatusCode::OK,
+            Some(json!({
+                "initialized": stats.initialized, "lists": stats.lists, "calls": stats.calls,
+                "cancelled": stats.cancelled, "stopped_early": stats.stopped_early,
+            })),
+        );
+    }
     if req.uri().path() != "/mcp" {
         return reply(StatusCode::NOT_FOUND, None);
     }
