@@ -329,9 +329,13 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             return Ok(report);
         }
         // Mock MCP servers and a gateway in front of them.
-        "mcp" => {
+        "mcp" | "mixed" => {
             let mut report = Report::default();
-            mcp::run(args, pin, &mut report).await?;
+            if args.scenario == "mcp" {
+                mcp::run(args, pin, &mut report).await?;
+            } else {
+                mcp::mixed(args, pin, &mut report).await?;
+            }
             return Ok(report);
         }
         // Their own backends (KV-cache mocks or `--backend` servers) and a gateway per strategy.
@@ -348,7 +352,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, usage-query, mcp, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, usage-query, mcp, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

@@ -130,3 +130,56 @@ fn spec(url: &str, session: &str, body: &serde_json::Value, sse: bool) -> Result
         timeout: Duration::from_secs(30),
     }))
 }
+
+/// `mixed`: model requests and MCP tool calls through one gateway at a fixed rate, the peers'
+/// mix without its Code Mode share (60 % of `--rate` chat completions, 30 % `tools/call`; the
+/// 10 % of Code Mode is left out until it exists), for `--duration` (default 30 s): errors,
+/// latency of each kind, and the gateway's memory over the run.
+pub async fn mixed(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
+    let llm = super::start_mock(&args.model, 5, None, pin)?;
+    let mcp = Proc::start("mcp", &["mock-mcp".into(), "--listen".into(), "127.0.0.1:0".into()], pin.mock.as_deref())?;
+    let config = format!(
+        "listen: 127.0.0.1:0\nbackends:\n  - {{name: a, url: '{}'}}\nmcp:\n  servers:\n    - {{name: t, url: '{}'}}\n",
+        llm.url, mcp.url
+    );
+    let gateway = super::start_gateway(&config, pin)?;
+    let mcp_url = format!("{}/mcp", gateway.url);
+    let session = open_session(&mcp_url).await?;
+    let chat = Arc::new(RequestSpec {
+        uri: format!("{}/v1/chat/completions", gateway.url).parse().map_err(|e| format!("{e}"))?,
+        body: Bytes::from(super::chat_body(&args.model, false, "hello")),
+        headers: vec![(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        stream: false,
+        stream_end: b"",
+        backend_header: HeaderName::from_static("x-switchyard-backend"),
+        timeout: Duration::from_secs(30),
+    });
+    let tool = spec(
+        &mcp_url,
+        &session,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t__echo", "arguments": {"text": "hello"}}}),
+        false,
+    )?;
+    let d = args.phase(30.0);
+    let rss = super::RssSampler::start(Some(gateway.pid()));
+    eprintln!("  ▸ mixed at {:.0} req/s for {:.0} s", args.rate * 0.9, d.as_secs_f64());
+    let (chat_schedule, tool_schedule) = ([(args.rate * 0.6, d)], [(args.rate * 0.3, d)]);
+    let (chats, tools) =
+        tokio::join!(crate::load::open_loop(chat, &chat_schedule), crate::load::open_loop(tool, &tool_schedule));
+    let samples = rss.finish(Some(gateway.pid()));
+    let c = report.row("mixed", format!("chat, {:.0}/s", args.rate * 0.6), "gateway", &chats);
+    let t = report.row("mixed", format!("tools/call, {:.0}/s", args.rate * 0.3), "gateway", &tools);
+    let failed = |s: &crate::load::Stats| s.errors.values().sum::<u64>();
+    report.finding("mixed", "failed requests", (failed(&chats) + failed(&tools)) as f64, "");
+    report.finding("mixed", "requests answered", (chats.ok + tools.ok) as f64, "");
+    report.finding("mixed", "chat latency p50", c.p50 as f64, "µs");
+    report.finding("mixed", "chat latency p99", c.p99 as f64, "µs");
+    report.finding("mixed", "tools/call latency p50", t.p50 as f64, "µs");
+    report.finding("mixed", "tools/call latency p99", t.p99 as f64, "µs");
+    // Memory after the first tenth of the run against its end: flat means no growth per request.
+    if let (Some(early), Some(last)) = (samples.get(samples.len() / 10), samples.last()) {
+        report.finding("mixed", "gateway RSS after warm-up", super::mb(early.1), "MB");
+        report.finding("mixed", "gateway RSS at the end", super::mb(last.1), "MB");
+    }
+    Ok(())
+}
