@@ -561,7 +561,7 @@ impl Call {
     /// Progress notifications as events while the call runs, then its answer; the client
     /// closing the stream cancels the call upstream.
     async fn run_streaming(self, events: mpsc::Sender<Vec<u8>>, cancel: oneshot::Receiver<()>) {
-        let (notes_tx, mut notes_rx) = mpsc::unbounded_channel();
+        let (notes_tx, mut notes_rx) = mpsc::channel(crate::upstream::NOTIFICATION_BACKLOG);
         let relay_to = events.clone();
         let relay = tokio::spawn(async move {
             while let Some(note) = notes_rx.recv().await {

@@ -249,7 +249,7 @@ fn on_event(
                 list_changed.fire();
             }
             if let (Some(sink), Ok(value)) = (notify, serde_json::from_slice::<Value>(data)) {
-                let _ = sink.send(value);
+                let _ = sink.try_send(value);
             }
         }
         // Requests from the server (sampling, elicitation) need a client session we do not

@@ -381,7 +381,7 @@ impl Supervisor {
                 let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
                 for waiting in lock(&self.pending).values() {
                     if let Some((_, sink)) = waiting.progress.as_ref().filter(|(t, _)| t == token) {
-                        let _ = sink.send(value.clone());
+                        let _ = sink.try_send(value.clone());
                     }
                 }
             }

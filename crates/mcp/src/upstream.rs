@@ -45,7 +45,12 @@ pub async fn within<T>(
 
 /// Notifications an upstream sent while answering (e.g. `notifications/progress`), as whole
 /// JSON-RPC messages, for the caller to relay.
-pub type NotificationSink = mpsc::UnboundedSender<Value>;
+/// Bounded: a notification that finds it full (the client reads slower than the upstream
+/// reports) is dropped, which progress can afford; memory per call stays bounded.
+pub type NotificationSink = mpsc::Sender<Value>;
+
+/// How many notifications wait for a slow client before newer ones are dropped.
+pub const NOTIFICATION_BACKLOG: usize = 64;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamError {
