@@ -105,3 +105,18 @@ def start(name: str, args: list[str], log_dir: Path) -> Proc:
         pytest.fail(f"{name} did not start: {why} (exit code {popen.returncode})\n--- {log_path} ---\n{proc.log_tail()}")
     proc.url = text[len(prefix):]
     return proc
+
+
+def start_mcp_gateway(name: str, log_dir: Path, master_key: str, servers: list[str]) -> Proc:
+    """`switchyard serve` with keys on (`master_key`) and `servers` (YAML flow mappings) under
+    `mcp.servers`, its database and journal in `log_dir`."""
+    data = log_dir / f"{name}-data"
+    data.mkdir()
+    config = log_dir / f"{name}.yaml"
+    config.write_text(
+        "listen: 127.0.0.1:0\n"
+        f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
+        f"auth: {{master_key: {master_key}}}\n"
+        "mcp:\n  servers:\n" + "".join(f"    - {s}\n" for s in servers)
+    )
+    return start(name, ["serve", "--config", str(config)], log_dir)

@@ -19,7 +19,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client  # 1.x: headers as an argument
 from mcp.shared.exceptions import McpError
 
-from conftest import Proc, start, start_gateway, switchyard_bin
+from procs import Proc, start, start_mcp_gateway, switchyard_bin
 
 MASTER = "sk-mcp-conformance-master"
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -34,19 +34,16 @@ def mcp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         procs.append(files)
         search = start("mcp-search", ["mock-mcp", "--listen", "127.0.0.1:0", "--sse"], log_dir)
         procs.append(search)
-        data = log_dir / "data"
-        data.mkdir()
-        config = log_dir / "gateway.yaml"
-        config.write_text(
-            "listen: 127.0.0.1:0\n"
-            f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
-            f"auth: {{master_key: {MASTER}}}\n"
-            "mcp:\n  servers:\n"
-            f"    - {{name: files, url: '{files.url}', tools: {{deny: ['write_*']}}}}\n"
-            f"    - {{name: search, url: '{search.url}'}}\n"
-            f"    - {{name: local, command: ['{switchyard_bin()}', mock-mcp, --stdio]}}\n"
+        gateway = start_mcp_gateway(
+            "mcp-gateway",
+            log_dir,
+            MASTER,
+            [
+                f"{{name: files, url: '{files.url}', tools: {{deny: ['write_*']}}}}",
+                f"{{name: search, url: '{search.url}'}}",
+                f"{{name: local, command: ['{switchyard_bin()}', mock-mcp, --stdio]}}",
+            ],
         )
-        gateway = start_gateway("mcp-gateway", config, log_dir)
         procs.append(gateway)
         yield {"url": gateway.url, "files": files, "search": search}
     finally:

@@ -16,7 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from procs import Proc, start, switchyard_bin
+from procs import Proc, start, start_mcp_gateway, switchyard_bin
 
 MASTER = "sk-mcp2-conformance-master"
 FILES_STATS = ""
@@ -32,18 +32,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         procs.append(files)
         global FILES_STATS
         FILES_STATS = files.url.rsplit("/mcp", 1)[0] + "/mock/stats"
-        data = log_dir / "data"
-        data.mkdir()
-        config = log_dir / "gateway.yaml"
-        config.write_text(
-            "listen: 127.0.0.1:0\n"
-            f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
-            f"auth: {{master_key: {MASTER}}}\n"
-            "mcp:\n  servers:\n"
-            f"    - {{name: files, url: '{files.url}'}}\n"
-            f"    - {{name: local, command: ['{switchyard_bin()}', mock-mcp, --stdio]}}\n"
+        gw = start_mcp_gateway(
+            "mcp2-gateway",
+            log_dir,
+            MASTER,
+            [f"{{name: files, url: '{files.url}'}}", f"{{name: local, command: ['{switchyard_bin()}', mock-mcp, --stdio]}}"],
         )
-        gw = start("mcp2-gateway", ["serve", "--config", str(config)], log_dir)
         procs.append(gw)
         yield f"{gw.url}/mcp"
     finally:

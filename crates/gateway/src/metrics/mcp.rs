@@ -8,20 +8,35 @@ use std::time::Duration;
 
 use super::Histogram;
 
+/// server → tool → outcome → calls.
+type CallCounts = BTreeMap<String, BTreeMap<String, BTreeMap<&'static str, u64>>>;
+
 #[derive(Default)]
 pub struct McpMetrics {
-    calls: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+    calls: Mutex<CallCounts>,
     latency: Mutex<BTreeMap<String, Histogram>>,
 }
 
 impl McpMetrics {
     pub fn count(&self, server: &str, tool: &str, status: &'static str, latency: Duration) {
+        // Looked up by `&str` at each level: owned keys are made only for a new series.
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        *calls.entry((server.to_owned(), tool.to_owned(), status)).or_default() += 1;
+        let tools = match calls.get_mut(server) {
+            Some(tools) => tools,
+            None => calls.entry(server.to_owned()).or_default(),
+        };
+        let statuses = match tools.get_mut(tool) {
+            Some(statuses) => statuses,
+            None => tools.entry(tool.to_owned()).or_default(),
+        };
+        *statuses.entry(status).or_default() += 1;
         drop(calls);
         if !server.is_empty() {
             let mut latency_by_server = self.latency.lock().unwrap_or_else(|p| p.into_inner());
-            latency_by_server.entry(server.to_owned()).or_default().observe(latency);
+            match latency_by_server.get(server) {
+                Some(h) => h.observe(latency),
+                None => latency_by_server.entry(server.to_owned()).or_default().observe(latency),
+            }
         }
     }
 
@@ -32,13 +47,17 @@ impl McpMetrics {
         }
         out.push_str("# HELP switchyard_mcp_tool_calls_total MCP tool calls, by server, tool and outcome.\n");
         out.push_str("# TYPE switchyard_mcp_tool_calls_total counter\n");
-        for ((server, tool, status), n) in calls.iter() {
-            let _ = writeln!(
-                out,
-                "switchyard_mcp_tool_calls_total{{server=\"{}\",tool=\"{}\",status=\"{status}\"}} {n}",
-                escape(server),
-                escape(tool)
-            );
+        for (server, tools) in calls.iter() {
+            for (tool, statuses) in tools {
+                for (status, n) in statuses {
+                    let _ = writeln!(
+                        out,
+                        "switchyard_mcp_tool_calls_total{{server=\"{}\",tool=\"{}\",status=\"{status}\"}} {n}",
+                        escape(server),
+                        escape(tool)
+                    );
+                }
+            }
         }
         drop(calls);
         out.push_str("# HELP switchyard_mcp_tool_call_duration_seconds MCP tool call latency through the gateway.\n");
