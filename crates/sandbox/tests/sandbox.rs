@@ -1,0 +1,227 @@
+//! The sandbox against its promises: tool calls, real concurrency, captured console, every limit ending
+//! a program cleanly, escape attempts failing, and the committed module matching its checksum.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use switchyard_sandbox::{Failure, Limit, Limits, Sandbox, ToolAnswer, ToolHost};
+
+/// `t.echo` answers its arguments; `t.slow` answers after `ms` milliseconds; anything else fails.
+struct TestTools {
+    calls: AtomicU32,
+}
+
+impl TestTools {
+    fn new() -> Arc<Self> {
+        Arc::new(Self { calls: AtomicU32::new(0) })
+    }
+}
+
+impl ToolHost for TestTools {
+    fn call(&self, server: String, tool: String, args: String) -> Pin<Box<dyn Future<Output = ToolAnswer> + Send>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            match (server.as_str(), tool.as_str()) {
+                ("t", "echo") => Ok(format!("{{\"server\":\"{server}\",\"args\":{args}}}")),
+                ("t", "slow") => {
+                    let ms = serde_like::ms(&args).0;
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok(format!("{{\"slept\":{ms}}}"))
+                }
+                _ => Err(format!("no such tool {server}.{tool}")),
+            }
+        })
+    }
+}
+
+mod serde_like {
+    pub struct Ms(pub u64);
+    /// `{"ms": N}` → N (enough JSON for these tests).
+    pub fn ms(args: &str) -> Ms {
+        let digits: String = args
+            .split("\"ms\":")
+            .nth(1)
+            .unwrap_or("0")
+            .chars()
+            .skip_while(|c| c.is_whitespace())
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        Ms(digits.parse().unwrap_or(0))
+    }
+}
+
+const CATALOG: &str = r#"{"t":["echo","slow","fail"]}"#;
+
+fn sandbox(limits: Limits) -> Sandbox {
+    Sandbox::new(limits).unwrap()
+}
+
+async fn run(sb: &Sandbox, code: &str) -> switchyard_sandbox::Outcome {
+    sb.execute(code.to_string(), CATALOG.to_string(), TestTools::new()).await
+}
+
+#[test]
+fn committed_module_matches_its_checksum() {
+    let expected = include_str!("../wasm/quickjs-runner.wasm.sha256");
+    let expected = expected.split_whitespace().next().unwrap();
+    let actual = Sha256::digest(switchyard_sandbox::RUNNER_WASM);
+    let actual: String = actual.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(actual, expected, "rebuild with scripts/build-quickjs-wasm");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returns_json_and_captures_console() {
+    let sb = sandbox(Limits::default());
+    let out = run(&sb, "console.log('hi', {a: 1}); console.error('oops'); return {sum: 1 + 2, s: 'x'};").await;
+    assert_eq!(out.result.unwrap(), r#"{"sum":3,"s":"x"}"#);
+    assert_eq!(out.logs.len(), 2);
+    assert_eq!(out.logs[0].text, r#"hi {"a":1}"#);
+    assert_eq!(out.logs[1].level, "error");
+    let empty = run(&sb, "").await;
+    assert_eq!(empty.result.unwrap(), "null");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_three_tools_in_sequence() {
+    let sb = sandbox(Limits::default());
+    let tools = TestTools::new();
+    let out = sb
+        .execute(
+            "const a = await tools.t.echo({n: 1}); const b = await tools.t.echo({n: a.args.n + 1});\n\
+             const c = await tools.t.echo({n: b.args.n + 1}); return c.args.n;"
+                .into(),
+            CATALOG.into(),
+            tools.clone(),
+        )
+        .await;
+    assert_eq!(out.result.unwrap(), "3");
+    assert_eq!(out.tool_calls, 3);
+    assert_eq!(tools.calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise_all_runs_calls_concurrently() {
+    let sb = sandbox(Limits::default());
+    let started = Instant::now();
+    let out = run(
+        &sb,
+        "const r = await Promise.all(Array.from({length: 10}, () => tools.t.slow({ms: 100}))); return r.length;",
+    )
+    .await;
+    assert_eq!(out.result.unwrap(), "10");
+    // Sequential would take 10 x 100 ms; at the default 8 parallel it takes two rounds.
+    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_parallel_calls_holds_back_the_rest() {
+    let sb = sandbox(Limits { max_parallel_calls: 2, ..Limits::default() });
+    let started = Instant::now();
+    let out = run(&sb, "await Promise.all(Array.from({length: 4}, () => tools.t.slow({ms: 100}))); return 1;").await;
+    assert_eq!(out.result.unwrap(), "1");
+    // Two at a time: two rounds of 100 ms, never one.
+    assert!(started.elapsed() >= Duration::from_millis(200), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_errors_reject_and_can_be_caught() {
+    let sb = sandbox(Limits::default());
+    let out = run(&sb, "try { await tools.t.fail({}); } catch (e) { return 'caught: ' + e.message; }").await;
+    assert_eq!(out.result.unwrap(), r#""caught: no such tool t.fail""#);
+    let unknown = run(&sb, "return await tools.t.nope({});").await;
+    match unknown.result {
+        Err(Failure::Program(msg)) => assert!(msg.contains("no tool \"nope\""), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let thrown = run(&sb, "throw new Error('boom');").await;
+    match thrown.result {
+        Err(Failure::Program(msg)) => assert!(msg.starts_with("Error: boom"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_loop_hits_the_time_limit() {
+    let sb = sandbox(Limits { timeout: Duration::from_millis(300), ..Limits::default() });
+    let out = run(&sb, "for (;;) {}").await;
+    assert_eq!(out.result, Err(Failure::Limit(Limit::Time(Duration::from_millis(300)))));
+    let waiting = run(&sb, "await tools.t.slow({ms: 5000}); return 1;").await;
+    assert_eq!(waiting.result, Err(Failure::Limit(Limit::Time(Duration::from_millis(300)))));
+    // The sandbox is unharmed.
+    assert_eq!(run(&sb, "return 2;").await.result.unwrap(), "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_bomb_hits_the_memory_limit() {
+    let sb = sandbox(Limits { memory_bytes: 16 << 20, ..Limits::default() });
+    let out = run(&sb, "const a = []; for (;;) a.push('x'.repeat(1 << 16) + a.length);").await;
+    assert_eq!(out.result, Err(Failure::Limit(Limit::Memory(16 << 20))));
+    let big = run(&sb, "const b = new ArrayBuffer(64 << 20); return b.byteLength;").await;
+    assert!(big.result.is_err(), "{:?}", big.result);
+    assert_eq!(run(&sb, "return 3;").await.result.unwrap(), "3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_calls_hit_the_call_limit() {
+    let sb = sandbox(Limits::default());
+    let tools = TestTools::new();
+    let out = sb
+        .execute("for (let i = 0; i < 1000; i++) await tools.t.echo({i});".into(), CATALOG.into(), tools.clone())
+        .await;
+    assert_eq!(out.result, Err(Failure::Limit(Limit::ToolCalls(50))));
+    assert_eq!(tools.calls.load(Ordering::SeqCst), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_output_hits_the_output_limit() {
+    let sb = sandbox(Limits { max_output_bytes: 1 << 16, ..Limits::default() });
+    let out = run(&sb, "for (;;) console.log('y'.repeat(1000));").await;
+    assert_eq!(out.result, Err(Failure::Limit(Limit::Output(1 << 16))));
+    let result = run(&sb, "return 'z'.repeat(100000);").await;
+    assert_eq!(result.result, Err(Failure::Limit(Limit::Output(1 << 16))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_recursion_is_an_error_not_a_crash() {
+    let sb = sandbox(Limits::default());
+    let out = run(&sb, "function f(n) { return f(n + 1) + 1; } return f(0);").await;
+    assert!(matches!(out.result, Err(Failure::Program(_))), "{:?}", out.result);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_attempts_fail() {
+    let sb = sandbox(Limits::default());
+    for code in [
+        "return await fetch('http://127.0.0.1/');",
+        "return require('fs');",
+        "return await import('os');",
+        "return await import('std');",
+        "return process.env;",
+        "return std.getenv('HOME');",
+        "return os.exec(['/bin/sh']);",
+        "return eval('__sy_call')('t', 'echo', '{}');",
+        "return globalThis.__sy_log(0, 'x');",
+        "return new Function('return this.__sy_call')()('t','echo','{}');",
+        "return typeof WebAssembly === 'undefined' ? (() => { throw new Error('no wasm'); })() : 1;",
+    ] {
+        let out = run(&sb, code).await;
+        assert!(matches!(out.result, Err(Failure::Program(_))), "{code} -> {:?}", out.result);
+    }
+    // The tools object cannot be replaced or extended by a program.
+    let frozen =
+        run(&sb, "'use strict'; try { tools.t.echo = null; } catch (e) { return 'frozen'; } return 'open';").await;
+    assert_eq!(frozen.result.unwrap(), r#""frozen""#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_state_survives_between_executions() {
+    let sb = sandbox(Limits::default());
+    let first = run(&sb, "globalThis.secret = 'key-a'; return 1;").await;
+    assert_eq!(first.result.unwrap(), "1");
+    let second = run(&sb, "return typeof globalThis.secret;").await;
+    assert_eq!(second.result.unwrap(), r#""undefined""#);
+}
