@@ -131,7 +131,7 @@ fn mcp_front(
     client: &UpstreamClient,
     secret: &[u8],
 ) -> Result<Option<Arc<switchyard_mcp::Front>>, String> {
-    if config.mcp.servers.is_empty() {
+    if config.mcp.servers.is_empty() && config.mcp.code_mode.is_none() {
         return Ok(None);
     }
     let http: Arc<dyn switchyard_mcp::http_upstream::HttpSend> = Arc::new(upstream::McpHttp(client.clone()));
@@ -164,7 +164,17 @@ fn mcp_front(
         .collect();
     let hub = Arc::new(switchyard_mcp::Hub::new(specs));
     let session_key = [b"switchyard mcp sessions:".as_slice(), secret].concat();
-    switchyard_mcp::Front::new(hub, &session_key).map(|f| Some(Arc::new(f)))
+    let mut front = switchyard_mcp::Front::new(hub, &session_key)?;
+    if let Some(code) = &config.mcp.code_mode {
+        front = front.with_code_mode(switchyard_sandbox::Limits {
+            memory_bytes: code.memory_bytes,
+            timeout: code.timeout,
+            max_tool_calls: code.max_tool_calls,
+            max_parallel_calls: code.max_parallel_calls,
+            max_output_bytes: code.max_output_bytes,
+        });
+    }
+    Ok(Some(Arc::new(front)))
 }
 
 /// How long start-up waits for a database server before serving without it.

@@ -30,6 +30,7 @@ pub async fn handle(
     let Some(front) = &app.mcp else { return Err(GatewayError::RouteNotFound) };
     let scope = match path.strip_prefix("/mcp").map(|p| p.trim_matches('/')) {
         Some("") => Scope::All,
+        Some(switchyard_mcp::code_mode::SERVER) if front.has_code_mode() => Scope::Code,
         Some(server) if !server.contains('/') => Scope::Server(server),
         _ => return Err(GatewayError::RouteNotFound),
     };
@@ -48,18 +49,19 @@ pub async fn handle(
         }
         None => Arc::new(|_: &str, _: &str| true),
     };
-    let admit = |principal: &Principal| -> Result<(), String> {
-        let Some(k) = principal.key() else { return Ok(()) };
-        let limits = Limits { rpm: k.rpm, tpm: None, max_parallel: None };
-        if limits.is_unlimited() {
-            return Ok(());
+    let admit: switchyard_mcp::SharedAdmit = match principal.key().filter(|k| k.rpm.is_some()) {
+        Some(k) => {
+            let (limiter, id) = (app.limiter.clone(), k.id.clone());
+            let limits = Limits { rpm: k.rpm, tpm: None, max_parallel: None };
+            Arc::new(move || {
+                limiter.acquire(&id, &limits, 0).map(drop).map_err(|r| {
+                    let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                    format!("rate limit reached: {} requests per minute for this key; retry in {secs} s", r.limit)
+                })
+            })
         }
-        app.limiter.acquire(&k.id, &limits, 0).map(drop).map_err(|r| {
-            let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-            format!("rate limit reached: {} requests per minute for this key; retry in {secs} s", r.limit)
-        })
+        None => Arc::new(|| Ok(())),
     };
-    let admit = move || admit(&principal);
     let header = |name: &HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let answer = front
         .handle(switchyard_mcp::Request {
@@ -71,7 +73,7 @@ pub async fn handle(
             now_unix: app.clock.unix_secs(),
             scope,
             permits,
-            admit: &admit,
+            admit,
             on_call,
             body: &body,
         })
@@ -116,14 +118,19 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
     let metrics = app.metrics.clone();
     let started_unix_ms = app.clock.unix_ms();
     let id = request_id.to_str().unwrap_or_default().to_owned();
+    // A Code Mode program makes many calls in one request: records after the first get `{id}.{n}`, as
+    // records are keyed by id.
+    let seq = std::sync::atomic::AtomicU32::new(0);
     Arc::new(move |call: CallRecord| {
+        let n = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = if n == 0 { id.clone() } else { format!("{id}.{n}") };
         // A name the client made up must not become a metric label (unbounded series).
         let tool_label = if call.status == "unknown_tool" { "(unknown)" } else { call.tool.as_str() };
         metrics.count_mcp_call(&call.server, tool_label, call.status, call.latency);
         let Some(journal) = &journal else { return };
         let server = if call.server.is_empty() { "unknown".to_owned() } else { call.server.clone() };
         let record = UsageRecord {
-            id: id.clone(),
+            id,
             ts_ms: started_unix_ms,
             key_id: key.as_ref().map(|k| k.id.clone()),
             user: key.as_ref().and_then(|k| k.user.clone()),
@@ -158,6 +165,10 @@ fn http_status(status: &str) -> u16 {
         "rate_limited" => 429,
         "cancelled" => 499,
         "timeout" => 504,
+        // Code Mode: a program that threw or passed a limit is the tool's error, like `isError`.
+        "limit_exceeded" => 200,
+        "invalid" => 400,
+        "sandbox_error" | "unavailable" => 500,
         _ => 502,
     }
 }

@@ -27,10 +27,15 @@ pub enum Scope<'a> {
     All,
     /// `POST /mcp/{server}`: one server under its own names.
     Server(&'a str),
+    /// `POST /mcp/code`: Code Mode's tools (`code_mode.rs`).
+    Code,
 }
 
 /// Whether the caller may use (server, tool): the key's MCP permissions.
 pub type SharedPermits = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+/// Admission of one tool call under the key's limits: `Err(message)` refuses it.
+pub type SharedAdmit = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// One HTTP request to an MCP endpoint, as the gateway read it.
 pub struct Request<'a> {
@@ -43,8 +48,8 @@ pub struct Request<'a> {
     pub now_unix: i64,
     pub scope: Scope<'a>,
     pub permits: SharedPermits,
-    /// Admission of one tool call under the key's limits: `Err(message)` refuses it.
-    pub admit: &'a (dyn Fn() -> Result<(), String> + Send + Sync),
+    /// Admission of one tool call under the key's limits (Code Mode's programs' calls included).
+    pub admit: SharedAdmit,
     /// Where this request's tool call is reported.
     pub on_call: OnCall,
     pub body: &'a [u8],
@@ -110,6 +115,8 @@ pub struct Front {
     /// Sessions a client ended with DELETE (id → issued at), until they would have expired.
     /// Per instance: another instance still accepts them until the fleet layer shares this.
     ended: Mutex<HashMap<String, i64>>,
+    /// Code Mode, when `mcp.code_mode.enabled`.
+    code_mode: Option<crate::code_mode::CodeMode>,
 }
 
 /// Ended sessions remembered before expired ones are swept.
@@ -133,7 +140,26 @@ impl Front {
             in_flight: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
             closing: tokio::sync::watch::channel(false).0,
+            code_mode: None,
         })
+    }
+
+    /// Serve Code Mode on `/mcp/code` with these limits.
+    pub fn with_code_mode(mut self, limits: switchyard_sandbox::Limits) -> Front {
+        self.code_mode = Some(crate::code_mode::CodeMode::new(limits));
+        self
+    }
+
+    pub fn has_code_mode(&self) -> bool {
+        self.code_mode.is_some()
+    }
+
+    /// Compile Code Mode's sandbox now, so the first program does not wait for it.
+    pub async fn warm_code_mode(&self) -> Result<(), String> {
+        match &self.code_mode {
+            Some(code) => code.sandbox().await.map(drop),
+            None => Ok(()),
+        }
     }
 
     /// End every client's GET stream (the gateway is shutting down).
@@ -157,6 +183,8 @@ impl Front {
         let only: Option<String> = match req.scope {
             Scope::All => None,
             Scope::Server(name) => Some(name.to_owned()),
+            // Code Mode's own three tools never change.
+            Scope::Code => Some(crate::code_mode::SERVER.to_owned()),
         };
         let (tx, rx) = mpsc::channel(16);
         let mut changes = self.hub.changes();
@@ -192,14 +220,13 @@ impl Front {
     }
 
     pub async fn handle(self: &Arc<Self>, req: Request<'_>) -> Answer {
-        if let Scope::Server(name) = req.scope {
-            if !self.hub.has_server(name) {
-                return Answer::rpc_error(
-                    404,
-                    None,
-                    RpcError::new(METHOD_NOT_FOUND, format!("no MCP server `{name}`")),
-                );
-            }
+        let missing = match req.scope {
+            Scope::Server(name) => (!self.hub.has_server(name)).then_some(name),
+            Scope::Code => self.code_mode.is_none().then_some(crate::code_mode::SERVER),
+            Scope::All => None,
+        };
+        if let Some(name) = missing {
+            return Answer::rpc_error(404, None, RpcError::new(METHOD_NOT_FOUND, format!("no MCP server `{name}`")));
         }
         match *req.method {
             http::Method::POST => {}
@@ -304,6 +331,7 @@ impl Front {
             Scope::All => json!({"tools": {"listChanged": true}}),
             // One server: what it offers (tools, resources, prompts), as ours.
             Scope::Server(_) => json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
+            Scope::Code => json!({"tools": {}}),
         };
         let info = json!({"name": "switchyard", "version": env!("CARGO_PKG_VERSION")});
         json!({
@@ -313,6 +341,9 @@ impl Front {
             "instructions": match scope {
                 Scope::All => "Tools of every MCP server behind this gateway, named {server}__{tool}.".to_owned(),
                 Scope::Server(name) => format!("The `{name}` MCP server, through the Switchyard gateway."),
+                Scope::Code => "Code Mode: find tools with search_tools, then run one JavaScript program with \
+                    execute_code that calls them (await tools.<server>.<tool>(args)) instead of one tool call per turn."
+                    .to_owned(),
             },
         })
     }
@@ -378,6 +409,10 @@ impl Front {
                 }
                 Err(e) => upstream_failure(&id, &e),
             },
+            ("tools/list", Scope::Code) => {
+                Answer::json(200, jsonrpc::result_value(&id, &tool_list_of(crate::code_mode::tool_definitions())))
+            }
+            ("tools/call", Scope::Code) => self.code_call(req, modern, id, params).await,
             ("tools/call", scope) => self.call(req, session, modern, id, scope, params).await,
             (_, Scope::Server(server)) if passed_through(method) => {
                 let Some(upstream) = self.hub.upstream(server) else { return Answer::empty(404) };
@@ -424,6 +459,7 @@ impl Front {
                 Ok(tools) => tools.iter().any(|t| t.name == name).then(|| (server.to_owned(), name.clone())),
                 Err(e) => return upstream_failure(&id, &e),
             },
+            Scope::Code => None,
         };
         let Some((server, tool)) = target else {
             (req.on_call)(record("", &name, "unknown_tool", 0));
@@ -472,6 +508,63 @@ impl Front {
         Answer::json(200, call.run(cancel_rx).await)
     }
 
+    /// A `tools/call` of Code Mode: permitted as the server `code`, admitted under the key's rate limit,
+    /// recorded like any tool call; the program's own calls are checked and recorded one by one.
+    async fn code_call(&self, req: &Request<'_>, modern: bool, id: Id, params: Value) -> Answer {
+        use crate::code_mode::SERVER;
+        let started = Instant::now();
+        let Some(code_mode) = &self.code_mode else { return Answer::empty(404) };
+        let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &RpcError::invalid_params("`name` is required")));
+        };
+        let report = |tool: &str, status, response_bytes| {
+            (req.on_call)(CallRecord {
+                key: req.key.map(str::to_owned),
+                server: SERVER.to_owned(),
+                tool: tool.to_owned(),
+                status,
+                latency: started.elapsed(),
+                request_bytes: req.body.len(),
+                response_bytes,
+            })
+        };
+        if !(req.permits)(SERVER, &name) {
+            report(&name, "forbidden", 0);
+            let mut e =
+                RpcError::invalid_params(format!("Code Mode (`{SERVER}__{name}`) is not permitted for this key"));
+            e.data = Some(json!({"reason": "forbidden"}));
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        }
+        if let Err(message) = (req.admit)() {
+            report(&name, "rate_limited", 0);
+            let mut e = RpcError::new(RATE_LIMITED, message);
+            e.data = Some(json!({"reason": "rate_limited"}));
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        }
+        let call = crate::code_mode::CodeCall {
+            hub: self.hub.clone(),
+            permits: req.permits.clone(),
+            admit: req.admit.clone(),
+            on_call: req.on_call.clone(),
+            key: req.key.map(str::to_owned),
+        };
+        let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        match call.run(code_mode, &name, &args).await {
+            Ok((mut result, status)) => {
+                if modern {
+                    result["resultType"] = json!("complete");
+                }
+                let bytes = jsonrpc::result_value(&id, &result);
+                report(&name, status, bytes.len());
+                Answer::json(200, bytes)
+            }
+            Err(message) => {
+                report(&name, if name == "execute_code" { "invalid" } else { "unknown_tool" }, 0);
+                Answer::json(200, crate::code_mode::invalid(&id, message))
+            }
+        }
+    }
+
     /// `notifications/cancelled` from the client: stop waiting and tell the upstream.
     async fn cancel(&self, session: &str, params: Option<&Value>) {
         let Some(request_id) = params.and_then(|p| p.get("requestId")) else { return };
@@ -494,6 +587,10 @@ impl Front {
 /// A `tools/list` result: one page, and the 2026-07-28 fields older clients ignore (the list
 /// depends on the caller's key: private, and not to be reused).
 fn tool_list(tools: Vec<Value>) -> Value {
+    tool_list_of(Value::Array(tools))
+}
+
+fn tool_list_of(tools: Value) -> Value {
     json!({"tools": tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
 }
 

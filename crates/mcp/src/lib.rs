@@ -1,9 +1,12 @@
 //! Switchyard's MCP gateway: JSON-RPC and MCP protocol pieces (`jsonrpc`, `version`, `names`,
 //! `session`), upstream clients (`upstream`, `http_upstream`, `stdio_upstream`), the tool catalogue over every
-//! upstream (`hub`), and the MCP server presented to clients (`front`). The gateway crate mounts
+//! upstream (`hub`), the MCP server presented to clients (`front`), and Code Mode (`code_mode`, with
+//! `declarations` for its tool search; the sandbox itself is `switchyard-sandbox`). The gateway crate mounts
 //! the endpoints and applies keys, limits and usage; nothing here knows about them.
 
 pub mod breaker;
+pub mod code_mode;
+pub mod declarations;
 pub mod front;
 pub mod http_upstream;
 pub mod hub;
@@ -14,7 +17,7 @@ pub mod stdio_upstream;
 pub mod upstream;
 pub mod version;
 
-pub use front::{Answer, Body, CallRecord, Front, OnCall, Request, Scope, SharedPermits};
+pub use front::{Answer, Body, CallRecord, Front, OnCall, Request, Scope, SharedAdmit, SharedPermits};
 pub use hub::{Hub, ServerSpec, Tool};
 pub use upstream::{Upstream, UpstreamError};
 

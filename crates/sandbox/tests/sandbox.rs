@@ -1,6 +1,8 @@
 //! The sandbox against its promises: tool calls, real concurrency, captured console, every limit ending
 //! a program cleanly, escape attempts failing, and the committed module matching its checksum.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};

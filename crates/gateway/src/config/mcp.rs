@@ -49,11 +49,24 @@ struct RawCodeMode {
     timeout: Option<String>,
     max_tool_calls: Option<u32>,
     max_parallel_calls: Option<u32>,
+    max_output_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct McpConfig {
     pub servers: Vec<McpServerConfig>,
+    /// Code Mode's limits, when `mcp.code_mode.enabled`.
+    pub code_mode: Option<CodeModeConfig>,
+}
+
+/// `mcp.code_mode`: the sandbox's limits per program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeModeConfig {
+    pub memory_bytes: usize,
+    pub timeout: Duration,
+    pub max_tool_calls: u32,
+    pub max_parallel_calls: u32,
+    pub max_output_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -120,16 +133,56 @@ pub fn validate(raw: RawMcp) -> Result<McpConfig, ConfigError> {
         };
         servers.push(McpServerConfig { name: s.name, transport, allow: s.tools.allow, deny: s.tools.deny, timeout });
     }
-    if let Some(code) = raw.code_mode {
-        let _ = (code.memory_mb, code.timeout, code.max_tool_calls, code.max_parallel_calls);
-        if code.enabled == Some(true) {
-            return Err(ConfigError::at(
-                "mcp.code_mode.enabled",
-                "Code Mode is not available in this build yet (it needs its WebAssembly sandbox)",
-            ));
-        }
+    let code_mode = match raw.code_mode {
+        Some(code) if code.enabled.unwrap_or(true) => Some(code_mode(code)?),
+        _ => None,
+    };
+    if code_mode.is_some() && servers.iter().any(|s| s.name == CODE_MODE_ALIAS) {
+        return Err(ConfigError::at(
+            "mcp.servers",
+            format!(
+                "`{CODE_MODE_ALIAS}` is Code Mode's endpoint (/mcp/{CODE_MODE_ALIAS}): give that server another name"
+            ),
+        ));
     }
-    Ok(McpConfig { servers })
+    Ok(McpConfig { servers, code_mode })
+}
+
+/// Code Mode is served as this server.
+const CODE_MODE_ALIAS: &str = "code";
+
+fn code_mode(raw: RawCodeMode) -> Result<CodeModeConfig, ConfigError> {
+    let memory_mb = raw.memory_mb.unwrap_or(32);
+    // The runner needs about 2 MiB before the program allocates anything.
+    if !(4..=4096).contains(&memory_mb) {
+        return Err(ConfigError::at("mcp.code_mode.memory_mb", "use 4 to 4096"));
+    }
+    let timeout = match &raw.timeout {
+        Some(t) => parse_duration(t).map_err(|m| ConfigError::at("mcp.code_mode.timeout", m))?,
+        None => Duration::from_secs(30),
+    };
+    if timeout.is_zero() || timeout > Duration::from_secs(3600) {
+        return Err(ConfigError::at("mcp.code_mode.timeout", "use more than 0 and at most 1h"));
+    }
+    let max_tool_calls = raw.max_tool_calls.unwrap_or(50);
+    if max_tool_calls > 10_000 {
+        return Err(ConfigError::at("mcp.code_mode.max_tool_calls", "use at most 10000"));
+    }
+    let max_parallel_calls = raw.max_parallel_calls.unwrap_or(8);
+    if !(1..=256).contains(&max_parallel_calls) {
+        return Err(ConfigError::at("mcp.code_mode.max_parallel_calls", "use 1 to 256"));
+    }
+    let max_output_bytes = raw.max_output_bytes.unwrap_or(1 << 20);
+    if !(1024..=(64 << 20)).contains(&max_output_bytes) {
+        return Err(ConfigError::at("mcp.code_mode.max_output_bytes", "use 1024 to 67108864"));
+    }
+    Ok(CodeModeConfig {
+        memory_bytes: (memory_mb as usize) << 20,
+        timeout,
+        max_tool_calls,
+        max_parallel_calls,
+        max_output_bytes: max_output_bytes as usize,
+    })
 }
 
 fn http_transport(
@@ -195,6 +248,21 @@ mod tests {
         let super::McpTransport::Stdio { command, env } = &c.mcp.servers[0].transport else { panic!("stdio") };
         assert_eq!((command.len(), env[0].1.as_str()), (2, "t0p"));
         assert!(err("mcp: {servers: [{name: a, url: 'http://a', bogus: 1}]}").contains("bogus"));
-        assert!(err("mcp: {code_mode: {enabled: true}}").starts_with("mcp.code_mode.enabled"));
+        assert!(err("mcp: {code_mode: {memory_mb: 1}}").starts_with("mcp.code_mode.memory_mb"));
+        assert!(err("mcp: {code_mode: {timeout: 0s}}").starts_with("mcp.code_mode.timeout"));
+        assert!(err("mcp: {code_mode: {max_parallel_calls: 0}}").starts_with("mcp.code_mode.max_parallel_calls"));
+        assert!(
+            err("mcp: {code_mode: {enabled: true}, servers: [{name: code, url: 'http://a'}]}").contains("Code Mode")
+        );
+    }
+
+    #[test]
+    fn code_mode_limits_with_defaults() {
+        let c = load("mcp: {code_mode: {enabled: true, memory_mb: 16, timeout: 5s, max_tool_calls: 10}}").unwrap();
+        let code = c.mcp.code_mode.unwrap();
+        assert_eq!(code.memory_bytes, 16 << 20);
+        assert_eq!(code.timeout, std::time::Duration::from_secs(5));
+        assert_eq!((code.max_tool_calls, code.max_parallel_calls, code.max_output_bytes), (10, 8, 1 << 20));
+        assert!(load("mcp: {code_mode: {enabled: false}}").unwrap().mcp.code_mode.is_none());
     }
 }

@@ -1,0 +1,208 @@
+//! Code Mode, black box: the real gateway with `mcp.code_mode` on, in front of a mock MCP server, spoken
+//! to in the stateless revision on `POST /mcp/code`. Programs call tools through the same permission
+//! checks, rate limit, usage records and metrics as direct calls; every limit ends a program with a clear
+//! error while the gateway keeps serving.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use http::Method;
+use serde_json::{json, Value};
+use switchyard_testkit::{McpMock, McpMockConfig, TestClient};
+
+const MASTER: &str = "master-key-for-code-mode-tests";
+
+/// A gateway with the mock as server `files` and Code Mode on with `limits` (YAML flow-map entries).
+async fn code_gateway(limits: &str) -> (switchyard_gateway::RunningGateway, McpMock, String) {
+    let m = McpMock::start("127.0.0.1:0".parse().unwrap(), McpMockConfig::default()).await.unwrap();
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
+         mcp:\n  servers:\n    - {{name: files, url: '{}'}}\n  code_mode: {{enabled: true{limits}}}\n",
+        dir.display(),
+        m.url()
+    );
+    (gateway_yaml(&yaml).await, m, db)
+}
+
+/// One stateless-revision JSON-RPC request; the answer's JSON.
+async fn rpc(gw: &switchyard_gateway::RunningGateway, path: &str, key: &str, method: &str, params: Value) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+    ];
+    let url = format!("{}{path}", gw.url());
+    let r = TestClient::new().request(Method::POST, &url, Bytes::from(body.to_string()), &headers).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+async fn execute(gw: &switchyard_gateway::RunningGateway, key: &str, code: &str) -> Value {
+    let r = rpc(gw, "/mcp/code", key, "tools/call", json!({"name": "execute_code", "arguments": {"code": code}})).await;
+    r["result"].clone()
+}
+
+/// The error text of a failed program.
+fn error_of(result: &Value) -> String {
+    assert_eq!(result["isError"], true, "{result}");
+    result["structuredContent"]["error"]["message"].as_str().unwrap().to_owned()
+}
+
+async fn create_key(gw: &switchyard_gateway::RunningGateway, body: &str) -> String {
+    let auth = format!("Bearer {MASTER}");
+    let created = TestClient::new()
+        .post_json(&format!("{}/admin/keys", gw.url()), body.as_bytes(), &[("authorization", &auth)])
+        .await
+        .unwrap();
+    assert_eq!(created.status, 201, "{}", created.text());
+    created.json()["key"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn lists_searches_and_runs_a_program_calling_three_tools() {
+    let (gw, m, db) = code_gateway("").await;
+    let list = rpc(&gw, "/mcp/code", MASTER, "tools/list", json!({})).await;
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["list_servers", "search_tools", "execute_code"]);
+
+    let servers = rpc(&gw, "/mcp/code", MASTER, "tools/call", json!({"name": "list_servers", "arguments": {}})).await;
+    let text = servers["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(r#""name":"files""#), "{text}");
+
+    let found =
+        rpc(&gw, "/mcp/code", MASTER, "tools/call", json!({"name": "search_tools", "arguments": {"query": "add"}}))
+            .await;
+    let decl = found["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(decl.starts_with("/**") && decl.contains("tools.files.add(args: {"), "{decl}");
+    assert!(decl.contains("a: number") && decl.contains("b: number"), "{decl}");
+
+    let result = execute(
+        &gw,
+        MASTER,
+        "const a = await tools.files.add({a: 2, b: 3});\n\
+         const e = await tools.files.echo({text: 'sum ' + JSON.stringify(a)});\n\
+         const t = await tools.files.add({a: 10, b: 20});\n\
+         console.log('echoed', e);\n\
+         return {echo: e, t};",
+    )
+    .await;
+    assert_eq!(result["isError"], false, "{result}");
+    let out = &result["structuredContent"];
+    assert_eq!(out["toolCalls"], 3);
+    assert_eq!(out["logs"][0]["text"].as_str().unwrap().split(' ').next(), Some("echoed"));
+    assert!(out["result"]["echo"].as_str().unwrap().starts_with("sum "), "{out}");
+    assert_eq!(m.stats().calls.values().sum::<u64>(), 3, "three calls reached the upstream");
+
+    // One usage record per tool call the program made, and one for each Code Mode call (list, search, execute).
+    let rows = records(&db, 6).await;
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"switchyard_mcp_tool_calls_total{server="files",tool="add",status="ok"} 2"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"switchyard_mcp_tool_calls_total{server="code",tool="execute_code",status="ok"} 1"#));
+}
+
+#[tokio::test]
+async fn ten_parallel_calls_overlap() {
+    let (gw, _m, _) = code_gateway(", max_parallel_calls: 10").await;
+    let started = Instant::now();
+    let result = execute(
+        &gw,
+        MASTER,
+        "const r = await Promise.all(Array.from({length: 10}, (_, i) => tools.files.slow({ms: 300})));\n\
+         return r.length;",
+    )
+    .await;
+    assert_eq!(result["structuredContent"]["result"], 10, "{result}");
+    // One after another would take 3 s; together they take one call's time (plus overhead).
+    assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn every_limit_ends_the_program_and_the_gateway_keeps_serving() {
+    let (gw, _m, _) = code_gateway(", timeout: 1s, memory_mb: 16, max_output_bytes: 65536").await;
+    // While an endless loop runs, tool calls and other programs are served.
+    let endless = {
+        let url = gw.url().to_owned();
+        tokio::spawn(async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "execute_code", "arguments": {"code": "for (;;) {}"},
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+            let auth = format!("Bearer {MASTER}");
+            let headers = [("authorization", auth.as_str()), ("accept", "application/json")];
+            let r = TestClient::new()
+                .request(Method::POST, &format!("{url}/mcp/code"), Bytes::from(body.to_string()), &headers)
+                .await
+                .unwrap();
+            r.json()["result"].clone()
+        })
+    };
+    let direct =
+        rpc(&gw, "/mcp", MASTER, "tools/call", json!({"name": "files__echo", "arguments": {"text": "up"}})).await;
+    assert_eq!(direct["result"]["content"][0]["text"], "up");
+    assert_eq!(execute(&gw, MASTER, "return 1 + 1;").await["structuredContent"]["result"], 2);
+    assert!(error_of(&endless.await.unwrap()).contains("time limit exceeded"));
+
+    let bomb = execute(&gw, MASTER, "const a = []; for (;;) a.push('x'.repeat(65536) + a.length);").await;
+    assert!(error_of(&bomb).contains("memory limit exceeded (16 MiB)"), "{bomb}");
+    let calls = execute(&gw, MASTER, "for (let i = 0; i < 1000; i++) await tools.files.echo({text: 'x'});").await;
+    assert!(error_of(&calls).contains("tool call limit exceeded (50 calls)"), "{calls}");
+    let output = execute(&gw, MASTER, "for (;;) console.log('y'.repeat(1000));").await;
+    assert!(error_of(&output).contains("output limit exceeded"), "{output}");
+    let waiting = execute(&gw, MASTER, "await tools.files.slow({ms: 5000});").await;
+    assert!(error_of(&waiting).contains("time limit exceeded"), "{waiting}");
+    assert_eq!(execute(&gw, MASTER, "return 'still here';").await["structuredContent"]["result"], "still here");
+}
+
+#[tokio::test]
+async fn escape_attempts_fail() {
+    let (gw, _m, _) = code_gateway("").await;
+    for code in [
+        "return await fetch('http://127.0.0.1:1/');",
+        "return require('child_process');",
+        "return await import('std');",
+        "return await import('os');",
+        "return process.env.SWITCHYARD_MASTER_KEY;",
+        "return eval('globalThis.__sy_call')('files', 'echo', '{}');",
+        "return Object.getOwnPropertyNames(globalThis).filter(n => n.startsWith('__sy'))[0].length;",
+    ] {
+        let result = execute(&gw, MASTER, code).await;
+        assert_eq!(result["isError"], true, "{code}: {result}");
+    }
+}
+
+#[tokio::test]
+async fn programs_are_held_to_the_keys_permissions_and_rate_limit() {
+    let (gw, m, _) = code_gateway("").await;
+    // May use Code Mode and files__echo only.
+    let key = create_key(&gw, r#"{"mcp_tools": ["code__*", "files__echo"], "rpm": 3}"#).await;
+    let list = execute(&gw, &key, "return Object.keys(tools.files);").await;
+    assert_eq!(list["structuredContent"]["result"], json!(["echo"]), "{list}");
+    let forbidden = execute(&gw, &key, "return await tools.files.add({a: 1, b: 2});").await;
+    assert!(error_of(&forbidden).contains(r#"no tool "add""#), "{forbidden}");
+    assert_eq!(m.stats().calls.get("add"), None, "a forbidden call never reaches the upstream");
+    // rpm 3: this is the third execute_code, so the tool call it makes is the fourth request: refused.
+    let limited = execute(&gw, &key, "return await tools.files.echo({text: 'x'});").await;
+    assert!(error_of(&limited).contains("rate limit"), "{limited}");
+
+    // A key without Code Mode in its servers cannot use it.
+    let files_only = create_key(&gw, r#"{"mcp_servers": ["files"]}"#).await;
+    let r =
+        rpc(&gw, "/mcp/code", &files_only, "tools/call", json!({"name": "execute_code", "arguments": {"code": ""}}))
+            .await;
+    assert_eq!(r["error"]["data"]["reason"], "forbidden", "{r}");
+}
