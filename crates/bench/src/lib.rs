@@ -17,7 +17,7 @@ use clap::Args;
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | usage-query |
-    /// mcp | mixed | affinity | shared-prefix | affinity-quick | quick | all
+    /// mcp | code-mode | mixed | affinity | shared-prefix | affinity-quick | quick | all
     #[arg(default_value = "quick")]
     pub scenario: String,
     /// Seconds per measured phase (scenario defaults apply when omitted).

@@ -3,6 +3,7 @@
 //! and charts. Failover, which needs two backends it can kill, lives in `scenarios/failover.rs`.
 
 mod affinity;
+mod code_mode;
 mod failover;
 mod mcp;
 mod usage_query;
@@ -329,12 +330,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             return Ok(report);
         }
         // Mock MCP servers and a gateway in front of them.
-        "mcp" | "mixed" => {
+        "mcp" | "mixed" | "code-mode" => {
             let mut report = Report::default();
-            if args.scenario == "mcp" {
-                mcp::run(args, pin, &mut report).await?;
-            } else {
-                mcp::mixed(args, pin, &mut report).await?;
+            match args.scenario.as_str() {
+                "mcp" => mcp::run(args, pin, &mut report).await?,
+                "code-mode" => code_mode::run(args, pin, &mut report).await?,
+                _ => mcp::mixed(args, pin, &mut report).await?,
             }
             return Ok(report);
         }
@@ -352,7 +353,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, usage-query, mcp, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

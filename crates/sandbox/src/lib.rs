@@ -12,6 +12,7 @@
 //! [`ToolHost`] that performs the calls (and applies whatever permissions and accounting it wants).
 
 mod host;
+mod snapshot;
 mod ticker;
 
 use std::fmt;
@@ -146,7 +147,8 @@ struct Inner {
 }
 
 impl Sandbox {
-    /// Compiles the runner (about a second of CPU: do it once, off the request path).
+    /// Compiles the runner, initialises QuickJS in it and compiles the initialised image (a second or two of
+    /// CPU: do it once, off the request path).
     pub fn new(limits: Limits) -> Result<Self, SetupError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
@@ -154,7 +156,8 @@ impl Sandbox {
         // QuickJS's C stack lives in linear memory; this bounds the host stack its frames use.
         config.max_wasm_stack(1 << 20);
         let engine = Engine::new(&config).map_err(|e| SetupError(e.to_string()))?;
-        let module = Module::new(&engine, RUNNER_WASM).map_err(|e| SetupError(e.to_string()))?;
+        let initialised = snapshot::build(&engine, RUNNER_WASM).map_err(|e| SetupError(e.to_string()))?;
+        let module = Module::new(&engine, &initialised).map_err(|e| SetupError(e.to_string()))?;
         let mut linker = Linker::new(&engine);
         host::define(&mut linker).map_err(|e| SetupError(e.to_string()))?;
         let pre = linker.instantiate_pre(&module).map_err(|e| SetupError(e.to_string()))?;

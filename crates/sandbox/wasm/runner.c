@@ -198,6 +198,32 @@ static const char PRELUDE[] =
     "  Object.defineProperty(globalThis, 'console', { value: console, enumerable: false });\n"
     "})";
 
+/* Made by sy_init: the host runs it once, then snapshots the whole linear memory and starts every execution
+ * from that image (copy-on-write), so no program pays for creating QuickJS's runtime and context. */
+static JSRuntime *snap_rt;
+static JSContext *snap_ctx;
+static JSValue snap_setup;
+
+static int init_engine(void) {
+    JSRuntime *rt = JS_NewRuntime();
+    if (!rt) return 1;
+    JSContext *ctx = JS_NewContext(rt);
+    if (!ctx) return 1;
+    JSValue global = JS_GetGlobalObject(ctx);
+    JS_SetPropertyStr(ctx, global, "__sy_call", JS_NewCFunction(ctx, js_call, "__sy_call", 3));
+    JS_SetPropertyStr(ctx, global, "__sy_log", JS_NewCFunction(ctx, js_log, "__sy_log", 2));
+    JS_FreeValue(ctx, global);
+    JSValue setup = JS_Eval(ctx, PRELUDE, sizeof PRELUDE - 1, "<prelude>", JS_EVAL_TYPE_GLOBAL);
+    if (JS_IsException(setup)) return 1;
+    snap_rt = rt;
+    snap_ctx = ctx;
+    snap_setup = setup;
+    return 0;
+}
+
+/* Prepares the engine ahead of any program; returns 0 when ready. */
+EXPORT(sy_init) int32_t sy_init(void) { return snap_rt ? 0 : init_engine(); }
+
 static const char HEAD[] = "(async () => {\n";
 static const char TAIL[] = "\n})()";
 
@@ -205,23 +231,14 @@ static const char TAIL[] = "\n})()";
 EXPORT(sy_run)
 int32_t sy_run(const char *catalog, uint32_t catalog_len, const char *code, uint32_t code_len,
                uint32_t memory_limit, uint32_t stack_limit) {
-    JSRuntime *rt = JS_NewRuntime();
-    if (!rt) return 1;
+    if (sy_init()) return 1;
+    JSRuntime *rt = snap_rt;
+    JSContext *ctx = snap_ctx;
+    JSValue setup = snap_setup;
     if (memory_limit) JS_SetMemoryLimit(rt, memory_limit);
     if (stack_limit) JS_SetMaxStackSize(rt, stack_limit);
-    JSContext *ctx = JS_NewContext(rt);
-    if (!ctx) return 1;
-    JSValue global = JS_GetGlobalObject(ctx);
-    JS_SetPropertyStr(ctx, global, "__sy_call", JS_NewCFunction(ctx, js_call, "__sy_call", 3));
-    JS_SetPropertyStr(ctx, global, "__sy_log", JS_NewCFunction(ctx, js_log, "__sy_log", 2));
-    JS_FreeValue(ctx, global);
 
     /* The prelude with its catalogue. */
-    JSValue setup = JS_Eval(ctx, PRELUDE, sizeof PRELUDE - 1, "<prelude>", JS_EVAL_TYPE_GLOBAL);
-    if (JS_IsException(setup)) {
-        report_exception(ctx, JS_GetException(ctx));
-        return 0;
-    }
     JSValue cat = JS_ParseJSON(ctx, catalog, catalog_len, "<catalog>");
     if (JS_IsException(cat)) {
         JS_FreeValue(ctx, setup);

@@ -95,7 +95,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
 }
 
 /// `initialize` + `notifications/initialized`; the session id to send from then on.
-async fn open_session(url: &str) -> Result<String, String> {
+pub(crate) async fn open_session(url: &str) -> Result<String, String> {
     let client = TestClient::new();
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "switchyard-bench", "version": "1"}}});
@@ -114,7 +114,7 @@ async fn open_session(url: &str) -> Result<String, String> {
     Ok(session)
 }
 
-fn spec(url: &str, session: &str, body: &serde_json::Value, sse: bool) -> Result<Arc<RequestSpec>, String> {
+pub(crate) fn spec(url: &str, session: &str, body: &serde_json::Value, sse: bool) -> Result<Arc<RequestSpec>, String> {
     let header = |v: &str| HeaderValue::from_str(v).map_err(|e| e.to_string());
     Ok(Arc::new(RequestSpec {
         uri: url.parse().map_err(|e| format!("bad URL {url}: {e}"))?,
@@ -131,15 +131,15 @@ fn spec(url: &str, session: &str, body: &serde_json::Value, sse: bool) -> Result
     }))
 }
 
-/// `mixed`: model requests and MCP tool calls through one gateway at a fixed rate, the peers'
-/// mix without its Code Mode share (60 % of `--rate` chat completions, 30 % `tools/call`; the
-/// 10 % of Code Mode is left out until it exists), for `--duration` (default 30 s): errors,
-/// latency of each kind, and the gateway's memory over the run.
+/// `mixed`: model requests, MCP tool calls and Code Mode programs through one gateway at a fixed rate,
+/// the peers' mix (60 % of `--rate` chat completions, 30 % `tools/call`, 10 % `execute_code` of a program
+/// making two tool calls at once), for `--duration` (default 30 s): errors, latency of each kind, and the
+/// gateway's memory over the run.
 pub async fn mixed(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
     let llm = super::start_mock(&args.model, 5, None, pin)?;
     let mcp = Proc::start("mcp", &["mock-mcp".into(), "--listen".into(), "127.0.0.1:0".into()], pin.mock.as_deref())?;
     let config = format!(
-        "listen: 127.0.0.1:0\nbackends:\n  - {{name: a, url: '{}'}}\nmcp:\n  servers:\n    - {{name: t, url: '{}'}}\n",
+        "listen: 127.0.0.1:0\nbackends:\n  - {{name: a, url: '{}'}}\nmcp:\n  servers:\n    - {{name: t, url: '{}'}}\n  code_mode: {{enabled: true}}\n",
         llm.url, mcp.url
     );
     let gateway = super::start_gateway(&config, pin)?;
@@ -160,18 +160,30 @@ pub async fn mixed(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Resu
         &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t__echo", "arguments": {"text": "hello"}}}),
         false,
     )?;
+    let code_url = format!("{}/mcp/code", gateway.url);
+    let code =
+        "const [a, b] = await Promise.all([tools.t.echo({text: 'a'}), tools.t.echo({text: 'b'})]); return a + b;";
+    super::code_mode::check(&code_url, code).await.map_err(|e| format!("mixed: {e}"))?;
+    let program = super::code_mode::execute_spec(&code_url, code)?;
     let d = args.phase(30.0);
     let rss = super::RssSampler::start(Some(gateway.pid()));
-    eprintln!("  ▸ mixed at {:.0} req/s for {:.0} s", args.rate * 0.9, d.as_secs_f64());
-    let (chat_schedule, tool_schedule) = ([(args.rate * 0.6, d)], [(args.rate * 0.3, d)]);
-    let (chats, tools) =
-        tokio::join!(crate::load::open_loop(chat, &chat_schedule), crate::load::open_loop(tool, &tool_schedule));
+    eprintln!("  ▸ mixed at {:.0} req/s for {:.0} s", args.rate, d.as_secs_f64());
+    let schedule = |share: f64| [(args.rate * share, d)];
+    let (chat_schedule, tool_schedule, code_schedule) = (schedule(0.6), schedule(0.3), schedule(0.1));
+    let (chats, tools, programs) = tokio::join!(
+        crate::load::open_loop(chat, &chat_schedule),
+        crate::load::open_loop(tool, &tool_schedule),
+        crate::load::open_loop(program, &code_schedule)
+    );
     let samples = rss.finish(Some(gateway.pid()));
     let c = report.row("mixed", format!("chat, {:.0}/s", args.rate * 0.6), "gateway", &chats);
     let t = report.row("mixed", format!("tools/call, {:.0}/s", args.rate * 0.3), "gateway", &tools);
+    let p = report.row("mixed", format!("execute_code (2 calls), {:.0}/s", args.rate * 0.1), "gateway", &programs);
     let failed = |s: &crate::load::Stats| s.errors.values().sum::<u64>();
-    report.finding("mixed", "failed requests", (failed(&chats) + failed(&tools)) as f64, "");
-    report.finding("mixed", "requests answered", (chats.ok + tools.ok) as f64, "");
+    report.finding("mixed", "failed requests", (failed(&chats) + failed(&tools) + failed(&programs)) as f64, "");
+    report.finding("mixed", "requests answered", (chats.ok + tools.ok + programs.ok) as f64, "");
+    report.finding("mixed", "execute_code latency p50", p.p50 as f64, "µs");
+    report.finding("mixed", "execute_code latency p99", p.p99 as f64, "µs");
     report.finding("mixed", "chat latency p50", c.p50 as f64, "µs");
     report.finding("mixed", "chat latency p99", c.p99 as f64, "µs");
     report.finding("mixed", "tools/call latency p50", t.p50 as f64, "µs");
