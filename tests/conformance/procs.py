@@ -107,9 +107,10 @@ def start(name: str, args: list[str], log_dir: Path) -> Proc:
     return proc
 
 
-def start_mcp_gateway(name: str, log_dir: Path, master_key: str, servers: list[str]) -> Proc:
+def start_mcp_gateway(name: str, log_dir: Path, master_key: str, servers: list[str], code_mode: str = "") -> Proc:
     """`switchyard serve` with keys on (`master_key`) and `servers` (YAML flow mappings) under
-    `mcp.servers`, its database and journal in `log_dir`."""
+    `mcp.servers`, its database and journal in `log_dir`; `code_mode`, when given, is `mcp.code_mode`
+    (a YAML flow mapping)."""
     data = log_dir / f"{name}-data"
     data.mkdir()
     config = log_dir / f"{name}.yaml"
@@ -118,5 +119,6 @@ def start_mcp_gateway(name: str, log_dir: Path, master_key: str, servers: list[s
         f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
         f"auth: {{master_key: {master_key}}}\n"
         "mcp:\n  servers:\n" + "".join(f"    - {s}\n" for s in servers)
+        + (f"  code_mode: {code_mode}\n" if code_mode else "")
     )
     return start(name, ["serve", "--config", str(config)], log_dir)

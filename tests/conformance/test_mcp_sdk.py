@@ -43,6 +43,7 @@ def mcp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
                 f"{{name: search, url: '{search.url}'}}",
                 f"{{name: local, command: ['{switchyard_bin()}', mock-mcp, --stdio]}}",
             ],
+            code_mode="{enabled: true, timeout: 5s}",
         )
         procs.append(gateway)
         yield {"url": gateway.url, "files": files, "search": search}
@@ -229,3 +230,29 @@ def test_a_cancelled_call_is_cancelled_at_the_upstream(mcp_stack):
         anyio.run(anyio.sleep, 0.02)
     assert after["stopped_early"] == before["stopped_early"] + 1, after
     assert len(after["cancelled"]) == len(before["cancelled"]) + 1
+
+
+def test_code_mode_runs_a_program_over_all_three_upstreams(mcp_stack):
+    """Code Mode on /mcp/code through the unmodified SDK: search, then one program calling a JSON, an SSE and
+    a stdio upstream at once."""
+
+    async def body(session, init, _sid):
+        names = [t.name for t in (await session.list_tools()).tools]
+        assert names == ["list_servers", "search_tools", "execute_code"]
+        found = await session.call_tool("search_tools", {"query": "add numbers"})
+        assert "tools.files.add(args: { a: number" in found.content[0].text, found.content[0].text
+        program = (
+            "const [sum, a, b] = await Promise.all([tools.files.add({a: 20, b: 22}), "
+            "tools.search.echo({text: 'sse'}), tools.local.echo({text: 'stdio'})]);\n"
+            "console.log('sum is', sum);\n"
+            "return {sum, a, b};"
+        )
+        ran = await session.call_tool("execute_code", {"code": program})
+        assert not ran.isError, ran
+        assert ran.structuredContent["result"] == {"sum": 42, "a": "sse", "b": "stdio"}
+        assert ran.structuredContent["logs"] == [{"level": "log", "text": "sum is 42"}]
+        assert ran.structuredContent["toolCalls"] == 3
+        failed = await session.call_tool("execute_code", {"code": "while (true) {}"})
+        assert failed.isError and "time limit exceeded" in failed.content[0].text
+
+    run(with_session, f"{mcp_stack['url']}/mcp/code", MASTER, body)
