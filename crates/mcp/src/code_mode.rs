@@ -21,6 +21,9 @@ use crate::{declarations, jsonrpc};
 /// The alias Code Mode is served under, in records, metrics and key permissions (`mcp_servers`).
 pub const SERVER: &str = "code";
 
+/// Code Mode's tools, in the order `tools/list` gives them.
+pub const TOOLS: [&str; 3] = ["list_servers", "search_tools", "execute_code"];
+
 /// `search_tools` answers at most this many declarations unless asked for fewer.
 const SEARCH_LIMIT: usize = 20;
 
@@ -98,7 +101,9 @@ impl CodeCall {
         match name {
             "list_servers" => Ok((text_result(&self.list_servers().await, false), "ok")),
             "search_tools" => {
-                let query = args.get("query").and_then(Value::as_str).unwrap_or_default();
+                let Some(query) = args.get("query").and_then(Value::as_str) else {
+                    return Err("`query` (a string; empty lists every tool) is required".into());
+                };
                 let server = args.get("server").and_then(Value::as_str);
                 let limit = args.get("limit").and_then(Value::as_u64).map_or(SEARCH_LIMIT, |n| n.max(1) as usize);
                 Ok((text_result(&self.search(query, server, limit).await, false), "ok"))
@@ -109,7 +114,7 @@ impl CodeCall {
                 };
                 Ok(self.execute(code_mode, code.to_owned()).await)
             }
-            other => Err(format!("unknown tool `{other}`: use list_servers, search_tools or execute_code")),
+            other => Err(format!("unknown tool `{other}`: use {}", TOOLS.join(", "))),
         }
     }
 

@@ -528,6 +528,13 @@ impl Front {
                 response_bytes,
             })
         };
+        // Before anything is recorded under it: a made-up name must not become a metric label.
+        if !crate::code_mode::TOOLS.contains(&name.as_str()) {
+            report(&name, "unknown_tool", 0);
+            let e =
+                RpcError::invalid_params(format!("unknown tool `{name}`: use {}", crate::code_mode::TOOLS.join(", ")));
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        }
         if !(req.permits)(SERVER, &name) {
             report(&name, "forbidden", 0);
             let mut e =
@@ -559,7 +566,7 @@ impl Front {
                 Answer::json(200, bytes)
             }
             Err(message) => {
-                report(&name, if name == "execute_code" { "invalid" } else { "unknown_tool" }, 0);
+                report(&name, "invalid", 0);
                 Answer::json(200, crate::code_mode::invalid(&id, message))
             }
         }

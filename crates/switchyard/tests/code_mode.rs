@@ -208,3 +208,33 @@ async fn programs_are_held_to_the_keys_permissions_and_rate_limit() {
             .await;
     assert_eq!(r["error"]["data"]["reason"], "forbidden", "{r}");
 }
+
+#[tokio::test]
+async fn malformed_calls_get_json_rpc_errors() {
+    let (gw, _m, _) = code_gateway("").await;
+    let call = |name: &str, arguments: Value| json!({"name": name, "arguments": arguments});
+    for (params, needle) in [
+        (call("execute_code", json!({})), "`code`"),
+        (call("execute_code", json!({"code": 42})), "`code`"),
+        (call("execute_code", json!("not an object")), "`code`"),
+        (call("search_tools", json!({})), "`query`"),
+        (call("search_tools", json!({"query": ["x"]})), "`query`"),
+        (call("run_anything", json!({})), "unknown tool `run_anything`"),
+        (json!({"arguments": {}}), "`name`"),
+    ] {
+        let r = rpc(&gw, "/mcp/code", MASTER, "tools/call", params.clone()).await;
+        assert_eq!(r["error"]["code"], -32602, "{params}: {r}");
+        assert!(r["error"]["message"].as_str().unwrap().contains(needle), "{params}: {r}");
+    }
+    // A made-up tool name never becomes a metric label.
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(!metrics.contains("run_anything"), "{metrics}");
+    let auth = format!("Bearer {MASTER}");
+    let url = format!("{}/mcp/code", gw.url());
+    let headers = [("authorization", auth.as_str()), ("accept", "application/json, text/event-stream")];
+    let broken = TestClient::new().post_json(&url, b"{\"jsonrpc\": \"2.0\", \"id\": 1,", &headers).await.unwrap();
+    assert_eq!(broken.json()["error"]["code"], -32700, "{}", broken.text());
+    let huge = vec![b' '; 11 << 20];
+    let too_big = TestClient::new().post_json(&url, &huge, &headers).await.unwrap();
+    assert_eq!(too_big.status, 413);
+}

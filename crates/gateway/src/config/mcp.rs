@@ -165,8 +165,9 @@ fn code_mode(raw: RawCodeMode) -> Result<CodeModeConfig, ConfigError> {
         return Err(ConfigError::at("mcp.code_mode.timeout", "use more than 0 and at most 1h"));
     }
     let max_tool_calls = raw.max_tool_calls.unwrap_or(50);
-    if max_tool_calls > 10_000 {
-        return Err(ConfigError::at("mcp.code_mode.max_tool_calls", "use at most 10000"));
+    // The runner keeps a table of 4096 pending calls.
+    if max_tool_calls > 4096 {
+        return Err(ConfigError::at("mcp.code_mode.max_tool_calls", "use at most 4096"));
     }
     let max_parallel_calls = raw.max_parallel_calls.unwrap_or(8);
     if !(1..=256).contains(&max_parallel_calls) {
@@ -251,6 +252,8 @@ mod tests {
         assert!(err("mcp: {code_mode: {memory_mb: 1}}").starts_with("mcp.code_mode.memory_mb"));
         assert!(err("mcp: {code_mode: {timeout: 0s}}").starts_with("mcp.code_mode.timeout"));
         assert!(err("mcp: {code_mode: {max_parallel_calls: 0}}").starts_with("mcp.code_mode.max_parallel_calls"));
+        assert!(err("mcp: {code_mode: {max_tool_calls: 5000}}").starts_with("mcp.code_mode.max_tool_calls"));
+        assert!(err("mcp: {code_mode: {max_output_bytes: 10}}").starts_with("mcp.code_mode.max_output_bytes"));
         assert!(
             err("mcp: {code_mode: {enabled: true}, servers: [{name: code, url: 'http://a'}]}").contains("Code Mode")
         );
