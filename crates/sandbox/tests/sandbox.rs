@@ -7,52 +7,49 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use switchyard_sandbox::{Failure, Limit, Limits, Sandbox, ToolAnswer, ToolHost};
 
-/// `t.echo` answers its arguments; `t.slow` answers after `ms` milliseconds; anything else fails.
+/// `t.echo` answers its arguments; `t.slow` answers after `ms` milliseconds; anything else fails. Counts
+/// calls, and the most that were running at once.
 struct TestTools {
     calls: AtomicU32,
+    running: Arc<AtomicU32>,
+    peak: Arc<AtomicU32>,
 }
 
 impl TestTools {
     fn new() -> Arc<Self> {
-        Arc::new(Self { calls: AtomicU32::new(0) })
+        Arc::new(Self { calls: AtomicU32::new(0), running: Arc::default(), peak: Arc::default() })
+    }
+
+    fn peak(&self) -> u32 {
+        self.peak.load(Ordering::SeqCst)
     }
 }
 
 impl ToolHost for TestTools {
     fn call(&self, server: String, tool: String, args: String) -> Pin<Box<dyn Future<Output = ToolAnswer> + Send>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let (running, peak) = (self.running.clone(), self.peak.clone());
         Box::pin(async move {
-            match (server.as_str(), tool.as_str()) {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let answer = match (server.as_str(), tool.as_str()) {
                 ("t", "echo") => Ok(format!("{{\"server\":\"{server}\",\"args\":{args}}}")),
                 ("t", "slow") => {
-                    let ms = serde_like::ms(&args).0;
+                    let args: serde_json::Value = serde_json::from_str(&args).unwrap();
+                    let ms = args["ms"].as_u64().unwrap();
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     Ok(format!("{{\"slept\":{ms}}}"))
                 }
                 _ => Err(format!("no such tool {server}.{tool}")),
-            }
+            };
+            running.fetch_sub(1, Ordering::SeqCst);
+            answer
         })
-    }
-}
-
-mod serde_like {
-    pub struct Ms(pub u64);
-    /// `{"ms": N}` → N (enough JSON for these tests).
-    pub fn ms(args: &str) -> Ms {
-        let digits: String = args
-            .split("\"ms\":")
-            .nth(1)
-            .unwrap_or("0")
-            .chars()
-            .skip_while(|c| c.is_whitespace())
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        Ms(digits.parse().unwrap_or(0))
     }
 }
 
@@ -108,25 +105,23 @@ async fn calls_three_tools_in_sequence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise_all_runs_calls_concurrently() {
     let sb = sandbox(Limits::default());
-    let started = Instant::now();
-    let out = run(
-        &sb,
-        "const r = await Promise.all(Array.from({length: 10}, () => tools.t.slow({ms: 100}))); return r.length;",
-    )
-    .await;
+    let tools = TestTools::new();
+    let code = "const r = await Promise.all(Array.from({length: 10}, () => tools.t.slow({ms: 100}))); return r.length;";
+    let out = sb.execute(code.into(), CATALOG.into(), tools.clone()).await;
     assert_eq!(out.result.unwrap(), "10");
-    // Sequential would take 10 x 100 ms; at the default 8 parallel it takes two rounds.
-    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    // All running at once, up to the default cap of 8.
+    assert_eq!(tools.peak(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_parallel_calls_holds_back_the_rest() {
     let sb = sandbox(Limits { max_parallel_calls: 2, ..Limits::default() });
-    let started = Instant::now();
-    let out = run(&sb, "await Promise.all(Array.from({length: 4}, () => tools.t.slow({ms: 100}))); return 1;").await;
+    let tools = TestTools::new();
+    let code = "await Promise.all(Array.from({length: 4}, () => tools.t.slow({ms: 50}))); return 1;";
+    let out = sb.execute(code.into(), CATALOG.into(), tools.clone()).await;
     assert_eq!(out.result.unwrap(), "1");
-    // Two at a time: two rounds of 100 ms, never one.
-    assert!(started.elapsed() >= Duration::from_millis(200), "{:?}", started.elapsed());
+    assert_eq!(tools.calls.load(Ordering::SeqCst), 4);
+    assert_eq!(tools.peak(), 2, "never more than two at a time");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,21 +192,24 @@ async fn deep_recursion_is_an_error_not_a_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escape_attempts_fail() {
     let sb = sandbox(Limits::default());
-    for code in [
-        "return await fetch('http://127.0.0.1/');",
-        "return require('fs');",
-        "return await import('os');",
-        "return await import('std');",
-        "return process.env;",
-        "return std.getenv('HOME');",
-        "return os.exec(['/bin/sh']);",
-        "return eval('__sy_call')('t', 'echo', '{}');",
-        "return globalThis.__sy_log(0, 'x');",
-        "return new Function('return this.__sy_call')()('t','echo','{}');",
-        "return typeof WebAssembly === 'undefined' ? (() => { throw new Error('no wasm'); })() : 1;",
+    // Each fails because the thing does not exist, not merely because using it went wrong.
+    for (code, reason) in [
+        ("return await fetch('http://127.0.0.1/');", "ReferenceError: fetch is not defined"),
+        ("return require('fs');", "ReferenceError: require is not defined"),
+        ("return await import('os');", "ReferenceError: could not load module 'os'"),
+        ("return await import('std');", "ReferenceError: could not load module 'std'"),
+        ("return process.env;", "ReferenceError: process is not defined"),
+        ("return std.getenv('HOME');", "ReferenceError: std is not defined"),
+        ("return os.exec(['/bin/sh']);", "ReferenceError: os is not defined"),
+        ("return eval('__sy_call')('t', 'echo', '{}');", "ReferenceError: __sy_call is not defined"),
+        ("return globalThis.__sy_log(0, 'x');", "TypeError: not a function"),
+        ("return new Function('return this.__sy_call')()('t','echo','{}');", "TypeError: not a function"),
+        ("if (typeof WebAssembly === 'undefined') throw new Error('no wasm'); return 1;", "Error: no wasm"),
     ] {
-        let out = run(&sb, code).await;
-        assert!(matches!(out.result, Err(Failure::Program(_))), "{code} -> {:?}", out.result);
+        match run(&sb, code).await.result {
+            Err(Failure::Program(msg)) => assert!(msg.starts_with(reason), "{code} -> {msg}"),
+            other => panic!("{code} -> {other:?}"),
+        }
     }
     // The tools object cannot be replaced or extended by a program.
     let frozen =

@@ -50,6 +50,8 @@ pub struct McpStats {
     pub authorizations: Vec<String>,
     /// Calls that were still running when their cancellation arrived.
     pub stopped_early: u64,
+    /// The most `slow` calls that were running at once.
+    pub peak_slow: u64,
 }
 
 #[derive(Default)]
@@ -59,6 +61,8 @@ pub(crate) struct Shared {
     pub(crate) stats: Mutex<McpStats>,
     pub(crate) sessions: Mutex<std::collections::HashSet<String>>,
     pub(crate) cancels: Mutex<BTreeMap<String, tokio::sync::watch::Sender<bool>>>,
+    /// `slow` calls running now.
+    pub(crate) slow_running: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -324,6 +324,7 @@ async fn slow(
     let token = params.pointer("/_meta/progressToken").cloned();
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     lock(&state.shared.cancels).insert(id.to_string(), stop_tx);
+    let _running = SlowRunning::enter(&state.shared);
     for step in 1..=steps {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(ms / steps)) => {}
@@ -340,6 +341,24 @@ async fn slow(
     }
     lock(&state.shared.cancels).remove(&id.to_string());
     Ok(text(format!("waited {ms} ms")))
+}
+
+/// Counts a `slow` call as running while it lives (however it ends), and keeps the peak.
+struct SlowRunning<'a>(&'a Shared);
+
+impl<'a> SlowRunning<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.slow_running.fetch_add(1, Relaxed) + 1;
+        let mut stats = lock(&shared.stats);
+        stats.peak_slow = stats.peak_slow.max(now);
+        SlowRunning(shared)
+    }
+}
+
+impl Drop for SlowRunning<'_> {
+    fn drop(&mut self) {
+        self.0.slow_running.fetch_sub(1, Relaxed);
+    }
 }
 
 /// A response body fed by a channel: each message is one data frame.
