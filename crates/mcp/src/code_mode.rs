@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 use switchyard_sandbox::{Failure, Sandbox, ToolAnswer, ToolHost};
 use tokio::sync::OnceCell;
 
+use crate::declarations;
 use crate::front::{CallRecord, OnCall, SharedAdmit, SharedPermits};
 use crate::hub::Hub;
-use crate::{declarations, jsonrpc};
 
 /// The alias Code Mode is served under, in records, metrics and key permissions (`mcp_servers`).
 pub const SERVER: &str = "code";
@@ -86,7 +86,8 @@ pub fn tool_definitions() -> Value {
     ])
 }
 
-/// What a `tools/call` on `/mcp/code` needs from the request.
+/// What a `tools/call` on `/mcp/code` needs from the request; also the program's [`ToolHost`], so its calls
+/// are governed like the client's own.
 pub struct CodeCall {
     pub hub: Arc<Hub>,
     pub permits: SharedPermits,
@@ -182,14 +183,7 @@ impl CodeCall {
             .map(|(server, tools)| (server, tools.into_iter().map(|t| t.name).collect()))
             .collect();
         let catalog = serde_json::to_string(&catalog).unwrap_or_else(|_| "{}".into());
-        let host = Arc::new(GatewayTools {
-            hub: self.hub.clone(),
-            permits: self.permits.clone(),
-            admit: self.admit.clone(),
-            on_call: self.on_call.clone(),
-            key: self.key.clone(),
-        });
-        let outcome = sandbox.execute(code, catalog, host).await;
+        let outcome = sandbox.execute(code, catalog, Arc::new(self)).await;
         let logs: Vec<Value> = outcome.logs.iter().map(|l| json!({"level": l.level, "text": l.text})).collect();
         let log_text: String = outcome.logs.iter().map(|l| format!("{}\n", l.text)).collect();
         let mut content = Vec::new();
@@ -224,16 +218,7 @@ fn text_result(text: &str, is_error: bool) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": is_error})
 }
 
-/// A program's tool calls, governed like the client's own.
-struct GatewayTools {
-    hub: Arc<Hub>,
-    permits: SharedPermits,
-    admit: SharedAdmit,
-    on_call: OnCall,
-    key: Option<String>,
-}
-
-impl ToolHost for GatewayTools {
+impl ToolHost for CodeCall {
     fn call(&self, server: String, tool: String, args: String) -> Pin<Box<dyn Future<Output = ToolAnswer> + Send>> {
         let (hub, permits, admit, on_call, key) =
             (self.hub.clone(), self.permits.clone(), self.admit.clone(), self.on_call.clone(), self.key.clone());
@@ -316,9 +301,4 @@ fn content_text(result: &Value) -> Option<String> {
         .map(|b| (b.get("type")?.as_str()? == "text").then(|| b.get("text")?.as_str()).flatten())
         .collect();
     texts.filter(|t| !t.is_empty()).map(|t| t.join("\n"))
-}
-
-/// An `invalid params` error answer for a Code Mode call.
-pub fn invalid(id: &jsonrpc::Id, message: String) -> Vec<u8> {
-    jsonrpc::error_bytes(Some(id), &jsonrpc::RpcError::invalid_params(message))
 }

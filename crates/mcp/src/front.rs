@@ -468,15 +468,12 @@ impl Front {
         };
         if !(req.permits)(&server, &tool) {
             (req.on_call)(record(&server, &tool, "forbidden", 0));
-            let mut e = RpcError::invalid_params(format!("tool `{name}` is not permitted for this key"));
-            e.data = Some(json!({"reason": "forbidden"}));
-            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+            let e = RpcError::invalid_params(format!("tool `{name}` is not permitted for this key"));
+            return refused(&id, e, "forbidden");
         }
         if let Err(message) = (req.admit)() {
             (req.on_call)(record(&server, &tool, "rate_limited", 0));
-            let mut e = RpcError::new(RATE_LIMITED, message);
-            e.data = Some(json!({"reason": "rate_limited"}));
-            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+            return refused(&id, RpcError::new(RATE_LIMITED, message), "rate_limited");
         }
         let Some(upstream) = self.hub.upstream(&server).cloned() else { return Answer::empty(404) };
         let upstream_id = upstream.next_id();
@@ -537,16 +534,12 @@ impl Front {
         }
         if !(req.permits)(SERVER, &name) {
             report(&name, "forbidden", 0);
-            let mut e =
-                RpcError::invalid_params(format!("Code Mode (`{SERVER}__{name}`) is not permitted for this key"));
-            e.data = Some(json!({"reason": "forbidden"}));
-            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+            let e = RpcError::invalid_params(format!("Code Mode (`{SERVER}__{name}`) is not permitted for this key"));
+            return refused(&id, e, "forbidden");
         }
         if let Err(message) = (req.admit)() {
             report(&name, "rate_limited", 0);
-            let mut e = RpcError::new(RATE_LIMITED, message);
-            e.data = Some(json!({"reason": "rate_limited"}));
-            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+            return refused(&id, RpcError::new(RATE_LIMITED, message), "rate_limited");
         }
         let call = crate::code_mode::CodeCall {
             hub: self.hub.clone(),
@@ -567,7 +560,7 @@ impl Front {
             }
             Err(message) => {
                 report(&name, "invalid", 0);
-                Answer::json(200, crate::code_mode::invalid(&id, message))
+                Answer::json(200, jsonrpc::error_bytes(Some(&id), &RpcError::invalid_params(message)))
             }
         }
     }
@@ -599,6 +592,12 @@ fn tool_list(tools: Vec<Value>) -> Value {
 
 fn tool_list_of(tools: Value) -> Value {
     json!({"tools": tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
+}
+
+/// A call refused before it reached an upstream: `error`, with `data.reason` saying why.
+fn refused(id: &Id, mut error: RpcError, reason: &str) -> Answer {
+    error.data = Some(json!({"reason": reason}));
+    Answer::json(200, jsonrpc::error_bytes(Some(id), &error))
 }
 
 /// The protocol version a stateless-revision request names in its `_meta`.

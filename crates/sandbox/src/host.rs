@@ -113,7 +113,7 @@ impl State {
     }
 }
 
-fn memory(caller: &mut Caller<'_, State>) -> wasmtime::Result<Memory> {
+fn memory<T>(caller: &mut Caller<'_, T>) -> wasmtime::Result<Memory> {
     match caller.get_export("memory") {
         Some(Extern::Memory(m)) => Ok(m),
         _ => Err(wasmtime::Error::msg("the runner exports no memory")),
@@ -132,7 +132,7 @@ fn read_str(caller: &mut Caller<'_, State>, ptr: i32, len: i32) -> wasmtime::Res
     Ok(String::from_utf8_lossy(bytes).into_owned())
 }
 
-fn write_bytes(caller: &mut Caller<'_, State>, ptr: i32, bytes: &[u8]) -> wasmtime::Result<()> {
+fn write_bytes<T>(caller: &mut Caller<'_, T>, ptr: i32, bytes: &[u8]) -> wasmtime::Result<()> {
     let mem = memory(caller)?;
     mem.write(&mut *caller, ptr as u32 as usize, bytes)
         .map_err(|_| wasmtime::Error::msg("out-of-bounds pointer from the runner"))
@@ -230,8 +230,7 @@ pub(crate) fn define(linker: &mut Linker<State>) -> wasmtime::Result<()> {
         "sy",
         "log",
         |mut caller: Caller<'_, State>, level: i32, ptr: i32, len: i32| -> wasmtime::Result<()> {
-            caller.data_mut().add_output(len as u32 as usize)?;
-            let text = read_str(&mut caller, ptr, len)?;
+            let text = read_output(&mut caller, ptr, len)?;
             let level = match level {
                 1 => "info",
                 2 => "warn",
@@ -246,8 +245,7 @@ pub(crate) fn define(linker: &mut Linker<State>) -> wasmtime::Result<()> {
         "sy",
         "result",
         |mut caller: Caller<'_, State>, ok: i32, ptr: i32, len: i32| -> wasmtime::Result<()> {
-            caller.data_mut().add_output(len as u32 as usize)?;
-            let text = read_str(&mut caller, ptr, len)?;
+            let text = read_output(&mut caller, ptr, len)?;
             caller.data_mut().result = Some(if ok == 1 { Ok(text) } else { Err(Failure::Program(text)) });
             Ok(())
         },
@@ -255,20 +253,32 @@ pub(crate) fn define(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     define_wasi_stubs(linker)
 }
 
+/// Console lines and the result: counted against the output limit before they are copied out.
+fn read_output(caller: &mut Caller<'_, State>, ptr: i32, len: i32) -> wasmtime::Result<String> {
+    caller.data_mut().add_output(len as u32 as usize)?;
+    read_str(caller, ptr, len)
+}
+
+pub(crate) const WASI: &str = "wasi_snapshot_preview1";
+
+/// WASI's `clock_time_get`: the wall clock, whatever clock was asked for (libc's only use is the time of
+/// day and QuickJS's random seed). Also answered while the runner is initialised (`snapshot.rs`).
+pub(crate) fn clock_time_get<T>(
+    mut caller: Caller<'_, T>,
+    _clock: i32,
+    _precision: i64,
+    out: i32,
+) -> wasmtime::Result<i32> {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    match write_bytes(&mut caller, out, &nanos.to_le_bytes()) {
+        Ok(()) => Ok(0),
+        Err(_) => Ok(WASI_EINVAL),
+    }
+}
+
 /// libc's few WASI imports: a clock, and file descriptors that do not exist.
 fn define_wasi_stubs(linker: &mut Linker<State>) -> wasmtime::Result<()> {
-    const WASI: &str = "wasi_snapshot_preview1";
-    linker.func_wrap(
-        WASI,
-        "clock_time_get",
-        |mut caller: Caller<'_, State>, _clock: i32, _precision: i64, out: i32| -> wasmtime::Result<i32> {
-            let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-            match write_bytes(&mut caller, out, &nanos.to_le_bytes()) {
-                Ok(()) => Ok(0),
-                Err(_) => Ok(WASI_EINVAL),
-            }
-        },
-    )?;
+    linker.func_wrap(WASI, "clock_time_get", clock_time_get::<State>)?;
     linker.func_wrap(WASI, "fd_close", |_fd: i32| -> i32 { WASI_EBADF })?;
     linker.func_wrap(WASI, "fd_fdstat_get", |_fd: i32, _out: i32| -> i32 { WASI_EBADF })?;
     linker.func_wrap(WASI, "fd_seek", |_fd: i32, _offset: i64, _whence: i32, _out: i32| -> i32 { WASI_EBADF })?;
@@ -311,8 +321,7 @@ pub(crate) fn run(engine: &Engine, pre: &InstancePre<State>, limits: &Limits, jo
     }
     let result = match ran {
         Ok(0) => match state.result.take() {
-            Some(Err(Failure::Program(msg))) if state.memory.refused => {
-                let _ = msg;
+            Some(Err(Failure::Program(_))) if state.memory.refused => {
                 Err(Failure::Limit(Limit::Memory(limits.memory_bytes)))
             }
             Some(result) => result,

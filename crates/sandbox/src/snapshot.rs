@@ -3,9 +3,9 @@
 //! starts from that image (mapped copy-on-write by wasmtime) instead of paying ~0.5 ms to build the engine.
 //! Only memory changes: `sy_init` returns with the stack pointer where it began, and C's globals live in memory.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use wasmtime::{Engine, Linker, Module, Store};
 
-use wasmtime::{Caller, Engine, Linker, Module, Store};
+use crate::host::{clock_time_get, WASI};
 
 const SECTION_MEMORY: u8 = 5;
 const SECTION_DATA: u8 = 11;
@@ -19,16 +19,7 @@ pub(crate) fn build(engine: &Engine, runner: &[u8]) -> wasmtime::Result<Vec<u8>>
     let base = Module::new(engine, runner)?;
     let mut linker: Linker<()> = Linker::new(engine);
     // Initialisation reads the clock (QuickJS seeds Math.random); nothing else may be called.
-    linker.func_wrap(
-        "wasi_snapshot_preview1",
-        "clock_time_get",
-        |mut caller: Caller<'_, ()>, _clock: i32, _precision: i64, out: i32| -> wasmtime::Result<i32> {
-            let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-            let Some(wasmtime::Extern::Memory(mem)) = caller.get_export("memory") else { return Ok(28) };
-            mem.write(&mut caller, out as u32 as usize, &nanos.to_le_bytes())?;
-            Ok(0)
-        },
-    )?;
+    linker.func_wrap(WASI, "clock_time_get", clock_time_get::<()>)?;
     linker.define_unknown_imports_as_traps(&base)?;
     let mut store = Store::new(engine, ());
     store.set_epoch_deadline(u64::MAX / 2);
