@@ -199,11 +199,16 @@ impl CodeCall {
                     Failure::Limit(_) => ("limit", "limit_exceeded"),
                     Failure::Engine(_) => ("sandbox", "sandbox_error"),
                 };
-                if let Failure::Engine(e) = failure {
-                    tracing::warn!(error = %e, "code mode program ended by a sandbox error");
-                }
-                content.push(json!({"type": "text", "text": failure.to_string()}));
-                let err = json!({"kind": kind, "message": failure.to_string()});
+                // The engine's own words (traps, backtraces) go to the log, not to the client.
+                let message = match failure {
+                    Failure::Engine(e) => {
+                        tracing::warn!(error = %e, "code mode program ended by a sandbox error");
+                        "the sandbox failed while running the program".to_owned()
+                    }
+                    other => other.to_string(),
+                };
+                content.push(json!({"type": "text", "text": message}));
+                let err = json!({"kind": kind, "message": message});
                 (json!({"error": err, "logs": logs, "toolCalls": outcome.tool_calls}), true, status)
             }
         };

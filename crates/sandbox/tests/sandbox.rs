@@ -225,3 +225,10 @@ async fn no_state_survives_between_executions() {
     let second = run(&sb, "return typeof globalThis.secret;").await;
     assert_eq!(second.result.unwrap(), r#""undefined""#);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_smallest_configurable_memory_still_runs_a_program() {
+    // mcp.code_mode.memory_mb accepts 4 and up: the initialised image must fit in that.
+    let sb = sandbox(Limits { memory_bytes: 4 << 20, ..Limits::default() });
+    assert_eq!(run(&sb, "return [1, 2, 3].map(x => x * 2);").await.result.unwrap(), "[2,4,6]");
+}
