@@ -200,6 +200,8 @@ pub struct Config {
     pub strategy: Strategy,
     /// Upper bound on upstream attempts per request (first try included).
     pub max_attempts: u32,
+    /// Carry a stream whose backend failed mid-answer on at another backend (`routing.resume_streams`).
+    pub resume_streams: bool,
     /// Sticky sessions and cache-aware balance.
     pub affinity: AffinityConfig,
     pub aliases: HashMap<String, String>,

@@ -7,6 +7,7 @@ pub mod metering;
 pub mod parse;
 pub mod relay;
 pub mod request_id;
+pub mod resume;
 pub mod sse_events;
 
 use bytes::Bytes;

@@ -8,6 +8,7 @@
 //! pass through when the backend speaks the client's API, else the request is translated for
 //! it (`proxy/translation.rs`) and the answer translated back.
 
+mod resume;
 mod translation;
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -27,6 +28,7 @@ use crate::error::GatewayError;
 use crate::http::metering::Meter;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
+use crate::http::resume::Resumable;
 use crate::http::GatewayBody;
 use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit};
 use crate::route::backend::{Backend, InFlight};
@@ -58,7 +60,7 @@ enum AttemptError {
 }
 
 pub async fn forward(
-    app: &App,
+    app: &Arc<App>,
     endpoint: Endpoint,
     req: Request<Incoming>,
     started: Instant,
@@ -112,7 +114,8 @@ pub async fn forward(
     // A retryable (5xx/429) answer, kept to pass through if no other backend can take the request.
     let mut held: Option<Answer> = None;
 
-    let session = header_session(&parts.headers).or(routed.session.as_deref());
+    let client_headers = &parts.headers;
+    let session = header_session(client_headers).or(routed.session.as_deref());
     let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain) };
     for attempt in 0..app.config.max_attempts {
         let (backend, route) = match app.router.select_with(&routed.model, &hints, &tried) {
@@ -193,7 +196,14 @@ pub async fn forward(
                 }
                 let metering = Metering { meter, permit, strip_usage_chunk };
                 let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
-                return respond(app, answer, call, metering, &mut bodies).await;
+                let resume = Resumption {
+                    tried: &tried,
+                    client_body: &client_body,
+                    model: &routed.model,
+                    headers: client_headers,
+                    attempts: attempt + 1,
+                };
+                return respond(app, answer, call, metering, &mut bodies, resume).await;
             }
             Err(AttemptError::Transport) => {
                 app.metrics.count_error("upstream_connect");
@@ -211,7 +221,14 @@ pub async fn forward(
     if let Some(answer) = held {
         let metering = Metering { meter, permit, strip_usage_chunk };
         let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
-        return respond(app, answer, call, metering, &mut bodies).await;
+        let resume = Resumption {
+            tried: &tried,
+            client_body: &client_body,
+            model: &routed.model,
+            headers: client_headers,
+            attempts: app.config.max_attempts,
+        };
+        return respond(app, answer, call, metering, &mut bodies, resume).await;
     }
     let e = failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model });
     // Nothing was generated: give the token reservation back (the meter settles to 0 tokens).
@@ -349,13 +366,51 @@ struct Call<'a> {
     request_id: &'a HeaderValue,
 }
 
+/// What carrying a broken stream on elsewhere needs from the attempts so far.
+struct Resumption<'a> {
+    tried: &'a [usize],
+    client_body: &'a Bytes,
+    model: &'a str,
+    headers: &'a HeaderMap,
+    /// Attempts made so far (a resume is one more, within `routing.max_attempts`).
+    attempts: u32,
+}
+
+impl Resumption<'_> {
+    /// The relay's resume state for a successful stream, when resuming is on and possible.
+    fn resumable(&self, app: &Arc<App>, call: &Call<'_>) -> Option<Resumable> {
+        if !(app.config.resume_streams && call.stream && resume::resumable(call.endpoint)) {
+            return None;
+        }
+        let resumes_left = app.config.max_attempts.saturating_sub(self.attempts).max(1);
+        let mut headers = HeaderMap::new();
+        if let Some(accept) = self.headers.get(header::ACCEPT) {
+            headers.insert(header::ACCEPT, accept.clone());
+        }
+        let resumer = resume::Resumer {
+            app: app.clone(),
+            endpoint: call.endpoint,
+            client_body: self.client_body.clone(),
+            model: self.model.to_owned(),
+            request_id: call.request_id.clone(),
+            headers,
+            tried: self.tried.to_vec(),
+            resumes_left,
+            deadline: call.deadline,
+        };
+        Some(Resumable::new(call.endpoint, Box::new(resumer)))
+    }
+}
+
 async fn respond(
-    app: &App,
+    app: &Arc<App>,
     answer: Answer,
     call: Call<'_>,
     metering: Metering,
     bodies: &mut Bodies<'_>,
+    resumption: Resumption<'_>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
+    let resumable = if answer.parts.status.is_success() { resumption.resumable(app, &call) } else { None };
     let Answer { parts, body, first, guard, ttfb, plan, route } = answer;
     let Call { endpoint, stream, started, mut upstream_wait, deadline, request_id } = call;
     let Metering { mut meter, permit, strip_usage_chunk } = metering;
@@ -416,8 +471,9 @@ async fn respond(
         m.answered(guard.backend().name(), parts.status.as_u16(), sse, strip_usage_chunk, translator.is_none());
     }
     let completion = Completion { guard, metrics: app.metrics.clone(), started, permit, meter };
-    let relay =
-        RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion).with_translator(translator);
+    let relay = RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion)
+        .with_translator(translator)
+        .with_resume(resumable.filter(|_| sse));
     let mut resp = resp.map(|()| crate::http::relayed(relay));
     *resp.status_mut() = parts.status;
     let headers = resp.headers_mut();

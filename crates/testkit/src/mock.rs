@@ -143,6 +143,8 @@ pub struct MockControl {
     latency_ns: AtomicU64,
     chunk_delay_ns: AtomicU64,
     rng: AtomicU64,
+    /// The next stream breaks off after this many frames, plus one (0: none does).
+    die_after_frames: AtomicU64,
     /// The simulated KV cache and slots, when configured.
     kv: Option<Arc<KvSim>>,
 }
@@ -169,6 +171,7 @@ impl MockControl {
             latency_ns: AtomicU64::new(0),
             chunk_delay_ns: AtomicU64::new(0),
             rng: AtomicU64::new(0x5EED),
+            die_after_frames: AtomicU64::new(0),
             kv: cfg.kv_cache.clone().map(|kv| Arc::new(KvSim::new(kv))),
         };
         c.set_fail_rate(cfg.fail_rate);
@@ -212,6 +215,20 @@ impl MockControl {
         Duration::from_nanos(self.chunk_delay_ns.load(Ordering::Relaxed))
     }
     /// Number of POST requests received so far.
+    /// The next streamed answer (only that one) breaks off after `frames` frames, the connection
+    /// cut as when a server process dies: a backend failing mid-answer at a chosen point.
+    pub fn set_die_after_frames(&self, frames: usize) {
+        self.die_after_frames.store(frames as u64 + 1, Ordering::Relaxed);
+    }
+
+    /// Claims the pending death, if any, for the stream being answered.
+    pub(crate) fn take_death(&self) -> Option<usize> {
+        match self.die_after_frames.swap(0, Ordering::Relaxed) {
+            0 => None,
+            n => Some(n as usize - 1),
+        }
+    }
+
     pub fn request_count(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }

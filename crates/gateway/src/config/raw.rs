@@ -90,6 +90,7 @@ fn default_kind() -> String {
 struct RawRouting {
     strategy: Option<String>,
     max_attempts: Option<u32>,
+    resume_streams: Option<bool>,
     sticky_sessions: Option<bool>,
     session_ttl: Option<String>,
     max_sessions: Option<usize>,
@@ -308,6 +309,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         backends,
         strategy,
         max_attempts,
+        resume_streams: raw.routing.resume_streams.unwrap_or(true),
         affinity,
         aliases: raw.aliases,
         health,

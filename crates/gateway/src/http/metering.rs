@@ -38,6 +38,8 @@ pub struct Meter {
     reported_chars: usize,
     /// Not billable (token counting): recorded with zero tokens.
     uncharged: bool,
+    /// What attempts before a resumed stream's current one consumed (estimated).
+    earlier: Option<Tokens>,
     recorded: bool,
 }
 
@@ -85,6 +87,7 @@ impl Meter {
             reported: None,
             reported_chars: 0,
             uncharged: false,
+            earlier: None,
             recorded: false,
         }
     }
@@ -125,6 +128,21 @@ impl Meter {
             Tap::Sse(SseUsageTap::new(strip_usage_chunk))
         } else {
             Tap::Body(BodyUsageTap::new(BODY_TAP_LIMIT))
+        });
+    }
+
+    /// The stream carries on at `backend` (a resume): from here the relay's translator reports
+    /// usage, and `earlier` adds what the failed attempts consumed.
+    pub fn resumed(&mut self, backend: &str, earlier: Tokens) {
+        self.record.backend = Some(backend.to_owned());
+        self.tap = None;
+        self.reported = None;
+        self.reported_chars = 0;
+        let sum = self.earlier.unwrap_or_default();
+        self.earlier = Some(Tokens {
+            prompt: sum.prompt + earlier.prompt,
+            completion: sum.completion + earlier.completion,
+            total: sum.total + earlier.total,
         });
     }
 
@@ -181,8 +199,14 @@ impl Meter {
             let prompt = if answered { self.prompt_estimate } else { 0 };
             Tokens { prompt, completion, total: prompt + completion }
         });
+        let mut tokens = tokens;
+        if let Some(earlier) = self.earlier {
+            tokens.prompt += earlier.prompt;
+            tokens.completion += earlier.completion;
+            tokens.total += earlier.total;
+        }
         let r = &mut self.record;
-        r.estimated = !had_usage && answered;
+        r.estimated = (!had_usage && answered) || self.earlier.is_some();
         r.prompt_tokens = tokens.prompt;
         r.completion_tokens = tokens.completion;
         r.total_tokens = tokens.total.max(tokens.prompt + tokens.completion);

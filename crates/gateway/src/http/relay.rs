@@ -19,6 +19,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use super::metering::Meter;
+use super::resume::Resumable;
 use crate::error::{sse_error_event, GatewayError};
 use crate::metrics::Metrics;
 use crate::route::backend::InFlight;
@@ -53,6 +54,7 @@ impl Drop for Completion {
 }
 
 pin_project! {
+    #[project = RelayBodyProj]
     pub struct RelayBody {
         #[pin]
         inner: Incoming,
@@ -64,6 +66,10 @@ pin_project! {
         sse: bool,
         done: bool,
         translator: Option<StreamTranslator>,
+        // Set when a failed backend's answer may be carried on by another.
+        resumable: Option<Resumable>,
+        // Why the stream broke, kept while a resume is tried (reported if none succeeds).
+        broke: (&'static str, &'static str),
         completion: Completion,
     }
 }
@@ -84,12 +90,19 @@ impl RelayBody {
             idle_timeout,
             sse,
             translator: None,
+            resumable: None,
+            broke: ("stream_aborted", "the upstream stream was interrupted"),
             completion,
         }
     }
 
     pub fn with_translator(mut self, translator: Option<StreamTranslator>) -> Self {
         self.translator = translator;
+        self
+    }
+
+    pub fn with_resume(mut self, resumable: Option<Resumable>) -> Self {
+        self.resumable = resumable;
         self
     }
 }
@@ -129,59 +142,119 @@ fn meter_frame(meter: &mut Option<Meter>, frame: Frame<Bytes>) -> Option<Frame<B
     }
 }
 
+/// The backend's stream ended cleanly: the translator's last events, the meter's held-back tail
+/// (recorded before the client sees the end).
+fn finish(translator: &mut Option<StreamTranslator>, meter: &mut Option<Meter>) -> Option<Bytes> {
+    let translated_tail = match translator.as_mut() {
+        Some(t) if t.translates() => Some(t.finish()).filter(|b| !b.is_empty()),
+        Some(t) => {
+            t.finish();
+            None
+        }
+        None => None,
+    };
+    report_usage(translator, meter);
+    if let Some(tail) = translated_tail {
+        if let Some(meter) = meter.as_mut() {
+            meter.frame(tail.clone());
+            meter.record_now();
+        }
+        return Some(tail);
+    }
+    let meter = meter.as_mut()?;
+    let tail = meter.end();
+    meter.record_now();
+    tail
+}
+
+/// The stream broke off for good: record it, and end the client's stream with an error in its
+/// shape (an SSE error event, or a translated one), or cut a plain body.
+fn fail(
+    this: RelayBodyProj<'_>,
+    kind: &'static str,
+    message: &str,
+    error: BoxError,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    *this.done = true;
+    report_usage(this.translator, &mut this.completion.meter);
+    if let Some(meter) = this.completion.meter.as_mut() {
+        // A partial event would merge with the error event into one broken event: drop it.
+        let _ = meter.end();
+        meter.record_now();
+    }
+    if let Some(t) = this.translator.as_mut().filter(|t| t.translates()) {
+        // In the client's own shape (an Anthropic error event, an Ollama error line, ...).
+        let tail = t.fail(message);
+        return Poll::Ready(Some(if tail.is_empty() { Err(error) } else { Ok(Frame::data(tail)) }));
+    }
+    if *this.sse {
+        Poll::Ready(Some(Ok(Frame::data(sse_error_event(message, kind)))))
+    } else {
+        Poll::Ready(Some(Err(error)))
+    }
+}
+
 impl Body for RelayBody {
     type Data = Bytes;
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
-        if let Some(frame) = this.first.take().and_then(|f| translate_frame(this.translator, f)) {
-            if let Some(frame) = meter_frame(&mut this.completion.meter, frame) {
-                this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
-                return Poll::Ready(Some(Ok(frame)));
-            }
-        }
-        if *this.done {
-            return Poll::Ready(None);
-        }
         loop {
-            let (kind, message, error): (&'static str, &str, BoxError) = match this.inner.as_mut().poll_frame(cx) {
+            if let Some(resumable) = this.resumable.as_mut().filter(|r| r.is_resuming()) {
+                match resumable.poll_resumed(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(resumed)) => {
+                        this.completion.metrics.count_error("stream_resumed");
+                        if let Some(meter) = this.completion.meter.as_mut() {
+                            meter.resumed(resumed.guard.backend().name(), resumed.earlier);
+                        }
+                        this.inner.set(resumed.body);
+                        *this.first = resumed.first;
+                        this.completion.guard = resumed.guard;
+                        *this.translator = Some(resumed.translator);
+                        *this.done = false;
+                        this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+                        continue;
+                    }
+                    Poll::Ready(None) => {
+                        let (kind, message) = *this.broke;
+                        let error: BoxError = Box::new(GatewayError::BadGateway { message: message.to_owned() });
+                        return fail(this, kind, message, error);
+                    }
+                }
+            }
+            let next = match this.first.take() {
+                Some(frame) => Poll::Ready(Some(Ok(frame))),
+                None if *this.done => return Poll::Ready(None),
+                None => this.inner.as_mut().poll_frame(cx),
+            };
+            let (kind, message, error): (&'static str, &'static str, BoxError) = match next {
                 Poll::Ready(Some(Ok(frame))) => {
                     this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
                     let Some(frame) = translate_frame(this.translator, frame) else { continue };
-                    match meter_frame(&mut this.completion.meter, frame) {
-                        Some(frame) => return Poll::Ready(Some(Ok(frame))),
+                    let Some(frame) = meter_frame(&mut this.completion.meter, frame) else {
                         // Entirely held back or stripped (the usage chunk): read on.
-                        None => continue,
-                    }
+                        continue;
+                    };
+                    let frame = match (this.resumable.as_mut(), frame.into_data()) {
+                        (Some(resumable), Ok(data)) => match resumable.outgoing(data) {
+                            Some(data) => Frame::data(data),
+                            None => continue,
+                        },
+                        (_, Ok(data)) => Frame::data(data),
+                        (_, Err(frame)) => frame,
+                    };
+                    return Poll::Ready(Some(Ok(frame)));
                 }
                 Poll::Ready(None) => {
                     *this.done = true;
-                    let translated_tail = match this.translator.as_mut() {
-                        Some(t) if t.translates() => Some(t.finish()).filter(|b| !b.is_empty()),
-                        Some(t) => {
-                            t.finish();
-                            None
-                        }
-                        None => None,
+                    let tail = finish(this.translator, &mut this.completion.meter);
+                    let tail = match this.resumable.as_mut() {
+                        Some(resumable) => resumable.finish(tail),
+                        None => tail,
                     };
-                    report_usage(this.translator, &mut this.completion.meter);
-                    if let Some(tail) = translated_tail {
-                        if let Some(meter) = this.completion.meter.as_mut() {
-                            meter.frame(tail.clone());
-                            meter.record_now();
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(tail))));
-                    }
-                    if let Some(meter) = this.completion.meter.as_mut() {
-                        let tail = meter.end();
-                        // Recorded before the client sees the end of the body.
-                        meter.record_now();
-                        if let Some(tail) = tail {
-                            return Poll::Ready(Some(Ok(Frame::data(tail))));
-                        }
-                    }
-                    return Poll::Ready(None);
+                    return Poll::Ready(tail.map(|tail| Ok(Frame::data(tail))));
                 }
                 Poll::Ready(Some(Err(e))) => ("stream_aborted", "the upstream stream was interrupted", Box::new(e)),
                 Poll::Pending => match this.idle.as_mut().poll(cx) {
@@ -193,27 +266,16 @@ impl Body for RelayBody {
             };
             *this.done = true;
             this.completion.stream_failed(kind);
-            report_usage(this.translator, &mut this.completion.meter);
-            if let Some(meter) = this.completion.meter.as_mut() {
-                // A partial event would merge with the error event into one broken event: drop it.
-                let _ = meter.end();
-                meter.record_now();
+            if this.resumable.as_mut().is_some_and(|r| r.begin()) {
+                *this.broke = (kind, message);
+                continue;
             }
-            if let Some(t) = this.translator.as_mut().filter(|t| t.translates()) {
-                // In the client's own shape (an Anthropic error event, an Ollama error line, ...).
-                let tail = t.fail(message);
-                return Poll::Ready(Some(if tail.is_empty() { Err(error) } else { Ok(Frame::data(tail)) }));
-            }
-            return if *this.sse {
-                Poll::Ready(Some(Ok(Frame::data(sse_error_event(message, kind)))))
-            } else {
-                Poll::Ready(Some(Err(error)))
-            };
+            return fail(this, kind, message, error);
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.done
+        self.first.is_none() && self.done && !self.resumable.as_ref().is_some_and(Resumable::is_resuming)
     }
 
     fn size_hint(&self) -> SizeHint {

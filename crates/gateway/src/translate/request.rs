@@ -2,7 +2,7 @@
 //! translation), and encoded for the wire of the backend an attempt goes to.
 
 use bytes::Bytes;
-use switchyard_protocol::chat::{ChatRequest, TranslateError};
+use switchyard_protocol::chat::{ChatRequest, Message, Part, Role, TranslateError};
 use switchyard_protocol::embed::EmbedRequest;
 use switchyard_protocol::responses::Echo;
 use switchyard_protocol::{anthropic, ollama, openai_chat, openai_embeddings, responses};
@@ -51,6 +51,37 @@ impl Decoded {
             _ => return Err(TranslateError::Invalid("no translation between these APIs".to_owned())),
         };
         Ok(Bytes::from(bytes))
+    }
+
+    /// The streamed request that continues an answer of which the client has `prefill`, for
+    /// `wire`: the same conversation with `prefill` as the start of the assistant's reply
+    /// (assistant prefill: native in Anthropic's and Ollama's chat; vLLM and SGLang need
+    /// `continue_final_message`, llama.cpp's server continues a final assistant message by
+    /// itself). Also says whether trailing whitespace was cut from the prefill (Anthropic
+    /// refuses a final assistant turn ending in whitespace).
+    pub fn encode_continuation(&self, wire: Wire, prefill: &str) -> Result<(Bytes, bool), TranslateError> {
+        let Decoded::Chat(request) = self else {
+            return Err(TranslateError::Invalid("only a chat answer can be continued".to_owned()));
+        };
+        let mut request = request.clone();
+        request.stream = true;
+        request.include_usage = true;
+        let mut trimmed = false;
+        let mut text = prefill;
+        if wire == Wire::Anthropic {
+            text = prefill.trim_end();
+            trimmed = text.len() != prefill.len();
+        }
+        if !text.is_empty() {
+            request.messages.push(Message { role: Role::Assistant, content: vec![Part::Text(text.to_owned())] });
+        }
+        let mut body = Decoded::Chat(request).encode(wire)?.to_vec();
+        if wire == Wire::OpenAiChat && !text.is_empty() && body.last() == Some(&b'}') {
+            // A splice, not a re-encode: the body is the encoder's own compact JSON object.
+            body.pop();
+            body.extend_from_slice(br#","continue_final_message":true,"add_generation_prompt":false}"#);
+        }
+        Ok((Bytes::from(body), trimmed))
     }
 
     pub fn chat(&self) -> Option<&ChatRequest> {

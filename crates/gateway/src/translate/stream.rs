@@ -1,6 +1,9 @@
 //! A streamed answer on its way through: the backend's stream decoded incrementally into
 //! internal events and each event encoded in the client's API (translate), or only decoded to
 //! read the usage it reports while the bytes pass untouched (observe: same API, not OpenAI's).
+//! A continuation (stream resume) is a translator whose encoder has been replayed what the
+//! client was already sent, so the new backend's events carry on the same answer: no second
+//! start, the open text block continued, usage counted as one answer.
 
 use bytes::Bytes;
 use switchyard_protocol::chat::{
@@ -20,6 +23,126 @@ pub struct StreamTranslator {
     /// Characters of generated text seen, to estimate completion tokens when no usage comes.
     text_chars: usize,
     failed: bool,
+    /// Set on a continuation: how its events are fitted onto what the client already has.
+    splice: Option<Splice>,
+}
+
+/// What the client was sent of a stream before its backend failed, read back as events.
+pub struct Emitted {
+    pub events: Vec<StreamEvent>,
+    /// The text the client has (every text delta, concatenated): the continuation's prefill.
+    pub text: String,
+    /// Characters generated before the failure, the ones held back from the client included.
+    pub generated_chars: usize,
+}
+
+/// Read back what a client of `endpoint` was sent (`emitted`, whole events only) and what was
+/// generated but held back (`discarded`: a tool call not yet complete). `None` if unreadable.
+pub fn read_emitted(endpoint: Endpoint, emitted: &[u8], discarded: &[u8]) -> Option<Emitted> {
+    let context = ResponseContext::default();
+    let mut decoder: Box<dyn StreamDecoder + Send> = match endpoint {
+        Endpoint::ChatCompletions => Box::new(openai_chat::SseDecoder::new(context)),
+        Endpoint::Messages => Box::new(anthropic::SseDecoder::new(context)),
+        Endpoint::Responses => Box::new(responses::SseDecoder::new(context)),
+        Endpoint::OllamaChat | Endpoint::OllamaGenerate => Box::new(ollama::NdjsonDecoder::new(context)),
+        _ => return None,
+    };
+    let mut events = Vec::new();
+    decoder.feed(emitted, &mut events).ok()?;
+    let mut text = String::new();
+    let mut generated_chars = 0;
+    for event in &events {
+        match event {
+            StreamEvent::TextDelta { text: t, .. } => {
+                text.push_str(t);
+                generated_chars += t.chars().count();
+            }
+            StreamEvent::ToolCallDelta { arguments_fragment, .. } => {
+                generated_chars += arguments_fragment.chars().count()
+            }
+            _ => {}
+        }
+    }
+    let mut more = Vec::new();
+    // Best effort: the held-back part only adds to the count of what was consumed.
+    let _ = decoder.feed(discarded, &mut more);
+    for event in &more {
+        match event {
+            StreamEvent::TextDelta { text, .. } => generated_chars += text.chars().count(),
+            StreamEvent::ToolCallDelta { arguments_fragment, .. } => {
+                generated_chars += arguments_fragment.chars().count()
+            }
+            _ => {}
+        }
+    }
+    Some(Emitted { events, text, generated_chars })
+}
+
+/// How a continuation's events are renumbered and adjusted to follow what the client has.
+struct Splice {
+    /// The text block left open when the stream broke (its index as the client's encoder knows it).
+    open_text: Option<u32>,
+    /// Indices of the continuation's other blocks start here (past every index already used).
+    base: u32,
+    /// The continuation's block that carries on the open text block, once seen.
+    continuing: Option<u32>,
+    /// Whether the continuation has started any block yet.
+    seen_block: bool,
+    /// Drop leading whitespace of the continuation's text (the prefill lost its trailing
+    /// whitespace, which the client already has).
+    trim_leading_ws: bool,
+    /// Completion tokens generated before the failure: the client sees one answer's usage.
+    earlier_completion: u64,
+}
+
+impl Splice {
+    fn index(&mut self, index: u32, text: bool) -> u32 {
+        if self.continuing == Some(index) {
+            if let Some(open) = self.open_text {
+                return open;
+            }
+        }
+        if !self.seen_block {
+            self.seen_block = true;
+            if let (true, Some(open)) = (text, self.open_text) {
+                self.continuing = Some(index);
+                return open;
+            }
+        }
+        self.base + index
+    }
+
+    /// The event as the client's encoder should see it; `None` to drop it.
+    fn fit(&mut self, event: StreamEvent) -> Option<StreamEvent> {
+        Some(match event {
+            StreamEvent::Start { .. } => return None,
+            StreamEvent::TextDelta { index, mut text } => {
+                if self.trim_leading_ws {
+                    let trimmed = text.trim_start();
+                    if trimmed.is_empty() {
+                        return None;
+                    }
+                    text = trimmed.to_owned();
+                    self.trim_leading_ws = false;
+                }
+                StreamEvent::TextDelta { index: self.index(index, true), text }
+            }
+            StreamEvent::ToolCallStart { index, id, name } => {
+                StreamEvent::ToolCallStart { index: self.index(index, false), id, name }
+            }
+            StreamEvent::ToolCallDelta { index, arguments_fragment } => {
+                StreamEvent::ToolCallDelta { index: self.index(index, false), arguments_fragment }
+            }
+            StreamEvent::BlockStop { index } => StreamEvent::BlockStop { index: self.index(index, false) },
+            StreamEvent::Usage(u) => {
+                let mut u = u;
+                u.prompt_tokens = u.prompt_tokens.saturating_sub(self.earlier_completion);
+                u.completion_tokens += self.earlier_completion;
+                StreamEvent::Usage(u)
+            }
+            other => other,
+        })
+    }
 }
 
 fn decoder(wire: Wire, context: ResponseContext) -> Option<Box<dyn StreamDecoder + Send>> {
@@ -56,7 +179,58 @@ impl StreamTranslator {
     }
 
     fn new(decoder: Box<dyn StreamDecoder + Send>, encoder: Option<Box<dyn StreamEncoder + Send>>) -> Self {
-        StreamTranslator { decoder, encoder, events: Vec::new(), usage: None, text_chars: 0, failed: false }
+        StreamTranslator {
+            decoder,
+            encoder,
+            events: Vec::new(),
+            usage: None,
+            text_chars: 0,
+            failed: false,
+            splice: None,
+        }
+    }
+
+    /// A continuation: `wire`'s stream carrying on, for a client of `endpoint`, the answer of
+    /// which the client has `emitted`. `trim_leading_ws`: the prefill was sent without its
+    /// trailing whitespace. `earlier_completion`: tokens generated before, for the usage shown.
+    pub fn continuation(
+        endpoint: Endpoint,
+        wire: Wire,
+        context: ResponseContext,
+        request: &Decoded,
+        emitted: &Emitted,
+        trim_leading_ws: bool,
+        earlier_completion: u64,
+    ) -> Option<StreamTranslator> {
+        let mut translator = StreamTranslator::translate(endpoint, wire, context, request)?;
+        let encoder = translator.encoder.as_mut()?;
+        let mut sink = Vec::new();
+        let (mut open_text, mut max_index) = (None, None::<u32>);
+        for event in &emitted.events {
+            encoder.encode(event, &mut sink);
+            match event {
+                StreamEvent::TextDelta { index, .. } => open_text = Some(*index),
+                StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => open_text = None,
+                StreamEvent::BlockStop { index } if open_text == Some(*index) => open_text = None,
+                _ => {}
+            }
+            if let StreamEvent::TextDelta { index, .. }
+            | StreamEvent::ToolCallStart { index, .. }
+            | StreamEvent::ToolCallDelta { index, .. }
+            | StreamEvent::BlockStop { index } = event
+            {
+                max_index = Some(max_index.map_or(*index, |m| m.max(*index)));
+            }
+        }
+        translator.splice = Some(Splice {
+            open_text,
+            base: max_index.map_or(0, |m| m + 1),
+            continuing: None,
+            seen_block: false,
+            trim_leading_ws,
+            earlier_completion,
+        });
+        Some(translator)
     }
 
     pub fn translates(&self) -> bool {
@@ -120,8 +294,18 @@ impl StreamTranslator {
     fn drain(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
         for event in self.events.drain(..) {
+            // The backend's own count (a continuation adjusts the one the client sees).
+            if let StreamEvent::Usage(u) = &event {
+                self.usage = Some(*u);
+            }
+            let event = match self.splice.as_mut() {
+                Some(splice) => match splice.fit(event) {
+                    Some(event) => event,
+                    None => continue,
+                },
+                None => event,
+            };
             match &event {
-                StreamEvent::Usage(u) => self.usage = Some(*u),
                 StreamEvent::TextDelta { text, .. } => self.text_chars += text.chars().count(),
                 StreamEvent::ToolCallDelta { arguments_fragment, .. } => {
                     self.text_chars += arguments_fragment.chars().count()

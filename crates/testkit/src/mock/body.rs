@@ -22,7 +22,22 @@ pub(crate) enum MockBody {
     Frames(Box<FrameStream>),
     /// A body of a simulated KV-cache server: its slot stays busy until the body is done or dropped.
     Held { body: Box<MockBody>, _slot: SlotGuard },
+    /// A stream that breaks off (the connection is cut) after `left` more frames: a backend
+    /// dying mid-answer, at a chosen point (`MockControl::set_die_after_frames`).
+    Dying { body: Box<MockBody>, left: usize },
 }
+
+/// The error a dying stream ends with: the server cuts the connection.
+#[derive(Debug)]
+pub struct Died;
+
+impl std::fmt::Display for Died {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the mock backend died mid-stream")
+    }
+}
+
+impl std::error::Error for Died {}
 
 impl MockBody {
     pub(crate) fn full(b: impl Into<Bytes>) -> Self {
@@ -32,14 +47,23 @@ impl MockBody {
 
 impl Body for MockBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = Died;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Died>>> {
+        let never = |p: Poll<Option<Result<Frame<Bytes>, Infallible>>>| p.map(|f| f.map(|r| r.map_err(|e| match e {})));
         match self.get_mut() {
             MockBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            MockBody::Stream(s) => Pin::new(s.as_mut()).poll_frame(cx),
-            MockBody::Frames(s) => Pin::new(s.as_mut()).poll_frame(cx),
+            MockBody::Stream(s) => never(Pin::new(s.as_mut()).poll_frame(cx)),
+            MockBody::Frames(s) => never(Pin::new(s.as_mut()).poll_frame(cx)),
             MockBody::Held { body: b, .. } => Pin::new(b.as_mut()).poll_frame(cx),
+            MockBody::Dying { left: 0, .. } => Poll::Ready(Some(Err(Died))),
+            MockBody::Dying { body, left } => {
+                let polled = Pin::new(body.as_mut()).poll_frame(cx);
+                if let Poll::Ready(Some(Ok(_))) = &polled {
+                    *left -= 1;
+                }
+                polled
+            }
         }
     }
 
@@ -48,7 +72,7 @@ impl Body for MockBody {
             MockBody::Full(b) => b.is_none(),
             MockBody::Stream(s) => s.is_end_stream(),
             MockBody::Frames(s) => s.is_end_stream(),
-            MockBody::Held { body: b, .. } => b.is_end_stream(),
+            MockBody::Held { body: b, .. } | MockBody::Dying { body: b, .. } => b.is_end_stream(),
         }
     }
 
@@ -59,6 +83,7 @@ impl Body for MockBody {
             MockBody::Stream(s) => s.size_hint(),
             MockBody::Frames(s) => s.size_hint(),
             MockBody::Held { body: b, .. } => b.size_hint(),
+            MockBody::Dying { .. } => SizeHint::default(),
         }
     }
 }

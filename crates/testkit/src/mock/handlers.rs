@@ -117,10 +117,17 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     if req.method() == Method::GET && req.uri().path() == "/health" {
         return state.json(StatusCode::OK, Bytes::from_static(render::HEALTH_BODY));
     }
-    match state.api {
+    let resp = match state.api {
         MockApi::OpenAi => super::openai::handle(state, req).await,
         MockApi::Anthropic => super::anthropic::handle(state, req).await,
         MockApi::Ollama => super::ollama::handle(state, req).await,
+    };
+    if matches!(resp.body(), MockBody::Full(_)) {
+        return resp;
+    }
+    match state.control.take_death() {
+        Some(left) => resp.map(|body| MockBody::Dying { body: Box::new(body), left }),
+        None => resp,
     }
 }
 

@@ -103,6 +103,9 @@ struct CompletionReq<'a> {
     tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     messages: Option<Vec<MessageRole<'a>>>,
+    /// vLLM's and SGLang's switch for continuing a final assistant message.
+    #[serde(default)]
+    continue_final_message: Option<bool>,
 }
 
 /// Only a message's role: enough to tell whether the fast path applies.
@@ -113,17 +116,12 @@ struct MessageRole<'a> {
 }
 
 impl CompletionReq<'_> {
-    /// Whether the reply may differ from the default text: tools offered, or a tool result last.
+    /// Whether the reply may differ from the default text: tools offered, a tool result last,
+    /// or a final assistant message to continue.
     fn may_need_tools(&self) -> bool {
         let tools = self.tools.is_some_and(|t| !matches!(t.get().trim(), "null" | "[]"));
-        let tool_last = self
-            .messages
-            .as_ref()
-            .and_then(|m| m.last())
-            .and_then(|m| m.role)
-            .and_then(raw_str)
-            .is_some_and(|role| role == "tool");
-        tools || tool_last
+        let last = self.messages.as_ref().and_then(|m| m.last()).and_then(|m| m.role).and_then(raw_str);
+        tools || last.is_some_and(|role| role == "tool" || role == "assistant")
     }
 }
 
@@ -170,6 +168,16 @@ async fn completion(state: &State, bytes: &Bytes, kind: Kind) -> Response<MockBo
     };
     let reply = match kind {
         Kind::Chat if req.may_need_tools() => match serde_json::from_slice::<Value>(bytes) {
+            // As vLLM does, the OpenAI kind continues a final assistant message only when asked
+            // (`continue_final_message`); Ollama's /v1 always does.
+            Ok(mut body) if state.api == MockApi::OpenAi && req.continue_final_message != Some(true) => {
+                if let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) {
+                    if messages.last().and_then(|m| m.get("role")).and_then(Value::as_str) == Some("assistant") {
+                        messages.push(json!({"role": "user", "content": ""}));
+                    }
+                }
+                Some(reply::openai_or_ollama(&body, state.stream_chunks))
+            }
             Ok(body) => Some(reply::openai_or_ollama(&body, state.stream_chunks)),
             Err(_) => return bad_request(state, "request body is not a valid JSON object", None),
         },

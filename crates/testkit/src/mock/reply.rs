@@ -52,6 +52,30 @@ impl Reply {
         }
     }
 
+    /// The rest of this reply after `prefill`, the start of it the request already carries as a
+    /// final assistant message (assistant prefill, as inference servers continue it): the
+    /// pieces not yet covered, the first one cut where the prefill ends. A prefill this reply
+    /// does not start with changes nothing.
+    pub(crate) fn after(self, prefill: &str) -> Reply {
+        let Reply::Text(pieces) = self else { return self };
+        if prefill.is_empty() || !pieces.concat().starts_with(prefill) {
+            return Reply::Text(pieces);
+        }
+        let mut covered = 0;
+        let mut rest = Vec::new();
+        for piece in pieces {
+            let end = covered + piece.len();
+            if end <= prefill.len() {
+                covered = end;
+                continue;
+            }
+            let skip = prefill.len().saturating_sub(covered);
+            rest.push(piece[skip..].to_owned());
+            covered = end;
+        }
+        Reply::Text(rest)
+    }
+
     /// The reply as the message carrying it back reads to the tokeniser: its text, or the call.
     pub(crate) fn normalised_text(&self) -> String {
         match self {
@@ -96,10 +120,21 @@ fn role_tool_result(body: &Value) -> Option<String> {
         .then(|| last.get("content").map(content_text).unwrap_or_default())
 }
 
+/// The text of a final assistant message: the prefill a request asks the model to continue.
+pub(crate) fn prefill(body: &Value) -> Option<String> {
+    let last = last_message(body)?;
+    (last.get("role").and_then(Value::as_str) == Some("assistant"))
+        .then(|| last.get("content").map(content_text).unwrap_or_default())
+}
+
 /// OpenAI Chat Completions request, or Ollama `/api/chat` request: both have function tools and
-/// `tool` messages.
+/// `tool` messages. A final assistant message is continued.
 pub(crate) fn openai_or_ollama(body: &Value, chunks: usize) -> Reply {
-    Reply::decide(first_function_tool(body), role_tool_result(body), chunks)
+    let reply = Reply::decide(first_function_tool(body), role_tool_result(body), chunks);
+    match prefill(body) {
+        Some(prefill) => reply.after(&prefill),
+        None => reply,
+    }
 }
 
 /// Anthropic Messages request: tools are `{"name":..}`; a tool result is a `tool_result` block of
@@ -118,7 +153,11 @@ pub(crate) fn anthropic(body: &Value, chunks: usize) -> Reply {
         (!results.is_empty())
             .then(|| results.iter().map(|b| b.get("content").map(content_text).unwrap_or_default()).collect())
     });
-    Reply::decide(tool, result, chunks)
+    let reply = Reply::decide(tool, result, chunks);
+    match prefill(body) {
+        Some(prefill) => reply.after(&prefill),
+        None => reply,
+    }
 }
 
 #[cfg(test)]
@@ -141,5 +180,18 @@ mod tests {
         assert_eq!(anthropic(&an, 2).text(), "Tool result: 18C");
         let an_call = json!({"tools":[{"name":"get_weather"}],"messages":[{"role":"user","content":"hi"}]});
         assert_eq!(anthropic(&an_call, 2), Reply::ToolCall("get_weather".into()));
+    }
+
+    #[test]
+    fn a_final_assistant_message_is_continued() {
+        let body = json!({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"tok0 to"}]});
+        assert_eq!(openai_or_ollama(&body, 3), Reply::Text(vec!["k1 ".into(), "tok2 ".into()]));
+        let whole = json!({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"tok0 "}]});
+        assert_eq!(openai_or_ollama(&whole, 2), Reply::Text(vec!["tok1 ".into()]));
+        let other = json!({"messages":[{"role":"assistant","content":"something else"}]});
+        assert_eq!(openai_or_ollama(&other, 1), Reply::Text(vec!["tok0 ".into()]));
+        let an = json!({"messages":[{"role":"user","content":"hi"},
+            {"role":"assistant","content":[{"type":"text","text":"tok0 tok1"}]}]});
+        assert_eq!(anthropic(&an, 3), Reply::Text(vec![" ".into(), "tok2 ".into()]));
     }
 }

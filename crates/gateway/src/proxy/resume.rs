@@ -1,0 +1,135 @@
+//! Stream resume, the proxy's side: when a backend dies after its answer began streaming, ask
+//! another backend serving the model to carry on the same answer — the conversation re-sent
+//! with the text the client already has as the start of the assistant's reply (prefill, in the
+//! form the backend's kind takes: Anthropic's final assistant turn, Ollama's chat, vLLM and
+//! SGLang's `continue_final_message`, which llama.cpp's server does by itself) — and hand its
+//! stream to the relay, which splices it into the client's. Nothing here runs unless a stream
+//! fails: the client's request is decoded only then.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+
+use super::{attempt_once, translation, AttemptError};
+use crate::app::App;
+use crate::config::BackendKind;
+use crate::endpoint::Endpoint;
+use crate::http::resume::{Resume, ResumeFuture, Resumed};
+use crate::route::RouteHints;
+use crate::translate::{read_emitted, Decoded, StreamTranslator, Wire};
+use crate::usage::{estimate_tokens, Tokens};
+
+/// Everything needed to carry a request's answer on elsewhere.
+pub struct Resumer {
+    pub app: Arc<App>,
+    pub endpoint: Endpoint,
+    /// The client's request as it came (model alias resolved): decoded only for a resume.
+    pub client_body: Bytes,
+    pub model: String,
+    pub request_id: HeaderValue,
+    /// The client's `Accept`, passed on as on the first attempt.
+    pub headers: HeaderMap,
+    /// Backends that already failed this request.
+    pub tried: Vec<usize>,
+    /// Resumes still allowed (`routing.max_attempts` bounds attempts of every kind).
+    pub resumes_left: u32,
+    pub deadline: Instant,
+}
+
+/// Whether a stream of `endpoint` can be carried on by another backend.
+pub fn resumable(endpoint: Endpoint) -> bool {
+    matches!(
+        endpoint,
+        Endpoint::ChatCompletions
+            | Endpoint::Messages
+            | Endpoint::Responses
+            | Endpoint::OllamaChat
+            | Endpoint::OllamaGenerate
+    )
+}
+
+/// The chat API a continuation speaks to a backend of `kind`: one whose prefill it honours.
+fn continuation_wire(kind: BackendKind) -> Wire {
+    match kind {
+        BackendKind::Anthropic => Wire::Anthropic,
+        BackendKind::Ollama => Wire::OllamaChat,
+        BackendKind::OpenAi => Wire::OpenAiChat,
+    }
+}
+
+impl Resume for Resumer {
+    fn resume(self: Box<Self>, emitted: Bytes, discarded: Bytes) -> ResumeFuture {
+        Box::pin(self.carry_on(emitted, discarded))
+    }
+}
+
+impl Resumer {
+    async fn carry_on(mut self: Box<Self>, emitted: Bytes, discarded: Bytes) -> Option<(Resumed, Box<dyn Resume>)> {
+        if self.resumes_left == 0 {
+            return None;
+        }
+        self.resumes_left -= 1;
+        let decoded = match Decoded::decode(self.endpoint, &self.client_body, &self.model) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                tracing::debug!(error = %e, "a stream could not be resumed: its request does not decode");
+                return None;
+            }
+        };
+        let Some(emitted) = read_emitted(self.endpoint, &emitted, &discarded) else {
+            tracing::warn!("a stream could not be resumed: what the client was sent does not decode");
+            return None;
+        };
+        let prompt = (self.client_body.len() as u64).div_ceil(4);
+        let completion = estimate_tokens(emitted.generated_chars);
+        let earlier = Tokens { prompt, completion, total: prompt + completion };
+        let app = self.app.clone();
+        loop {
+            let backend = app.router.select_with(&self.model, &RouteHints::default(), &self.tried).ok()?.backend;
+            self.tried.push(backend.id);
+            let wire = continuation_wire(backend.kind());
+            let Ok((body, trimmed)) = decoded.encode_continuation(wire, &emitted.text) else { continue };
+            let remaining = self.deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return None;
+            }
+            app.metrics.retries.fetch_add(1, Relaxed);
+            let guard = backend.start();
+            let limit = remaining.min(app.config.timeouts.first_byte);
+            match attempt_once(&app, &backend, wire, body, &self.headers, &self.request_id, limit).await {
+                Ok((parts, body, first)) if parts.status.is_success() => {
+                    backend.health.on_success();
+                    let context = translation::response_context(&self.request_id);
+                    let translator = StreamTranslator::continuation(
+                        self.endpoint,
+                        wire,
+                        context,
+                        &decoded,
+                        &emitted,
+                        trimmed,
+                        completion,
+                    )?;
+                    tracing::info!(backend = backend.name(), "a broken stream carries on at another backend");
+                    return Some((Resumed { body, first, guard, translator, earlier }, self));
+                }
+                Ok((parts, _, _)) => {
+                    app.metrics.count_error("upstream_status");
+                    if parts.status.is_server_error() && backend.health.on_server_error(app.clock.mono_ms()) {
+                        tracing::warn!(backend = backend.name(), status = %parts.status, "circuit breaker opened");
+                    }
+                }
+                Err(AttemptError::Transport) => {
+                    app.metrics.count_error("upstream_connect");
+                    backend.mark_failed("transport error");
+                }
+                Err(AttemptError::Timeout) => {
+                    app.metrics.count_error("upstream_timeout");
+                    backend.mark_failed("timeout");
+                }
+            }
+        }
+    }
+}
