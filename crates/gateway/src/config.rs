@@ -149,8 +149,25 @@ pub struct Timeouts {
     pub stream_idle: Duration,
     /// Deadline for all attempts of one request together (retries included).
     pub request: Duration,
-    /// Time a client has to send its request headers.
+    /// Time a client has to send its request headers; on HTTP/1.1 also how long a kept-alive
+    /// connection may sit idle (the clock starts whenever a request head is awaited).
     pub header_read: Duration,
+    /// Longest a client may leave a response unread (writes blocked) before its connection is
+    /// closed and the upstream request cancelled.
+    pub client_write: Duration,
+}
+
+/// What one client connection and request head may take (`limits:`).
+#[derive(Debug, Clone)]
+pub struct ListenerLimits {
+    /// Open client connections; more are closed as they arrive.
+    pub max_connections: usize,
+    /// Header fields per request (more: 431).
+    pub max_headers: usize,
+    /// A request head's bytes: request line and header fields (more: 431).
+    pub max_header_bytes: usize,
+    /// A request target's bytes (more: 414).
+    pub max_uri_bytes: usize,
 }
 
 #[derive(Clone, Default)]
@@ -208,6 +225,7 @@ pub struct Config {
     pub health: HealthConfig,
     pub timeouts: Timeouts,
     pub max_body_bytes: usize,
+    pub listener: ListenerLimits,
     pub shutdown_grace: Duration,
     /// Upstream MCP servers (`mcp:`); none by default.
     pub mcp: McpConfig,

@@ -21,6 +21,10 @@ pub enum GatewayError {
     PayloadTooLarge {
         limit: usize,
     },
+    /// The request target is longer than `limits.max_uri_bytes`.
+    UriTooLong {
+        limit: usize,
+    },
     RouteNotFound,
     MethodNotAllowed,
     UnsupportedMediaType,
@@ -66,6 +70,7 @@ impl GatewayError {
         match self {
             GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::RouteNotFound | GatewayError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -85,6 +90,7 @@ impl GatewayError {
         match self {
             GatewayError::BadRequest { .. } => "bad_request",
             GatewayError::PayloadTooLarge { .. } => "payload_too_large",
+            GatewayError::UriTooLong { .. } => "uri_too_long",
             GatewayError::RouteNotFound => "route_not_found",
             GatewayError::MethodNotAllowed => "method_not_allowed",
             GatewayError::UnsupportedMediaType => "unsupported_media_type",
@@ -108,6 +114,12 @@ impl GatewayError {
                 "invalid_request_error",
                 None,
                 Some("request_too_large"),
+            ),
+            GatewayError::UriTooLong { limit } => (
+                format!("the request target is longer than the {limit}-byte limit"),
+                "invalid_request_error",
+                None,
+                Some("uri_too_long"),
             ),
             GatewayError::RouteNotFound => {
                 ("no such route".to_owned(), "invalid_request_error", None, Some("unknown_url"))

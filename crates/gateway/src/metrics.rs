@@ -11,7 +11,7 @@ use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 19] = [
+const ERROR_KINDS: [&str; 20] = [
     "not_found",
     "unauthorized",
     "forbidden",
@@ -19,6 +19,7 @@ const ERROR_KINDS: [&str; 19] = [
     "internal",
     "bad_request",
     "payload_too_large",
+    "uri_too_long",
     "route_not_found",
     "method_not_allowed",
     "unsupported_media_type",
@@ -89,6 +90,13 @@ pub struct Metrics {
     requests: [[AtomicU64; 5]; Endpoint::ALL.len()],
     errors: [AtomicU64; ERROR_KINDS.len()],
     pub retries: AtomicU64,
+    /// Streams carried on at another backend after theirs failed mid-answer.
+    pub streams_resumed: AtomicU64,
+    /// Client connections open now, and those closed on arrival over `limits.max_connections`.
+    pub connections_open: AtomicU64,
+    pub connections_refused: AtomicU64,
+    /// Client connections closed because the client stopped reading (`timeouts.client_write`).
+    pub client_write_timeouts: AtomicU64,
     /// Time from request arrival to the end of the response body.
     pub duration: Histogram,
     /// Time the gateway itself spent: until response headers, minus time waiting on upstreams.
@@ -104,6 +112,10 @@ impl Default for Metrics {
             requests: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             errors: std::array::from_fn(|_| AtomicU64::new(0)),
             retries: AtomicU64::new(0),
+            streams_resumed: AtomicU64::new(0),
+            connections_open: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
+            client_write_timeouts: AtomicU64::new(0),
             duration: Histogram::default(),
             overhead: Histogram::default(),
             upstream_ttfb: Histogram::default(),
@@ -151,6 +163,29 @@ impl Metrics {
         out.push_str("# HELP switchyard_retries_total Upstream attempts beyond the first.\n");
         out.push_str("# TYPE switchyard_retries_total counter\n");
         let _ = writeln!(out, "switchyard_retries_total {}", self.retries.load(Relaxed));
+        for (name, help, kind, value) in [
+            (
+                "switchyard_streams_resumed_total",
+                "Streams carried on at another backend after theirs failed mid-answer.",
+                "counter",
+                &self.streams_resumed,
+            ),
+            ("switchyard_connections_open", "Client connections open now.", "gauge", &self.connections_open),
+            (
+                "switchyard_connections_refused_total",
+                "Client connections closed on arrival: limits.max_connections were open.",
+                "counter",
+                &self.connections_refused,
+            ),
+            (
+                "switchyard_client_write_timeouts_total",
+                "Client connections closed because the client stopped reading for timeouts.client_write.",
+                "counter",
+                &self.client_write_timeouts,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", value.load(Relaxed));
+        }
         for (name, help, h) in [
             ("switchyard_request_duration_seconds", "Request arrival to end of response body.", &self.duration),
             (

@@ -3,6 +3,7 @@
 //! (`server/routes.rs`), and shut down gracefully — stop accepting, let in-flight requests and
 //! streams finish up to `shutdown_grace`, flush the usage journal, then drop what is left.
 
+mod conn;
 pub mod routes;
 
 use std::convert::Infallible;
@@ -127,9 +128,19 @@ pub async fn start(
 /// Accept until `shutdown`, then drain: in-flight requests and streams get up to
 /// `shutdown_grace` to finish.
 async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+    let limits = &app.config.listener;
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(app.config.timeouts.header_read).keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(app.config.timeouts.header_read)
+        .keep_alive(true)
+        .max_headers(limits.max_headers)
+        // A head that does not fit the read buffer is refused with 431.
+        .max_buf_size(limits.max_header_bytes);
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let write_limit = app.config.timeouts.client_write;
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -144,7 +155,14 @@ async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Outpu
                         continue;
                     }
                 };
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    // Full: close at once rather than hold the socket (the client may retry).
+                    app.metrics.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
+                let stream = conn::Guarded::new(stream, write_limit, conn::Slot::new(permit, app.metrics.clone()));
                 let app = app.clone();
                 let service = service_fn(move |req| {
                     let app = app.clone();

@@ -4,6 +4,14 @@
 
 use crate::error::TranslateError;
 
+/// Longest line (and longest SSE event's data) a stream may send: a backend that sends more
+/// without a line end is refused rather than buffered without bound.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+fn too_long() -> TranslateError {
+    TranslateError::Invalid(format!("the backend sent a stream line longer than {MAX_LINE_BYTES} bytes"))
+}
+
 /// Splits bytes into lines (without the `\n` or a `\r` before it).
 #[derive(Debug, Default)]
 pub(crate) struct LineSplitter {
@@ -18,9 +26,15 @@ impl LineSplitter {
     ) -> Result<(), TranslateError> {
         if !self.partial.is_empty() {
             let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+                if self.partial.len() + bytes.len() > MAX_LINE_BYTES {
+                    return Err(too_long());
+                }
                 self.partial.extend_from_slice(bytes);
                 return Ok(());
             };
+            if self.partial.len() + end > MAX_LINE_BYTES {
+                return Err(too_long());
+            }
             self.partial.extend_from_slice(&bytes[..end]);
             bytes = &bytes[end + 1..];
             let line = std::mem::take(&mut self.partial);
@@ -33,6 +47,9 @@ impl LineSplitter {
         while let Some(end) = bytes.iter().position(|&b| b == b'\n') {
             on_line(trim_cr(&bytes[..end]))?;
             bytes = &bytes[end + 1..];
+        }
+        if bytes.len() > MAX_LINE_BYTES {
+            return Err(too_long());
         }
         self.partial.extend_from_slice(bytes);
         Ok(())
@@ -110,6 +127,9 @@ fn sse_line(
     };
     match field {
         b"data" => {
+            if data.len() + value.len() >= MAX_LINE_BYTES {
+                return Err(too_long());
+            }
             if *has_data {
                 data.push(b'\n');
             }
@@ -128,6 +148,26 @@ fn sse_line(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endless_line_is_refused_not_buffered() {
+        let mut lines = LineSplitter::default();
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut result = Ok(());
+        for _ in 0..(MAX_LINE_BYTES / chunk.len() + 1) {
+            result = lines.feed(&chunk, |_| Ok(()));
+            if result.is_err() {
+                break;
+            }
+        }
+        assert!(result.is_err());
+        assert!(lines.partial.len() <= MAX_LINE_BYTES);
+        let mut sse = SseParser::default();
+        let mut event = b"data: ".to_vec();
+        event.extend_from_slice(&vec![b'y'; MAX_LINE_BYTES]);
+        event.extend_from_slice(b"\n\n");
+        assert!(sse.feed(&event, |_, _| Ok(())).is_err());
+    }
 
     fn events_of(chunks: &[&[u8]]) -> Vec<(String, String)> {
         let mut parser = SseParser::default();

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
-    AffinityConfig, AuthConfig, BackendConfig, BackendKind, Config, ConfigError, HealthConfig, Price, StorageConfig,
-    Strategy, Timeouts,
+    AffinityConfig, AuthConfig, BackendConfig, BackendKind, Config, ConfigError, HealthConfig, ListenerLimits, Price,
+    StorageConfig, Strategy, Timeouts,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -117,12 +117,17 @@ struct RawTimeouts {
     stream_idle: Option<String>,
     request: Option<String>,
     header_read: Option<String>,
+    client_write: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     max_body_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    max_headers: Option<usize>,
+    max_header_bytes: Option<usize>,
+    max_uri_bytes: Option<usize>,
 }
 
 /// YAML text → interpolated value tree → `RawConfig`, with the key path in every error.
@@ -253,6 +258,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         stream_idle: duration("timeouts.stream_idle", &t.stream_idle, Duration::from_secs(120))?,
         request: duration("timeouts.request", &t.request, Duration::from_secs(600))?,
         header_read: duration("timeouts.header_read", &t.header_read, Duration::from_secs(30))?,
+        client_write: duration("timeouts.client_write", &t.client_write, Duration::from_secs(60))?,
     };
     for (path, d) in [
         ("timeouts.connect", timeouts.connect),
@@ -260,6 +266,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         ("timeouts.stream_idle", timeouts.stream_idle),
         ("timeouts.request", timeouts.request),
         ("timeouts.header_read", timeouts.header_read),
+        ("timeouts.client_write", timeouts.client_write),
     ] {
         if d.is_zero() {
             return Err(ConfigError::at(path, "must be greater than zero"));
@@ -269,6 +276,26 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(10 * 1024 * 1024);
     if max_body_bytes == 0 {
         return Err(ConfigError::at("limits.max_body_bytes", "must be greater than zero"));
+    }
+    let l = &raw.limits;
+    let listener = ListenerLimits {
+        max_connections: l.max_connections.unwrap_or(10_000),
+        max_headers: l.max_headers.unwrap_or(100),
+        max_header_bytes: l.max_header_bytes.unwrap_or(32 * 1024),
+        max_uri_bytes: l.max_uri_bytes.unwrap_or(8 * 1024),
+    };
+    if listener.max_connections == 0 {
+        return Err(ConfigError::at("limits.max_connections", "must be greater than zero"));
+    }
+    if !(1..=1024).contains(&listener.max_headers) {
+        return Err(ConfigError::at("limits.max_headers", "must be between 1 and 1024"));
+    }
+    // hyper's smallest read buffer is 8 KiB; a head must fit in it.
+    if !(8 * 1024..=1024 * 1024).contains(&listener.max_header_bytes) {
+        return Err(ConfigError::at("limits.max_header_bytes", "must be between 8192 and 1048576"));
+    }
+    if !(256..=65_534).contains(&listener.max_uri_bytes) {
+        return Err(ConfigError::at("limits.max_uri_bytes", "must be between 256 and 65534"));
     }
 
     let auth = AuthConfig {
@@ -315,6 +342,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         health,
         timeouts,
         max_body_bytes,
+        listener,
         shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,
         mcp: super::mcp::validate(raw.mcp)?,
     })

@@ -205,7 +205,7 @@ impl Body for RelayBody {
                 match resumable.poll_resumed(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Some(resumed)) => {
-                        this.completion.metrics.count_error("stream_resumed");
+                        this.completion.metrics.streams_resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         if let Some(meter) = this.completion.meter.as_mut() {
                             meter.resumed(resumed.guard.backend().name(), resumed.earlier);
                         }
@@ -233,6 +233,18 @@ impl Body for RelayBody {
                 Poll::Ready(Some(Ok(frame))) => {
                     this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
                     let Some(frame) = translate_frame(this.translator, frame) else { continue };
+                    if this.translator.as_ref().is_some_and(StreamTranslator::failed) {
+                        // Unreadable upstream bytes: the client has its error event; stop
+                        // reading (dropping the body cancels the upstream).
+                        *this.done = true;
+                        this.completion.metrics.count_error("bad_gateway");
+                        report_usage(this.translator, &mut this.completion.meter);
+                        if let Some(meter) = this.completion.meter.as_mut() {
+                            meter.frame(frame.data_ref().cloned().unwrap_or_default());
+                            meter.record_now();
+                        }
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
                     let Some(frame) = meter_frame(&mut this.completion.meter, frame) else {
                         // Entirely held back or stripped (the usage chunk): read on.
                         continue;

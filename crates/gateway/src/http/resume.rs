@@ -93,6 +93,11 @@ impl Resumable {
         };
         let cut = event_boundary(&bytes, self.ndjson);
         let (whole, rest) = (bytes.slice(..cut), bytes.slice(cut..));
+        if rest.len() > MAX_RESUME_LOG {
+            // No event end in sight: stop keeping anything and relay as it comes.
+            self.give_up();
+            return self.flush_with(Some(bytes));
+        }
         self.partial.extend_from_slice(&rest);
         if whole.is_empty() {
             return None;

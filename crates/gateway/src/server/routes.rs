@@ -18,6 +18,15 @@ use switchyard_protocol::chat::Api;
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBody> {
     let started = Instant::now();
     let rid = request_id::from_request(req.headers());
+    let limit = app.config.listener.max_uri_bytes;
+    if req.uri().path_and_query().map_or(0, |p| p.as_str().len()) > limit {
+        let e = GatewayError::UriTooLong { limit };
+        app.metrics.count_error(e.kind());
+        let mut resp = error_response(&e);
+        resp.headers_mut().insert(request_id::HEADER, rid);
+        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+        return resp;
+    }
     // Accept both `/v1/...` and the bare paths some clients build from a base URL without `/v1`.
     let path = req.uri().path();
     let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);

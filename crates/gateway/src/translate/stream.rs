@@ -233,6 +233,11 @@ impl StreamTranslator {
         Some(translator)
     }
 
+    /// The backend's stream could not be read (the client has been sent an error event).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
     pub fn translates(&self) -> bool {
         self.encoder.is_some()
     }
