@@ -61,6 +61,7 @@ pub fn ready(app: &App) -> Response<GatewayBody> {
 
 pub fn metrics(app: &App) -> Response<GatewayBody> {
     let mut text = app.metrics.render(&app.router.backends);
+    app.router.admission.render(&mut text);
     if let Some(journal) = &app.journal {
         journal.counters().render(&mut text);
     }

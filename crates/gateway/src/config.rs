@@ -111,6 +111,9 @@ pub struct BackendConfig {
     pub weight: u32,
     /// Prompt tokens the backend's KV cache holds (sizes its share of the prefix index).
     pub cache_tokens: usize,
+    /// Requests sent to it at once; more wait in the model's queue. `None`: the slots it
+    /// reports (llama.cpp), else no cap.
+    pub max_concurrency: Option<usize>,
 }
 
 /// Keeping a conversation where its KV cache is warm, without pinning everyone to one backend.
@@ -219,6 +222,10 @@ pub struct Config {
     pub max_attempts: u32,
     /// Carry a stream whose backend failed mid-answer on at another backend (`routing.resume_streams`).
     pub resume_streams: bool,
+    /// Requests that may wait for a slot when every backend of their model is at its cap, and
+    /// how long one waits (`routing.max_queue`, `routing.queue_timeout`).
+    pub max_queue: usize,
+    pub queue_timeout: Duration,
     /// Sticky sessions and cache-aware balance.
     pub affinity: AffinityConfig,
     pub aliases: HashMap<String, String>,

@@ -35,6 +35,12 @@ pub enum GatewayError {
     NoHealthyBackend {
         model: String,
     },
+    /// Every backend serving the model is at its concurrency cap and the queue is full, or the
+    /// request waited in it too long.
+    Overloaded {
+        model: String,
+        retry_after_secs: u64,
+    },
     UpstreamTimeout,
     /// A named resource (such as an admin key id) does not exist.
     NotFound {
@@ -74,7 +80,7 @@ impl GatewayError {
             GatewayError::RouteNotFound | GatewayError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            GatewayError::NoHealthyBackend { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::NoHealthyBackend { .. } | GatewayError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -96,6 +102,7 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType => "unsupported_media_type",
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
+            GatewayError::Overloaded { .. } => "overloaded",
             GatewayError::UpstreamTimeout => "upstream_timeout",
             GatewayError::NotFound { .. } => "not_found",
             GatewayError::Unauthorized { .. } => "unauthorized",
@@ -138,6 +145,12 @@ impl GatewayError {
                 "invalid_request_error",
                 Some("model"),
                 Some("model_not_found"),
+            ),
+            GatewayError::Overloaded { model, .. } => (
+                format!("every backend serving `{model}` is busy and the queue is full; retry shortly"),
+                "server_error",
+                None,
+                Some("overloaded"),
             ),
             GatewayError::NoHealthyBackend { model } => (
                 format!("no healthy backend is serving `{model}` right now; retry shortly"),

@@ -11,7 +11,7 @@ use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 20] = [
+const ERROR_KINDS: [&str; 21] = [
     "not_found",
     "unauthorized",
     "forbidden",
@@ -25,6 +25,7 @@ const ERROR_KINDS: [&str; 20] = [
     "unsupported_media_type",
     "model_not_found",
     "no_healthy_backend",
+    "overloaded",
     "upstream_timeout",
     "bad_gateway",
     "unsupported_feature",

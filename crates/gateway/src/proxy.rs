@@ -8,6 +8,7 @@
 //! pass through when the backend speaks the client's API, else the request is translated for
 //! it (`proxy/translation.rs`) and the answer translated back.
 
+mod queue;
 mod resume;
 mod translation;
 
@@ -28,13 +29,13 @@ use crate::error::GatewayError;
 use crate::http::metering::Meter;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
-use crate::http::resume::Resumable;
 use crate::http::GatewayBody;
 use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit};
 use crate::route::backend::{Backend, InFlight};
 use crate::route::{RouteHints, SelectError};
 use crate::translate::{self, Plan, StreamTranslator, Wire};
 use crate::usage::{inject_include_usage, Tokens};
+use resume::Resumption;
 use translation::{Bodies, BodyError};
 
 pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
@@ -118,7 +119,21 @@ pub async fn forward(
     let session = header_session(client_headers).or(routed.session.as_deref());
     let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain) };
     for attempt in 0..app.config.max_attempts {
-        let (backend, route) = match app.router.select_with(&routed.model, &hints, &tried) {
+        let key = principal.key().map_or("", |k| k.id.as_str());
+        let selected = match queue::select(app, &routed.model, &hints, &tried, key, deadline, attempt == 0).await {
+            Ok(selected) => selected,
+            Err(e) => {
+                app.metrics.count_error(e.kind());
+                if let Some(p) = permit.as_mut() {
+                    p.settle(0);
+                }
+                if let Some(m) = meter.as_mut() {
+                    m.failed(e.status().as_u16());
+                }
+                return Err(e);
+            }
+        };
+        let (backend, route) = match selected {
             Ok(selected) => (selected.backend, selected.explain.and_then(|e| HeaderValue::try_from(e).ok())),
             Err(SelectError::UnknownModel) => {
                 let e = GatewayError::ModelNotFound { model: routed.model };
@@ -127,7 +142,7 @@ pub async fn forward(
                 }
                 return Err(e);
             }
-            Err(SelectError::NoneAvailable) => break,
+            Err(SelectError::NoneAvailable | SelectError::Full) => break,
         };
         tried.push(backend.id);
         let plan = translate::plan(endpoint, backend.kind());
@@ -364,42 +379,6 @@ struct Call<'a> {
     deadline: Instant,
     /// For the id and time a translated answer needs (made only when one is).
     request_id: &'a HeaderValue,
-}
-
-/// What carrying a broken stream on elsewhere needs from the attempts so far.
-struct Resumption<'a> {
-    tried: &'a [usize],
-    client_body: &'a Bytes,
-    model: &'a str,
-    headers: &'a HeaderMap,
-    /// Attempts made so far (a resume is one more, within `routing.max_attempts`).
-    attempts: u32,
-}
-
-impl Resumption<'_> {
-    /// The relay's resume state for a successful stream, when resuming is on and possible.
-    fn resumable(&self, app: &Arc<App>, call: &Call<'_>) -> Option<Resumable> {
-        if !(app.config.resume_streams && call.stream && resume::resumable(call.endpoint)) {
-            return None;
-        }
-        let resumes_left = app.config.max_attempts.saturating_sub(self.attempts).max(1);
-        let mut headers = HeaderMap::new();
-        if let Some(accept) = self.headers.get(header::ACCEPT) {
-            headers.insert(header::ACCEPT, accept.clone());
-        }
-        let resumer = resume::Resumer {
-            app: app.clone(),
-            endpoint: call.endpoint,
-            client_body: self.client_body.clone(),
-            model: self.model.to_owned(),
-            request_id: call.request_id.clone(),
-            headers,
-            tried: self.tried.to_vec(),
-            resumes_left,
-            deadline: call.deadline,
-        };
-        Some(Resumable::new(call.endpoint, Box::new(resumer)))
-    }
 }
 
 async fn respond(

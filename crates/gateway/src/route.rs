@@ -2,6 +2,7 @@
 //! The model table is rebuilt whenever discovery changes a backend's model list and swapped in
 //! atomically, so the request path only does a hash lookup and a scan of a few candidates.
 
+pub mod admission;
 pub mod affinity;
 pub mod backend;
 pub mod health;
@@ -19,6 +20,7 @@ use arc_swap::ArcSwap;
 
 use crate::clock::Clock;
 use crate::config::{AffinityConfig, Config, Strategy};
+use admission::Admission;
 pub use affinity::RouteHints;
 use backend::Backend;
 use policy::RoutingPolicy;
@@ -36,12 +38,14 @@ type ModelTable = HashMap<String, Vec<Arc<Backend>>>;
 /// Routing decisions over which "requests routed lately" halves.
 const RECENT_WINDOW: usize = 1024;
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SelectError {
     /// No backend has ever said it serves this model.
     UnknownModel,
     /// Backends serve it, but none is available (down, breaker open, or already tried).
     NoneAvailable,
+    /// Backends that could serve it are all at their concurrency cap: wait for a slot.
+    Full,
 }
 
 pub struct Router {
@@ -59,6 +63,8 @@ pub struct Router {
     recent: Vec<AtomicU64>,
     table: ArcSwap<ModelTable>,
     rebuild_lock: Mutex<()>,
+    /// Requests waiting for a slot when every backend of their model is at its cap.
+    pub admission: Arc<Admission>,
 }
 
 impl Router {
@@ -67,11 +73,12 @@ impl Router {
     }
 
     pub fn with_clock(config: &Config, clock: Clock) -> Result<Router, String> {
+        let admission = Arc::new(Admission::new(config.max_queue, config.queue_timeout));
         let backends = config
             .backends
             .iter()
             .enumerate()
-            .map(|(i, b)| Backend::new(i, b.clone(), &config.health).map(Arc::new))
+            .map(|(i, b)| Backend::new(i, b.clone(), &config.health, admission.clone()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let affinity = config.affinity.clone();
         let router = Router {
@@ -87,6 +94,7 @@ impl Router {
             clock,
             table: ArcSwap::from_pointee(HashMap::new()),
             rebuild_lock: Mutex::new(()),
+            admission,
         };
         router.rebuild_table();
         Ok(router)
@@ -132,8 +140,17 @@ impl Router {
         let table = self.table.load();
         let all = table.get(model).ok_or(SelectError::UnknownModel)?;
         let now = self.clock.mono_ms();
-        let mut candidates: Vec<&Arc<Backend>> =
-            all.iter().filter(|b| !tried.contains(&b.id) && b.health.available(now)).collect();
+        let mut full = false;
+        let mut candidates: Vec<&Arc<Backend>> = all
+            .iter()
+            .filter(|b| !tried.contains(&b.id) && b.health.available(now))
+            .filter(|b| {
+                let room = b.has_room();
+                full |= !room;
+                room
+            })
+            .collect();
+        let none = if full { SelectError::Full } else { SelectError::NoneAvailable };
         let session = hints.session.filter(|_| self.sticky.is_some());
         let mut repin_why = None;
         if let (Some(sticky), Some(session)) = (&self.sticky, session) {
@@ -155,7 +172,7 @@ impl Router {
             }
         }
         loop {
-            let (i, matched, why) = self.choose(model, hints, &candidates).ok_or(SelectError::NoneAvailable)?;
+            let (i, matched, why) = self.choose(model, hints, &candidates).ok_or(none)?;
             let chosen = candidates[i];
             // Only one request wins the half-open trial of a recovering breaker.
             if !chosen.health.claim(now) {

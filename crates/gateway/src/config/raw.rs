@@ -75,6 +75,7 @@ struct RawBackend {
     priority: Option<i32>,
     weight: Option<u32>,
     cache_tokens: Option<usize>,
+    max_concurrency: Option<usize>,
 }
 
 /// KV-cache capacity assumed for a backend that does not say: a few conversations of a
@@ -91,6 +92,8 @@ struct RawRouting {
     strategy: Option<String>,
     max_attempts: Option<u32>,
     resume_streams: Option<bool>,
+    max_queue: Option<usize>,
+    queue_timeout: Option<String>,
     sticky_sessions: Option<bool>,
     session_ttl: Option<String>,
     max_sessions: Option<usize>,
@@ -337,6 +340,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         strategy,
         max_attempts,
         resume_streams: raw.routing.resume_streams.unwrap_or(true),
+        max_queue: raw.routing.max_queue.unwrap_or(1000),
+        queue_timeout: duration("routing.queue_timeout", &raw.routing.queue_timeout, Duration::from_secs(30))?,
         affinity,
         aliases: raw.aliases,
         health,
@@ -396,6 +401,10 @@ fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Res
         priority: b.priority.unwrap_or(0),
         weight,
         cache_tokens: b.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS).max(1),
+        max_concurrency: match b.max_concurrency {
+            Some(0) => return Err(ConfigError::at(at("max_concurrency"), "must be at least 1")),
+            n => n,
+        },
     })
 }
 

@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
+use http::{header, HeaderMap, HeaderValue};
 
-use super::{attempt_once, translation, AttemptError};
+use super::{attempt_once, translation, AttemptError, Call};
 use crate::app::App;
 use crate::config::BackendKind;
 use crate::endpoint::Endpoint;
-use crate::http::resume::{Resume, ResumeFuture, Resumed};
+use crate::http::resume::{Resumable, Resume, ResumeFuture, Resumed};
 use crate::route::RouteHints;
 use crate::translate::{read_emitted, Decoded, StreamTranslator, Wire};
 use crate::usage::{estimate_tokens, Tokens};
@@ -131,5 +131,41 @@ impl Resumer {
                 }
             }
         }
+    }
+}
+
+/// What carrying a broken stream on elsewhere needs from the attempts so far.
+pub(super) struct Resumption<'a> {
+    pub tried: &'a [usize],
+    pub client_body: &'a Bytes,
+    pub model: &'a str,
+    pub headers: &'a HeaderMap,
+    /// Attempts made so far (a resume is one more, within `routing.max_attempts`).
+    pub attempts: u32,
+}
+
+impl Resumption<'_> {
+    /// The relay's resume state for a successful stream, when resuming is on and possible.
+    pub(super) fn resumable(&self, app: &Arc<App>, call: &Call<'_>) -> Option<Resumable> {
+        if !(app.config.resume_streams && call.stream && resumable(call.endpoint)) {
+            return None;
+        }
+        let resumes_left = app.config.max_attempts.saturating_sub(self.attempts).max(1);
+        let mut headers = HeaderMap::new();
+        if let Some(accept) = self.headers.get(header::ACCEPT) {
+            headers.insert(header::ACCEPT, accept.clone());
+        }
+        let resumer = Resumer {
+            app: app.clone(),
+            endpoint: call.endpoint,
+            client_body: self.client_body.clone(),
+            model: self.model.to_owned(),
+            request_id: call.request_id.clone(),
+            headers,
+            tried: self.tried.to_vec(),
+            resumes_left,
+            deadline: call.deadline,
+        };
+        Some(Resumable::new(call.endpoint, Box::new(resumer)))
     }
 }

@@ -129,7 +129,7 @@ mod tests {
         let both = [&a, &b];
         assert_eq!(overloaded(&cfg(), "m", &a, &both), None);
         // 1.5 × 0 + 2 = 2 allowed; the backend reports 3 queued.
-        a.signals.record(LoadReading { waiting: 3, processing: 1, kv_usage: None });
+        a.signals.record(LoadReading { slots: None, waiting: 3, processing: 1, kv_usage: None });
         assert_eq!(overloaded(&cfg(), "m", &a, &both), Some((3, 0)));
         // A model it says it has not loaded weighs like a queue.
         b.signals.record_loaded(vec!["other".into()]);
@@ -161,7 +161,7 @@ mod tests {
         assert_eq!(i, 1, "{why}");
         assert!(why.starts_with("new conversation sharing a cached prefix"), "{why}");
         // The continuation moves only when its backend is beyond the balance threshold.
-        a.signals.record(LoadReading { waiting: 5, processing: 1, kv_usage: None });
+        a.signals.record(LoadReading { slots: None, waiting: 5, processing: 1, kv_usage: None });
         let (i, _, why) = cache_aware(&cfg(), "m", &index, &next_turn, &both, &no_recent, 0);
         assert_eq!(i, 1);
         assert!(why.starts_with("balance: b0 held"), "{why}");

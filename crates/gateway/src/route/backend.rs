@@ -8,6 +8,7 @@ use arc_swap::ArcSwap;
 use http::{HeaderName, HeaderValue, Uri};
 use tokio::sync::Notify;
 
+use super::admission::Admission;
 use crate::config::{BackendConfig, BackendKind, HealthConfig};
 use crate::translate::Wire;
 
@@ -38,10 +39,17 @@ pub struct Backend {
     pub wake: Notify,
     /// Load and cache state the backend reports about itself.
     pub signals: super::signals::BackendSignals,
+    /// Told when a slot frees, so a request waiting for one gets it.
+    admission: Arc<Admission>,
 }
 
 impl Backend {
-    pub fn new(id: usize, cfg: BackendConfig, health: &HealthConfig) -> Result<Backend, String> {
+    pub fn new(
+        id: usize,
+        cfg: BackendConfig,
+        health: &HealthConfig,
+        admission: Arc<Admission>,
+    ) -> Result<Backend, String> {
         let uri = |path: &str| -> Result<Uri, String> {
             format!("{}{path}", cfg.url).parse().map_err(|_| format!("backend {}: bad URL {}", cfg.name, cfg.url))
         };
@@ -83,6 +91,7 @@ impl Backend {
             models: ArcSwap::from_pointee(models),
             wake: Notify::new(),
             signals: Default::default(),
+            admission,
             cfg,
         })
     }
@@ -103,6 +112,16 @@ impl Backend {
 
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Relaxed)
+    }
+
+    /// Requests this backend takes at once: `max_concurrency`, else the slots it reports.
+    pub fn capacity(&self) -> Option<usize> {
+        self.cfg.max_concurrency.or_else(|| self.signals.slots())
+    }
+
+    /// Whether one more request fits under the cap (always, without one).
+    pub fn has_room(&self) -> bool {
+        self.capacity().is_none_or(|cap| self.in_flight() < cap)
     }
 
     pub fn models(&self) -> Arc<Vec<String>> {
@@ -153,6 +172,9 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.backend.in_flight.fetch_sub(1, Relaxed);
+        if self.backend.admission.waiting() > 0 {
+            self.backend.admission.release(&self.backend.models());
+        }
     }
 }
 

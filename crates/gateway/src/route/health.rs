@@ -128,6 +128,16 @@ async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Durat
                 .and_then(|b| std::str::from_utf8(&b).ok().and_then(super::signals::parse_metrics))
             {
                 backend.signals.record(reading);
+                if backend.signals.slots().is_none() && backend.cfg.max_concurrency.is_none() {
+                    // llama.cpp's metrics do not say how many slots it has; its /slots does.
+                    if let Some(slots) = fetch(client, backend, "/slots", timeout)
+                        .await
+                        .and_then(|b| super::signals::parse_slots(&b))
+                        .and_then(|r| r.slots)
+                    {
+                        backend.signals.record_slots(slots);
+                    }
+                }
             } else if let Some(reading) =
                 fetch(client, backend, "/slots", timeout).await.and_then(|b| super::signals::parse_slots(&b))
             {

@@ -78,9 +78,11 @@ pub(crate) mod test_support {
             priority,
             weight,
             cache_tokens: 65_536,
+            max_concurrency: None,
         };
         let health = Config::empty().unwrap().health;
-        Arc::new(Backend::new(id, cfg, &health).unwrap())
+        let admission = Arc::new(crate::route::admission::Admission::new(1, std::time::Duration::from_secs(1)));
+        Arc::new(Backend::new(id, cfg, &health, admission).unwrap())
     }
 
     /// Pick `n` times and count picks per candidate index.

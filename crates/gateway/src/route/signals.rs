@@ -21,6 +21,8 @@ pub struct BackendSignals {
     kv_usage_ppm: AtomicU64,
     /// When the figures above were read (`now_ms`); 0 = never.
     read_at: AtomicU64,
+    /// Slots the server has (llama.cpp's `/slots`): how many requests it runs at once; 0 = unknown.
+    slots: AtomicU64,
     /// Models the backend has loaded now (Ollama's `/api/ps`), and when that was read.
     loaded: Mutex<(u64, Vec<String>)>,
 }
@@ -28,6 +30,8 @@ pub struct BackendSignals {
 /// One reading of a backend's load.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct LoadReading {
+    /// How many slots the server has, when it says (llama.cpp's `/slots`).
+    pub slots: Option<usize>,
     pub waiting: u64,
     pub processing: u64,
     pub kv_usage: Option<f64>,
@@ -39,6 +43,9 @@ impl BackendSignals {
         self.processing.store(reading.processing, Relaxed);
         self.kv_usage_ppm.store(reading.kv_usage.map_or(u64::MAX, |u| (u.clamp(0.0, 1.0) * 1e6) as u64), Relaxed);
         self.read_at.store(now_ms().max(1), Relaxed);
+        if let Some(slots) = reading.slots {
+            self.record_slots(slots);
+        }
     }
 
     fn fresh(&self, read_at: u64) -> bool {
@@ -52,6 +59,15 @@ impl BackendSignals {
 
     fn waiting_at(&self, now: u64) -> Option<usize> {
         fresh_at(self.read_at.load(Relaxed), now).then(|| self.waiting.load(Relaxed) as usize)
+    }
+
+    pub fn record_slots(&self, slots: usize) {
+        self.slots.store(slots as u64, Relaxed);
+    }
+
+    /// The server's slot count, once read (kept: a server's slots do not change while it runs).
+    pub fn slots(&self) -> Option<usize> {
+        Some(self.slots.load(Relaxed) as usize).filter(|&n| n > 0)
     }
 
     pub fn processing(&self) -> Option<usize> {
@@ -109,7 +125,11 @@ pub fn parse_slots(body: &[u8]) -> Option<LoadReading> {
         is_processing: bool,
     }
     let slots: Vec<Slot> = serde_json::from_slice(body).ok()?;
-    Some(LoadReading { processing: slots.iter().filter(|s| s.is_processing).count() as u64, ..LoadReading::default() })
+    Some(LoadReading {
+        slots: Some(slots.len()),
+        processing: slots.iter().filter(|s| s.is_processing).count() as u64,
+        ..LoadReading::default()
+    })
 }
 
 #[cfg(test)]
@@ -119,9 +139,15 @@ mod tests {
     #[test]
     fn reads_llamacpp_and_vllm_metrics() {
         let llama = "# HELP x\nllamacpp:requests_processing 2\nllamacpp:requests_deferred 5\nllamacpp:kv_cache_usage_ratio 0.25\n";
-        assert_eq!(parse_metrics(llama), Some(LoadReading { waiting: 5, processing: 2, kv_usage: Some(0.25) }));
+        assert_eq!(
+            parse_metrics(llama),
+            Some(LoadReading { slots: None, waiting: 5, processing: 2, kv_usage: Some(0.25) })
+        );
         let vllm = "vllm:num_requests_waiting{model_name=\"m\"} 3.0\nvllm:num_requests_running{model_name=\"m\"} 1.0\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.5\n";
-        assert_eq!(parse_metrics(vllm), Some(LoadReading { waiting: 3, processing: 1, kv_usage: Some(0.5) }));
+        assert_eq!(
+            parse_metrics(vllm),
+            Some(LoadReading { slots: None, waiting: 3, processing: 1, kv_usage: Some(0.5) })
+        );
         assert_eq!(parse_metrics("other_metric 1\n"), None);
         let slots = br#"[{"id":0,"is_processing":true},{"id":1,"is_processing":false}]"#;
         assert_eq!(parse_slots(slots).map(|r| r.processing), Some(1));
@@ -134,19 +160,21 @@ mod tests {
         let read = |name: &str| std::fs::read(format!("{DIR}{name}")).unwrap();
         let text = |name: &str| String::from_utf8(read(name)).unwrap();
         // This llama.cpp exports no KV-cache ratio: unknown, not zero.
-        let idle = LoadReading { waiting: 0, processing: 0, kv_usage: None };
+        let idle = LoadReading { slots: None, waiting: 0, processing: 0, kv_usage: None };
         assert_eq!(parse_metrics(&text("metrics-idle.txt")), Some(idle));
         assert_eq!(parse_metrics(&text("metrics-busy.txt")), Some(LoadReading { processing: 1, ..idle }));
-        assert_eq!(parse_slots(&read("slots-idle.json")), Some(idle));
-        assert_eq!(parse_slots(&read("slots-idle-after-request.json")), Some(idle));
-        assert_eq!(parse_slots(&read("slots-busy.json")), Some(LoadReading { processing: 1, ..idle }));
+        let no_slots = |r: Option<LoadReading>| r.map(|r| LoadReading { slots: None, ..r });
+        assert_eq!(no_slots(parse_slots(&read("slots-idle.json"))), Some(idle));
+        assert_eq!(no_slots(parse_slots(&read("slots-idle-after-request.json"))), Some(idle));
+        assert_eq!(no_slots(parse_slots(&read("slots-busy.json"))), Some(LoadReading { processing: 1, ..idle }));
+        assert!(parse_slots(&read("slots-busy.json")).and_then(|r| r.slots).is_some_and(|n| n >= 1));
     }
 
     #[test]
     fn stale_or_missing_signals_are_unknown_not_idle() {
         let s = BackendSignals::default();
         assert_eq!(s.waiting(), None, "never read");
-        s.record(LoadReading { waiting: 4, processing: 1, kv_usage: None });
+        s.record(LoadReading { slots: None, waiting: 4, processing: 1, kv_usage: None });
         assert_eq!((s.waiting(), s.processing(), s.kv_usage()), (Some(4), Some(1), None));
         assert_eq!(s.waiting_at(now_ms() + 2 * FRESH_MS), None, "a stale reading is unknown");
         s.record_loaded(vec!["m".into()]);

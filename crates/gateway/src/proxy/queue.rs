@@ -1,0 +1,43 @@
+//! Choosing a backend with admission control: when every backend of the model is at its cap,
+//! wait in the model's fair queue (`route/admission.rs`) and choose again when a slot frees; a
+//! request arriving while others wait queues behind them rather than taking the next slot.
+
+use std::time::{Duration, Instant};
+
+use crate::app::App;
+use crate::error::GatewayError;
+use crate::route::admission::Refused;
+use crate::route::{RouteHints, SelectError, Selected};
+
+/// `Retry-After` for a request the queue could not take (seconds).
+const RETRY_AFTER_SECS: u64 = 1;
+
+/// A backend for the request, waiting for a slot if need be. `queue_first`: join the queue
+/// if requests for this model already wait (a first attempt; a retry keeps its turn).
+pub async fn select(
+    app: &App,
+    model: &str,
+    hints: &RouteHints<'_>,
+    tried: &[usize],
+    key: &str,
+    deadline: Instant,
+    queue_first: bool,
+) -> Result<Result<Selected, SelectError>, GatewayError> {
+    let admission = &app.router.admission;
+    let mut wait = queue_first && admission.has_waiters(model);
+    loop {
+        if wait {
+            let limit = deadline.saturating_duration_since(Instant::now());
+            if let Err(why) = admission.wait(model, key, limit.max(Duration::from_millis(1))).await {
+                if why == Refused::QueueFull {
+                    tracing::debug!(model, "admission queue full");
+                }
+                return Err(GatewayError::Overloaded { model: model.to_owned(), retry_after_secs: RETRY_AFTER_SECS });
+            }
+        }
+        match app.router.select_with(model, hints, tried) {
+            Err(SelectError::Full) => wait = true,
+            other => return Ok(other),
+        }
+    }
+}
