@@ -191,6 +191,7 @@ pub async fn handle(
             ))
         }
         (&Method::GET, "/admin/usage") => usage(app, query).await,
+        (&Method::POST, "/admin/reload") => reload(app).await,
         (m, p) if p.starts_with("/admin/keys/") => {
             let id = &p["/admin/keys/".len()..];
             if id.is_empty() || id.contains('/') {
@@ -217,7 +218,9 @@ pub async fn handle(
                 _ => Err(GatewayError::MethodNotAllowed),
             }
         }
-        (_, "/admin/keys" | "/admin/usage" | "/admin/openapi.json") => Err(GatewayError::MethodNotAllowed),
+        (_, "/admin/keys" | "/admin/usage" | "/admin/openapi.json" | "/admin/reload") => {
+            Err(GatewayError::MethodNotAllowed)
+        }
         _ => Err(GatewayError::RouteNotFound),
     }
 }
@@ -275,5 +278,19 @@ async fn usage(app: &Arc<App>, query: Option<&str>) -> Result<Response<GatewayBo
             Ok(resp)
         }
         _ => Err(bad("`format` must be json or csv", Some("format"))),
+    }
+}
+
+/// `POST /admin/reload`: re-read the configuration file, as SIGHUP does. 200 with what was
+/// loaded, or 400 saying why the file was refused (the running configuration stays).
+async fn reload(app: &App) -> Result<Response<GatewayBody>, GatewayError> {
+    let Some(reload) = &app.reload else {
+        return Err(GatewayError::bad_request("this gateway cannot reload (it is not serving)", None));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    reload.send(tx).await.map_err(|_| GatewayError::Internal)?;
+    match rx.await.map_err(|_| GatewayError::Internal)? {
+        Ok(message) => Ok(json_value(StatusCode::OK, &serde_json::json!({ "reloaded": true, "message": message }))),
+        Err(why) => Err(GatewayError::bad_request(format!("configuration not reloaded: {why}"), None)),
     }
 }

@@ -18,12 +18,15 @@ use crate::store::Store;
 use crate::upstream::{self, UpstreamClient};
 use crate::usage::{Journal, JournalOptions, UsageWriter, WriterConfig};
 
+/// A request to re-read the configuration file, answered with what happened.
+pub type ReloadRequest = tokio::sync::oneshot::Sender<Result<String, String>>;
+
 pub struct App {
     pub config: Arc<Config>,
     pub router: Arc<Router>,
     pub client: UpstreamClient,
     pub metrics: Arc<Metrics>,
-    pub auth: Auth,
+    pub auth: Arc<Auth>,
     pub limiter: Arc<MemoryLimiter>,
     pub budgets: Arc<Budgets>,
     /// Keys and usage; None only for commands that do not serve (`check`).
@@ -34,6 +37,8 @@ pub struct App {
     pub clock: Clock,
     /// The MCP gateway, when `mcp.servers` names any.
     pub mcp: Option<Arc<switchyard_mcp::Front>>,
+    /// Where `POST /admin/reload` asks the server to reload (set while serving).
+    pub reload: Option<tokio::sync::mpsc::Sender<ReloadRequest>>,
 }
 
 /// Keys are looked up in the store.
@@ -85,8 +90,11 @@ impl App {
                 _ => key::generate()?.1.into_bytes(),
             },
         };
-        let auth =
-            Auth::new(config.auth.master_key.clone(), key::Hasher::new(&secret), Arc::new(StoreKeys(store.clone())));
+        let auth = Arc::new(Auth::new(
+            config.auth.master_key.clone(),
+            key::Hasher::new(&secret),
+            Arc::new(StoreKeys(store.clone())),
+        ));
         let mcp = mcp_front(&config, &client, &secret)?;
         Ok(App {
             config: Arc::new(config),
@@ -100,6 +108,46 @@ impl App {
             journal: None,
             clock,
             mcp,
+            reload: None,
+        })
+    }
+
+    /// The state for a reloaded `config`: a new router (backends added, removed or changed),
+    /// upstream client and config, sharing everything that lives across configurations —
+    /// keys and their cache, limits and budgets in flight, metrics, the store and journal, the
+    /// MCP gateway. What only a restart can change is refused, naming it.
+    pub fn reconfigured(&self, config: Config) -> Result<App, String> {
+        let old = &self.config;
+        let fixed = [
+            ("storage", old.storage.url != config.storage.url || old.storage.journal_dir != config.storage.journal_dir),
+            ("storage.record_usage", old.storage.record_usage != config.storage.record_usage),
+            ("auth", old.auth.master_key != config.auth.master_key || old.auth.secret != config.auth.secret),
+            ("mcp", format!("{:?}", old.mcp) != format!("{:?}", config.mcp)),
+            ("limits (of the listener)", format!("{:?}", old.listener) != format!("{:?}", config.listener)),
+            (
+                "timeouts.header_read and client_write",
+                (old.timeouts.header_read, old.timeouts.client_write)
+                    != (config.timeouts.header_read, config.timeouts.client_write),
+            ),
+        ];
+        if let Some((what, _)) = fixed.iter().find(|(_, changed)| *changed) {
+            return Err(format!("`{what}` cannot change while serving; restart to apply it"));
+        }
+        let router = Router::with_clock(&config, self.clock.clone())?;
+        let client = upstream::build(config.timeouts.connect)?;
+        Ok(App {
+            config: Arc::new(config),
+            router: Arc::new(router),
+            client,
+            metrics: self.metrics.clone(),
+            auth: self.auth.clone(),
+            limiter: self.limiter.clone(),
+            budgets: self.budgets.clone(),
+            store: self.store.clone(),
+            journal: self.journal.clone(),
+            clock: self.clock.clone(),
+            mcp: self.mcp.clone(),
+            reload: self.reload.clone(),
         })
     }
 

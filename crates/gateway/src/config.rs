@@ -236,6 +236,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Upstream MCP servers (`mcp:`); none by default.
     pub mcp: McpConfig,
+    /// The file this was read from: what a reload (SIGHUP, `POST /admin/reload`) re-reads.
+    pub source: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -243,7 +245,9 @@ impl Config {
     pub fn load(path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::at("", format!("cannot read {}: {e}", path.display())))?;
-        Config::from_yaml(&text, env)
+        let mut config = Config::from_yaml(&text, env)?;
+        config.source = Some(path.to_owned());
+        Ok(config)
     }
 
     pub fn from_yaml(text: &str, env: &dyn Env) -> Result<Config, ConfigError> {

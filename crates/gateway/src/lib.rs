@@ -47,4 +47,4 @@ pub mod usage;
 
 pub use app::App;
 pub use config::Config;
-pub use server::{start, RunningGateway};
+pub use server::{request_reload, start, RunningGateway};

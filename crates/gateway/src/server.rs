@@ -16,26 +16,51 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use std::sync::Mutex;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::app::App;
-use crate::config::Config;
+use crate::app::{App, ReloadRequest};
+use crate::config::{Config, ProcessEnv};
 use crate::route::health;
+
+/// The state requests are served with now: swapped whole by a reload, while requests in flight
+/// finish on the snapshot they started with.
+type Current = Arc<ArcSwap<App>>;
 
 /// A gateway serving on a bound address. Dropping it aborts everything; `shutdown` drains first.
 pub struct RunningGateway {
     pub addr: SocketAddr,
+    /// The state it started with (`current` after a reload).
     pub app: Arc<App>,
+    current: Current,
+    reload: mpsc::Sender<ReloadRequest>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
-    probers: Vec<JoinHandle<()>>,
+    probers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl RunningGateway {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The state serving new requests now.
+    pub fn current(&self) -> Arc<App> {
+        self.current.load_full()
+    }
+
+    /// Re-read the configuration file (what SIGHUP does); says what changed, or why nothing did.
+    pub async fn reload(&self) -> Result<String, String> {
+        request_reload(&self.reload).await
+    }
+
+    /// A handle to ask for reloads from elsewhere (a signal handler).
+    pub fn reloader(&self) -> mpsc::Sender<ReloadRequest> {
+        self.reload.clone()
     }
 
     /// Stop accepting, let in-flight requests finish (up to `shutdown_grace`), stop probing.
@@ -56,9 +81,16 @@ impl RunningGateway {
     }
 }
 
+/// Ask the reload task and wait for its answer.
+pub async fn request_reload(reload: &mpsc::Sender<ReloadRequest>) -> Result<String, String> {
+    let (tx, rx) = oneshot::channel();
+    reload.send(tx).await.map_err(|_| "the gateway is shutting down".to_owned())?;
+    rx.await.map_err(|_| "the gateway is shutting down".to_owned())?
+}
+
 impl Drop for RunningGateway {
     fn drop(&mut self) {
-        for p in &self.probers {
+        for p in self.probers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             p.abort();
         }
         if let Some(server) = &self.server {
@@ -76,7 +108,9 @@ pub async fn start(
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (app, writer) = App::open(config).await?;
+    let (mut app, writer) = App::open(config).await?;
+    let (reload, reloads) = mpsc::channel::<ReloadRequest>(4);
+    app.reload = Some(reload.clone());
     let app = Arc::new(app);
     if !app.auth.enabled() {
         tracing::warn!(
@@ -93,17 +127,12 @@ pub async fn start(
             }
         });
     }
-    let probers = app
-        .router
-        .backends
-        .iter()
-        .map(|b| {
-            tokio::spawn(health::run(app.router.clone(), b.clone(), app.client.clone(), app.config.health.clone()))
-        })
-        .collect();
+    let probers = Arc::new(Mutex::new(spawn_probers(&app)));
+    let current: Current = Arc::new(ArcSwap::new(app.clone()));
+    let reloader = tokio::spawn(reload_loop(current.clone(), probers.clone(), reloads));
     let (stop, stopped) = oneshot::channel::<()>();
     let grace = app.config.shutdown_grace;
-    let server_app = app.clone();
+    let serving = current.clone();
     let server = tokio::spawn(async move {
         let signal = async move {
             tokio::select! {
@@ -111,7 +140,9 @@ pub async fn start(
                 _ = stopped => {}
             }
         };
-        serve(listener, server_app.clone(), signal).await;
+        serve(listener, serving.clone(), signal).await;
+        reloader.abort();
+        let server_app = serving.load_full();
         // Requests have drained: stop the MCP servers the gateway runs as child processes.
         if let Some(mcp) = &server_app.mcp {
             mcp.hub().shutdown().await;
@@ -122,12 +153,59 @@ pub async fn start(
             tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");
         }
     });
-    Ok(RunningGateway { addr, app, stop: Some(stop), server: Some(server), probers })
+    Ok(RunningGateway { addr, app, current, reload, stop: Some(stop), server: Some(server), probers })
+}
+
+fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {
+    app.router
+        .backends
+        .iter()
+        .map(|b| {
+            tokio::spawn(health::run(app.router.clone(), b.clone(), app.client.clone(), app.config.health.clone()))
+        })
+        .collect()
+}
+
+/// Reloads, one at a time: read the file, build the whole new state, probe its backends, then
+/// swap it in and retire the old probers. Any failure leaves the running state as it was.
+async fn reload_loop(
+    current: Current,
+    probers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    mut requests: mpsc::Receiver<ReloadRequest>,
+) {
+    while let Some(answer) = requests.recv().await {
+        let old = current.load_full();
+        let outcome = async {
+            let path = old.config.source.clone().ok_or("the gateway was started without a config file")?;
+            let mut config = Config::load(&path, &ProcessEnv).map_err(|e| format!("{}: {e}", path.display()))?;
+            if config.listen != old.config.listen {
+                // The listener is bound (and may come from --listen): moving it takes a restart.
+                tracing::warn!(listen = %old.config.listen, "`listen` changes apply at the next start");
+                config.listen = old.config.listen;
+            }
+            let app = Arc::new(old.reconfigured(config)?);
+            health::probe_all(&app.router, &app.client, &app.config.health).await;
+            let fresh = spawn_probers(&app);
+            let backends = app.router.backends.len();
+            current.store(app);
+            for old in std::mem::replace(&mut *probers.lock().unwrap_or_else(|e| e.into_inner()), fresh) {
+                old.abort();
+            }
+            Ok::<_, String>(format!("configuration reloaded from {} ({backends} backends)", path.display()))
+        }
+        .await;
+        match &outcome {
+            Ok(message) => tracing::info!("{message}"),
+            Err(e) => tracing::error!(error = %e, "configuration reload failed; the running configuration stays"),
+        }
+        let _ = answer.send(outcome);
+    }
 }
 
 /// Accept until `shutdown`, then drain: in-flight requests and streams get up to
 /// `shutdown_grace` to finish.
-async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+async fn serve(listener: TcpListener, current: Current, shutdown: impl Future<Output = ()>) {
+    let app = current.load_full();
     let limits = &app.config.listener;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -163,9 +241,10 @@ async fn serve(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Outpu
                 };
                 let _ = stream.set_nodelay(true);
                 let stream = conn::Guarded::new(stream, write_limit, conn::Slot::new(permit, app.metrics.clone()));
-                let app = app.clone();
+                let current = current.clone();
                 let service = service_fn(move |req| {
-                    let app = app.clone();
+                    // Each request on the snapshot current when it arrives.
+                    let app = current.load_full();
                     async move { Ok::<_, Infallible>(routes::handle(app, req).await) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();

@@ -292,6 +292,19 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<(), 
         );
     }
     tracing::info!(strategy, addr = %gateway.addr, "switchyard ready");
+    #[cfg(unix)]
+    {
+        // SIGHUP re-reads the config file; the outcome is logged by the gateway.
+        use tokio::signal::unix::{signal, SignalKind};
+        let reloader = gateway.reloader();
+        if let Ok(mut hangups) = signal(SignalKind::hangup()) {
+            tokio::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    let _ = switchyard_gateway::request_reload(&reloader).await;
+                }
+            });
+        }
+    }
     println!("listening on {}", gateway.url());
     gateway.wait().await;
     Ok(())

@@ -350,6 +350,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         listener,
         shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,
         mcp: super::mcp::validate(raw.mcp)?,
+        source: None,
     })
 }
 

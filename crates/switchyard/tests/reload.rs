@@ -1,0 +1,138 @@
+//! Configuration reload on the real binary, without a restart: `POST /admin/reload` and SIGHUP
+//! swap in a complete new snapshot (backends added and removed) while a stream in flight
+//! finishes on the old one; a bad file keeps the running configuration and says why.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use http_body_util::BodyExt;
+use switchyard_testkit::{MockConfig, MockServer, TestClient};
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+struct Serving {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config_text(dir: &std::path::Path, backends: &[(&str, &MockServer, i32)], routing: &str) -> String {
+    let list: String = backends
+        .iter()
+        .map(|(name, m, priority)| format!("  - {{name: {name}, url: '{}', priority: {priority}}}\n", m.url()))
+        .collect();
+    format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nrouting: {{{routing}}}\nbackends:\n{list}",
+        db_url(dir),
+        dir.display()
+    )
+}
+
+fn serve(config: &std::path::Path) -> Serving {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(config)
+        .env_remove("SWITCHYARD_MASTER_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
+    Serving { child, base }
+}
+
+async fn served_by(base: &str) -> String {
+    let r = TestClient::new()
+        .post_json(&format!("{base}/v1/chat/completions"), chat_body("m", false).as_bytes(), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.header("x-switchyard-backend").unwrap().to_owned()
+}
+
+async fn reload(base: &str) -> switchyard_testkit::TestResponse {
+    TestClient::new().post_json(&format!("{base}/admin/reload"), b"", &[]).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_swaps_backends_while_a_stream_finishes_on_the_old_ones() {
+    let chunk_delay = Duration::from_millis(20);
+    let a = mock_with(&["m"], MockConfig { stream_chunks: 30, chunk_delay, ..MockConfig::default() }).await;
+    let b = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let file = dir.join("switchyard.yaml");
+    std::fs::write(&file, config_text(&dir, &[("old", &a, 1)], "")).unwrap();
+    let gw = serve(&file);
+    assert_eq!(served_by(&gw.base).await, "old");
+
+    // A stream in flight on the old backend...
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+    let resp = TestClient::new()
+        .send(http::Method::POST, &format!("{}/v1/chat/completions", gw.base), body.into(), &[])
+        .await
+        .unwrap();
+    let mut stream = resp.into_body();
+    let first = stream.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(first.starts_with(b"data: "));
+
+    // ...while the old backend is removed and a new one added.
+    std::fs::write(&file, config_text(&dir, &[("new", &b, 1)], "")).unwrap();
+    let r = reload(&gw.base).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["reloaded"], true);
+    let served_before = a.control().request_count();
+    for _ in 0..5 {
+        assert_eq!(served_by(&gw.base).await, "new", "new requests go to the new snapshot");
+    }
+    assert_eq!(a.control().request_count(), served_before, "the removed backend takes nothing new");
+    let rest = stream.collect().await.expect("the old stream is not cut").to_bytes();
+    assert!(rest.ends_with(b"data: [DONE]\n\n"), "the stream in flight finished on the old snapshot");
+
+    // A bad file: refused with the reason; the running configuration stays.
+    std::fs::write(&file, "backends:\n  - {name: x, url: 'http://127.0.0.1:1', colour: blue}\n").unwrap();
+    let r = reload(&gw.base).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("colour"), "the error names the problem: {}", r.text());
+    assert_eq!(served_by(&gw.base).await, "new");
+    // What cannot change while serving is refused, naming it.
+    let moved = config_text(&dir, &[("new", &b, 1)], "").replace(&db_url(&dir), "sqlite::memory:");
+    std::fs::write(&file, moved).unwrap();
+    let r = reload(&gw.base).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("storage"), "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_file() {
+    let a = mock(&["m"]).await;
+    let b = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let file = dir.join("switchyard.yaml");
+    std::fs::write(&file, config_text(&dir, &[("a", &a, 1)], "strategy: priority")).unwrap();
+    let gw = serve(&file);
+    assert_eq!(served_by(&gw.base).await, "a");
+    std::fs::write(&file, config_text(&dir, &[("a", &a, 1), ("b", &b, 10)], "strategy: priority")).unwrap();
+    assert!(Command::new("kill").args(["-HUP", &gw.child.id().to_string()]).status().unwrap().success());
+    // The reload lands asynchronously: ask until the new, preferred backend answers.
+    let switched = tokio::time::timeout(Duration::from_secs(10), async {
+        while served_by(&gw.base).await != "b" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(switched.is_ok(), "SIGHUP applied the new file");
+}
