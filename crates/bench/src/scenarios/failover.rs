@@ -1,6 +1,7 @@
-//! Failover: two mock backends behind the gateway under steady closed-loop load; one is killed
-//! with SIGKILL and restarted on the same port, `cycles` times. Reports requests sent, what the
-//! clients saw fail, how long until the gateway stopped routing to the dead backend (it marks it
+//! Failover: two mock backends behind the gateway under steady closed-loop load — plain requests
+//! and a streaming share whose streams are mid-answer when a backend dies — one is killed with
+//! SIGKILL and restarted on the same port, `cycles` times. Reports requests sent, what the
+//! clients saw fail (streams included: a stream counts as failed unless it ends whole), how long until the gateway stopped routing to the dead backend (it marks it
 //! down), and how long until the restarted one took traffic again — both read from the
 //! gateway's `/metrics`, polled every 2 ms.
 
@@ -9,13 +10,36 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use switchyard_testkit::TestClient;
 
-use super::{chat_body, measure, rate_series, start_gateway, start_mock, Mode, Setup};
+use super::{chat_body, measure, rate_series, start_gateway, Mode, Setup};
 use crate::chart::{Chart, Series};
 use crate::procs::{self, Proc};
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
 const CONNECTIONS: usize = 16;
+/// Connections that only stream (each stream: `STREAM_CHUNKS` chunks, `CHUNK_DELAY_MS` apart).
+const STREAM_CONNECTIONS: usize = 8;
+const STREAM_CHUNKS: usize = 20;
+const CHUNK_DELAY_MS: u64 = 5;
+
+/// A mock whose streams take a while, so a kill lands mid-answer.
+fn paced_mock(model: &str, port: u16, pin: &Pinning) -> Result<Proc, String> {
+    let listen = format!("127.0.0.1:{port}");
+    let args: Vec<String> = [
+        "mock",
+        "--listen",
+        &listen,
+        "--models",
+        model,
+        "--stream-chunks",
+        &STREAM_CHUNKS.to_string(),
+        "--chunk-delay-ms",
+        &CHUNK_DELAY_MS.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    Proc::start("mock", &args, pin.mock.as_deref())
+}
 const POLL: Duration = Duration::from_millis(2);
 
 pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
@@ -24,8 +48,8 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         return Ok(());
     }
     let (port_a, port_b) = (procs::free_port()?, procs::free_port()?);
-    let a = start_mock(&args.model, 5, Some(port_a), pin)?;
-    let mut b = start_mock(&args.model, 5, Some(port_b), pin)?;
+    let a = paced_mock(&args.model, port_a, pin)?;
+    let mut b = paced_mock(&args.model, port_b, pin)?;
     let config = format!(
         "listen: 127.0.0.1:0\nbackends:\n  - {{name: a, url: '{}'}}\n  - {{name: b, url: '{}'}}\n",
         a.url, b.url
@@ -42,6 +66,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         _procs: Vec::new(),
     };
     let (_, spec) = setup.pair(&chat_body(&args.model, false, "hello"), false)?;
+    let (_, stream_spec) = setup.pair(&chat_body(&args.model, true, "hello"), true)?;
     let up_for = args.phase(2.0).max(Duration::from_millis(300));
     let down_for = Duration::from_secs_f64(args.down_for.max(0.1));
     let total = (up_for + down_for) * args.cycles as u32 + up_for;
@@ -60,6 +85,16 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
             )
             .await
         }
+    });
+    let streams = tokio::spawn(async move {
+        measure(
+            &format!("gateway, {STREAM_CONNECTIONS} streaming connections, killing b"),
+            &stream_spec,
+            Mode::Closed(STREAM_CONNECTIONS),
+            Duration::ZERO,
+            total,
+        )
+        .await
     });
     let client = TestClient::new();
     let metrics_url = format!("{}/metrics", gateway.url);
@@ -92,12 +127,23 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         report.finding("failover", format!("cycle {}: restart → b takes traffic", cycle + 1), ms(readmit), "ms");
     }
     let stats = load.await.map_err(|e| e.to_string())?;
+    let stream_stats = streams.await.map_err(|e| e.to_string())?;
+    let resumed = counter(&fetch(&client, &metrics_url).await, "switchyard_streams_resumed_total");
     if let Some(peak) = rss.finish(setup.gateway_pid).iter().map(|s| s.1).max() {
         report.finding("memory", "gateway RSS peak during failover", super::mb(peak), "MB");
     }
     let s = report.row("failover", format!("c={CONNECTIONS}, {} kills", args.cycles), "gateway", &stats);
     report.finding("failover", "requests sent", s.requests as f64, "");
     report.finding("failover", "client-visible failures", (s.requests - s.ok) as f64, "");
+    let st = report.row(
+        "failover",
+        format!("streams c={STREAM_CONNECTIONS}, {} kills", args.cycles),
+        "gateway",
+        &stream_stats,
+    );
+    report.finding("failover", "streams sent", st.requests as f64, "");
+    report.finding("failover", "client-visible stream failures", (st.requests - st.ok) as f64, "");
+    report.finding("failover", "streams resumed on the other backend", resumed.unwrap_or(0) as f64, "");
     report.extra.insert("failover_cycles".into(), json!(cycles));
     report.charts.push((
         "failover-timeline".into(),
@@ -144,6 +190,12 @@ async fn poll_until(client: &TestClient, url: &str, limit: Duration, done: impl 
 /// Value of `name{backend="B"}` in Prometheus text.
 fn gauge(metrics: &str, name: &str, backend: &str) -> Option<u64> {
     let prefix = format!("{name}{{backend=\"{backend}\"}} ");
+    metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok())
+}
+
+/// An unlabelled series' value.
+fn counter(metrics: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{name} ");
     metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok())
 }
 
