@@ -2,6 +2,7 @@
 //! gateway, run phases direct and through the gateway, and turn the stats into rows, findings
 //! and charts. Failover, which needs two backends it can kill, lives in `scenarios/failover.rs`.
 
+mod abuse;
 mod affinity;
 mod code_mode;
 mod failover;
@@ -327,6 +328,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         "usage-query" => {
             let mut report = Report::default();
             usage_query::run(args.records, args.storage.as_deref(), pin, &mut report).await?;
+            return Ok(report);
+        }
+        // Slowloris beside real traffic, then overload of a capped backend.
+        "abuse" => {
+            let mut report = Report::default();
+            abuse::run(args, pin, &mut report).await?;
             return Ok(report);
         }
         // Mock MCP servers and a gateway in front of them.

@@ -202,6 +202,9 @@ async fn reload_loop(
     }
 }
 
+/// The header count hyper refuses above when no other cap is set.
+const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
+
 /// Accept until `shutdown`, then drain: in-flight requests and streams get up to
 /// `shutdown_grace` to finish.
 async fn serve(listener: TcpListener, current: Current, shutdown: impl Future<Output = ()>) {
@@ -213,9 +216,13 @@ async fn serve(listener: TcpListener, current: Current, shutdown: impl Future<Ou
         .timer(TokioTimer::new())
         .header_read_timeout(app.config.timeouts.header_read)
         .keep_alive(true)
-        .max_headers(limits.max_headers)
         // A head that does not fit the read buffer is refused with 431.
         .max_buf_size(limits.max_header_bytes);
+    // hyper's own cap is 100 headers, on a faster path (its header arrays stay uninitialised
+    // on the stack); only a different cap is set explicitly.
+    if limits.max_headers != HYPER_DEFAULT_MAX_HEADERS {
+        builder.http1().max_headers(limits.max_headers);
+    }
     builder.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let write_limit = app.config.timeouts.client_write;

@@ -106,6 +106,11 @@ async fn oversized_heads_are_431_and_long_uris_414() {
     let (status, text) = exchange(&gw, long_uri.as_bytes()).await;
     assert_eq!(status, 414, "{text}");
     assert!(text.contains("uri_too_long"), "{text}");
+    // The default cap (100, hyper's own) applies too.
+    let defaults = gateway(&[&a], "").await;
+    let many: String = (0..150).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let too_many = format!("GET /health HTTP/1.1\r\nhost: x\r\n{many}\r\n");
+    assert_eq!(exchange(&defaults, too_many.as_bytes()).await.0, 431);
     // Within the limits all is served.
     let fine = format!("GET /v1/models?q={} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", "a".repeat(500));
     assert_eq!(exchange(&gw, fine.as_bytes()).await.0, 200);
