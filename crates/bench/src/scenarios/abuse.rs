@@ -76,7 +76,8 @@ async fn slowloris(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Resu
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let rss_held = procs::rss_of(gateway.pid()).unwrap_or(0);
-    let loaded = measure(&format!("real traffic beside {SLOWLORIS} slowloris"), &spec, mode, Duration::ZERO, phase).await;
+    let loaded =
+        measure(&format!("real traffic beside {SLOWLORIS} slowloris"), &spec, mode, Duration::ZERO, phase).await;
     let b = report.row("abuse", "alone", "gateway", &base);
     let l = report.row("abuse", format!("beside {SLOWLORIS} slowloris"), "gateway", &loaded);
     report.finding("abuse", "p99 beside slowloris / p99 alone", l.p99 as f64 / b.p99.max(1) as f64, "x");

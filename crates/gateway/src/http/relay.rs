@@ -66,10 +66,9 @@ pin_project! {
         sse: bool,
         done: bool,
         translator: Option<StreamTranslator>,
-        // Set when a failed backend's answer may be carried on by another.
-        resumable: Option<Resumable>,
-        // Why the stream broke, kept while a resume is tried (reported if none succeeds).
-        broke: (&'static str, &'static str),
+        // Set when a failed backend's answer may be carried on by another (boxed: most bodies
+        // have none, and the body is moved by value through hyper).
+        resumable: Option<Box<Resumable>>,
         completion: Completion,
     }
 }
@@ -91,7 +90,6 @@ impl RelayBody {
             sse,
             translator: None,
             resumable: None,
-            broke: ("stream_aborted", "the upstream stream was interrupted"),
             completion,
         }
     }
@@ -102,7 +100,7 @@ impl RelayBody {
     }
 
     pub fn with_resume(mut self, resumable: Option<Resumable>) -> Self {
-        self.resumable = resumable;
+        self.resumable = resumable.map(Box::new);
         self
     }
 }
@@ -218,7 +216,7 @@ impl Body for RelayBody {
                         continue;
                     }
                     Poll::Ready(None) => {
-                        let (kind, message) = *this.broke;
+                        let (kind, message) = resumable.broke;
                         let error: BoxError = Box::new(GatewayError::BadGateway { message: message.to_owned() });
                         return fail(this, kind, message, error);
                     }
@@ -278,8 +276,7 @@ impl Body for RelayBody {
             };
             *this.done = true;
             this.completion.stream_failed(kind);
-            if this.resumable.as_mut().is_some_and(|r| r.begin()) {
-                *this.broke = (kind, message);
+            if this.resumable.as_mut().is_some_and(|r| r.begin(kind, message)) {
                 continue;
             }
             return fail(this, kind, message, error);
@@ -287,7 +284,7 @@ impl Body for RelayBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.done && !self.resumable.as_ref().is_some_and(Resumable::is_resuming)
+        self.first.is_none() && self.done && !self.resumable.as_ref().is_some_and(|r| r.is_resuming())
     }
 
     fn size_hint(&self) -> SizeHint {

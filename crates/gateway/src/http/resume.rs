@@ -56,6 +56,8 @@ pub struct Resumable {
     tool_marker: &'static [u8],
     /// NDJSON (Ollama): events end at a newline; SSE: at a blank line.
     ndjson: bool,
+    /// Why the stream broke (kind, message), reported if no backend carries it on.
+    pub broke: (&'static str, &'static str),
 }
 
 impl Resumable {
@@ -76,6 +78,7 @@ impl Resumable {
             holding: false,
             tool_marker,
             ndjson,
+            broke: ("stream_aborted", "the upstream stream was interrupted"),
         }
     }
 
@@ -151,8 +154,9 @@ impl Resumable {
 
     /// The backend failed: start carrying on elsewhere, if this stream can be. What was held
     /// back or left partial is dropped: the client never saw it.
-    pub fn begin(&mut self) -> bool {
+    pub fn begin(&mut self, kind: &'static str, message: &'static str) -> bool {
         let Some(resume) = self.resume.take() else { return false };
+        self.broke = (kind, message);
         let emitted = concat(&self.sent);
         let mut discarded = BytesMut::new();
         for held in self.held.drain(..) {

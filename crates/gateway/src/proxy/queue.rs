@@ -28,7 +28,10 @@ pub async fn select(
     loop {
         if wait {
             let limit = deadline.saturating_duration_since(Instant::now());
-            if let Err(why) = admission.wait(model, key, limit.max(Duration::from_millis(1))).await {
+            // Boxed: the wait is the rare path, and its future would otherwise enlarge every
+            // request's future (moved whole, by memcpy, on the hot path).
+            let waited = Box::pin(admission.wait(model, key, limit.max(Duration::from_millis(1))));
+            if let Err(why) = waited.await {
                 if why == Refused::QueueFull {
                     tracing::debug!(model, "admission queue full");
                 }
