@@ -238,6 +238,15 @@ pub struct Config {
     pub mcp: McpConfig,
     /// The file this was read from: what a reload (SIGHUP, `POST /admin/reload`) re-reads.
     pub source: Option<std::path::PathBuf>,
+    /// TLS on the listener (`tls: {cert, key}`, PEM files; re-read on every reload).
+    pub tls: Option<TlsConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// The certificate chain, leaf first.
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 impl Config {

@@ -5,6 +5,7 @@
 
 mod conn;
 pub mod routes;
+mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -30,6 +31,9 @@ use crate::route::health;
 /// The state requests are served with now: swapped whole by a reload, while requests in flight
 /// finish on the snapshot they started with.
 type Current = Arc<ArcSwap<App>>;
+
+/// The listener's TLS acceptor, when `tls` is configured: swapped by a reload (new certificates).
+type Tls = Option<Arc<ArcSwap<tokio_rustls::TlsAcceptor>>>;
 
 /// A gateway serving on a bound address. Dropping it aborts everything; `shutdown` drains first.
 pub struct RunningGateway {
@@ -129,7 +133,11 @@ pub async fn start(
     }
     let probers = Arc::new(Mutex::new(spawn_probers(&app)));
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
-    let reloader = tokio::spawn(reload_loop(current.clone(), probers.clone(), reloads));
+    let tls: Tls = match &app.config.tls {
+        Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
+        None => None,
+    };
+    let reloader = tokio::spawn(reload_loop(current.clone(), probers.clone(), tls.clone(), reloads));
     let (stop, stopped) = oneshot::channel::<()>();
     let grace = app.config.shutdown_grace;
     let serving = current.clone();
@@ -140,7 +148,7 @@ pub async fn start(
                 _ = stopped => {}
             }
         };
-        serve(listener, serving.clone(), signal).await;
+        serve(listener, serving.clone(), tls, signal).await;
         reloader.abort();
         let server_app = serving.load_full();
         // Requests have drained: stop the MCP servers the gateway runs as child processes.
@@ -171,6 +179,7 @@ fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {
 async fn reload_loop(
     current: Current,
     probers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    tls: Tls,
     mut requests: mpsc::Receiver<ReloadRequest>,
 ) {
     while let Some(answer) = requests.recv().await {
@@ -183,11 +192,20 @@ async fn reload_loop(
                 tracing::warn!(listen = %old.config.listen, "`listen` changes apply at the next start");
                 config.listen = old.config.listen;
             }
+            // The certificate files are read again even when their paths did not change (renewal).
+            let acceptor = match (&tls, &config.tls) {
+                (Some(_), Some(files)) => Some(tls::acceptor(files)?),
+                (None, None) => None,
+                _ => return Err("`tls` cannot be turned on or off while serving; restart to apply it".to_owned()),
+            };
             let app = Arc::new(old.reconfigured(config)?);
             health::probe_all(&app.router, &app.client, &app.config.health).await;
             let fresh = spawn_probers(&app);
             let backends = app.router.backends.len();
             current.store(app);
+            if let (Some(tls), Some(acceptor)) = (&tls, acceptor) {
+                tls.store(Arc::new(acceptor));
+            }
             for old in std::mem::replace(&mut *probers.lock().unwrap_or_else(|e| e.into_inner()), fresh) {
                 old.abort();
             }
@@ -207,7 +225,7 @@ const HYPER_DEFAULT_MAX_HEADERS: usize = 100;
 
 /// Accept until `shutdown`, then drain: in-flight requests and streams get up to
 /// `shutdown_grace` to finish.
-async fn serve(listener: TcpListener, current: Current, shutdown: impl Future<Output = ()>) {
+async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl Future<Output = ()>) {
     let app = current.load_full();
     let limits = &app.config.listener;
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -254,13 +272,32 @@ async fn serve(listener: TcpListener, current: Current, shutdown: impl Future<Ou
                     let app = current.load_full();
                     async move { Ok::<_, Infallible>(routes::handle(app, req).await) }
                 });
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
+                match tls.as_ref().map(|t| t.load_full()) {
+                    None => {
+                        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+                        tokio::spawn(async move {
+                            if let Err(e) = conn.await {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                            }
+                        });
                     }
-                });
+                    Some(acceptor) => {
+                        let (watcher, builder) = (graceful.watcher(), builder.clone());
+                        let handshake_limit = app.config.timeouts.header_read;
+                        tokio::spawn(async move {
+                            // The handshake counts against the head's time: a silent client is dropped.
+                            let stream = match tokio::time::timeout(handshake_limit, acceptor.accept(stream)).await {
+                                Ok(Ok(stream)) => stream,
+                                Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
+                                Err(_) => return tracing::debug!("TLS handshake timed out"),
+                            };
+                            let conn = watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+                            if let Err(e) = conn.await {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                            }
+                        });
+                    }
+                }
             }
             _ = &mut shutdown => break,
         }

@@ -11,7 +11,7 @@ use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
     AffinityConfig, AuthConfig, BackendConfig, BackendKind, Config, ConfigError, HealthConfig, ListenerLimits, Price,
-    StorageConfig, Strategy, Timeouts,
+    StorageConfig, Strategy, Timeouts, TlsConfig,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -39,6 +39,14 @@ pub struct RawConfig {
     prices: HashMap<String, RawPrice>,
     #[serde(default)]
     mcp: super::mcp::RawMcp,
+    tls: Option<RawTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: String,
+    key: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -350,6 +358,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         listener,
         shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,
         mcp: super::mcp::validate(raw.mcp)?,
+        tls: raw.tls.map(|t| TlsConfig { cert: t.cert.into(), key: t.key.into() }),
         source: None,
     })
 }
