@@ -155,6 +155,8 @@ pub struct Timeouts {
     /// Time a client has to send its request headers; on HTTP/1.1 also how long a kept-alive
     /// connection may sit idle (the clock starts whenever a request head is awaited).
     pub header_read: Duration,
+    /// Time a client has, once its headers arrived, to send the whole request body (408 after).
+    pub body_read: Duration,
     /// Longest a client may leave a response unread (writes blocked) before its connection is
     /// closed and the upstream request cancelled.
     pub client_write: Duration,

@@ -21,6 +21,8 @@ pub enum GatewayError {
     PayloadTooLarge {
         limit: usize,
     },
+    /// The client did not send its whole request body within `timeouts.body_read`.
+    BodyTimeout,
     /// The request target is longer than `limits.max_uri_bytes`.
     UriTooLong {
         limit: usize,
@@ -77,6 +79,7 @@ impl GatewayError {
             GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            GatewayError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             GatewayError::RouteNotFound | GatewayError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -97,6 +100,7 @@ impl GatewayError {
             GatewayError::BadRequest { .. } => "bad_request",
             GatewayError::PayloadTooLarge { .. } => "payload_too_large",
             GatewayError::UriTooLong { .. } => "uri_too_long",
+            GatewayError::BodyTimeout => "request_body_timeout",
             GatewayError::RouteNotFound => "route_not_found",
             GatewayError::MethodNotAllowed => "method_not_allowed",
             GatewayError::UnsupportedMediaType => "unsupported_media_type",
@@ -121,6 +125,12 @@ impl GatewayError {
                 "invalid_request_error",
                 None,
                 Some("request_too_large"),
+            ),
+            GatewayError::BodyTimeout => (
+                "the request body did not arrive in time".to_owned(),
+                "invalid_request_error",
+                None,
+                Some("request_body_timeout"),
             ),
             GatewayError::UriTooLong { limit } => (
                 format!("the request target is longer than the {limit}-byte limit"),

@@ -36,7 +36,7 @@ pub async fn handle(
     };
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
-    let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
+    let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let key = match &principal {
         Principal::Key(k) => Some(k.clone()),
         _ => None,

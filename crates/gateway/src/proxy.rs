@@ -69,7 +69,7 @@ pub async fn forward(
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
-    let body = read_body(&parts.headers, body, app.config.max_body_bytes).await?;
+    let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let mut routed = parse_request(endpoint, body, &app.config)?;
     let permit = admit(app, &principal, &routed)?;
     let budget = reserve_budget(app, &principal, &routed).await?;

@@ -279,6 +279,7 @@ async fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<(), 
              and start with `switchyard serve --config FILE`"
         );
     }
+    crate::fd_limit::raise(config.listener.max_connections);
     let strategy = config.strategy.as_str();
     let signal = shutdown_signal();
     let gateway = switchyard_gateway::start(config, signal).await?;

@@ -4,6 +4,7 @@
 
 mod cli;
 mod demo;
+mod fd_limit;
 mod keys;
 mod seed;
 

@@ -1,7 +1,8 @@
 //! Backend faults, each ending within its timeout with nothing leaked: a backend that never
 //! answers, one that stalls after its headers, one that stalls mid-stream, one that resets the
 //! connection, and a black-holed connect. Each is repeated; afterwards nothing is in flight, no
-//! connection is left open, and the process holds no more file descriptors than before.
+//! connection is left open, and the process holds no more file descriptors, and no more memory
+//! beyond allocator slack, than before.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -67,6 +68,16 @@ async fn faulty(fault: Fault) -> String {
     url
 }
 
+/// This process's resident memory (the gateway runs in it).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
+    kib.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024
+}
+
+/// Memory the repeated faults may leave behind: allocator slack, not a leak per request.
+const RSS_SLACK: u64 = 4 << 20;
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
 }
@@ -103,7 +114,7 @@ async fn each_backend_fault_ends_within_its_timeout_and_leaks_nothing() {
         // Warm up once (pools, lazily made state), then count.
         let _ = TestClient::new().post_stream(&format!("{}/v1/chat/completions", gw.url()), body.as_bytes(), &[]).await;
         settled(&gw).await;
-        let fds = open_fds();
+        let (fds, rss) = (open_fds(), rss_bytes());
         for _ in 0..REPEAT {
             let started = Instant::now();
             let client = TestClient::new();
@@ -131,6 +142,8 @@ async fn each_backend_fault_ends_within_its_timeout_and_leaks_nothing() {
         }
         settled(&gw).await;
         assert!(open_fds() <= fds + 2, "{fault:?}: file descriptors leaked ({fds} → {})", open_fds());
+        let grown = rss_bytes().saturating_sub(rss);
+        assert!(grown < RSS_SLACK, "{fault:?}: memory grew by {grown} bytes");
     }
 }
 

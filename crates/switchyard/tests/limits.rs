@@ -2,7 +2,7 @@
 //! configured but never applied is the classic failure): open connections, header count and
 //! size (431), URI length (414), a declared oversized body (413 before it is read), JSON
 //! nesting on every path that parses, a backend's endless stream line, the header-read and
-//! keep-alive timeouts, and a client that stops reading a stream.
+//! keep-alive timeouts, a slow POST, and a client that stops reading a stream.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -240,6 +240,38 @@ async fn slow_heads_and_idle_keep_alives_are_closed() {
     assert!(read_head(&mut idle).await.starts_with("HTTP/1.1 200"));
     let rest = read_to_close(&mut idle).await;
     assert!(rest.len() < 200, "only the first response's body came: {}", String::from_utf8_lossy(&rest));
+}
+
+#[tokio::test]
+async fn a_slow_post_gets_a_408_and_its_connection_back() {
+    let a = mock(&["m"]).await;
+    let gw = gateway(&[&a], "timeouts: {body_read: 300ms}").await;
+    let body = chat_body("m", false);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut slow = connect(&gw).await;
+    slow.write_all(head.as_bytes()).await.unwrap();
+    // One byte of the body every 100 ms: each read is on time, the whole body never is.
+    let started = std::time::Instant::now();
+    let trickle = async {
+        for b in body.as_bytes() {
+            if slow.write_all(std::slice::from_ref(b)).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), trickle).await;
+    let answer = read_to_close(&mut slow).await;
+    assert_eq!(status_of(&answer), 408, "{}", String::from_utf8_lossy(&answer));
+    assert!(String::from_utf8_lossy(&answer).contains("request_body_timeout"));
+    assert!(started.elapsed() < PATIENCE);
+    assert_eq!(a.control().request_count(), 0, "nothing reached the backend");
+    // A body sent at once is not affected.
+    let r = TestClient::new().post_json(&format!("{}/v1/chat/completions", gw.url()), body.as_bytes(), &[]).await;
+    assert_eq!(r.unwrap().status, 200);
 }
 
 #[tokio::test]

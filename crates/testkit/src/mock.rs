@@ -147,6 +147,8 @@ pub struct MockControl {
     die_after_frames: AtomicU64,
     /// The simulated KV cache and slots, when configured.
     kv: Option<Arc<KvSim>>,
+    /// When on, the `x-request-id` of every POST, in arrival order (see [`MockControl::keep_ledger`]).
+    ledger: Mutex<Option<Vec<String>>>,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -173,6 +175,7 @@ impl MockControl {
             rng: AtomicU64::new(0x5EED),
             die_after_frames: AtomicU64::new(0),
             kv: cfg.kv_cache.clone().map(|kv| Arc::new(KvSim::new(kv))),
+            ledger: Mutex::new(None),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -226,6 +229,26 @@ impl MockControl {
         match self.die_after_frames.swap(0, Ordering::Relaxed) {
             0 => None,
             n => Some(n as usize - 1),
+        }
+    }
+
+    /// Starts keeping a ledger: the `x-request-id` header of every POST from now on ("-" when it
+    /// has none), the backend's own account of what it was asked, to check a gateway's records
+    /// against. Off by default, so long benchmarks do not grow the mock's memory.
+    pub fn keep_ledger(&self) {
+        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        ledger.get_or_insert_with(Vec::new);
+    }
+
+    /// The ledger so far (empty when none is kept).
+    pub fn ledger(&self) -> Vec<String> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default()
+    }
+
+    pub(crate) fn enter_in_ledger(&self, request_id: Option<&str>) {
+        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ledger) = ledger.as_mut() {
+            ledger.push(request_id.unwrap_or("-").to_owned());
         }
     }
 

@@ -128,6 +128,7 @@ struct RawTimeouts {
     stream_idle: Option<String>,
     request: Option<String>,
     header_read: Option<String>,
+    body_read: Option<String>,
     client_write: Option<String>,
 }
 
@@ -269,6 +270,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         stream_idle: duration("timeouts.stream_idle", &t.stream_idle, Duration::from_secs(120))?,
         request: duration("timeouts.request", &t.request, Duration::from_secs(600))?,
         header_read: duration("timeouts.header_read", &t.header_read, Duration::from_secs(30))?,
+        body_read: duration("timeouts.body_read", &t.body_read, Duration::from_secs(60))?,
         client_write: duration("timeouts.client_write", &t.client_write, Duration::from_secs(60))?,
     };
     for (path, d) in [
@@ -277,6 +279,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         ("timeouts.stream_idle", timeouts.stream_idle),
         ("timeouts.request", timeouts.request),
         ("timeouts.header_read", timeouts.header_read),
+        ("timeouts.body_read", timeouts.body_read),
         ("timeouts.client_write", timeouts.client_write),
     ] {
         if d.is_zero() {

@@ -13,14 +13,21 @@ use crate::config::{Config, Strategy};
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 
-/// Read the whole request body, refusing more than `limit` bytes (early, by content-length, when sent).
-pub async fn read_body(headers: &http::HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, GatewayError> {
+/// Read the whole request body, refusing more than `limit` bytes (early, by content-length, when
+/// sent) and a body that takes longer than `deadline` to arrive (a slow POST holding a connection).
+pub async fn read_body(
+    headers: &http::HeaderMap,
+    body: Incoming,
+    limit: usize,
+    deadline: std::time::Duration,
+) -> Result<Bytes, GatewayError> {
     let declared =
         headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
+    let collected = tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await;
+    match collected.map_err(|_| GatewayError::BodyTimeout)? {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(GatewayError::PayloadTooLarge { limit }),
         Err(_) => Err(GatewayError::bad_request("the request body could not be read", None)),

@@ -83,6 +83,6 @@ async fn admin_gate(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<G
         });
     }
     let (parts, body) = req.into_parts();
-    let body = parse::read_body(&parts.headers, body, app.config.max_body_bytes).await?;
+    let body = parse::read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     admin::handle(app, &parts.method, parts.uri.path(), parts.uri.query(), body).await
 }
