@@ -142,8 +142,18 @@ fn spawn(exe: &PathBuf, args: &[String], cpus: Option<&str>) -> Result<(Child, S
 }
 
 pub fn rss_of(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// Resident anonymous memory (the heap and stacks, not mapped files such as the usage journal,
+/// whose pages are the kernel's cache): what a leak grows.
+pub fn anon_rss_of(pid: u32) -> Option<u64> {
+    status_bytes(pid, "RssAnon:")
+}
+
+fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }

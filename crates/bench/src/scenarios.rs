@@ -6,6 +6,7 @@ mod abuse;
 mod affinity;
 mod code_mode;
 mod failover;
+mod soak;
 mod mcp;
 mod usage_query;
 
@@ -158,6 +159,20 @@ pub fn start_mock(model: &str, chunks: usize, port: Option<u16>, pin: &Pinning) 
     Proc::start("mock", &args, pin.mock.as_deref())
 }
 
+/// A [`Setup`] for a gateway and mock a scenario started itself (OpenAI API, no key).
+pub fn own_setup(gateway: &Proc, mock: &Proc, model: &str) -> Setup {
+    Setup {
+        direct: mock.url.clone(),
+        target: gateway.url.clone(),
+        model: model.to_owned(),
+        headers: Vec::new(),
+        backend_header: http::HeaderName::from_static("x-switchyard-backend"),
+        gateway_pid: Some(gateway.pid()),
+        api: "openai".to_owned(),
+        _procs: Vec::new(),
+    }
+}
+
 /// The master key of a gateway started with `--virtual-key` (loopback only, for the run's length).
 const BENCH_MASTER_KEY: &str = "bench-master-key-not-secret";
 
@@ -293,7 +308,7 @@ impl RssSampler {
     }
 }
 
-fn mb(bytes: u64) -> f64 {
+pub fn mb(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
@@ -330,6 +345,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             usage_query::run(args.records, args.storage.as_deref(), pin, &mut report).await?;
             return Ok(report);
         }
+        // A long run at 60% of capacity with client aborts, watching for leaks.
+        "soak" => {
+            let mut report = Report::default();
+            soak::run(args, pin, &mut report).await?;
+            return Ok(report);
+        }
         // Slowloris beside real traffic, then overload of a capped backend.
         "abuse" => {
             let mut report = Report::default();
@@ -360,7 +381,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, soak, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

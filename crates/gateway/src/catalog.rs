@@ -59,12 +59,32 @@ pub fn ready(app: &App) -> Response<GatewayBody> {
     json_value(status, &json!({"status": word, "backends_up": up, "backends": total}))
 }
 
+/// What a soak watches for leaks besides memory and descriptors: live tasks, database connections.
+fn render_process(app: &App, out: &mut String) {
+    use std::fmt::Write;
+    let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let _ = writeln!(
+        out,
+        "# HELP switchyard_runtime_tasks_alive Tasks alive on the gateway's async runtime.\n\
+         # TYPE switchyard_runtime_tasks_alive gauge\nswitchyard_runtime_tasks_alive {tasks}"
+    );
+    if let Some(store) = &app.store {
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_db_connections_open Database connections the pool holds open.\n\
+             # TYPE switchyard_db_connections_open gauge\nswitchyard_db_connections_open {}",
+            store.connections_open()
+        );
+    }
+}
+
 pub fn metrics(app: &App) -> Response<GatewayBody> {
     let mut text = app.metrics.render(&app.router.backends);
     app.router.admission.render(&mut text);
     if let Some(journal) = &app.journal {
         journal.counters().render(&mut text);
     }
+    render_process(app, &mut text);
     let mut resp = Response::new(full(text));
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));

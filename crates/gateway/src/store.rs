@@ -122,6 +122,14 @@ impl Store {
         }
     }
 
+    /// Connections the pool holds open now (in use and idle).
+    pub fn connections_open(&self) -> u32 {
+        match &self.inner {
+            Inner::Sqlite(pool) => pool.size(),
+            Inner::Postgres(pool) => pool.size(),
+        }
+    }
+
     /// Closes the pool, waiting for checked-out connections to come back. Later calls fail.
     pub async fn close(&self) {
         match &self.inner {

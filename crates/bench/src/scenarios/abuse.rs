@@ -9,7 +9,7 @@ use switchyard_testkit::TestClient;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::{chat_body, measure, start_gateway, start_mock, Mode, Setup};
+use super::{chat_body, measure, own_setup as setup, start_gateway, start_mock, Mode};
 use crate::procs::{self, Proc};
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
@@ -18,19 +18,6 @@ use crate::{BenchArgs, Pinning};
 const SLOWLORIS: usize = 2000;
 /// Sequential requests timed while the gateway is overloaded.
 const PROBES: usize = 300;
-
-fn setup(gateway: &Proc, mock: &Proc, model: &str) -> Setup {
-    Setup {
-        direct: mock.url.clone(),
-        target: gateway.url.clone(),
-        model: model.to_owned(),
-        headers: Vec::new(),
-        backend_header: http::HeaderName::from_static("x-switchyard-backend"),
-        gateway_pid: Some(gateway.pid()),
-        api: "openai".to_owned(),
-        _procs: Vec::new(),
-    }
-}
 
 pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
     if args.target.is_some() {

@@ -1,0 +1,295 @@
+//! Soak: the gateway (usage recording on, SQLite) at 60% of its measured capacity for a long
+//! time, half the requests streamed, 5% aborted by their clients (mid-stream, or before the
+//! answer), while its memory, file descriptors, runtime tasks and database connections are
+//! sampled. After the warm-up each must stay flat (a least-squares slope under its bar), and once
+//! the load stops they must come back. The run fails when one does not.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use switchyard_testkit::TestClient;
+
+use super::{chat_body, measure, mb, own_setup, start_gateway, start_mock, Mode};
+use crate::procs;
+use crate::report::Report;
+use crate::{BenchArgs, Pinning};
+
+/// The share of warm-up excluded from the slopes.
+const WARMUP_SHARE: f64 = 0.2;
+/// Bars, per 10 minutes after the warm-up (issue 13: RSS under 2 MiB per 10 minutes).
+const RSS_BAR_MIB: f64 = 2.0;
+const COUNT_BAR: f64 = 4.0;
+/// Requests in flight the generator allows itself (an open loop must not queue without bound).
+const MAX_IN_FLIGHT: u64 = 512;
+
+/// One window's sample: the minimum of each count over the window's once-a-second readings, so
+/// the momentary requests in flight do not hide (or fake) a trend; a leak raises the minimum.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    secs: f64,
+    /// Anonymous resident memory (the journal's mapped file pages are not the gateway's heap).
+    anon: u64,
+    rss: u64,
+    fds: u64,
+    tasks: u64,
+    db: u64,
+}
+
+impl Sample {
+    fn min(self, other: Sample) -> Sample {
+        Sample {
+            secs: other.secs,
+            anon: self.anon.min(other.anon),
+            rss: self.rss.min(other.rss),
+            fds: self.fds.min(other.fds),
+            tasks: self.tasks.min(other.tasks),
+            db: self.db.min(other.db),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    aborted: AtomicU64,
+    skipped: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+fn fds_of(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64).unwrap_or(0)
+}
+
+async fn gauge(client: &TestClient, base: &str, name: &str) -> u64 {
+    let text = client.get(&format!("{base}/metrics")).await.map(|r| r.text()).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn sample(client: &TestClient, base: &str, pid: u32, started: Instant) -> Sample {
+    Sample {
+        secs: started.elapsed().as_secs_f64(),
+        anon: procs::anon_rss_of(pid).unwrap_or(0),
+        rss: procs::rss_of(pid).unwrap_or(0),
+        fds: fds_of(pid),
+        tasks: gauge(client, base, "switchyard_runtime_tasks_alive").await,
+        db: gauge(client, base, "switchyard_db_connections_open").await,
+    }
+}
+
+/// Least-squares slope of `value` over time, per 10 minutes.
+fn slope_per_10min(samples: &[Sample], value: impl Fn(&Sample) -> f64) -> f64 {
+    let n = samples.len() as f64;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let mean_t = samples.iter().map(|s| s.secs).sum::<f64>() / n;
+    let mean_v = samples.iter().map(&value).sum::<f64>() / n;
+    let (mut num, mut den) = (0.0, 0.0);
+    for s in samples {
+        num += (s.secs - mean_t) * (value(s) - mean_v);
+        den += (s.secs - mean_t) * (s.secs - mean_t);
+    }
+    if den == 0.0 {
+        0.0
+    } else {
+        num / den * 600.0
+    }
+}
+
+/// One request of the mix: `n` decides streamed or not, and whether its client aborts.
+async fn one(client: &TestClient, url: &str, model: &str, n: u64, tally: &Tally) {
+    let stream = n.is_multiple_of(2);
+    let abort = n % 20 == 1 || n % 20 == 10;
+    let body = Bytes::from(chat_body(model, stream, "soak"));
+    if abort && !stream {
+        // Gone before the answer (or just as it arrives).
+        let sent = client.send(http::Method::POST, url, body, &[]);
+        let _ = tokio::time::timeout(Duration::from_micros(300), sent).await;
+        tally.aborted.fetch_add(1, Relaxed);
+        return;
+    }
+    let Ok(resp) = client.send(http::Method::POST, url, body, &[]).await else {
+        tally.failed.fetch_add(1, Relaxed);
+        return;
+    };
+    if resp.status() != 200 {
+        tally.failed.fetch_add(1, Relaxed);
+        return;
+    }
+    let mut body = resp.into_body();
+    if abort {
+        // Gone mid-stream, after the first chunk.
+        let _ = body.frame().await;
+        tally.aborted.fetch_add(1, Relaxed);
+        return;
+    }
+    let mut last = Bytes::new();
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    last = data;
+                }
+            }
+            Some(Err(_)) => {
+                tally.failed.fetch_add(1, Relaxed);
+                return;
+            }
+            None => break,
+        }
+    }
+    let whole = !stream || last.ends_with(b"[DONE]\n\n");
+    let counter = if whole { &tally.ok } else { &tally.failed };
+    counter.fetch_add(1, Relaxed);
+}
+
+pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
+    if args.target.is_some() {
+        eprintln!("  (soak starts its own gateway: skipped for --target)");
+        return Ok(());
+    }
+    let duration = args.phase(1200.0);
+    let mock = start_mock(&args.model, 8, None, pin)?;
+    let config = format!("listen: 127.0.0.1:0\nbackends:\n  - {{name: a, url: '{}'}}\n", mock.url);
+    let gateway = start_gateway(&config, pin)?;
+    let pid = gateway.pid();
+    let base = gateway.url.clone();
+    let setup = own_setup(&gateway, &mock, &args.model);
+    // Capacity of the half-streamed mix: each kind's closed-loop throughput, combined harmonically.
+    let (_, plain) = setup.pair(&chat_body(&args.model, false, "soak"), false)?;
+    let (_, streamed) = setup.pair(&chat_body(&args.model, true, "soak"), true)?;
+    let phase = Duration::from_secs(5);
+    let plain = measure("capacity, non-streamed", &plain, Mode::Closed(32), args.warmup(), phase).await.throughput();
+    let streamed = measure("capacity, streamed", &streamed, Mode::Closed(32), args.warmup(), phase).await.throughput();
+    let capacity = 2.0 / (1.0 / plain.max(1.0) + 1.0 / streamed.max(1.0));
+    let rate = (capacity * 0.6).max(1.0);
+    report.finding("soak", "capacity of the mix (32 connections)", capacity, "req/s");
+    report.finding("soak", "offered rate (60%)", rate, "req/s");
+
+    let probe = TestClient::new();
+    let started = Instant::now();
+    let before = sample(&probe, &base, pid, started).await;
+    let tally = Arc::new(Tally::default());
+    let url = format!("{base}/v1/chat/completions");
+    let load = {
+        let (tally, model) = (tally.clone(), args.model.clone());
+        tokio::spawn(async move {
+            let client = TestClient::new();
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut n = 0u64;
+            while started.elapsed() < duration {
+                tick.tick().await;
+                n += 1;
+                if tally.in_flight.load(Relaxed) >= MAX_IN_FLIGHT {
+                    tally.skipped.fetch_add(1, Relaxed);
+                    continue;
+                }
+                tally.in_flight.fetch_add(1, Relaxed);
+                let (client, url, model, tally) = (client.clone(), url.clone(), model.clone(), tally.clone());
+                tokio::spawn(async move {
+                    one(&client, &url, &model, n, &tally).await;
+                    tally.in_flight.fetch_sub(1, Relaxed);
+                });
+            }
+        })
+    };
+    let window = ((duration.as_secs_f64() / 60.0).clamp(1.0, 10.0)) as usize;
+    let mut samples = Vec::new();
+    while started.elapsed() < duration {
+        let mut s: Option<Sample> = None;
+        for _ in 0..window {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = sample(&probe, &base, pid, started).await;
+            s = Some(s.map_or(now, |s| s.min(now)));
+        }
+        let Some(s) = s else { break };
+        eprintln!(
+            "  soak {:>6.0}s  anon {:>6.1} MB  rss {:>6.1} MB  fds {:>4}  tasks {:>4}  db {}  ok {}  failed {}  aborted {}",
+            s.secs,
+            mb(s.anon),
+            mb(s.rss),
+            s.fds,
+            s.tasks,
+            s.db,
+            tally.ok.load(Relaxed),
+            tally.failed.load(Relaxed),
+            tally.aborted.load(Relaxed)
+        );
+        samples.push(s);
+    }
+    load.await.map_err(|e| e.to_string())?;
+    // Let the last requests finish and the clients' connections close.
+    let drained = Instant::now();
+    while tally.in_flight.load(Relaxed) > 0 && drained.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let settled = Instant::now();
+    while gauge(&probe, &base, "switchyard_connections_open").await > 1 && settled.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = sample(&probe, &base, pid, started).await;
+
+    let steady: Vec<Sample> =
+        samples.iter().copied().filter(|s| s.secs >= duration.as_secs_f64() * WARMUP_SHARE).collect();
+    let rss_slope = slope_per_10min(&steady, |s| s.anon as f64 / (1024.0 * 1024.0));
+    let fd_slope = slope_per_10min(&steady, |s| s.fds as f64);
+    let task_slope = slope_per_10min(&steady, |s| s.tasks as f64);
+    let db_slope = slope_per_10min(&steady, |s| s.db as f64);
+    let (ok, failed, aborted) = (tally.ok.load(Relaxed), tally.failed.load(Relaxed), tally.aborted.load(Relaxed));
+    report.finding("soak", "duration", duration.as_secs_f64() / 60.0, "min");
+    report.finding("soak", "requests completed", ok as f64, "");
+    report.finding("soak", "requests aborted by their clients", aborted as f64, "");
+    report.finding("soak", "requests failed", failed as f64, "");
+    report.finding("soak", "requests not sent (generator at its in-flight cap)", tally.skipped.load(Relaxed) as f64, "");
+    report.finding("soak", "anonymous RSS slope after warm-up", rss_slope, "MiB/10 min");
+    report.finding("soak", "anonymous RSS before the load", mb(before.anon), "MB");
+    report.finding("soak", "anonymous RSS after the load", mb(after.anon), "MB");
+    report.finding("soak", "file descriptor slope after warm-up", fd_slope, "/10 min");
+    report.finding("soak", "runtime task slope after warm-up", task_slope, "/10 min");
+    report.finding("soak", "database connection slope after warm-up", db_slope, "/10 min");
+    let peak = samples.iter().map(|s| s.rss).max().unwrap_or(0);
+    report.finding("soak", "RSS before the load", mb(before.rss), "MB");
+    report.finding("soak", "RSS peak", mb(peak), "MB");
+    report.finding("soak", "RSS after the load", mb(after.rss), "MB");
+    report.finding("soak", "file descriptors before the load", before.fds as f64, "");
+    report.finding("soak", "file descriptors after the load", after.fds as f64, "");
+    report.finding("soak", "runtime tasks before the load", before.tasks as f64, "");
+    report.finding("soak", "runtime tasks after the load", after.tasks as f64, "");
+
+    let mut broken = Vec::new();
+    if rss_slope >= RSS_BAR_MIB {
+        broken.push(format!("anonymous RSS grew {rss_slope:.2} MiB per 10 min (bar {RSS_BAR_MIB})"));
+    }
+    for (what, slope) in [("file descriptors", fd_slope), ("runtime tasks", task_slope), ("db connections", db_slope)] {
+        if slope >= COUNT_BAR {
+            broken.push(format!("{what} grew {slope:.1} per 10 min (bar {COUNT_BAR})"));
+        }
+    }
+    // Once idle again, what the load held must be back: only pooled upstream connections (and
+    // their tasks) may remain, at most one per request that was in flight at once.
+    let pooled_slack = MAX_IN_FLIGHT.min((rate * 0.5) as u64 + 16);
+    if after.fds > before.fds + pooled_slack {
+        broken.push(format!("file descriptors {} → {} once idle", before.fds, after.fds));
+    }
+    if after.tasks > before.tasks + pooled_slack {
+        broken.push(format!("runtime tasks {} → {} once idle", before.tasks, after.tasks));
+    }
+    if failed > 0 {
+        broken.push(format!("{failed} requests failed"));
+    }
+    if broken.is_empty() {
+        Ok(())
+    } else {
+        crate::report::print(report);
+        Err(format!("soak: {}", broken.join("; ")))
+    }
+}
