@@ -6,8 +6,8 @@ mod abuse;
 mod affinity;
 mod code_mode;
 mod failover;
-mod soak;
 mod mcp;
+mod soak;
 mod usage_query;
 
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,14 @@
 //! (cargo-fuzz, `--sanitizer none` on stable) and `tests/corpora.rs` replays every committed
 //! corpus file through them in the test command. Each panics only on a broken property.
 
+mod config;
+mod http;
+mod journal;
+
+pub use config::config_parsing;
+pub use http::http_requests;
+pub use journal::journal_recovery;
+
 use switchyard_protocol::chat::{ChatRequest, ResponseContext, StreamDecoder};
 use switchyard_protocol::{anthropic, ollama, openai_chat, responses};
 
@@ -9,7 +17,13 @@ use switchyard_protocol::{anthropic, ollama, openai_chat, responses};
 pub type Target = fn(&[u8]);
 
 /// The fuzz targets by name (a folder of `fuzz/corpus/` each).
-pub const TARGETS: [(&str, Target); 2] = [("stream_decoders", stream_decoders), ("request_parsers", request_parsers)];
+pub const TARGETS: [(&str, Target); 5] = [
+    ("stream_decoders", stream_decoders),
+    ("request_parsers", request_parsers),
+    ("http_requests", http_requests),
+    ("journal_recovery", journal_recovery),
+    ("config_parsing", config_parsing),
+];
 
 fn decoders() -> Vec<(&'static str, Box<dyn StreamDecoder>)> {
     let c = ResponseContext { created: 1, id: "fuzz".to_owned() };
@@ -50,11 +64,54 @@ pub fn stream_decoders(data: &[u8]) {
     }
 }
 
+/// What a translation must carry across APIs whatever their shapes: the system text (top-level
+/// segments and system messages, in order), who said each piece of text (assistant or not:
+/// consecutive turns of one side may merge), the tool calls by name and the tool results, in
+/// order. Whitespace is left out, as APIs join segments differently.
+#[derive(Debug, PartialEq)]
+struct Gist {
+    system: String,
+    turns: Vec<(bool, String)>,
+    calls: Vec<String>,
+    results: Vec<String>,
+}
+
+impl Gist {
+    fn of(request: &ChatRequest) -> Gist {
+        use switchyard_protocol::chat::{Part, Role};
+        let squeeze = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+        let mut gist = Gist { system: String::new(), turns: Vec::new(), calls: Vec::new(), results: Vec::new() };
+        for segment in &request.system {
+            gist.system.push_str(&squeeze(segment));
+        }
+        for message in &request.messages {
+            for part in &message.content {
+                match part {
+                    Part::Text(text) if message.role == Role::System => gist.system.push_str(&squeeze(text)),
+                    Part::Text(text) => {
+                        let (assistant, text) = (message.role == Role::Assistant, squeeze(text));
+                        match gist.turns.last_mut() {
+                            _ if text.is_empty() => {}
+                            Some((side, said)) if *side == assistant => said.push_str(&text),
+                            _ => gist.turns.push((assistant, text)),
+                        }
+                    }
+                    Part::ToolCall(call) => gist.calls.push(call.name.clone()),
+                    Part::ToolResult(result) => gist.results.push(squeeze(&result.content)),
+                    Part::Image(_) => {}
+                }
+            }
+        }
+        gist
+    }
+}
+
 /// Every inbound API's request parser on the bytes: no panic; a request that decodes is a fixed
 /// point of encode-then-decode in its own API (roles and contents preserved); its encoding for
-/// every other API, when that API can carry it, is read back there without a panic. (Not an
-/// error-free read: an image whose bytes are no image passes through OpenAI's data URLs but is
-/// refused by Ollama's decoder, which must name its type — the first thing fuzzing found.)
+/// every other API, when that API can carry it, is read back there without a panic and, when it
+/// reads, with the same roles and contents ([`Gist`]). (Not an error-free read: an image whose
+/// bytes are no image passes through OpenAI's data URLs but is refused by Ollama's decoder, which
+/// must name its type — the first thing fuzzing found.)
 pub fn request_parsers(data: &[u8]) {
     type Decode = fn(&[u8]) -> Result<ChatRequest, switchyard_protocol::chat::TranslateError>;
     type Encode = fn(&ChatRequest) -> Result<Vec<u8>, switchyard_protocol::chat::TranslateError>;
@@ -73,9 +130,11 @@ pub fn request_parsers(data: &[u8]) {
             let third = decode(&twice).unwrap_or_else(|e| panic!("{name}: second encoding does not decode: {e}"));
             assert_eq!(again, third, "{name}: encode/decode is not a fixed point");
         }
+        let gist = Gist::of(&request);
         for (other, other_decode, other_encode) in apis {
-            if let Ok(bytes) = other_encode(&request) {
-                let _ = (other, other_decode(&bytes));
+            let Ok(bytes) = other_encode(&request) else { continue };
+            if let Ok(read_back) = other_decode(&bytes) {
+                assert_eq!(gist, Gist::of(&read_back), "{name} → {other}: roles or contents changed");
             }
         }
     }

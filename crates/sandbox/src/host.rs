@@ -11,7 +11,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use wasmtime::{Caller, Engine, Extern, InstancePre, Linker, Memory, ResourceLimiter, Store, Trap, TypedFunc};
 
-use crate::{Failure, Limit, Limits, Outcome, ToolAnswer, ToolHost, EPOCH_TICK};
+use crate::engine::EPOCH_TICK;
+use crate::{Failure, Limit, Limits, LogLine, Outcome, ToolAnswer, ToolHost};
 
 /// QuickJS's own stack limit, inside the runner's 1 MiB shadow stack, so deep recursion is a JavaScript
 /// `RangeError` before it is a trap.
@@ -21,14 +22,6 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// WASI's EBADF: the module has no file descriptors.
 const WASI_EBADF: i32 = 8;
 const WASI_EINVAL: i32 = 28;
-
-/// One `console.*` line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogLine {
-    /// `log`, `info`, `warn` or `error`.
-    pub level: &'static str,
-    pub text: String,
-}
 
 /// Set when the caller stops waiting for the result.
 #[derive(Default)]

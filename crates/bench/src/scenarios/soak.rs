@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use switchyard_testkit::TestClient;
 
-use super::{chat_body, measure, mb, own_setup, start_gateway, start_mock, Mode};
+use super::{chat_body, mb, measure, own_setup, start_gateway, start_mock, Mode};
 use crate::procs;
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
@@ -232,8 +232,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let settled = Instant::now();
-    while gauge(&probe, &base, "switchyard_connections_open").await > 1 && settled.elapsed() < Duration::from_secs(30)
-    {
+    while gauge(&probe, &base, "switchyard_connections_open").await > 1 && settled.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let after = sample(&probe, &base, pid, started).await;
@@ -249,7 +248,12 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     report.finding("soak", "requests completed", ok as f64, "");
     report.finding("soak", "requests aborted by their clients", aborted as f64, "");
     report.finding("soak", "requests failed", failed as f64, "");
-    report.finding("soak", "requests not sent (generator at its in-flight cap)", tally.skipped.load(Relaxed) as f64, "");
+    report.finding(
+        "soak",
+        "requests not sent (generator at its in-flight cap)",
+        tally.skipped.load(Relaxed) as f64,
+        "",
+    );
     report.finding("soak", "anonymous RSS slope after warm-up", rss_slope, "MiB/10 min");
     report.finding("soak", "anonymous RSS before the load", mb(before.anon), "MB");
     report.finding("soak", "anonymous RSS after the load", mb(after.anon), "MB");
