@@ -133,8 +133,8 @@ pub async fn forward(
                 return Err(e);
             }
         };
-        let (backend, route) = match selected {
-            Ok(selected) => (selected.backend, selected.explain.and_then(|e| HeaderValue::try_from(e).ok())),
+        let (backend, route, slot) = match selected {
+            Ok(s) => (s.backend, s.explain.and_then(|e| HeaderValue::try_from(e).ok()), s.slot),
             Err(SelectError::UnknownModel) => {
                 let e = GatewayError::ModelNotFound { model: routed.model };
                 if let Some(m) = meter.as_mut() {
@@ -186,7 +186,8 @@ pub async fn forward(
             failure = Some(GatewayError::UpstreamTimeout);
             break;
         }
-        let guard = backend.start();
+        let guard = slot;
+        backend.stats.attempts.fetch_add(1, Relaxed);
         let sent = Instant::now();
         let limit = remaining.min(app.config.timeouts.first_byte);
         let outcome = attempt_once(app, &backend, wire, upstream_body, &parts.headers, request_id, limit).await;

@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::config::{AffinityConfig, Config, Strategy};
 use admission::Admission;
 pub use affinity::RouteHints;
-use backend::Backend;
+use backend::{Backend, InFlight};
 use policy::RoutingPolicy;
 use prefix::PrefixIndex;
 use sticky::StickyTable;
@@ -31,6 +31,8 @@ use sticky::StickyTable;
 pub struct Selected {
     pub backend: Arc<Backend>,
     pub explain: Option<String>,
+    /// The slot taken on `backend` (under its cap): in flight until this drops.
+    pub slot: InFlight,
 }
 
 type ModelTable = HashMap<String, Vec<Arc<Backend>>>;
@@ -150,21 +152,28 @@ impl Router {
                 room
             })
             .collect();
-        let none = if full { SelectError::Full } else { SelectError::NoneAvailable };
         let session = hints.session.filter(|_| self.sticky.is_some());
         let mut repin_why = None;
         if let (Some(sticky), Some(session)) = (&self.sticky, session) {
             if let Some(id) = sticky.get(model, session, Instant::now()) {
                 match candidates.iter().position(|b| b.id == id) {
                     Some(i) => match affinity::overloaded(&self.affinity, model, candidates[i], &candidates) {
-                        None if candidates[i].health.claim(now) => {
-                            let chosen = candidates[i].clone();
-                            sticky.pin(model, session, chosen.id, Instant::now());
-                            self.remember(&chosen, hints, None);
-                            let explain = affinity::explain("sticky", &chosen, 0, 0, "session pinned here");
-                            return Ok(Selected { backend: chosen, explain: Some(explain) });
-                        }
-                        None => repin_why = Some("re-pinned: the pinned backend is in a breaker trial"),
+                        None => match candidates[i].try_start() {
+                            Some(slot) if candidates[i].health.claim(now) => {
+                                let chosen = candidates[i].clone();
+                                sticky.pin(model, session, chosen.id, Instant::now());
+                                self.remember(&chosen, hints, None);
+                                let explain = affinity::explain("sticky", &chosen, 0, 0, "session pinned here");
+                                return Ok(Selected { backend: chosen, explain: Some(explain), slot });
+                            }
+                            Some(_) => repin_why = Some("re-pinned: the pinned backend is in a breaker trial"),
+                            None => {
+                                // Its last slot went to another request a moment ago.
+                                full = true;
+                                candidates.swap_remove(i);
+                                repin_why = Some("re-pinned: the pinned backend is full");
+                            }
+                        },
                         Some(_) => repin_why = Some("re-pinned: the pinned backend is overloaded"),
                     },
                     None => repin_why = Some("re-pinned: the pinned backend is unavailable"),
@@ -172,8 +181,16 @@ impl Router {
             }
         }
         loop {
+            let none = if full { SelectError::Full } else { SelectError::NoneAvailable };
             let (i, matched, why) = self.choose(model, hints, &candidates).ok_or(none)?;
             let chosen = candidates[i];
+            // Its last slot may have gone to another request since the filter above. (Taken
+            // before the breaker's trial is claimed: a claimed trial must be used.)
+            let Some(slot) = chosen.try_start() else {
+                full = true;
+                candidates.swap_remove(i);
+                continue;
+            };
             // Only one request wins the half-open trial of a recovering breaker.
             if !chosen.health.claim(now) {
                 candidates.swap_remove(i);
@@ -194,7 +211,7 @@ impl Router {
                 }
                 (None, None) => None,
             };
-            return Ok(Selected { backend: chosen, explain });
+            return Ok(Selected { backend: chosen, explain, slot });
         }
     }
 
@@ -280,6 +297,35 @@ mod tests {
             b.health.set_up(true);
         }
         r
+    }
+
+    #[test]
+    fn concurrent_selections_never_take_more_slots_than_the_cap() {
+        let r = Arc::new(router("backends:\n - {name: a, url: 'http://a:1', models: [x], max_concurrency: 2}"));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (r, peak) = (r.clone(), peak.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        if let Ok(selected) = r.select_with("x", &RouteHints::default(), &[]) {
+                            peak.fetch_max(selected.backend.in_flight(), Relaxed);
+                            drop(selected);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(peak.load(Relaxed) <= 2, "{} slots taken at once under a cap of 2", peak.load(Relaxed));
+        assert_eq!(r.backends[0].in_flight(), 0, "every slot came back");
+        assert_eq!(
+            r.select_with("x", &RouteHints::default(), &[]).map(|s| s.backend.in_flight()).ok(),
+            Some(1),
+            "the slot is taken by the selection itself"
+        );
     }
 
     #[test]

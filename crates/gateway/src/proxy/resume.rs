@@ -88,7 +88,8 @@ impl Resumer {
         let earlier = Tokens { prompt, completion, total: prompt + completion };
         let app = self.app.clone();
         loop {
-            let backend = app.router.select_with(&self.model, &RouteHints::default(), &self.tried).ok()?.backend;
+            let selected = app.router.select_with(&self.model, &RouteHints::default(), &self.tried).ok()?;
+            let (backend, guard) = (selected.backend, selected.slot);
             self.tried.push(backend.id);
             let wire = continuation_wire(backend.kind());
             let Ok((body, trimmed)) = decoded.encode_continuation(wire, &emitted.text) else { continue };
@@ -97,7 +98,7 @@ impl Resumer {
                 return None;
             }
             app.metrics.retries.fetch_add(1, Relaxed);
-            let guard = backend.start();
+            backend.stats.attempts.fetch_add(1, Relaxed);
             let limit = remaining.min(app.config.timeouts.first_byte);
             match attempt_once(&app, &backend, wire, body, &self.headers, &self.request_id, limit).await {
                 Ok((parts, body, first)) if parts.status.is_success() => {

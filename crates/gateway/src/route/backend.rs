@@ -142,11 +142,23 @@ impl Backend {
         true
     }
 
-    /// Count an attempt as in flight until the returned guard drops.
+    /// Count a request as in flight until the returned guard drops, whatever the cap.
     pub fn start(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Relaxed);
-        self.stats.attempts.fetch_add(1, Relaxed);
         InFlight { backend: self.clone() }
+    }
+
+    /// Take one of the backend's slots, if one is free under its cap (always, without a cap).
+    /// The check and the increment are one atomic step, so requests choosing this backend at
+    /// the same instant can never take more slots than the cap.
+    pub fn try_start(self: &Arc<Self>) -> Option<InFlight> {
+        match self.capacity() {
+            None => Some(self.start()),
+            Some(cap) => {
+                self.in_flight.fetch_update(Relaxed, Relaxed, |n| (n < cap).then_some(n + 1)).ok()?;
+                Some(InFlight { backend: self.clone() })
+            }
+        }
     }
 
     /// Passive failure of the transport kind: take the backend out now and re-probe at once.
