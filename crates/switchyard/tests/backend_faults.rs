@@ -76,7 +76,7 @@ fn rss_bytes() -> u64 {
 }
 
 /// Memory the repeated faults may leave behind: allocator slack, not a leak per request.
-const RSS_SLACK: u64 = 4 << 20;
+const RSS_SLACK: u64 = 8 << 20;
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)

@@ -52,7 +52,7 @@ async fn two_thousand_half_sent_heads_cost_little_and_starve_nobody() {
     std::fs::write(
         &config,
         format!(
-            "listen: 127.0.0.1:0\ntimeouts: {{header_read: 4s}}\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nbackends:\n  - {{name: b0, url: '{}'}}\n",
+            "listen: 127.0.0.1:0\ntimeouts: {{header_read: 10s}}\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nbackends:\n  - {{name: b0, url: '{}'}}\n",
             db_url(&dir),
             dir.display(),
             mock.url()
