@@ -241,7 +241,15 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
     if limits.max_headers != HYPER_DEFAULT_MAX_HEADERS {
         builder.http1().max_headers(limits.max_headers);
     }
-    builder.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
+    // HTTP/2 has no head-read idle clock: a connection that sends nothing for `header_read` is
+    // pinged, and closed if the ping goes unanswered as long (a client that vanished without a
+    // FIN would otherwise hold its slot forever).
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(limits.max_header_bytes as u32)
+        .keep_alive_interval(Some(app.config.timeouts.header_read))
+        .keep_alive_timeout(app.config.timeouts.header_read);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let write_limit = app.config.timeouts.client_write;
     let graceful = GracefulShutdown::new();

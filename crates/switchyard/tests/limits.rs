@@ -2,7 +2,7 @@
 //! configured but never applied is the classic failure): open connections, header count and
 //! size (431), URI length (414), a declared oversized body (413 before it is read), JSON
 //! nesting on every path that parses, a backend's endless stream line, the header-read and
-//! keep-alive timeouts, a slow POST, and a client that stops reading a stream.
+//! keep-alive timeouts, an HTTP/2 client gone silent, a slow POST, and a client that stops reading a stream.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -240,6 +240,34 @@ async fn slow_heads_and_idle_keep_alives_are_closed() {
     assert!(read_head(&mut idle).await.starts_with("HTTP/1.1 200"));
     let rest = read_to_close(&mut idle).await;
     assert!(rest.len() < 200, "only the first response's body came: {}", String::from_utf8_lossy(&rest));
+}
+
+#[tokio::test]
+async fn an_http2_connection_that_stops_answering_is_pinged_then_closed() {
+    let a = mock(&["m"]).await;
+    let gw = gateway(&[&a], "timeouts: {header_read: 300ms}").await;
+    let mut s = connect(&gw).await;
+    // The preface and an empty SETTINGS frame, then silence: no SETTINGS ack, no PING answer.
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+    let started = std::time::Instant::now();
+    let sent = read_to_close(&mut s).await;
+    assert!(started.elapsed() < PATIENCE);
+    // Walk the frames (9-byte headers): the gateway pinged before it gave up.
+    let (mut at, mut pinged) = (0, false);
+    while at + 9 <= sent.len() {
+        let len = (usize::from(sent[at]) << 16) | (usize::from(sent[at + 1]) << 8) | usize::from(sent[at + 2]);
+        pinged |= sent[at + 3] == 0x6 && sent[at + 4] & 0x1 == 0;
+        at += 9 + len;
+    }
+    assert!(pinged, "a PING came before the close: {sent:?}");
+    // The connection's slot came back.
+    let back = tokio::time::timeout(PATIENCE, async {
+        while gw.app.metrics.connections_open.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(back.is_ok(), "the connection was let go");
 }
 
 #[tokio::test]
