@@ -2,6 +2,8 @@
 //! `model` in place (a byte splice, never a re-serialisation) when an alias resolved.
 
 use std::borrow::Cow;
+use std::future::{poll_fn, Future};
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Limited};
@@ -26,8 +28,16 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    let collected = tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await;
-    match collected.map_err(|_| GatewayError::BodyTimeout)? {
+    // A body that is already here (the usual small request, read with its head) needs no timer:
+    // arming one costs more than the rest of reading the body. Only a body still on its way
+    // gets the deadline.
+    let mut collect = std::pin::pin!(Limited::new(body, limit).collect());
+    let first = poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let collected = match first {
+        Poll::Ready(collected) => collected,
+        Poll::Pending => tokio::time::timeout(deadline, collect).await.map_err(|_| GatewayError::BodyTimeout)?,
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(GatewayError::PayloadTooLarge { limit }),
         Err(_) => Err(GatewayError::bad_request("the request body could not be read", None)),
