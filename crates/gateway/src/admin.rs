@@ -205,6 +205,7 @@ pub async fn handle(
                     apply(&mut record, parse_fields(&body)?, now)?;
                     store.update_key(&record).await.map_err(internal)?;
                     app.auth.evict(id);
+                    announce(app, id).await;
                     Ok(json_value(StatusCode::OK, &key_json(&record)))
                 }
                 Method::DELETE => {
@@ -213,6 +214,7 @@ pub async fn handle(
                         store.update_key(&record).await.map_err(internal)?;
                     }
                     app.auth.evict(id);
+                    announce(app, id).await;
                     Ok(json_value(StatusCode::OK, &key_json(&record)))
                 }
                 _ => Err(GatewayError::MethodNotAllowed),
@@ -292,5 +294,12 @@ async fn reload(app: &App) -> Result<Response<GatewayBody>, GatewayError> {
     match rx.await.map_err(|_| GatewayError::Internal)? {
         Ok(message) => Ok(json_value(StatusCode::OK, &serde_json::json!({ "reloaded": true, "message": message }))),
         Err(why) => Err(GatewayError::bad_request(format!("configuration not reloaded: {why}"), None)),
+    }
+}
+
+/// Tell the rest of the fleet (when there is one) that a key changed.
+async fn announce(app: &App, id: &str) {
+    if let Some(shared) = &app.shared {
+        crate::shared::revocation::announce(shared, id).await;
     }
 }

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use crate::auth::{key, Auth, KeyLookup};
 use crate::clock::Clock;
 use crate::config::{Config, McpTransport};
-use crate::limit::{Budgets, MemoryLimiter};
+use crate::limit::{Budgets, Limiter, MemoryLimiter, SharedLimiter};
 use crate::metrics::Metrics;
 use crate::records::KeyRecord;
 use crate::route::Router;
+use crate::shared::Shared;
 use crate::store::Store;
 use crate::upstream::{self, UpstreamClient};
 use crate::usage::{Journal, JournalOptions, UsageWriter, WriterConfig};
@@ -27,7 +28,9 @@ pub struct App {
     pub client: UpstreamClient,
     pub metrics: Arc<Metrics>,
     pub auth: Arc<Auth>,
-    pub limiter: Arc<MemoryLimiter>,
+    pub limiter: Arc<Limiter>,
+    /// What a fleet shares through Redis (`redis:`); None for a lone instance.
+    pub shared: Option<Arc<Shared>>,
     pub budgets: Arc<Budgets>,
     /// Keys and usage; None only for commands that do not serve (`check`).
     pub store: Option<Store>,
@@ -96,13 +99,26 @@ impl App {
             Arc::new(StoreKeys(store.clone())),
         ));
         let mcp = mcp_front(&config, &client, &secret)?;
+        let metrics = Arc::new(Metrics::default());
+        let memory = Arc::new(MemoryLimiter::new(clock.clone()));
+        let (limiter, shared) = match &config.redis {
+            None => (Limiter::new(memory, None), None),
+            Some(redis) => {
+                metrics.shared_configured.store(true, std::sync::atomic::Ordering::Relaxed);
+                let shared = Shared::new(redis, metrics.clone())?;
+                // The fallback keeps its own windows: what `local_share` enforces while Redis is away.
+                let fallback = Arc::new(MemoryLimiter::new(clock.clone()));
+                (Limiter::new(memory, Some(SharedLimiter::new(shared.clone(), fallback))), Some(shared))
+            }
+        };
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
             client,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             auth,
-            limiter: Arc::new(MemoryLimiter::new(clock.clone())),
+            limiter: Arc::new(limiter),
+            shared,
             budgets: Arc::new(Budgets::default()),
             store,
             journal: None,
@@ -121,6 +137,7 @@ impl App {
         let fixed = [
             ("storage", old.storage.url != config.storage.url || old.storage.journal_dir != config.storage.journal_dir),
             ("storage.record_usage", old.storage.record_usage != config.storage.record_usage),
+            ("redis", old.redis != config.redis),
             ("auth", old.auth.master_key != config.auth.master_key || old.auth.secret != config.auth.secret),
             ("mcp", format!("{:?}", old.mcp) != format!("{:?}", config.mcp)),
             ("limits (of the listener)", format!("{:?}", old.listener) != format!("{:?}", config.listener)),
@@ -142,6 +159,7 @@ impl App {
             metrics: self.metrics.clone(),
             auth: self.auth.clone(),
             limiter: self.limiter.clone(),
+            shared: self.shared.clone(),
             budgets: self.budgets.clone(),
             store: self.store.clone(),
             journal: self.journal.clone(),

@@ -171,6 +171,11 @@ impl Auth {
     pub fn evict(&self, id: &str) {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
     }
+
+    /// Forget every key (changes may have been missed: see `shared/revocation.rs`).
+    pub fn evict_all(&self) {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -242,6 +242,41 @@ pub struct Config {
     pub source: Option<std::path::PathBuf>,
     /// TLS on the listener (`tls: {cert, key}`, PEM files; re-read on every reload).
     pub tls: Option<TlsConfig>,
+    /// Shared state for a fleet (`redis:`): limits, revocations. None: each instance alone.
+    pub redis: Option<RedisConfig>,
+}
+
+/// `redis:` — where a fleet keeps what its instances share, and what to do while it is away.
+#[derive(Clone, PartialEq)]
+pub struct RedisConfig {
+    pub url: String,
+    /// How long one call may take before it counts as a failure (`redis.timeout`, 50 ms).
+    pub timeout: Duration,
+    /// While Redis is unreachable: requests/tokens per minute, and parallel requests.
+    pub rate_policy: FailurePolicy,
+    pub parallel_policy: FailurePolicy,
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("RedisConfig")
+            .field("timeout", &self.timeout)
+            .field("rate_policy", &self.rate_policy)
+            .field("parallel_policy", &self.parallel_policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a limit does while the shared state cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Each instance enforces the limit divided by the live instances it knows of.
+    LocalShare,
+    /// The limit is not enforced.
+    Open,
+    /// Requests under the limit are refused (503).
+    Closed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

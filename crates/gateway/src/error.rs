@@ -44,6 +44,8 @@ pub enum GatewayError {
         retry_after_secs: u64,
     },
     UpstreamTimeout,
+    /// The fleet's shared limits (Redis) cannot be reached and their `on_failure` is `closed`.
+    LimitsUnavailable,
     /// A named resource (such as an admin key id) does not exist.
     NotFound {
         message: String,
@@ -83,7 +85,9 @@ impl GatewayError {
             GatewayError::RouteNotFound | GatewayError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            GatewayError::NoHealthyBackend { .. } | GatewayError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::NoHealthyBackend { .. }
+            | GatewayError::Overloaded { .. }
+            | GatewayError::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -108,6 +112,7 @@ impl GatewayError {
             GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
             GatewayError::Overloaded { .. } => "overloaded",
             GatewayError::UpstreamTimeout => "upstream_timeout",
+            GatewayError::LimitsUnavailable => "limits_unavailable",
             GatewayError::NotFound { .. } => "not_found",
             GatewayError::Unauthorized { .. } => "unauthorized",
             GatewayError::Forbidden { .. } => "forbidden",
@@ -173,6 +178,12 @@ impl GatewayError {
                 "server_error",
                 None,
                 Some("upstream_timeout"),
+            ),
+            GatewayError::LimitsUnavailable => (
+                "this key's limits cannot be checked right now (shared state unreachable); retry shortly".to_owned(),
+                "server_error",
+                None,
+                Some("limits_unavailable"),
             ),
             GatewayError::NotFound { message } => (message.clone(), "invalid_request_error", None, Some("not_found")),
             GatewayError::Unauthorized { message, code } => {

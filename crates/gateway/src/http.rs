@@ -63,6 +63,9 @@ pub fn error_response_in(e: &GatewayError, api: Api) -> Response<GatewayBody> {
     if let GatewayError::Overloaded { retry_after_secs, .. } = e {
         h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
     }
+    if let GatewayError::LimitsUnavailable = e {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     if let GatewayError::Unauthorized { .. } = e {
         h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }

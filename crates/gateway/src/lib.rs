@@ -18,7 +18,7 @@
 //!    → `store`), settling limits and budgets when the response ends however it ends.
 //! 4. `app` — the shared state all of the above read: built once, never imports a handler.
 //! 5. `http` — response bodies, JSON and error responses, body reading, relay, metering.
-//! 6. `auth`, `limit`, `route` (health probes and discovery run beside the pipeline, one task
+//! 6. `auth`, `limit` (across a fleet through `shared`, the Redis connection), `route` (health probes and discovery run beside the pipeline, one task
 //!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`.
 //! 7. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob` — the bottom: they import no other
 //!    pipeline module (`config` and `records` nothing at all).
@@ -40,6 +40,7 @@ pub mod proxy;
 pub mod records;
 pub mod route;
 pub mod server;
+pub mod shared;
 pub mod store;
 pub mod translate;
 pub mod upstream;

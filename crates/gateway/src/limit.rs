@@ -1,17 +1,94 @@
 //! Per-key rate limits: requests/min, tokens/min and parallel requests, reserve-then-settle.
-//! In memory by default (`limit/memory.rs`); the shape leaves room for a shared (Redis) limiter.
+//! In memory by default (`limit/memory.rs`); across a fleet in Redis when `redis:` is
+//! configured (`limit/shared.rs`), with the in-memory limiter as its `local_share` fallback.
 
 mod budget;
 mod memory;
+mod shared;
 
 use std::fmt::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 pub use budget::{period_end, period_start, BudgetPermit, Budgets, OverBudget};
-pub use memory::{MemoryLimiter, Permit};
+pub use memory::MemoryLimiter;
+pub use shared::SharedLimiter;
+
+/// The limiter requests go through: the fleet's when Redis is configured, else this process's.
+pub struct Limiter {
+    memory: Arc<MemoryLimiter>,
+    shared: Option<Arc<SharedLimiter>>,
+}
+
+impl Limiter {
+    pub fn new(memory: Arc<MemoryLimiter>, shared: Option<Arc<SharedLimiter>>) -> Limiter {
+        Limiter { memory, shared }
+    }
+
+    /// This process's own limiter (what MCP tool calls are limited by).
+    pub fn memory(&self) -> &Arc<MemoryLimiter> {
+        &self.memory
+    }
+
+    pub fn shared(&self) -> Option<&Arc<SharedLimiter>> {
+        self.shared.as_ref()
+    }
+
+    /// Admit or refuse one request for `key` with `estimate` tokens, atomically across limits.
+    pub async fn acquire(&self, key: &str, limits: &Limits, estimate: u64) -> Result<Permit, Refused> {
+        match &self.shared {
+            None => self.memory.acquire(key, limits, estimate).map_err(Refused::Limited),
+            Some(shared) => shared.acquire(key, limits, estimate).await,
+        }
+    }
+}
+
+/// Why a request was not admitted.
+#[derive(Debug)]
+pub enum Refused {
+    Limited(RateLimited),
+    /// The shared state is unreachable and the limit's `on_failure` policy is `closed`.
+    Unavailable,
+}
+
+/// An admitted request: what its client is told about its limits, and its share of them, held
+/// until dropped. `settle` corrects the token reservation to the real count.
+pub struct Permit {
+    pub snapshot: Snapshot,
+    hold: Hold,
+}
+
+enum Hold {
+    Memory(memory::Hold),
+    Shared(shared::Hold),
+    /// Nothing to give back (a limit left open while Redis is away).
+    Nothing,
+}
+
+impl Permit {
+    fn memory(snapshot: Snapshot, hold: memory::Hold) -> Permit {
+        Permit { snapshot, hold: Hold::Memory(hold) }
+    }
+
+    fn shared(snapshot: Snapshot, hold: shared::Hold) -> Permit {
+        Permit { snapshot, hold: Hold::Shared(hold) }
+    }
+
+    fn unlimited() -> Permit {
+        Permit { snapshot: Snapshot::default(), hold: Hold::Nothing }
+    }
+
+    pub fn settle(&mut self, actual_tokens: u64) {
+        match &mut self.hold {
+            Hold::Memory(h) => h.settle(actual_tokens),
+            Hold::Shared(h) => h.settle(actual_tokens),
+            Hold::Nothing => {}
+        }
+    }
+}
 
 /// The limits of one key; `None` means unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -51,7 +51,7 @@ pub async fn handle(
     };
     let admit: switchyard_mcp::SharedAdmit = match principal.key().filter(|k| k.rpm.is_some()) {
         Some(k) => {
-            let (limiter, id) = (app.limiter.clone(), k.id.clone());
+            let (limiter, id) = (app.limiter.memory().clone(), k.id.clone());
             let limits = Limits { rpm: k.rpm, tpm: None, max_parallel: None };
             Arc::new(move || {
                 limiter.acquire(&id, &limits, 0).map(drop).map_err(|r| {

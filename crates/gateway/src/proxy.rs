@@ -30,7 +30,7 @@ use crate::http::metering::Meter;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
-use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit};
+use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refused};
 use crate::route::backend::{Backend, InFlight};
 use crate::route::{RouteHints, SelectError};
 use crate::translate::{self, Plan, StreamTranslator, Wire};
@@ -71,7 +71,7 @@ pub async fn forward(
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let mut routed = parse_request(endpoint, body, &app.config)?;
-    let permit = admit(app, &principal, &routed)?;
+    let permit = admit(app, &principal, &routed).await?;
     let budget = reserve_budget(app, &principal, &routed).await?;
     let client_body = routed.body.clone();
     let mut bodies = Bodies::new(endpoint, &client_body, &routed.model);
@@ -306,7 +306,7 @@ async fn reserve_budget(
 const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
 
 /// A virtual key's model allow-list and rate limits; an admitted request holds its permit.
-fn admit(app: &App, principal: &Principal, routed: &RoutedRequest) -> Result<Option<Permit>, GatewayError> {
+async fn admit(app: &App, principal: &Principal, routed: &RoutedRequest) -> Result<Option<Permit>, GatewayError> {
     let Some(key) = principal.key() else { return Ok(None) };
     if !model_allowed(&key.models, &routed.model) && !model_allowed(&key.models, &routed.requested) {
         return Err(GatewayError::Forbidden {
@@ -319,7 +319,11 @@ fn admit(app: &App, principal: &Principal, routed: &RoutedRequest) -> Result<Opt
         return Ok(None);
     }
     let estimate = (routed.body.len() as u64).div_ceil(4) + routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE);
-    app.limiter.acquire(&key.id, &limits, estimate).map(Some).map_err(|r| {
+    app.limiter.acquire(&key.id, &limits, estimate).await.map(Some).map_err(|refused| {
+        let r = match refused {
+            Refused::Limited(r) => r,
+            Refused::Unavailable => return GatewayError::LimitsUnavailable,
+        };
         let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
         GatewayError::RateLimited {
             message: match r.which {

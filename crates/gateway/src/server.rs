@@ -45,6 +45,8 @@ pub struct RunningGateway {
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
     probers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// The fleet's tasks (heartbeat, parallel-slot refresh, key changes), when `redis:` is set.
+    fleet: Vec<JoinHandle<()>>,
 }
 
 impl RunningGateway {
@@ -97,6 +99,9 @@ impl Drop for RunningGateway {
         for p in self.probers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             p.abort();
         }
+        for task in &self.fleet {
+            task.abort();
+        }
         if let Some(server) = &self.server {
             server.abort();
         }
@@ -132,6 +137,7 @@ pub async fn start(
         });
     }
     let probers = Arc::new(Mutex::new(spawn_probers(&app)));
+    let fleet = spawn_fleet(&app);
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
     let tls: Tls = match &app.config.tls {
         Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
@@ -161,7 +167,18 @@ pub async fn start(
             tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");
         }
     });
-    Ok(RunningGateway { addr, app, current, reload, stop: Some(stop), server: Some(server), probers })
+    Ok(RunningGateway { addr, app, current, reload, stop: Some(stop), server: Some(server), probers, fleet })
+}
+
+/// What an instance of a fleet runs beside its requests (nothing without `redis:`).
+fn spawn_fleet(app: &App) -> Vec<JoinHandle<()>> {
+    let Some(shared) = &app.shared else { return Vec::new() };
+    let mut tasks = vec![tokio::spawn(shared.clone().heartbeat())];
+    if let Some(limiter) = app.limiter.shared() {
+        tasks.push(tokio::spawn(limiter.clone().keep_holders()));
+    }
+    tasks.extend(crate::shared::revocation::spawn(shared.clone(), app.auth.clone()));
+    tasks
 }
 
 fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {

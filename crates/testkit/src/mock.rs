@@ -138,6 +138,9 @@ pub struct MockControl {
     pub failures: AtomicU64,
     /// TCP connections accepted.
     pub connections: AtomicU64,
+    /// POSTs inside their added latency now, and the most there ever were at once.
+    pub in_flight: AtomicU64,
+    pub peak_in_flight: AtomicU64,
     fail_rate_bits: AtomicU64,
     fail_status: AtomicU16,
     latency_ns: AtomicU64,
@@ -168,6 +171,8 @@ impl MockControl {
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            peak_in_flight: AtomicU64::new(0),
             fail_rate_bits: AtomicU64::new(0),
             fail_status: AtomicU16::new(503),
             latency_ns: AtomicU64::new(0),

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
-    AffinityConfig, AuthConfig, BackendConfig, BackendKind, Config, ConfigError, HealthConfig, ListenerLimits, Price,
-    StorageConfig, Strategy, Timeouts, TlsConfig,
+    AffinityConfig, AuthConfig, BackendConfig, BackendKind, Config, ConfigError, FailurePolicy, HealthConfig,
+    ListenerLimits, Price, RedisConfig, StorageConfig, Strategy, Timeouts, TlsConfig,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -40,6 +40,23 @@ pub struct RawConfig {
     #[serde(default)]
     mcp: super::mcp::RawMcp,
     tls: Option<RawTls>,
+    redis: Option<RawRedis>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    url: String,
+    timeout: Option<String>,
+    #[serde(default)]
+    on_failure: RawOnFailure,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOnFailure {
+    rate: Option<String>,
+    parallel: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -362,7 +379,30 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,
         mcp: super::mcp::validate(raw.mcp)?,
         tls: raw.tls.map(|t| TlsConfig { cert: t.cert.into(), key: t.key.into() }),
+        redis: raw.redis.map(validate_redis).transpose()?,
         source: None,
+    })
+}
+
+fn validate_redis(raw: RawRedis) -> Result<RedisConfig, ConfigError> {
+    if !(raw.url.starts_with("redis://") || raw.url.starts_with("rediss://") || raw.url.starts_with("redis+unix://")) {
+        return Err(ConfigError::at("redis.url", "use redis://HOST:PORT/DB (rediss:// for TLS)"));
+    }
+    let timeout = duration("redis.timeout", &raw.timeout, Duration::from_millis(50))?;
+    if timeout.is_zero() {
+        return Err(ConfigError::at("redis.timeout", "must be greater than zero"));
+    }
+    let policy = |path: &str, raw: Option<String>| match raw.as_deref() {
+        None | Some("local_share") => Ok(FailurePolicy::LocalShare),
+        Some("open") => Ok(FailurePolicy::Open),
+        Some("closed") => Ok(FailurePolicy::Closed),
+        Some(other) => Err(ConfigError::at(path, format!("`{other}`: use local_share, open or closed"))),
+    };
+    Ok(RedisConfig {
+        url: raw.url,
+        timeout,
+        rate_policy: policy("redis.on_failure.rate", raw.on_failure.rate)?,
+        parallel_policy: policy("redis.on_failure.parallel", raw.on_failure.parallel)?,
     })
 }
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Limits, RateLimited, Snapshot};
+use super::{Limits, Permit, RateLimited, Snapshot};
 use crate::clock::Clock;
 
 /// Buckets in the window: an admission in second `s` counts while `now_s - s <= 60`.
@@ -103,14 +103,13 @@ struct Reservation {
     tokens: u64,
 }
 
-/// An admitted request. Holds its parallel slot until dropped; `settle` corrects the token
-/// reservation to the real count.
-pub struct Permit {
+/// An admitted request's share of the limits. Holds its parallel slot until dropped; `settle`
+/// corrects the token reservation to the real count.
+pub struct Hold {
     limiter: Arc<MemoryLimiter>,
     key: String,
     reservation: Option<Reservation>,
     parallel: bool,
-    pub snapshot: Snapshot,
 }
 
 /// Past this many windows, idle ones are swept when a new key arrives.
@@ -205,7 +204,7 @@ impl MemoryLimiter {
             w.parallel += 1;
         }
         let snapshot = w.snapshot(limits, now_ms);
-        Ok(Permit { limiter: self.clone(), key: key.to_owned(), reservation, parallel, snapshot })
+        Ok(Permit::memory(snapshot, Hold { limiter: self.clone(), key: key.to_owned(), reservation, parallel }))
     }
 
     fn settle(&self, key: &str, reservation: Reservation, actual: u64, now_ms: u64) {
@@ -222,7 +221,7 @@ impl MemoryLimiter {
     }
 }
 
-impl Permit {
+impl Hold {
     /// Replace the token estimate with the real count (a reservation already aged out is left alone).
     pub fn settle(&mut self, actual_tokens: u64) {
         if let Some(r) = self.reservation.take() {
@@ -231,7 +230,7 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl Drop for Hold {
     fn drop(&mut self) {
         if self.parallel {
             let mut keys = self.limiter.keys.lock().unwrap_or_else(|p| p.into_inner());
@@ -245,6 +244,13 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn take_reservation(p: &mut Permit) -> Reservation {
+        match &mut p.hold {
+            crate::limit::Hold::Memory(h) => h.reservation.take().unwrap(),
+            _ => unreachable!("a memory permit"),
+        }
+    }
 
     fn limits(rpm: Option<u32>, tpm: Option<u64>, par: Option<u32>) -> Limits {
         Limits { rpm, tpm, max_parallel: par }
@@ -351,7 +357,7 @@ mod tests {
         let l = Arc::new(MemoryLimiter::default());
         let lim = limits(None, Some(1_000), None);
         let mut a = l.acquire_at("k", &lim, 600, 1_000).unwrap();
-        let r = a.reservation.take().unwrap();
+        let r = take_reservation(&mut a);
         l.settle("k", r, 100, 2_000);
         let b = l.acquire_at("k", &lim, 100, 3_000).unwrap();
         assert_eq!(b.snapshot.tokens.as_ref().unwrap().1, 800);
@@ -362,7 +368,7 @@ mod tests {
         assert_eq!(l.acquire_at("k", &lim, 5_000, 10_000).err().unwrap().retry_after, Duration::from_secs(61));
         // Settling after the reservation's second left the window changes nothing.
         let mut c = l.acquire_at("late", &lim, 500, 0).unwrap();
-        let r = c.reservation.take().unwrap();
+        let r = take_reservation(&mut c);
         assert!(l.acquire_at("late", &lim, 0, 70_000).is_ok());
         l.settle("late", r, 900, 70_000);
         assert_eq!(l.acquire_at("late", &lim, 0, 70_001).unwrap().snapshot.tokens.unwrap().1, 1_000);

@@ -1,6 +1,8 @@
 //! Shared harness for the black-box tests: mock backends and the real gateway on ephemeral ports.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod redis;
+
 use std::collections::HashMap;
 use std::time::Duration;
 

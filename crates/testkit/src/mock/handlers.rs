@@ -169,7 +169,26 @@ pub(crate) async fn gate(state: &State, fail_body: &'static [u8]) -> Result<(), 
     }
     let latency = control.latency();
     if !latency.is_zero() {
+        let now = control.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        control.peak_in_flight.fetch_max(now, Ordering::Relaxed);
+        // Counted out however the wait ends (a client that hangs up drops this future).
+        let _out = scopeguard(|| {
+            control.in_flight.fetch_sub(1, Ordering::Relaxed);
+        });
         tokio::time::sleep(latency).await;
     }
     Ok(())
+}
+
+/// Runs `f` when dropped.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }

@@ -1,0 +1,178 @@
+//! The state a fleet of gateways shares through Redis (`redis:`): one multiplexed connection,
+//! every call bounded by `redis.timeout` and behind a breaker (so no request waits on a dead
+//! Redis), and a heartbeat that registers this instance among the live ones (what `local_share`
+//! divides limits by) and closes the breaker again when Redis is back. What is shared lives in
+//! the modules that use it: limits in `limit/shared.rs`, key changes in `shared/revocation.rs`.
+
+pub mod revocation;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use crate::config::RedisConfig;
+use crate::metrics::Metrics;
+
+/// Consecutive failures that open the breaker; only the heartbeat's probe closes it again, so
+/// while Redis is away no request waits on it (beyond the few that opened the breaker).
+const BREAKER_FAILURES: u32 = 3;
+/// The heartbeat's period; an instance counts as live for three of them.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+const INSTANCE_TTL_MS: u64 = 3000;
+
+/// Every Redis key the gateway writes starts with this.
+pub const PREFIX: &str = "switchyard:";
+
+pub struct Shared {
+    pub config: RedisConfig,
+    connection: ConnectionManager,
+    client: redis::Client,
+    /// This process's name in the fleet (random per start).
+    pub instance: String,
+    metrics: Arc<Metrics>,
+    failures: AtomicU32,
+    /// The breaker is open.
+    down: AtomicBool,
+    /// Live instances at the last heartbeat (this one included); what `local_share` divides by.
+    live: AtomicU32,
+}
+
+/// Why a shared call gave no answer (details are logged, not shown to clients).
+#[derive(Debug)]
+pub enum SharedError {
+    /// The breaker is open: the call was not tried.
+    Unavailable,
+    Timeout,
+    Redis(redis::RedisError),
+}
+
+impl Shared {
+    /// Connect lazily: an instance starts (and serves on its fallbacks) while Redis is down.
+    pub fn new(config: &RedisConfig, metrics: Arc<Metrics>) -> Result<Arc<Shared>, String> {
+        let client = redis::Client::open(config.url.as_str()).map_err(|e| format!("redis.url: {e}"))?;
+        let manager = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(250))))
+            .set_response_timeout(Some(config.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let connection =
+            ConnectionManager::new_lazy_with_config(client.clone(), manager).map_err(|e| format!("redis: {e}"))?;
+        let mut id = [0u8; 6];
+        getrandom::getrandom(&mut id).map_err(|e| format!("no randomness for an instance id: {e}"))?;
+        let instance = id.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Arc::new(Shared {
+            config: config.clone(),
+            connection,
+            client,
+            instance,
+            metrics,
+            failures: AtomicU32::new(0),
+            down: AtomicBool::new(false),
+            live: AtomicU32::new(1),
+        }))
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// Is the breaker closed (calls are tried)?
+    pub fn available(&self) -> bool {
+        !self.down.load(Relaxed)
+    }
+
+    /// Live instances as last seen (at least 1).
+    pub fn live_instances(&self) -> u32 {
+        self.live.load(Relaxed).max(1)
+    }
+
+    /// Run one call on the shared connection within `redis.timeout`, through the breaker. A call
+    /// that finds the connection dropped (Redis restarted) is sent once more on the new one,
+    /// within the same timeout: a restart alone never sends a request to the fallback.
+    pub async fn call<T, F, Fut>(&self, f: F) -> Result<T, SharedError>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        if !self.available() {
+            return Err(SharedError::Unavailable);
+        }
+        let attempts = async {
+            match f(self.connection.clone()).await {
+                Err(e) if e.is_connection_dropped() || e.is_io_error() => f(self.connection.clone()).await,
+                other => other,
+            }
+        };
+        let outcome = match tokio::time::timeout(self.config.timeout, attempts).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(SharedError::Redis(e)),
+            Err(_) => Err(SharedError::Timeout),
+        };
+        match &outcome {
+            Ok(_) => self.succeeded(),
+            Err(e) => self.failed(e),
+        }
+        outcome
+    }
+
+    fn succeeded(&self) {
+        if self.failures.load(Relaxed) != 0 {
+            self.failures.store(0, Relaxed);
+        }
+        if self.down.swap(false, Relaxed) {
+            self.metrics.shared_up.store(1, Relaxed);
+            tracing::info!("redis is reachable again: shared limits are exact again");
+        }
+    }
+
+    fn failed(&self, error: &SharedError) {
+        self.metrics.shared_errors.fetch_add(1, Relaxed);
+        let failures = self.failures.fetch_add(1, Relaxed) + 1;
+        if failures >= BREAKER_FAILURES && !self.down.swap(true, Relaxed) {
+            self.metrics.shared_up.store(0, Relaxed);
+            tracing::warn!(error = ?error, "redis is failing: limits fall back to their on_failure policies");
+        }
+    }
+
+    /// Register this instance among the live ones and count them, every `HEARTBEAT`; the same
+    /// call is the breaker's probe. Runs until the process ends.
+    pub async fn heartbeat(self: Arc<Self>) {
+        let script = redis::Script::new(
+            r"
+            local t = redis.call('TIME')
+            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+            redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+            redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+            return redis.call('ZCARD', KEYS[1])
+            ",
+        );
+        let key = format!("{PREFIX}instances");
+        let mut tick = tokio::time::interval(HEARTBEAT);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // The probe goes through even while the breaker is open: it is what closes it.
+            let call = async {
+                let mut c = self.connection.clone();
+                script.key(&key).arg(&self.instance).arg(INSTANCE_TTL_MS).invoke_async::<u32>(&mut c).await
+            };
+            match tokio::time::timeout(self.config.timeout, call).await {
+                Ok(Ok(live)) => {
+                    self.live.store(live, Relaxed);
+                    self.metrics.shared_instances.store(u64::from(live), Relaxed);
+                    self.succeeded();
+                }
+                Ok(Err(e)) => self.failed(&SharedError::Redis(e)),
+                Err(_) => self.failed(&SharedError::Timeout),
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! A fleet: three gateways sharing one database and a real `redis-server`. A key's requests,
+//! tokens and parallel requests per minute hold across the fleet exactly as on one instance; a
+//! key revoked on one instance is refused on the others within a second (within a few when
+//! the notification channel is cut); with Redis stopped or frozen each instance follows its
+//! `redis.on_failure` policy without hanging, and shared limits come back when Redis does.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::*;
+use http::Method;
+use switchyard_gateway::RunningGateway;
+use switchyard_testkit::{MockConfig, MockServer, TestClient, TestResponse};
+
+const MASTER: &str = "master-key-for-tests";
+
+struct Fleet {
+    gateways: Vec<RunningGateway>,
+    client: TestClient,
+}
+
+/// Where a fleet keeps its database and journals.
+struct Place {
+    dir: std::path::PathBuf,
+    db: String,
+}
+
+fn place() -> Place {
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    Place { dir, db }
+}
+
+/// Gateways on one database and `redis`, instance i with `policies[i]` as its rate and
+/// parallel `on_failure`.
+async fn fleet(mocks: &[&MockServer], redis: &RedisServer, policies: &[&str]) -> Fleet {
+    fleet_at(&place(), mocks, redis, policies).await
+}
+
+async fn fleet_at(place: &Place, mocks: &[&MockServer], redis: &RedisServer, policies: &[&str]) -> Fleet {
+    static JOURNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let (dir, db) = (&place.dir, &place.db);
+    let mut gateways = Vec::new();
+    for policy in policies {
+        let i = JOURNALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let yaml = format!(
+            "listen: 127.0.0.1:0\n\
+             storage: {{url: '{db}', usage_journal_dir: '{}/usage{i}'}}\n\
+             auth: {{master_key: {MASTER}, secret: {TEST_SECRET}}}\n\
+             redis: {{url: '{}', timeout: 3s, on_failure: {{rate: {policy}, parallel: {policy}}}}}\n\
+             backends:\n{}",
+            dir.display(),
+            redis.url(),
+            backends_yaml(mocks)
+        );
+        gateways.push(gateway_yaml(&yaml).await);
+    }
+    Fleet { gateways, client: TestClient::new() }
+}
+
+impl Fleet {
+    async fn admin(&self, on: usize, method: Method, path: &str, body: &str) -> TestResponse {
+        let auth = format!("Bearer {MASTER}");
+        let url = format!("{}{path}", self.gateways[on].url());
+        self.client.request(method, &url, body.to_owned().into(), &[("authorization", &auth)]).await.unwrap()
+    }
+
+    async fn create_key(&self, body: &str) -> (String, String) {
+        let r = self.admin(0, Method::POST, "/admin/keys", body).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        let v = r.json();
+        (v["id"].as_str().unwrap().to_owned(), v["key"].as_str().unwrap().to_owned())
+    }
+
+    async fn chat(&self, on: usize, key: &str, body: &str) -> TestResponse {
+        let auth = format!("Bearer {key}");
+        let url = format!("{}/v1/chat/completions", self.gateways[on].url());
+        self.client.post_json(&url, body.as_bytes(), &[("authorization", &auth)]).await.unwrap()
+    }
+
+    /// `n` requests at once, sprayed round-robin over the instances; their statuses.
+    async fn burst(&self, key: &str, body: &str, n: usize) -> Vec<TestResponse> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..n {
+            let (client, key, body) = (self.client.clone(), key.to_owned(), body.to_owned());
+            let url = format!("{}/v1/chat/completions", self.gateways[i % self.gateways.len()].url());
+            tasks.spawn(async move {
+                let auth = format!("Bearer {key}");
+                client.post_json(&url, body.as_bytes(), &[("authorization", &auth)]).await.unwrap()
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            out.push(r.unwrap());
+        }
+        out
+    }
+
+    async fn metric(&self, on: usize, name: &str) -> Option<f64> {
+        let text = self.client.get(&format!("{}/metrics", self.gateways[on].url())).await.unwrap().text();
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Wait (polling, bounded) until instance `on` reports `name` = `value`.
+    async fn until_metric(&self, on: usize, name: &str, value: f64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.metric(on, name).await != Some(value) {
+            assert!(Instant::now() < deadline, "{name} never reached {value} on instance {on}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every instance has seen `n` instances' heartbeats.
+    async fn until_all_live(&self, n: usize) {
+        for i in 0..self.gateways.len() {
+            self.until_metric(i, "switchyard_redis_instances_live", n as f64).await;
+        }
+    }
+}
+
+fn count(responses: &[TestResponse], status: u16) -> usize {
+    responses.iter().filter(|r| r.status == status).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_admit_exactly_a_keys_requests_per_minute() {
+    let redis = RedisServer::start();
+    let backend = mock(&["m"]).await;
+    let fleet = fleet(&[&backend], &redis, &["local_share"; 3]).await;
+    let (_, key) = fleet.create_key(r#"{"rpm": 100}"#).await;
+    let answers = fleet.burst(&key, &chat_body("m", false), 300).await;
+    let mut why = String::new();
+    for i in 0..3 {
+        for m in ["switchyard_redis_errors_total", "switchyard_redis_fallbacks_total"] {
+            why.push_str(&format!("{i} {m} {:?}; ", fleet.metric(i, m).await));
+        }
+    }
+    assert_eq!((count(&answers, 200), count(&answers, 429)), (100, 200), "exactly the limit, fleet-wide: {why}");
+    for r in answers.iter().filter(|r| r.status == 429) {
+        assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+        assert_eq!(r.header("x-ratelimit-remaining-requests"), Some("0"));
+        assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+    }
+    for r in answers.iter().filter(|r| r.status == 200) {
+        assert_eq!(r.header("x-ratelimit-limit-requests"), Some("100"));
+    }
+    assert_eq!(backend.control().request_count(), 100, "refused requests never reach the backend");
+    assert_eq!(fleet.metric(0, "switchyard_redis_fallbacks_total").await, Some(0.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_parallel_requests_hold_across_instances() {
+    let redis = RedisServer::start();
+    // Every request is held 3 s, so the whole burst is in flight at once (none settles its
+    // reservation, which would make room, before the last one is decided).
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_secs(3), ..MockConfig::default() }).await;
+    let fleet = fleet(&[&backend], &redis, &["local_share"; 3]).await;
+
+    // Tokens: each request reserves its prompt estimate (bytes / 4) plus max_tokens.
+    let body = r#"{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hello there"}]}"#;
+    let estimate = (body.len() as u64).div_ceil(4) + 100;
+    let (_, key) = fleet.create_key(r#"{"tpm": 1000}"#).await;
+    let answers = fleet.burst(&key, body, 30).await;
+    assert_eq!(count(&answers, 200) as u64, 1000 / estimate, "exactly what fits in tpm, fleet-wide");
+    assert_eq!(count(&answers, 429) as u64, 30 - 1000 / estimate);
+
+    // Parallel requests: never more than 8 at the backend, whichever instance admits them.
+    backend.control().set_latency(Duration::from_millis(500));
+    backend.control().peak_in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
+    let (_, key) = fleet.create_key(r#"{"max_parallel": 8}"#).await;
+    let answers = fleet.burst(&key, &chat_body("m", false), 40).await;
+    assert_eq!((count(&answers, 200), count(&answers, 429)), (8, 32));
+    assert_eq!(backend.control().peak_in_flight.load(std::sync::atomic::Ordering::Relaxed), 8);
+    // The slots came back when those answers ended.
+    let answers = fleet.burst(&key, &chat_body("m", false), 8).await;
+    assert_eq!(count(&answers, 200), 8, "slots are given back fleet-wide");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_key_is_refused_everywhere_within_a_second() {
+    let redis = RedisServer::start();
+    let backend = mock(&["m"]).await;
+    let fleet = fleet(&[&backend], &redis, &["local_share"; 3]).await;
+    fleet.until_all_live(3).await;
+    let subscribed = |n: usize| {
+        let redis = &redis;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while redis.subscribers("switchyard:keys") != n {
+                assert!(Instant::now() < deadline, "the instances never subscribed to key changes");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    subscribed(3).await;
+
+    let revoke_and_time = |id: String, key: String| {
+        let fleet = &fleet;
+        async move {
+            // Every instance has the key cached as valid.
+            for i in 0..3 {
+                assert_eq!(fleet.chat(i, &key, &chat_body("m", false)).await.status, 200);
+            }
+            let revoked = Instant::now();
+            assert_eq!(fleet.admin(0, Method::DELETE, &format!("/admin/keys/{id}"), "").await.status, 200);
+            let mut waited = Duration::ZERO;
+            for i in 1..3 {
+                while fleet.chat(i, &key, &chat_body("m", false)).await.status != 401 {
+                    assert!(revoked.elapsed() < Duration::from_secs(10), "instance {i} never refused the key");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                waited = waited.max(revoked.elapsed());
+            }
+            waited
+        }
+    };
+
+    let (id, key) = fleet.create_key("{}").await;
+    let waited = revoke_and_time(id, key).await;
+    assert!(waited < Duration::from_secs(1), "revocation took {waited:?} to reach the fleet");
+
+    // Cut every instance's notification connection just before revoking: the message is lost
+    // to whoever has not resubscribed, and the version check still catches it.
+    let (id, key) = fleet.create_key("{}").await;
+    for i in 0..3 {
+        assert_eq!(fleet.chat(i, &key, &chat_body("m", false)).await.status, 200);
+    }
+    assert!(redis.command(&["CLIENT", "KILL", "TYPE", "pubsub"]).is_some());
+    let waited = revoke_and_time(id, key).await;
+    assert!(waited < Duration::from_secs(4), "with the channel cut, revocation took {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_each_policy_holds_and_shared_limits_come_back() {
+    let mut redis = RedisServer::start();
+    let backend = mock(&["m"]).await;
+    let place = place();
+    let fleet = fleet_at(&place, &[&backend], &redis, &["local_share"; 3]).await;
+    let closed = fleet_at(&place, &[&backend], &redis, &["closed"]).await;
+    let open = fleet_at(&place, &[&backend], &redis, &["open"]).await;
+    // Five instances share this Redis.
+    fleet.until_all_live(5).await;
+    let (_, key) = fleet.create_key(r#"{"rpm": 30}"#).await;
+    // The other two fleets share the database: the same key works there.
+    redis.stop();
+
+    // local_share: instance 0 knows of 5 live instances and admits its share of 30.
+    let share = 30usize.div_ceil(5);
+    let mut admitted = 0;
+    for _ in 0..40 {
+        match fleet.chat(0, &key, &chat_body("m", false)).await.status.as_u16() {
+            200 => admitted += 1,
+            429 => {}
+            other => panic!("local_share answered {other}"),
+        }
+    }
+    assert_eq!(admitted, share, "local_share admits the limit divided by the live instances");
+    assert_eq!(fleet.metric(0, "switchyard_redis_up").await, Some(0.0));
+
+    // closed: a clear 503 with Retry-After; open: the limit is not enforced.
+    let r = closed.chat(0, &key, &chat_body("m", false)).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["error"]["code"], "limits_unavailable");
+    for _ in 0..40 {
+        assert_eq!(open.chat(0, &key, &chat_body("m", false)).await.status, 200);
+    }
+
+    // Redis is back (empty: a restart lost its windows): the fleet's limit is exact again.
+    redis.restart();
+    fleet.until_metric(0, "switchyard_redis_up", 1.0).await;
+    fleet.until_metric(1, "switchyard_redis_up", 1.0).await;
+    fleet.until_metric(2, "switchyard_redis_up", 1.0).await;
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push(fleet.metric(i, "switchyard_redis_fallbacks_total").await);
+    }
+    let answers = fleet.burst(&key, &chat_body("m", false), 45).await;
+    let mut after = Vec::new();
+    for i in 0..3 {
+        after.push(fleet.metric(i, "switchyard_redis_fallbacks_total").await);
+    }
+    assert_eq!((count(&answers, 200), count(&answers, 429)), (30, 15), "{before:?} {after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_costs_no_request_its_answer() {
+    let redis = RedisServer::start();
+    let backend = mock(&["m"]).await;
+    let fleet = fleet(&[&backend], &redis, &["local_share"]).await;
+    let (_, key) = fleet.create_key(r#"{"rpm": 1000}"#).await;
+    assert_eq!(fleet.chat(0, &key, &chat_body("m", false)).await.status, 200);
+    redis.pause();
+    // The first calls time out (redis.timeout) and open the breaker; the rest skip Redis.
+    let answers = fleet.burst(&key, &chat_body("m", false), 50).await;
+    assert_eq!(count(&answers, 200), 50);
+    assert_eq!(fleet.metric(0, "switchyard_redis_up").await, Some(0.0));
+    redis.resume();
+    fleet.until_metric(0, "switchyard_redis_up", 1.0).await;
+    assert_eq!(fleet.chat(0, &key, &chat_body("m", false)).await.status, 200);
+    assert_eq!(fleet.metric(0, "switchyard_redis_up").await, Some(1.0));
+}
