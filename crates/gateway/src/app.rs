@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::auth::{key, Auth, KeyLookup};
 use crate::clock::Clock;
 use crate::config::{Config, McpTransport};
-use crate::limit::{Budgets, Limiter, MemoryLimiter, SharedLimiter};
+use crate::limit::{Budgets, Limiter, MemoryLimiter, SharedBudgets, SharedLimiter};
 use crate::metrics::Metrics;
 use crate::records::KeyRecord;
 use crate::route::Router;
@@ -32,6 +32,8 @@ pub struct App {
     /// What a fleet shares through Redis (`redis:`); None for a lone instance.
     pub shared: Option<Arc<Shared>>,
     pub budgets: Arc<Budgets>,
+    /// Budgets across the fleet (with `redis:`), instead of `budgets`.
+    pub shared_budgets: Option<Arc<SharedBudgets>>,
     /// Keys and usage; None only for commands that do not serve (`check`).
     pub store: Option<Store>,
     /// The usage journal every request's record is appended to (with a store).
@@ -118,6 +120,7 @@ impl App {
             metrics,
             auth,
             limiter: Arc::new(limiter),
+            shared_budgets: shared.clone().map(SharedBudgets::new),
             shared,
             budgets: Arc::new(Budgets::default()),
             store,
@@ -160,6 +163,7 @@ impl App {
             auth: self.auth.clone(),
             limiter: self.limiter.clone(),
             shared: self.shared.clone(),
+            shared_budgets: self.shared_budgets.clone(),
             budgets: self.budgets.clone(),
             store: self.store.clone(),
             journal: self.journal.clone(),

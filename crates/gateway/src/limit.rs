@@ -5,6 +5,7 @@
 mod budget;
 mod memory;
 mod shared;
+mod shared_budget;
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 pub use budget::{period_end, period_start, BudgetPermit, Budgets, OverBudget};
 pub use memory::MemoryLimiter;
 pub use shared::SharedLimiter;
+pub use shared_budget::{micro, Reserved, SharedBudgets};
 
 /// The limiter requests go through: the fleet's when Redis is configured, else this process's.
 pub struct Limiter {

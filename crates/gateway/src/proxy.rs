@@ -30,7 +30,7 @@ use crate::http::metering::Meter;
 use crate::http::parse::{parse_request, read_body, RoutedRequest};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
-use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refused};
+use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refused, Reserved};
 use crate::route::backend::{Backend, InFlight};
 use crate::route::{RouteHints, SelectError};
 use crate::translate::{self, Plan, StreamTranslator, Wire};
@@ -275,31 +275,45 @@ async fn reserve_budget(
     let now = app.clock.unix_ms();
     let period = key.budget_period.as_deref();
     let start = period_start(period, now);
-    if app.budgets.needs_load(&key.id, start) {
-        let spent = match &app.store {
+    let spent_so_far = || async {
+        match &app.store {
             Some(store) => store.key_spend(&key.id, start).await.map_err(|e| {
                 tracing::error!(error = %e, "could not read a key's spend");
                 GatewayError::Internal
-            })?,
-            None => 0.0,
-        };
-        app.budgets.load(&key.id, start, spent);
-    }
+            }),
+            None => Ok(0.0),
+        }
+    };
     let prompt = (routed.body.len() as u64).div_ceil(4);
     let estimate = app.config.cost(&routed.model, prompt, routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE));
-    app.budgets.reserve(&key.id, start, budget, estimate).map(Some).map_err(|over| {
+    let over_budget = |committed: f64| {
         let retry_after_secs = period_end(period, start).map_or(0, |end| ((end - now).max(1000) / 1000) as u64);
         GatewayError::RateLimited {
             message: format!(
-                "this key's budget of ${budget:.2} {} is used up (${:.4} spent or reserved)",
+                "this key's budget of ${budget:.2} {} is used up (${committed:.4} spent or reserved)",
                 period.map_or("in total".to_owned(), |p| format!("({p})")),
-                over.committed
             ),
             code: "budget_exceeded",
             retry_after_secs,
             headers: Box::default(),
         }
-    })
+    };
+    if let Some(shared) = &app.shared_budgets {
+        let window = (start, period_end(period, start));
+        let mut seed = None;
+        loop {
+            match shared.reserve(&key.id, window, budget, estimate, seed, now).await {
+                Reserved::Held(hold) => return Ok(Some(BudgetPermit::shared(hold))),
+                Reserved::Over(committed) => return Err(over_budget(committed as f64 / 1e6)),
+                Reserved::NeedsSeed if seed.is_none() => seed = Some(spent_so_far().await?),
+                Reserved::NeedsSeed | Reserved::Unavailable => return Err(GatewayError::LimitsUnavailable),
+            }
+        }
+    }
+    if app.budgets.needs_load(&key.id, start) {
+        app.budgets.load(&key.id, start, spent_so_far().await?);
+    }
+    app.budgets.reserve(&key.id, start, budget, estimate).map(Some).map_err(|over| over_budget(over.committed))
 }
 
 /// Completion tokens assumed for a rate-limit reservation when the client set no `max_tokens`.

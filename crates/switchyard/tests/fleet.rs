@@ -41,7 +41,22 @@ async fn fleet(mocks: &[&MockServer], redis: &RedisServer, policies: &[&str]) ->
     fleet_at(&place(), mocks, redis, policies).await
 }
 
+/// Three gateways (local_share) with `extra` top-level YAML.
+async fn fleet_priced(place: &Place, mocks: &[&MockServer], redis: &RedisServer, extra: &str) -> Fleet {
+    fleet_with(place, mocks, redis, &["local_share"; 3], extra).await
+}
+
 async fn fleet_at(place: &Place, mocks: &[&MockServer], redis: &RedisServer, policies: &[&str]) -> Fleet {
+    fleet_with(place, mocks, redis, policies, "").await
+}
+
+async fn fleet_with(
+    place: &Place,
+    mocks: &[&MockServer],
+    redis: &RedisServer,
+    policies: &[&str],
+    extra: &str,
+) -> Fleet {
     static JOURNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let (dir, db) = (&place.dir, &place.db);
     let mut gateways = Vec::new();
@@ -52,7 +67,7 @@ async fn fleet_at(place: &Place, mocks: &[&MockServer], redis: &RedisServer, pol
              storage: {{url: '{db}', usage_journal_dir: '{}/usage{i}'}}\n\
              auth: {{master_key: {MASTER}, secret: {TEST_SECRET}}}\n\
              redis: {{url: '{}', timeout: 3s, on_failure: {{rate: {policy}, parallel: {policy}}}}}\n\
-             backends:\n{}",
+             {extra}backends:\n{}",
             dir.display(),
             redis.url(),
             backends_yaml(mocks)
@@ -303,4 +318,56 @@ async fn a_frozen_redis_costs_no_request_its_answer() {
     fleet.until_metric(0, "switchyard_redis_up", 1.0).await;
     assert_eq!(fleet.chat(0, &key, &chat_body("m", false)).await.status, 200);
     assert_eq!(fleet.metric(0, "switchyard_redis_up").await, Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_is_spent_once_across_the_fleet_and_seeded_from_the_database() {
+    let mut redis = RedisServer::start();
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_secs(2), ..MockConfig::default() }).await;
+    // What the mock reports as completion tokens: max_tokens is set to it, so a reservation
+    // (max_tokens at the output price; input is free here) is exactly the real cost.
+    let probe = TestClient::new()
+        .post_json(&format!("{}/v1/chat/completions", backend.url()), chat_body("m", false).as_bytes(), &[])
+        .await
+        .unwrap();
+    let completion = probe.json()["usage"]["completion_tokens"].as_u64().unwrap();
+    let place = place();
+    // $0.002 per output token.
+    let prices = "prices: {m: {input_per_million: 0, output_per_million: 2000}}\n";
+    let fleet = fleet_priced(&place, &[&backend], &redis, prices).await;
+    let per_request = completion as f64 * 0.002;
+    let budget = 100.0 * per_request;
+    let (id, key) = fleet.create_key(&format!(r#"{{"budget_usd": {budget}}}"#)).await;
+    let body = format!(r#"{{"model":"m","max_tokens":{completion},"messages":[{{"role":"user","content":"hello"}}]}}"#);
+    let answers = fleet.burst(&key, &body, 300).await;
+    assert_eq!((count(&answers, 200), count(&answers, 429)), (100, 200), "exactly the budget, fleet-wide");
+    for r in answers.iter().filter(|r| r.status == 429) {
+        assert_eq!(r.json()["error"]["code"], "budget_exceeded");
+    }
+    let spent: u64 = answers
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| r.json()["usage"]["completion_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(spent * 2000, (budget * 1e6).round() as u64, "the answers' cost in micro-dollars is the budget");
+
+    // The counter settles to the real spend, to the micro-dollar, with nothing left reserved.
+    let counter = format!("switchyard:{{{id}}}:spend:0");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while redis.hget(&counter, "reserved").as_deref() != Some("0") {
+        assert!(Instant::now() < deadline, "reservations never settled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(redis.hget(&counter, "spent"), Some(((budget * 1e6).round() as i64).to_string()));
+
+    // Redis restarts empty: the counter is seeded from the database (once), so the spent
+    // budget stays spent.
+    records(&place.db, 100).await;
+    redis.stop();
+    redis.restart();
+    fleet.until_metric(0, "switchyard_redis_up", 1.0).await;
+    let r = fleet.chat(0, &key, &body).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "budget_exceeded");
+    assert_eq!(redis.hget(&counter, "spent"), Some(((budget * 1e6).round() as i64).to_string()));
 }

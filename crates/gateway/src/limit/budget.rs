@@ -2,7 +2,7 @@
 //! and settled with the real cost after it. Concurrent requests can overshoot a budget only by
 //! how much their real cost exceeds the estimate they reserved. Spend for the current period is
 //! read from the store once per key and period, then kept up to date in memory by settlements
-//! (one gateway per database; a shared-limit backend would keep this in Redis).
+//! (one gateway per database; a fleet keeps its counters in Redis: `limit/shared_budget.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -77,6 +77,30 @@ pub struct OverBudget {
 
 /// An admitted request's reservation; settle with the real cost, or drop to release it.
 pub struct BudgetPermit {
+    hold: Hold,
+}
+
+enum Hold {
+    Local(LocalHold),
+    Shared(super::shared_budget::Hold),
+}
+
+impl BudgetPermit {
+    pub fn shared(hold: super::shared_budget::Hold) -> BudgetPermit {
+        BudgetPermit { hold: Hold::Shared(hold) }
+    }
+
+    /// Replace the reservation with the real cost.
+    pub fn settle(self, cost: f64) {
+        match self.hold {
+            Hold::Local(mut h) => h.release(cost),
+            Hold::Shared(h) => h.settle(cost),
+        }
+    }
+}
+
+/// A reservation in this process's counters.
+struct LocalHold {
     budgets: Arc<Budgets>,
     key: String,
     period_start: i64,
@@ -115,16 +139,12 @@ impl Budgets {
             return Err(OverBudget { budget, committed });
         }
         k.reserved += estimate;
-        Ok(BudgetPermit { budgets: self.clone(), key: key.to_owned(), period_start, reserved: estimate })
+        let hold = LocalHold { budgets: self.clone(), key: key.to_owned(), period_start, reserved: estimate };
+        Ok(BudgetPermit { hold: Hold::Local(hold) })
     }
 }
 
-impl BudgetPermit {
-    /// Replace the reservation with the real cost.
-    pub fn settle(mut self, cost: f64) {
-        self.release(cost);
-    }
-
+impl LocalHold {
     fn release(&mut self, cost: f64) {
         let mut keys = self.budgets.keys.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = keys.get_mut(&self.key) {
@@ -137,7 +157,7 @@ impl BudgetPermit {
     }
 }
 
-impl Drop for BudgetPermit {
+impl Drop for LocalHold {
     fn drop(&mut self) {
         if self.reserved > 0.0 {
             self.release(0.0);

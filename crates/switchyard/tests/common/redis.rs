@@ -78,6 +78,16 @@ impl RedisServer {
         self.answer(args).and_then(|a| a.lines().next().map(str::to_owned))
     }
 
+    /// A hash field's value (None when absent).
+    pub fn hget(&self, key: &str, field: &str) -> Option<String> {
+        let answer = self.answer(&["HGET", key, field])?;
+        let mut lines = answer.lines();
+        match lines.next()? {
+            "$-1" => None,
+            _ => lines.next().map(str::to_owned),
+        }
+    }
+
     /// Clients subscribed to `channel`.
     pub fn subscribers(&self, channel: &str) -> usize {
         let answer = self.answer(&["PUBSUB", "NUMSUB", channel]).unwrap_or_default();
