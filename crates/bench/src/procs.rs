@@ -88,9 +88,14 @@ impl Drop for Proc {
 /// Create a virtual key on a running gateway through its admin API, with limits and a budget
 /// that a benchmark never reaches (so every check runs, none refuses); returns the `sy-…` secret.
 pub async fn create_key(gateway: &str, master_key: &str) -> Result<String, String> {
+    let body = r#"{"models":["*"],"rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000,"budget_usd":1000000000,"metadata":{"user":"bench","team":"bench"}}"#;
+    create_key_with(gateway, master_key, body).await
+}
+
+/// Create a virtual key with `body` (the admin API's JSON); returns the `sy-…` secret.
+pub async fn create_key_with(gateway: &str, master_key: &str, body: &str) -> Result<String, String> {
     use http_body_util::{BodyExt, Full};
     let uri: http::Uri = format!("{}/admin/keys", gateway.trim_end_matches('/')).parse().map_err(|e| format!("{e}"))?;
-    let body = r#"{"models":["*"],"rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000,"budget_usd":1000000000,"metadata":{"user":"bench","team":"bench"}}"#;
     let host = uri.authority().map(|a| a.to_string()).unwrap_or_default();
     let stream = tokio::net::TcpStream::connect(&host).await.map_err(|e| format!("cannot reach {host}: {e}"))?;
     let (mut sender, conn) =
@@ -100,7 +105,7 @@ pub async fn create_key(gateway: &str, master_key: &str) -> Result<String, Strin
         .header(http::header::HOST, host)
         .header(http::header::AUTHORIZATION, format!("Bearer {master_key}"))
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(bytes::Bytes::from_static(body.as_bytes())))
+        .body(Full::new(bytes::Bytes::from(body.to_owned())))
         .map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| format!("POST /admin/keys: {e}"))?;
     let status = resp.status();

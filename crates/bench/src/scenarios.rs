@@ -6,6 +6,7 @@ mod abuse;
 mod affinity;
 mod code_mode;
 mod failover;
+mod fleet;
 mod mcp;
 mod soak;
 mod usage_query;
@@ -182,6 +183,17 @@ pub fn start_gateway(config: &str, pin: &Pinning) -> Result<Proc, String> {
     start_gateway_with(config, pin, "")
 }
 
+/// `switchyard serve` with `config` exactly as given (its own `storage:`), from a scratch
+/// directory removed when the process is dropped.
+pub fn start_gateway_as_is(config: &str, pin: &Pinning) -> Result<Proc, String> {
+    let dir = std::env::temp_dir().join(format!("switchyard-bench-{}-{}", std::process::id(), procs::free_port()?));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, config).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let args: Vec<String> = vec!["serve".into(), "--config".into(), path.display().to_string()];
+    Ok(Proc::start("gateway", &args, pin.gateway.as_deref())?.with_scratch(dir))
+}
+
 /// `start_gateway` with more `storage` settings (YAML flow-mapping entries, e.g. `record_usage: false`).
 fn start_gateway_with(config: &str, pin: &Pinning, storage: &str) -> Result<Proc, String> {
     let storage = if storage.is_empty() { String::new() } else { format!(", {storage}") };
@@ -351,6 +363,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             soak::run(args, pin, &mut report).await?;
             return Ok(report);
         }
+        // The shared limiter (Redis) against the in-memory one, and a fleet's exactness.
+        "fleet" => {
+            let mut report = Report::default();
+            fleet::run(args, pin, &mut report).await?;
+            return Ok(report);
+        }
         // Slowloris beside real traffic, then overload of a capped backend.
         "abuse" => {
             let mut report = Report::default();
@@ -381,7 +399,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, soak, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, soak, fleet, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

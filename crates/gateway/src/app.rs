@@ -106,8 +106,7 @@ impl App {
         let (limiter, shared) = match &config.redis {
             None => (Limiter::new(memory, None), None),
             Some(redis) => {
-                metrics.shared_configured.store(true, std::sync::atomic::Ordering::Relaxed);
-                let shared = Shared::new(redis, metrics.clone())?;
+                let shared = Shared::new(redis)?;
                 // The fallback keeps its own windows: what `local_share` enforces while Redis is away.
                 let fallback = Arc::new(MemoryLimiter::new(clock.clone()));
                 (Limiter::new(memory, Some(SharedLimiter::new(shared.clone(), fallback))), Some(shared))

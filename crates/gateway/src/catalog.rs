@@ -81,6 +81,9 @@ fn render_process(app: &App, out: &mut String) {
 pub fn metrics(app: &App) -> Response<GatewayBody> {
     let mut text = app.metrics.render(&app.router.backends);
     app.router.admission.render(&mut text);
+    if let Some(shared) = &app.shared {
+        shared.render(&mut text);
+    }
     if let Some(journal) = &app.journal {
         journal.counters().render(&mut text);
     }

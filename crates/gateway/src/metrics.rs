@@ -99,13 +99,6 @@ pub struct Metrics {
     pub connections_refused: AtomicU64,
     /// Client connections closed because the client stopped reading (`timeouts.client_write`).
     pub client_write_timeouts: AtomicU64,
-    /// Redis (`redis:`): configured, reachable now, failed calls, requests decided by an
-    /// `on_failure` policy instead of the shared state.
-    pub shared_configured: std::sync::atomic::AtomicBool,
-    pub shared_up: AtomicU64,
-    pub shared_errors: AtomicU64,
-    pub shared_fallbacks: AtomicU64,
-    pub shared_instances: AtomicU64,
     /// Time from request arrival to the end of the response body.
     pub duration: Histogram,
     /// Time the gateway itself spent: until response headers, minus time waiting on upstreams.
@@ -125,11 +118,6 @@ impl Default for Metrics {
             connections_open: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             client_write_timeouts: AtomicU64::new(0),
-            shared_configured: std::sync::atomic::AtomicBool::new(false),
-            shared_up: AtomicU64::new(1),
-            shared_errors: AtomicU64::new(0),
-            shared_fallbacks: AtomicU64::new(0),
-            shared_instances: AtomicU64::new(1),
             duration: Histogram::default(),
             overhead: Histogram::default(),
             upstream_ttfb: Histogram::default(),
@@ -199,36 +187,6 @@ impl Metrics {
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", value.load(Relaxed));
-        }
-        if self.shared_configured.load(Relaxed) {
-            for (name, help, kind, value) in [
-                (
-                    "switchyard_redis_up",
-                    "1 while the shared state (redis:) answers, 0 while the breaker is open.",
-                    "gauge",
-                    &self.shared_up,
-                ),
-                (
-                    "switchyard_redis_errors_total",
-                    "Redis calls that failed or timed out (redis.timeout).",
-                    "counter",
-                    &self.shared_errors,
-                ),
-                (
-                    "switchyard_redis_fallbacks_total",
-                    "Requests whose limits were decided by redis.on_failure instead of the shared state.",
-                    "counter",
-                    &self.shared_fallbacks,
-                ),
-                (
-                    "switchyard_redis_instances_live",
-                    "Instances of the fleet that sent a heartbeat in the last 3 s, this one included.",
-                    "gauge",
-                    &self.shared_instances,
-                ),
-            ] {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", value.load(Relaxed));
-            }
         }
         for (name, help, h) in [
             ("switchyard_request_duration_seconds", "Request arrival to end of response body.", &self.duration),

@@ -177,7 +177,12 @@ fn spawn_fleet(app: &App) -> Vec<JoinHandle<()>> {
     if let Some(limiter) = app.limiter.shared() {
         tasks.push(tokio::spawn(limiter.clone().keep_holders()));
     }
-    tasks.extend(crate::shared::revocation::spawn(shared.clone(), app.auth.clone()));
+    let auth = app.auth.clone();
+    let evict = Arc::new(move |id: Option<&str>| match id {
+        Some(id) => auth.evict(id),
+        None => auth.evict_all(),
+    });
+    tasks.extend(crate::shared::revocation::spawn(shared.clone(), evict));
     tasks
 }
 

@@ -6,15 +6,15 @@
 
 pub mod revocation;
 
+use std::fmt::Write;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
-use crate::metrics::Metrics;
 
 /// Consecutive failures that open the breaker; only the heartbeat's probe closes it again, so
 /// while Redis is away no request waits on it (beyond the few that opened the breaker).
@@ -32,12 +32,14 @@ pub struct Shared {
     client: redis::Client,
     /// This process's name in the fleet (random per start).
     pub instance: String,
-    metrics: Arc<Metrics>,
     failures: AtomicU32,
     /// The breaker is open.
     down: AtomicBool,
     /// Live instances at the last heartbeat (this one included); what `local_share` divides by.
     live: AtomicU32,
+    /// Failed or timed-out calls, and requests decided by an `on_failure` policy instead.
+    errors: AtomicU64,
+    fallbacks: AtomicU64,
 }
 
 /// Why a shared call gave no answer (details are logged, not shown to clients).
@@ -51,7 +53,7 @@ pub enum SharedError {
 
 impl Shared {
     /// Connect lazily: an instance starts (and serves on its fallbacks) while Redis is down.
-    pub fn new(config: &RedisConfig, metrics: Arc<Metrics>) -> Result<Arc<Shared>, String> {
+    pub fn new(config: &RedisConfig) -> Result<Arc<Shared>, String> {
         let client = redis::Client::open(config.url.as_str()).map_err(|e| format!("redis.url: {e}"))?;
         let manager = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(250))))
@@ -68,15 +70,49 @@ impl Shared {
             connection,
             client,
             instance,
-            metrics,
             failures: AtomicU32::new(0),
             down: AtomicBool::new(false),
             live: AtomicU32::new(1),
+            errors: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
         }))
     }
 
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+    /// A request's limits were decided by an `on_failure` policy.
+    pub fn count_fallback(&self) {
+        self.fallbacks.fetch_add(1, Relaxed);
+    }
+
+    /// The fleet's gauges and counters, Prometheus text.
+    pub fn render(&self, out: &mut String) {
+        for (name, help, kind, value) in [
+            (
+                "switchyard_redis_up",
+                "1 while the shared state (redis:) answers, 0 while its breaker is open.",
+                "gauge",
+                u64::from(self.available()),
+            ),
+            (
+                "switchyard_redis_errors_total",
+                "Redis calls that failed or timed out (redis.timeout).",
+                "counter",
+                self.errors.load(Relaxed),
+            ),
+            (
+                "switchyard_redis_fallbacks_total",
+                "Requests whose limits were decided by redis.on_failure instead of the shared state.",
+                "counter",
+                self.fallbacks.load(Relaxed),
+            ),
+            (
+                "switchyard_redis_instances_live",
+                "Instances of the fleet that sent a heartbeat in the last 3 s, this one included.",
+                "gauge",
+                u64::from(self.live_instances()),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
     }
 
     pub fn client(&self) -> &redis::Client {
@@ -127,16 +163,14 @@ impl Shared {
             self.failures.store(0, Relaxed);
         }
         if self.down.swap(false, Relaxed) {
-            self.metrics.shared_up.store(1, Relaxed);
             tracing::info!("redis is reachable again: shared limits are exact again");
         }
     }
 
     fn failed(&self, error: &SharedError) {
-        self.metrics.shared_errors.fetch_add(1, Relaxed);
+        self.errors.fetch_add(1, Relaxed);
         let failures = self.failures.fetch_add(1, Relaxed) + 1;
         if failures >= BREAKER_FAILURES && !self.down.swap(true, Relaxed) {
-            self.metrics.shared_up.store(0, Relaxed);
             tracing::warn!(error = ?error, "redis is failing: limits fall back to their on_failure policies");
         }
     }
@@ -167,7 +201,6 @@ impl Shared {
             match tokio::time::timeout(self.config.timeout, call).await {
                 Ok(Ok(live)) => {
                     self.live.store(live, Relaxed);
-                    self.metrics.shared_instances.store(u64::from(live), Relaxed);
                     self.succeeded();
                 }
                 Ok(Err(e)) => self.failed(&SharedError::Redis(e)),

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["app"],
     &["http"],
     &["auth", "limit", "metrics", "store"],
-    &["route", "usage", "error"],
+    &["route", "usage", "error", "shared"],
     &["translate", "upstream"],
     &["config", "records"],
     &["endpoint", "clock", "glob"],

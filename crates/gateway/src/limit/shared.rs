@@ -217,7 +217,7 @@ impl SharedLimiter {
     /// Redis did not answer: each limit class follows its `on_failure` policy on the local limiter.
     fn fallback(&self, key: &str, limits: &Limits, estimate: u64) -> Result<Permit, Refused> {
         let config = &self.shared.config;
-        self.shared.metrics().shared_fallbacks.fetch_add(1, Relaxed);
+        self.shared.count_fallback();
         let live = u64::from(self.shared.live_instances());
         let rate = limits.rpm.is_some() || limits.tpm.is_some();
         if (rate && config.rate_policy == FailurePolicy::Closed)

@@ -13,7 +13,6 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::{Shared, HEARTBEAT, PREFIX};
-use crate::auth::Auth;
 
 fn channel() -> String {
     format!("{PREFIX}keys")
@@ -49,13 +48,16 @@ pub async fn announce(shared: &Shared, id: &str) {
     }
 }
 
+/// Forget one cached key (`Some(id)`), or every cached key (`None`).
+pub type Evict = Arc<dyn Fn(Option<&str>) + Send + Sync>;
+
 /// Listen for key changes and check the version, until the process ends.
-pub fn spawn(shared: Arc<Shared>, auth: Arc<Auth>) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn spawn(shared: Arc<Shared>, auth: Evict) -> Vec<tokio::task::JoinHandle<()>> {
     let seen = Arc::new(AtomicU64::new(UNSEEN));
     vec![tokio::spawn(subscribe(shared.clone(), auth.clone(), seen.clone())), tokio::spawn(poll(shared, auth, seen))]
 }
 
-async fn subscribe(shared: Arc<Shared>, auth: Arc<Auth>, seen: Arc<AtomicU64>) {
+async fn subscribe(shared: Arc<Shared>, evict: Evict, seen: Arc<AtomicU64>) {
     let channel = channel();
     let mut connected_before = false;
     loop {
@@ -68,7 +70,7 @@ async fn subscribe(shared: Arc<Shared>, auth: Arc<Auth>, seen: Arc<AtomicU64>) {
             Ok(Ok(pubsub)) => {
                 if connected_before {
                     // Messages sent while we were away are lost: start from a clean cache.
-                    auth.evict_all();
+                    evict(None);
                     tracing::info!("key-change channel reconnected; cached keys forgotten");
                 }
                 connected_before = true;
@@ -76,7 +78,7 @@ async fn subscribe(shared: Arc<Shared>, auth: Arc<Auth>, seen: Arc<AtomicU64>) {
                 while let Some(message) = messages.next().await {
                     let Ok(payload) = message.get_payload::<String>() else { continue };
                     let Some((version, id)) = payload.split_once(' ') else { continue };
-                    auth.evict(id);
+                    evict(Some(id));
                     if let Ok(version) = version.parse::<u64>() {
                         // Only a message that follows the last one seen moves the mark; a gap
                         // is left for the version check to find.
@@ -92,7 +94,7 @@ async fn subscribe(shared: Arc<Shared>, auth: Arc<Auth>, seen: Arc<AtomicU64>) {
     }
 }
 
-async fn poll(shared: Arc<Shared>, auth: Arc<Auth>, seen: Arc<AtomicU64>) {
+async fn poll(shared: Arc<Shared>, evict: Evict, seen: Arc<AtomicU64>) {
     let key = version_key();
     let mut tick = tokio::time::interval(HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -111,7 +113,7 @@ async fn poll(shared: Arc<Shared>, auth: Arc<Auth>, seen: Arc<AtomicU64>) {
             seen.store(version, Relaxed);
         } else if version > last {
             // Changes happened that no message told us about.
-            auth.evict_all();
+            evict(None);
             seen.store(version, Relaxed);
             tracing::info!(version, "missed key changes; cached keys forgotten");
         }
