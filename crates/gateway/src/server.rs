@@ -176,6 +176,7 @@ fn spawn_fleet(app: &App) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![tokio::spawn(shared.clone().heartbeat())];
     if let Some(limiter) = app.limiter.shared() {
         tasks.push(tokio::spawn(limiter.clone().keep_holders()));
+        tasks.push(tokio::spawn(limiter.clone().finish_batches()));
     }
     let auth = app.auth.clone();
     let evict = Arc::new(move |id: Option<&str>| match id {

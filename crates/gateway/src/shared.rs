@@ -54,7 +54,16 @@ pub enum SharedError {
 impl Shared {
     /// Connect lazily: an instance starts (and serves on its fallbacks) while Redis is down.
     pub fn new(config: &RedisConfig) -> Result<Arc<Shared>, String> {
-        let client = redis::Client::open(config.url.as_str()).map_err(|e| format!("redis.url: {e}"))?;
+        use redis::IntoConnectionInfo;
+        // Without TCP_NODELAY a request's script waits behind the previous batch's unacknowledged
+        // segment (Nagle): about 100 µs per request on loopback.
+        let info = config
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| format!("redis.url: {e}"))?
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).map_err(|e| format!("redis.url: {e}"))?;
         let manager = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(250))))
             .set_response_timeout(Some(config.timeout))

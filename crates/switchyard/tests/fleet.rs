@@ -186,11 +186,17 @@ async fn tokens_and_parallel_requests_hold_across_instances() {
     // Parallel requests: never more than 8 at the backend, whichever instance admits them.
     backend.control().set_latency(Duration::from_millis(500));
     backend.control().peak_in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
-    let (_, key) = fleet.create_key(r#"{"max_parallel": 8}"#).await;
+    let (id, key) = fleet.create_key(r#"{"max_parallel": 8}"#).await;
     let answers = fleet.burst(&key, &chat_body("m", false), 40).await;
     assert_eq!((count(&answers, 200), count(&answers, 429)), (8, 32));
     assert_eq!(backend.control().peak_in_flight.load(std::sync::atomic::Ordering::Relaxed), 8);
-    // The slots came back when those answers ended.
+    // The slots come back once those answers ended (given back in batches, after the answer).
+    let holders = format!("switchyard:{{{id}}}:parallel");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["ZCARD", &holders]).as_deref() != Some(":0") {
+        assert!(Instant::now() < deadline, "the parallel slots were never given back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let answers = fleet.burst(&key, &chat_body("m", false), 8).await;
     assert_eq!(count(&answers, 200), 8, "slots are given back fleet-wide");
 }
