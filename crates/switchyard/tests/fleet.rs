@@ -377,3 +377,74 @@ async fn a_budget_is_spent_once_across_the_fleet_and_seeded_from_the_database() 
     assert_eq!(r.json()["error"]["code"], "budget_exceeded");
     assert_eq!(redis.hget(&counter, "spent"), Some(((budget * 1e6).round() as i64).to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_killed_while_holding_parallel_slots_frees_them_within_their_ttl() {
+    use std::io::BufRead;
+    let redis = RedisServer::start();
+    // Requests are held until the test lets them go: the killed instance dies holding them.
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_secs(30), ..MockConfig::default() }).await;
+    let place = place();
+    let fleet = fleet_at(&place, &[&backend], &redis, &["local_share"]).await;
+    let (id, key) = fleet.create_key(r#"{"max_parallel": 4}"#).await;
+
+    // The other instance: the real binary on the same database and Redis.
+    let config = place.dir.join("killed.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage-killed'}}\n\
+             auth: {{master_key: {MASTER}, secret: {TEST_SECRET}}}\nredis: {{url: '{}', timeout: 3s}}\n\
+             backends:\n{}",
+            place.db,
+            place.dir.display(),
+            redis.url(),
+            backends_yaml(&[&backend])
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("SWITCHYARD_MASTER_KEY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
+
+    for _ in 0..4 {
+        let (client, key, url) = (TestClient::new(), key.clone(), format!("{base}/v1/chat/completions"));
+        tokio::spawn(async move {
+            let auth = format!("Bearer {key}");
+            let _ = client.post_json(&url, chat_body("m", false).as_bytes(), &[("authorization", &auth)]).await;
+        });
+    }
+    let holders = format!("switchyard:{{{id}}}:parallel");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while redis.command(&["ZCARD", &holders]).as_deref() != Some(":4") {
+        assert!(Instant::now() < deadline, "the killed-to-be instance never held 4 slots");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fleet.chat(0, &key, &chat_body("m", false)).await.status, 429, "all 4 slots are held elsewhere");
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    backend.control().set_latency(Duration::ZERO);
+    // Nobody refreshes the dead instance's holders: they expire (5 s after their last refresh;
+    // holders taken within the last second before the kill were never refreshed and expire a
+    // few ms apart). Freed means all 4 slots can be taken again at once.
+    loop {
+        let answers = fleet.burst(&key, &chat_body("m", false), 4).await;
+        if count(&answers, 200) == 4 {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(15), "the dead instance's slots were never freed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let freed = killed.elapsed();
+    assert!(freed <= Duration::from_millis(6500), "freed after {freed:?}: the holders' TTL is 5 s");
+}
