@@ -5,11 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use switchyard_testkit::{MockConfig, MockServer, TestClient};
 
 async fn slow_backend(latency: Duration) -> MockServer {

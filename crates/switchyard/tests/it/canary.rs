@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 use switchyard_testkit::TestClient;
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");

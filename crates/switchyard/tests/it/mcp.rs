@@ -3,10 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-mod common;
-
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http::Method;
 use serde_json::{json, Value};
 use switchyard_testkit::{McpMock, McpMockConfig, TestClient, TestResponse};

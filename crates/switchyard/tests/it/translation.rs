@@ -5,9 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use switchyard_testkit::{MockConfig, TestClient};
 

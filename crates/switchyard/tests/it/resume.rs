@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use switchyard_testkit::{MockApi, MockConfig, MockServer, TestClient};
 

@@ -6,12 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
-use common::*;
+use crate::common::redis::RedisServer;
+use crate::common::*;
 use http::Method;
 use switchyard_gateway::RunningGateway;
 use switchyard_testkit::{MockConfig, MockServer, TestClient, TestResponse};

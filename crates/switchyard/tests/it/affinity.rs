@@ -5,11 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use switchyard_testkit::{KvCacheConfig, MockConfig, MockServer, TestClient, TestResponse};
 

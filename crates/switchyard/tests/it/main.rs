@@ -1,0 +1,33 @@
+//! The black-box suites, linked into one test binary: each links the whole gateway, so one
+//! binary instead of one per suite saves gigabytes of disk and minutes of linking. Run one suite
+//! with `cargo test -p switchyard --test it -- fleet::`. `backend_faults` stays a binary of its
+//! own: it counts this process's memory and descriptors, which the other suites would move.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+mod admission;
+mod affinity;
+mod bench_quick;
+mod canary;
+mod cli;
+mod code_mode;
+mod crash;
+mod drain;
+mod errors;
+mod failover;
+mod fleet;
+mod keys;
+mod limits;
+mod mcp;
+mod reload;
+mod resume;
+mod routing;
+mod slowloris;
+mod smuggling;
+mod store;
+mod streaming;
+mod tls;
+mod translation;
+mod usage;
