@@ -32,7 +32,8 @@ use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
 use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refused, Reserved};
 use crate::route::backend::{Backend, InFlight};
-use crate::route::{RouteHints, SelectError};
+use crate::route::{prefix, RouteHints, SelectError};
+use crate::shared::affinity::FleetPin;
 use crate::translate::{self, Plan, StreamTranslator, Wire};
 use crate::usage::{inject_include_usage, Tokens};
 use resume::Resumption;
@@ -117,7 +118,14 @@ pub async fn forward(
 
     let client_headers = &parts.headers;
     let session = header_session(client_headers).or(routed.session.as_deref());
-    let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain) };
+    // In a fleet, a conversation (its session key, or its root) goes where the fleet sent it last.
+    let sticky = session.filter(|_| app.config.affinity.sticky_sessions);
+    let conversation = app.shared.as_ref().zip(sticky.map(|s| prefix::digest(&[s.as_bytes()])).or(routed.root));
+    let ttl = app.config.affinity.session_ttl;
+    let lookup = conversation.map(|(shared, c)| FleetPin::lookup(shared, &routed.model, c, ttl));
+    let mut fleet_pin = futures_util::future::OptionFuture::from(lookup).await;
+    let pinned = fleet_pin.as_ref().and_then(|p| app.router.id_of(p.backend.as_deref()?));
+    let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain), pinned };
     for attempt in 0..app.config.max_attempts {
         let key = principal.key().map_or("", |k| k.id.as_str());
         let selected = match queue::select(app, &routed.model, &hints, &tried, key, deadline, attempt == 0).await {
@@ -145,6 +153,9 @@ pub async fn forward(
             Err(SelectError::NoneAvailable | SelectError::Full) => break,
         };
         tried.push(backend.id);
+        if let Some(pin) = fleet_pin.as_mut() {
+            pin.went_to(backend.name());
+        }
         let plan = translate::plan(endpoint, backend.kind());
         let (wire, upstream_body) = match plan {
             Plan::Pass(wire) => (wire, routed.body.clone()),

@@ -118,6 +118,11 @@ impl Router {
         self.table.store(Arc::new(table));
     }
 
+    /// The id of the backend named `name`.
+    pub fn id_of(&self, name: &str) -> Option<usize> {
+        self.backends.iter().find(|b| b.name() == name).map(|b| b.id)
+    }
+
     pub fn knows_model(&self, model: &str) -> bool {
         self.table.load().contains_key(model)
     }
@@ -154,30 +159,38 @@ impl Router {
             .collect();
         let session = hints.session.filter(|_| self.sticky.is_some());
         let mut repin_why = None;
-        if let (Some(sticky), Some(session)) = (&self.sticky, session) {
-            if let Some(id) = sticky.get(model, session, Instant::now()) {
-                match candidates.iter().position(|b| b.id == id) {
-                    Some(i) => match affinity::overloaded(&self.affinity, model, candidates[i], &candidates) {
-                        None => match candidates[i].try_start() {
-                            Some(slot) if candidates[i].health.claim(now) => {
-                                let chosen = candidates[i].clone();
+        // The fleet's pin (shared through Redis) outranks this instance's own table: another
+        // instance may have routed the conversation's last turn.
+        let local_pin = match (&self.sticky, session) {
+            (Some(sticky), Some(session)) => sticky.get(model, session, Instant::now()),
+            _ => None,
+        };
+        let pin =
+            hints.pinned.map(|id| (id, "pinned here by the fleet")).or(local_pin.map(|id| (id, "session pinned here")));
+        if let Some((id, pinned_why)) = pin {
+            match candidates.iter().position(|b| b.id == id) {
+                Some(i) => match affinity::overloaded(&self.affinity, model, candidates[i], &candidates) {
+                    None => match candidates[i].try_start() {
+                        Some(slot) if candidates[i].health.claim(now) => {
+                            let chosen = candidates[i].clone();
+                            if let (Some(sticky), Some(session)) = (&self.sticky, session) {
                                 sticky.pin(model, session, chosen.id, Instant::now());
-                                self.remember(&chosen, hints, None);
-                                let explain = affinity::explain("sticky", &chosen, 0, 0, "session pinned here");
-                                return Ok(Selected { backend: chosen, explain: Some(explain), slot });
                             }
-                            Some(_) => repin_why = Some("re-pinned: the pinned backend is in a breaker trial"),
-                            None => {
-                                // Its last slot went to another request a moment ago.
-                                full = true;
-                                candidates.swap_remove(i);
-                                repin_why = Some("re-pinned: the pinned backend is full");
-                            }
-                        },
-                        Some(_) => repin_why = Some("re-pinned: the pinned backend is overloaded"),
+                            self.remember(&chosen, hints, None);
+                            let explain = affinity::explain("sticky", &chosen, 0, 0, pinned_why);
+                            return Ok(Selected { backend: chosen, explain: Some(explain), slot });
+                        }
+                        Some(_) => repin_why = Some("re-pinned: the pinned backend is in a breaker trial"),
+                        None => {
+                            // Its last slot went to another request a moment ago.
+                            full = true;
+                            candidates.swap_remove(i);
+                            repin_why = Some("re-pinned: the pinned backend is full");
+                        }
                     },
-                    None => repin_why = Some("re-pinned: the pinned backend is unavailable"),
-                }
+                    Some(_) => repin_why = Some("re-pinned: the pinned backend is overloaded"),
+                },
+                None => repin_why = Some("re-pinned: the pinned backend is unavailable"),
             }
         }
         loop {

@@ -2,8 +2,10 @@
 //! every call bounded by `redis.timeout` and behind a breaker (so no request waits on a dead
 //! Redis), and a heartbeat that registers this instance among the live ones (what `local_share`
 //! divides limits by) and closes the breaker again when Redis is back. What is shared lives in
-//! the modules that use it: limits in `limit/shared.rs`, key changes in `shared/revocation.rs`.
+//! the modules that use it: limits in `limit/shared.rs`, key changes in `shared/revocation.rs`,
+//! conversations' backends in `shared/affinity.rs`.
 
+pub mod affinity;
 pub mod revocation;
 
 use std::fmt::Write;
@@ -40,6 +42,9 @@ pub struct Shared {
     /// Failed or timed-out calls, and requests decided by an `on_failure` policy instead.
     errors: AtomicU64,
     fallbacks: AtomicU64,
+    /// Conversations found pinned by the fleet, and not found (new ones).
+    affinity_hits: AtomicU64,
+    affinity_misses: AtomicU64,
 }
 
 /// Why a shared call gave no answer (details are logged, not shown to clients).
@@ -84,6 +89,8 @@ impl Shared {
             live: AtomicU32::new(1),
             errors: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
+            affinity_hits: AtomicU64::new(0),
+            affinity_misses: AtomicU64::new(0),
         }))
     }
 
@@ -118,6 +125,18 @@ impl Shared {
                 "Instances of the fleet that sent a heartbeat in the last 3 s, this one included.",
                 "gauge",
                 u64::from(self.live_instances()),
+            ),
+            (
+                "switchyard_redis_affinity_hits_total",
+                "Requests whose conversation the fleet had pinned to a backend (redis with cache-aware routing or sticky sessions).",
+                "counter",
+                self.affinity_hits.load(Relaxed),
+            ),
+            (
+                "switchyard_redis_affinity_misses_total",
+                "Requests whose conversation no instance had pinned yet.",
+                "counter",
+                self.affinity_misses.load(Relaxed),
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");

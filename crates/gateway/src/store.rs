@@ -130,6 +130,16 @@ impl Store {
         }
     }
 
+    /// Bytes SQLite's allocator holds now (page caches, prepared statements), for every SQLite
+    /// database in this process; `None` on PostgreSQL. Bounded by `cache_size` per connection: the
+    /// soak tells a leak from a filling page cache with it.
+    pub fn sqlite_heap_bytes(&self) -> Option<i64> {
+        match &self.inner {
+            Inner::Sqlite(_) => Some(sqlite_memory_used()),
+            Inner::Postgres(_) => None,
+        }
+    }
+
     /// Closes the pool, waiting for checked-out connections to come back. Later calls fail.
     pub async fn close(&self) {
         match &self.inner {
@@ -161,6 +171,15 @@ fn connect_sqlite(url: &str) -> Result<SqlitePool, StoreError> {
         pool = pool.min_connections(1).idle_timeout(None).max_lifetime(None);
     }
     Ok(pool.connect_lazy_with(options))
+}
+
+/// SQLite's own count of the bytes it has allocated (`sqlite3_memory_used`; memory statistics are
+/// on in the bundled build). No SQL function or pragma reports it.
+#[allow(unsafe_code)]
+fn sqlite_memory_used() -> i64 {
+    // SAFETY: takes no arguments, touches no connection, and is thread-safe in this build
+    // (SQLITE_THREADSAFE=1): it reads a counter under SQLite's own mutex.
+    unsafe { libsqlite3_sys::sqlite3_memory_used() }
 }
 
 fn connect_postgres(url: &str) -> Result<PgPool, StoreError> {

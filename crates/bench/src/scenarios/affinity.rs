@@ -2,7 +2,9 @@
 //! interleaved across backends, time to first token per turn for each routing strategy (the
 //! shape of the published two-node experiment). `shared-prefix`: many users whose conversations
 //! share a long system prompt, across 4 backends: prefill tokens computed, cache hit ratio and
-//! backend balance per strategy, against the best possible assignment. Both run against KV-cache
+//! backend balance per strategy, against the best possible assignment, and the cache-aware
+//! strategy through a fleet of three instances (each turn to the next instance), with and without
+//! Redis sharing where conversations went. Both run against KV-cache
 //! mocks (started here) or against real servers given with `--backend URL` (llama.cpp:
 //! `scripts/bench-llamacpp`).
 
@@ -297,23 +299,41 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
     // Real servers keep their caches between runs: each run gets texts of its own.
     let fresh = !args.backends.is_empty();
     // The best balanced assignment: user i's whole conversation on backend i mod 4, sent directly.
-    let mut runs: Vec<(String, Option<&str>, bool)> = vec![("best balanced assignment".into(), None, false)];
-    runs.extend(STRATEGIES.iter().filter(|s| wanted(args, s.0)).map(|(n, r, s)| (n.to_string(), Some(*r), *s)));
+    // (name, routing, session header, instances, whether they share Redis)
+    let mut runs: Vec<(String, Option<&str>, bool, usize, bool)> =
+        vec![("best balanced assignment".into(), None, false, 0, false)];
+    runs.extend(
+        STRATEGIES.iter().filter(|s| wanted(args, s.0)).map(|(n, r, s)| (n.to_string(), Some(*r), *s, 1, false)),
+    );
+    if !quick && wanted(args, "cache-aware") {
+        let cache_aware = STRATEGIES[4].1;
+        runs.push(("cache-aware, 3 instances sharing Redis".into(), Some(cache_aware), false, 3, true));
+        runs.push(("cache-aware, 3 instances alone".into(), Some(cache_aware), false, 3, false));
+    }
     let n = backends.urls.len();
     let mut best_prefill = 0.0;
     let mut load_series = Vec::new();
-    for (ri, (name, routing, session)) in runs.into_iter().enumerate() {
-        let gateway = match routing {
-            Some(r) => Some(start_gateway(&gateway_config(&backends.urls, &args.model, r), pin)?),
-            None => None,
-        };
+    for (ri, (name, routing, session, instances, shared)) in runs.into_iter().enumerate() {
+        let redis = if shared { Some(super::fleet::Redis::start(None)?) } else { None };
+        let mut gateways = Vec::new();
+        if let Some(r) = routing {
+            let mut config = gateway_config(&backends.urls, &args.model, r);
+            if let Some(redis) = &redis {
+                config.push_str(&format!("redis: {{url: '{}', timeout: 1s}}\n", redis.url()));
+            }
+            for _ in 0..instances {
+                gateways.push(start_gateway(&config, pin)?);
+            }
+        }
+        let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
         reset(&client, &backends.urls).await;
         eprintln!("  ▸ shared-prefix: {users} users × {turns} turns, {name}");
         let seed = if fresh { ri as u64 * 100_000 } else { 0 };
         let system = filler(system_tokens, 7 + seed);
         let mut tasks = tokio::task::JoinSet::new();
         for u in 0..users {
-            let target = gateway.as_ref().map_or_else(|| backends.urls[u % n].clone(), |g| g.url.clone());
+            // Direct to user u's backend, or turn t through instance (u + t) mod instances.
+            let targets = if urls.is_empty() { vec![backends.urls[u % n].clone()] } else { urls.clone() };
             let (client, model, system) = (client.clone(), args.model.clone(), system.clone());
             tasks.spawn(async move {
                 let key = format!("user-{u}");
@@ -323,8 +343,8 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
                 ];
                 let mut served = Vec::new();
                 for t in 0..turns {
-                    let reply =
-                        chat(&client, &target, &model, &messages, session.then_some(key.as_str()), true).await?;
+                    let target = &targets[(u + t) % targets.len()];
+                    let reply = chat(&client, target, &model, &messages, session.then_some(key.as_str()), true).await?;
                     // Direct, user u's backend is u mod n; through the gateway, its header says (`b{i}`).
                     let backend = match &reply.backend {
                         Some(b) => b.strip_prefix('b').and_then(|i| i.parse().ok()).ok_or(format!("backend `{b}`"))?,

@@ -25,13 +25,13 @@ const LIMITED: &str = r#"{"rpm":1000000000,"tpm":1000000000000,"max_parallel":10
 const EXACT_RPM: u64 = 2000;
 
 /// A `redis-server` child on a free port, stopped when dropped.
-struct Redis {
+pub(super) struct Redis {
     child: Child,
     port: u16,
 }
 
 impl Redis {
-    fn start(cpus: Option<&str>) -> Result<Redis, String> {
+    pub(super) fn start(cpus: Option<&str>) -> Result<Redis, String> {
         let port = procs::free_port()?;
         let bin = std::env::var("SWITCHYARD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
         let mut cmd = match cpus {
@@ -59,7 +59,7 @@ impl Redis {
         Ok(redis)
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 

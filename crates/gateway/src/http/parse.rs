@@ -61,6 +61,9 @@ pub struct RoutedRequest {
     pub session: Option<String>,
     /// Chained block hashes of the prompt, when the routing strategy uses them.
     pub chain: Vec<u64>,
+    /// What identifies the conversation at every turn (`conversation_root`), when a fleet shares
+    /// cache affinity (`redis` with the cache-aware strategy).
+    pub root: Option<u64>,
 }
 
 pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result<RoutedRequest, GatewayError> {
@@ -101,13 +104,43 @@ pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result
     }
     let session = if config.affinity.sticky_sessions { body_session(&fields) } else { None };
     let chain = prompt_chain(endpoint, &fields, config);
+    let root = (config.redis.is_some() && config.strategy == Strategy::CacheAware)
+        .then(|| conversation_root(endpoint, &fields))
+        .flatten();
     let resolved = config.resolve_alias(&model).to_owned();
     let body = if resolved != model { rewrite_model(&body, raw_model, &resolved)? } else { body.clone() };
     let max_tokens = [&fields.max_tokens, &fields.max_completion_tokens, &fields.max_output_tokens]
         .into_iter()
         .flatten()
         .find_map(|v| v.as_u64());
-    Ok(RoutedRequest { model: resolved, requested: model.into_owned(), max_tokens, stream, body, session, chain })
+    Ok(RoutedRequest { model: resolved, requested: model.into_owned(), max_tokens, stream, body, session, chain, root })
+}
+
+/// A digest of what a conversation re-sends unchanged at every turn: its system prompt and its
+/// messages up to the end of the first user message. Every turn of one conversation has the same
+/// root, whichever instance receives it; conversations that share only a system prompt do not.
+/// `None` where the request carries no such history (completions, a string `input`).
+fn conversation_root(endpoint: Endpoint, fields: &RoutingFields<'_>) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Role<'a> {
+        #[serde(borrow)]
+        role: Option<Cow<'a, str>>,
+    }
+    let (system, messages) = match endpoint {
+        Endpoint::Messages => (fields.system, fields.messages?),
+        Endpoint::ChatCompletions | Endpoint::OllamaChat => (None, fields.messages?),
+        Endpoint::Responses => (fields.instructions, fields.input?),
+        _ => return None,
+    };
+    let all = messages.get();
+    let items: Vec<&RawValue> = serde_json::from_str(all).ok()?;
+    let first_user = items
+        .iter()
+        .find(|m| serde_json::from_str::<Role>(m.get()).ok().and_then(|r| r.role).as_deref() == Some("user"))?;
+    // The item borrows from `all`: where it ends there is where the root ends.
+    let start = (first_user.get().as_ptr() as usize).checked_sub(all.as_ptr() as usize)?;
+    let root = all.as_bytes().get(..start + first_user.get().len())?;
+    Some(crate::route::prefix::digest(&[system.map_or(&b""[..], |s| s.get().as_bytes()), root]))
 }
 
 /// The first session hint in the body: `prompt_cache_key`, `user`, `metadata.session_id`,

@@ -16,6 +16,9 @@ pub struct RouteHints<'a> {
     pub session: Option<&'a str>,
     /// Chained block hashes of the prompt (`prefix::chain`); empty unless a strategy needs them.
     pub chain: Vec<u64>,
+    /// The backend the fleet has this conversation pinned to (`shared/affinity.rs`), when
+    /// instances share affinity through Redis: it counts as this instance's own sticky pin.
+    pub pinned: Option<usize>,
 }
 
 /// The load a backend is judged by for `model`: requests in flight through this gateway, plus

@@ -60,6 +60,16 @@ pub fn chain(parts: &[&[u8]]) -> Vec<u64> {
     out
 }
 
+/// One digest of `parts` read as one byte stream, with the hash the chain uses (the same on every
+/// instance of a fleet: no per-process seed).
+pub fn digest(parts: &[&[u8]]) -> u64 {
+    let mut hasher = PrefixHasher::default();
+    for part in parts {
+        hasher.write(part);
+    }
+    hasher.finish()
+}
+
 /// A fast, non-cryptographic running hash (multiply-xorshift over 8-byte words). Collisions only
 /// cost a wrong routing guess, never correctness; the state carries over blocks, so each block's
 /// digest covers the whole prefix.

@@ -446,3 +446,121 @@ async fn an_instance_killed_while_holding_parallel_slots_frees_them_within_their
     let freed = killed.elapsed();
     assert!(freed <= Duration::from_millis(6500), "freed after {freed:?}: the holders' TTL is 5 s");
 }
+
+/// `conversations` conversations sharing one system prompt, each turn `t` of conversation `c`
+/// sent to instance `(c + t) % 3` (never twice running to the same one); the backend of each
+/// turn, per conversation, with `parallel` requests in flight. `session` sends each
+/// conversation's id as `x-session-id`.
+async fn converse(
+    fleet: &Fleet,
+    key: &str,
+    (conversations, turns, parallel): (usize, usize, usize),
+    session: bool,
+) -> Vec<Vec<String>> {
+    let system = "You are a careful coding agent. Follow the repository's conventions. ".repeat(20);
+    let mut histories: Vec<Vec<serde_json::Value>> = (0..conversations)
+        .map(|c| {
+            vec![
+                serde_json::json!({"role": "system", "content": system}),
+                serde_json::json!({"role": "user", "content": format!("conversation {c}: refactor this module.")}),
+            ]
+        })
+        .collect();
+    let mut backends = vec![Vec::new(); conversations];
+    for t in 0..turns {
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(parallel));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (c, history) in histories.iter().enumerate() {
+            let url = format!("{}/v1/chat/completions", fleet.gateways[(c + t) % fleet.gateways.len()].url());
+            let body = serde_json::json!({"model": "m", "messages": history}).to_string();
+            let (client, auth, gate) = (fleet.client.clone(), format!("Bearer {key}"), gate.clone());
+            tasks.spawn(async move {
+                let _turn = gate.acquire().await.unwrap();
+                let id = format!("conversation-{c}");
+                let mut headers = vec![("authorization", auth.as_str())];
+                if session {
+                    headers.push(("x-session-id", id.as_str()));
+                }
+                let r = client.post_json(&url, body.as_bytes(), &headers).await.unwrap();
+                assert_eq!(r.status, 200, "{}", r.text());
+                let reply = r.json()["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+                (c, backend_of(&r), reply)
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            let (c, backend, reply) = done.unwrap();
+            backends[c].push(backend);
+            histories[c].push(serde_json::json!({"role": "assistant", "content": reply}));
+            histories[c].push(serde_json::json!({"role": "user", "content": format!("step {t} done; go on.")}));
+        }
+    }
+    backends
+}
+
+/// Later turns that reached their conversation's first backend, of all later turns.
+fn stayed(backends: &[Vec<String>]) -> (usize, usize) {
+    let later = backends.iter().map(|b| b.len() - 1).sum();
+    let home = backends.iter().map(|b| b[1..].iter().filter(|x| **x == b[0]).count()).sum();
+    (home, later)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversations_turns_reach_its_first_backend_whichever_instance_takes_them() {
+    let redis = RedisServer::start();
+    let mocks = [mock(&["m"]).await, mock(&["m"]).await, mock(&["m"]).await];
+    let refs: Vec<&MockServer> = mocks.iter().collect();
+    let extra = "routing: {strategy: cache-aware}\nhealth: {interval: 100ms}\n";
+    let fleet = fleet_with(&place(), &refs, &redis, &["local_share"; 3], extra).await;
+    let (_, key) = fleet.create_key("{}").await;
+    // 1,000 conversations × 5 turns, no session key: the conversation is known by its root. A
+    // turn may still move when its backend is beyond the balance threshold (8 in flight).
+    let backends = converse(&fleet, &key, (1000, 5, 8), false).await;
+    let (home, later) = stayed(&backends);
+    eprintln!("{home} of {later} later turns reached their first turn's backend");
+    assert!(home * 100 >= later * 99, "{home} of {later} later turns reached their first turn's backend");
+    let mut spread = std::collections::HashMap::<&str, usize>::new();
+    for b in &backends {
+        *spread.entry(b[0].as_str()).or_default() += 1;
+    }
+    assert_eq!(spread.len(), 3, "first turns spread over every backend: {spread:?}");
+    assert!(fleet.metric(1, "switchyard_redis_affinity_hits_total").await.unwrap() > 0.0);
+
+    // With a session key the session is the conversation.
+    let sessions = converse(&fleet, &key, (100, 4, 4), true).await;
+    let (home, later) = stayed(&sessions);
+    assert!(home * 100 >= later * 99, "{home} of {later} later turns of sessions reached their first backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_backend_moves_only_its_own_conversations() {
+    let redis = RedisServer::start();
+    let mocks = [mock(&["m"]).await, mock(&["m"]).await, mock(&["m"]).await];
+    let refs: Vec<&MockServer> = mocks.iter().collect();
+    let extra = "routing: {strategy: cache-aware}\nhealth: {interval: 100ms}\n";
+    let fleet = fleet_with(&place(), &refs, &redis, &["local_share"; 3], extra).await;
+    let (_, key) = fleet.create_key("{}").await;
+    let before = converse(&fleet, &key, (90, 2, 4), true).await;
+    mocks[0].kill();
+    // Until every instance has seen it go.
+    for i in 0..3 {
+        fleet.until_metric(i, "switchyard_backend_up{backend=\"b0\"}", 0.0).await;
+    }
+    // The same sessions again (their histories restart, the session key is what pins them).
+    let after = converse(&fleet, &key, (90, 2, 4), true).await;
+    let (mut moved, mut stayed_home, mut live_turns) = (0, 0, 0);
+    for (b, a) in before.iter().zip(&after) {
+        if b[0] == "b0" {
+            moved += 1;
+            assert!(a.iter().all(|x| x != "b0"), "a conversation of the dead backend moved: {a:?}");
+        } else {
+            live_turns += a.len();
+            stayed_home += a.iter().filter(|x| **x == b[0]).count();
+        }
+    }
+    assert!(moved > 0, "some conversations lived on b0");
+    // Only the balance threshold may move a live backend's conversation (now 2 backends take all).
+    assert!(
+        stayed_home * 100 >= live_turns * 97,
+        "{stayed_home} of {live_turns} turns of live backends' conversations stayed"
+    );
+}
