@@ -119,10 +119,10 @@ pub async fn forward(
     let client_headers = &parts.headers;
     let session = header_session(client_headers).or(routed.session.as_deref());
     // In a fleet, a conversation (its session key, or its root) goes where the fleet sent it last.
-    let sticky = session.filter(|_| app.config.affinity.sticky_sessions);
-    let conversation = app.shared.as_ref().zip(sticky.map(|s| prefix::digest(&[s.as_bytes()])).or(routed.root));
-    let ttl = app.config.affinity.session_ttl;
-    let lookup = conversation.map(|(shared, c)| FleetPin::lookup(shared, &routed.model, c, ttl));
+    let sticky = session.filter(|_| app.config.affinity.sticky_sessions).map(|s| prefix::digest(&[s.as_bytes()]));
+    let (shared, ttl) = (app.shared.as_ref(), app.config.affinity.session_ttl);
+    let shared = shared.filter(|_| app.router.backends_serving(&routed.model) > 1);
+    let lookup = shared.zip(sticky.or(routed.root)).map(|(shared, c)| FleetPin::lookup(shared, &routed.model, c, ttl));
     let mut fleet_pin = futures_util::future::OptionFuture::from(lookup).await;
     let pinned = fleet_pin.as_ref().and_then(|p| app.router.id_of(p.backend.as_deref()?));
     let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain), pinned };

@@ -123,6 +123,11 @@ impl Router {
         self.backends.iter().find(|b| b.name() == name).map(|b| b.id)
     }
 
+    /// How many backends serve `model` (healthy or not): with one, there is no choice to share.
+    pub fn backends_serving(&self, model: &str) -> usize {
+        self.table.load().get(model).map_or(0, Vec::len)
+    }
+
     pub fn knows_model(&self, model: &str) -> bool {
         self.table.load().contains_key(model)
     }
