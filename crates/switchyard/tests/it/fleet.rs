@@ -504,14 +504,20 @@ fn stayed(backends: &[Vec<String>]) -> (usize, usize) {
     (home, later)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conversations_turns_reach_its_first_backend_whichever_instance_takes_them() {
+/// Three cache-aware instances on one Redis, three backends, and a key without limits.
+async fn cache_aware_fleet() -> (RedisServer, [MockServer; 3], Fleet, String) {
     let redis = RedisServer::start();
     let mocks = [mock(&["m"]).await, mock(&["m"]).await, mock(&["m"]).await];
     let refs: Vec<&MockServer> = mocks.iter().collect();
     let extra = "routing: {strategy: cache-aware}\nhealth: {interval: 100ms}\n";
     let fleet = fleet_with(&place(), &refs, &redis, &["local_share"; 3], extra).await;
     let (_, key) = fleet.create_key("{}").await;
+    (redis, mocks, fleet, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversations_turns_reach_its_first_backend_whichever_instance_takes_them() {
+    let (_redis, _mocks, fleet, key) = cache_aware_fleet().await;
     // 1,000 conversations × 5 turns, no session key: the conversation is known by its root. A
     // turn may still move when its backend is beyond the balance threshold (8 in flight).
     let backends = converse(&fleet, &key, (1000, 5, 8), false).await;
@@ -533,12 +539,7 @@ async fn a_conversations_turns_reach_its_first_backend_whichever_instance_takes_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_backend_moves_only_its_own_conversations() {
-    let redis = RedisServer::start();
-    let mocks = [mock(&["m"]).await, mock(&["m"]).await, mock(&["m"]).await];
-    let refs: Vec<&MockServer> = mocks.iter().collect();
-    let extra = "routing: {strategy: cache-aware}\nhealth: {interval: 100ms}\n";
-    let fleet = fleet_with(&place(), &refs, &redis, &["local_share"; 3], extra).await;
-    let (_, key) = fleet.create_key("{}").await;
+    let (_redis, mocks, fleet, key) = cache_aware_fleet().await;
     let before = converse(&fleet, &key, (90, 2, 4), true).await;
     mocks[0].kill();
     // Until every instance has seen it go.
