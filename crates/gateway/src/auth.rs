@@ -50,6 +50,9 @@ struct CacheEntry {
     at: Instant,
     record: Option<Arc<KeyRecord>>,
     verified: Option<u64>,
+    /// To be looked up again at its next use (a key change may have been missed), but still
+    /// served if the database cannot answer then.
+    stale: bool,
 }
 
 pub struct Auth {
@@ -139,21 +142,34 @@ impl Auth {
             let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(entry) = cache.get(id) {
                 let ttl = if entry.record.is_some() { POSITIVE_TTL } else { NEGATIVE_TTL };
-                if entry.at.elapsed() < ttl {
+                if !entry.stale && entry.at.elapsed() < ttl {
                     return Ok((entry.record.clone(), entry.verified));
                 }
             }
         }
-        let found = self.store.lookup(id).await.map_err(|e| {
-            tracing::error!(error = %e, "key lookup failed");
-            GatewayError::Internal
-        })?;
+        let found = match self.store.lookup(id).await {
+            Ok(found) => found,
+            Err(e) => {
+                // The database is away: a key known before goes on as it was (stale if error),
+                // so an outage does not refuse every key whose cache entry aged meanwhile.
+                let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(entry) = cache.get(id) {
+                    tracing::debug!(error = %e, "key lookup failed: serving the cached record");
+                    return Ok((entry.record.clone(), entry.verified));
+                }
+                tracing::error!(error = %e, "key lookup failed");
+                return Err(GatewayError::Internal);
+            }
+        };
         let record = found.map(Arc::new);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() > 100_000 {
             cache.clear();
         }
-        cache.insert(id.to_owned(), CacheEntry { at: Instant::now(), record: record.clone(), verified: None });
+        cache.insert(
+            id.to_owned(),
+            CacheEntry { at: Instant::now(), record: record.clone(), verified: None, stale: false },
+        );
         Ok((record, None))
     }
 
@@ -172,9 +188,12 @@ impl Auth {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
     }
 
-    /// Forget every key (changes may have been missed: see `shared/revocation.rs`).
+    /// Look every key up again at its next use (changes may have been missed: see
+    /// `shared/revocation.rs`); while the database cannot answer, the cached records still serve.
     pub fn evict_all(&self) {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        for entry in self.cache.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
+            entry.stale = true;
+        }
     }
 }
 

@@ -565,3 +565,72 @@ async fn removing_a_backend_moves_only_its_own_conversations() {
         "{stayed_home} of {live_turns} turns of live backends' conversations stayed"
     );
 }
+
+/// `url` with its `host:port` (after the `@`) replaced by `addr`.
+fn through(url: &str, addr: std::net::SocketAddr) -> String {
+    let at = url.find('@').unwrap() + 1;
+    let end = at + url[at..].find('/').unwrap();
+    format!("{}{addr}{}", &url[..at], &url[end..])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_down_for_30_seconds_fails_no_request_and_usage_drains_exactly_afterwards() {
+    let place = place();
+    if !place.db.starts_with("postgres") {
+        eprintln!("the PostgreSQL pass of the test command runs this one (SWITCHYARD_TEST_STORAGE=postgres)");
+        return;
+    }
+    let redis = RedisServer::start();
+    let backend = mock(&["m"]).await;
+    // The instances reach the database only through a forwarder that can cut it.
+    let at = place.db.find('@').unwrap() + 1;
+    let upstream = place.db[at..at + place.db[at..].find('/').unwrap()].parse().unwrap();
+    let forwarder = crate::common::cut::Forwarder::start(upstream).await;
+    let via = Place { dir: place.dir.clone(), db: through(&place.db, forwarder.addr()) };
+    let fleet = fleet_with(&via, &[&backend], &redis, &["local_share"; 3], "").await;
+    let (_, key) = fleet.create_key("{}").await;
+    let body = chat_body("m", false);
+    let mut answered = 0;
+    for i in 0..3 {
+        assert_eq!(fleet.chat(i, &key, &body).await.status, 200);
+        answered += 1;
+    }
+    // 31 s without the database: past the 30 s for which a key's record is cached, so each
+    // instance has to look the key up again while nothing answers.
+    forwarder.cut();
+    let back = Instant::now() + Duration::from_secs(31);
+    while Instant::now() < back {
+        for i in 0..3 {
+            let r = fleet.chat(i, &key, &body).await;
+            assert_eq!(
+                r.status,
+                200,
+                "instance {i}, {:?} into the outage: {}",
+                Instant::now() - (back - Duration::from_secs(31)),
+                r.text()
+            );
+            answered += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    forwarder.restore();
+    assert_eq!(backend.control().request_count(), answered);
+    // Every answer's record reaches the database once it is back, none twice.
+    let pool = sqlx::PgPool::connect(&place.db).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM usage_records").fetch_one(&pool).await.unwrap();
+        let distinct: i64 =
+            sqlx::query_scalar("SELECT COUNT(DISTINCT id) FROM usage_records").fetch_one(&pool).await.unwrap();
+        assert_eq!(rows, distinct, "a record written twice");
+        if rows as u64 == answered {
+            break;
+        }
+        assert!(rows as u64 <= answered, "{rows} records for {answered} answers");
+        assert!(
+            Instant::now() < deadline,
+            "{rows} of {answered} records written a minute after the database came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

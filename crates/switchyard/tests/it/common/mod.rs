@@ -1,6 +1,7 @@
 //! Shared harness for the black-box tests: mock backends and the real gateway on ephemeral ports.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cut;
 pub mod redis;
 
 use std::collections::HashMap;
