@@ -68,7 +68,7 @@ async fn sigkill_under_load_loses_and_doubles_no_usage_record() {
     std::fs::write(
         &config,
         format!(
-            "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\nbackends:\n  - {{name: b0, url: '{}'}}\n",
+            "listen: 127.0.0.1:0\nauth: {{secret: {TEST_SECRET}}}\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\nbackends:\n  - {{name: b0, url: '{}'}}\n",
             dir.display(),
             mock.url()
         ),
