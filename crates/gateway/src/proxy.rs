@@ -8,6 +8,7 @@
 //! pass through when the backend speaks the client's API, else the request is translated for
 //! it (`proxy/translation.rs`) and the answer translated back.
 
+mod permits;
 mod queue;
 mod resume;
 mod translation;
@@ -23,14 +24,13 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
 use crate::app::App;
-use crate::auth::{model_allowed, Principal};
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::metering::Meter;
-use crate::http::parse::{parse_request, read_body, RoutedRequest};
+use crate::http::parse::{parse_request, read_body};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
-use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refused, Reserved};
+use crate::limit::Permit;
 use crate::route::backend::{Backend, InFlight};
 use crate::route::{prefix, RouteHints, SelectError};
 use crate::shared::affinity::FleetPin;
@@ -72,8 +72,7 @@ pub async fn forward(
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let mut routed = parse_request(endpoint, body, &app.config)?;
-    let permit = admit(app, &principal, &routed).await?;
-    let budget = reserve_budget(app, &principal, &routed).await?;
+    let (permit, budget) = permits::take(app, &principal, &routed).await?;
     let client_body = routed.body.clone();
     let mut bodies = Bodies::new(endpoint, &client_body, &routed.model);
     // For usage on streams the client did not ask it for, ask upstream and hide it on the way back.
@@ -273,93 +272,6 @@ struct Metering {
     meter: Option<Meter>,
     permit: Option<Permit>,
     strip_usage_chunk: bool,
-}
-
-/// A key's USD budget: reserve the request's estimated cost against spend + reservations.
-async fn reserve_budget(
-    app: &App,
-    principal: &Principal,
-    routed: &RoutedRequest,
-) -> Result<Option<BudgetPermit>, GatewayError> {
-    let Some(key) = principal.key() else { return Ok(None) };
-    let Some(budget) = key.budget_usd else { return Ok(None) };
-    let now = app.clock.unix_ms();
-    let period = key.budget_period.as_deref();
-    let start = period_start(period, now);
-    let spent_so_far = || async {
-        match &app.store {
-            Some(store) => store.key_spend(&key.id, start).await.map_err(|e| {
-                tracing::error!(error = %e, "could not read a key's spend");
-                GatewayError::Internal
-            }),
-            None => Ok(0.0),
-        }
-    };
-    let prompt = (routed.body.len() as u64).div_ceil(4);
-    let estimate = app.config.cost(&routed.model, prompt, routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE));
-    let over_budget = |committed: f64| {
-        let retry_after_secs = period_end(period, start).map_or(0, |end| ((end - now).max(1000) / 1000) as u64);
-        GatewayError::RateLimited {
-            message: format!(
-                "this key's budget of ${budget:.2} {} is used up (${committed:.4} spent or reserved)",
-                period.map_or("in total".to_owned(), |p| format!("({p})")),
-            ),
-            code: "budget_exceeded",
-            retry_after_secs,
-            headers: Box::default(),
-        }
-    };
-    if let Some(shared) = &app.shared_budgets {
-        let window = (start, period_end(period, start));
-        let mut seed = None;
-        loop {
-            match shared.reserve(&key.id, window, budget, estimate, seed, now).await {
-                Reserved::Held(hold) => return Ok(Some(BudgetPermit::shared(hold))),
-                Reserved::Over(committed) => return Err(over_budget(committed as f64 / 1e6)),
-                Reserved::NeedsSeed if seed.is_none() => seed = Some(spent_so_far().await?),
-                Reserved::NeedsSeed | Reserved::Unavailable => return Err(GatewayError::LimitsUnavailable),
-            }
-        }
-    }
-    if app.budgets.needs_load(&key.id, start) {
-        app.budgets.load(&key.id, start, spent_so_far().await?);
-    }
-    app.budgets.reserve(&key.id, start, budget, estimate).map(Some).map_err(|over| over_budget(over.committed))
-}
-
-/// Completion tokens assumed for a rate-limit reservation when the client set no `max_tokens`.
-const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
-
-/// A virtual key's model allow-list and rate limits; an admitted request holds its permit.
-async fn admit(app: &App, principal: &Principal, routed: &RoutedRequest) -> Result<Option<Permit>, GatewayError> {
-    let Some(key) = principal.key() else { return Ok(None) };
-    if !model_allowed(&key.models, &routed.model) && !model_allowed(&key.models, &routed.requested) {
-        return Err(GatewayError::Forbidden {
-            message: format!("this key may not use the model `{}`", routed.requested),
-            code: "model_not_allowed",
-        });
-    }
-    let limits = Limits { rpm: key.rpm, tpm: key.tpm, max_parallel: key.max_parallel };
-    if limits.is_unlimited() {
-        return Ok(None);
-    }
-    let estimate = (routed.body.len() as u64).div_ceil(4) + routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE);
-    app.limiter.acquire(&key.id, &limits, estimate).await.map(Some).map_err(|refused| {
-        let r = match refused {
-            Refused::Limited(r) => r,
-            Refused::Unavailable => return GatewayError::LimitsUnavailable,
-        };
-        let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-        GatewayError::RateLimited {
-            message: match r.which {
-                "parallel" => format!("too many requests in flight for this key (limit {})", r.limit),
-                which => format!("rate limit reached: {} {which} per minute; retry in {secs} s", r.limit),
-            },
-            code: "rate_limit_exceeded",
-            retry_after_secs: secs,
-            headers: Box::new(r.snapshot.headers()),
-        }
-    })
 }
 
 async fn attempt_once(
