@@ -15,13 +15,15 @@ pub async fn take(
     principal: &Principal,
     routed: &RoutedRequest,
 ) -> Result<(Option<Permit>, Option<BudgetPermit>), GatewayError> {
-    if let Some(key) = principal.key() {
-        if !model_allowed(&key.models, &routed.model) && !model_allowed(&key.models, &routed.requested) {
-            return Err(GatewayError::Forbidden {
-                message: format!("this key may not use the model `{}`", routed.requested),
-                code: "model_not_allowed",
-            });
-        }
+    let Some(key) = principal.key() else { return Ok((None, None)) };
+    if !model_allowed(&key.models, &routed.model) && !model_allowed(&key.models, &routed.requested) {
+        return Err(GatewayError::Forbidden {
+            message: format!("this key may not use the model `{}`", routed.requested),
+            code: "model_not_allowed",
+        });
+    }
+    if key.budget_usd.is_none() {
+        return Ok((admit(app, principal, routed).await?, None));
     }
     let (permit, budget) = tokio::join!(admit(app, principal, routed), reserve_budget(app, principal, routed));
     Ok((permit?, budget?))
