@@ -566,11 +566,16 @@ async fn removing_a_backend_moves_only_its_own_conversations() {
     );
 }
 
-/// `url` with its `host:port` (after the `@`) replaced by `addr`.
-fn through(url: &str, addr: std::net::SocketAddr) -> String {
+/// Where `url`'s `host:port` (between the `@` and the next `/`) lies in it.
+fn authority(url: &str) -> std::ops::Range<usize> {
     let at = url.find('@').unwrap() + 1;
-    let end = at + url[at..].find('/').unwrap();
-    format!("{}{addr}{}", &url[..at], &url[end..])
+    at..at + url[at..].find('/').unwrap()
+}
+
+/// `url` with its `host:port` replaced by `addr`.
+fn through(url: &str, addr: std::net::SocketAddr) -> String {
+    let hostport = authority(url);
+    format!("{}{addr}{}", &url[..hostport.start], &url[hostport.end..])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -583,8 +588,7 @@ async fn postgres_down_for_30_seconds_fails_no_request_and_usage_drains_exactly_
     let redis = RedisServer::start();
     let backend = mock(&["m"]).await;
     // The instances reach the database only through a forwarder that can cut it.
-    let at = place.db.find('@').unwrap() + 1;
-    let upstream = place.db[at..at + place.db[at..].find('/').unwrap()].parse().unwrap();
+    let upstream = place.db[authority(&place.db)].parse().unwrap();
     let forwarder = crate::common::cut::Forwarder::start(upstream).await;
     let via = Place { dir: place.dir.clone(), db: through(&place.db, forwarder.addr()) };
     let fleet = fleet_with(&via, &[&backend], &redis, &["local_share"; 3], "").await;
