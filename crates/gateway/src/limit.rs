@@ -3,6 +3,7 @@
 //! configured (`limit/shared.rs`), with the in-memory limiter as its `local_share` fallback.
 
 mod budget;
+mod lease;
 mod memory;
 mod shared;
 mod shared_budget;

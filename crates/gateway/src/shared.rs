@@ -42,6 +42,8 @@ pub struct Shared {
     /// Failed or timed-out calls, and requests decided by an `on_failure` policy instead.
     errors: AtomicU64,
     fallbacks: AtomicU64,
+    /// Requests admitted from this instance's leases, without a round trip.
+    leased: AtomicU64,
     /// Conversations found pinned by the fleet, and not found (new ones).
     affinity_hits: AtomicU64,
     affinity_misses: AtomicU64,
@@ -89,6 +91,7 @@ impl Shared {
             live: AtomicU32::new(1),
             errors: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
+            leased: AtomicU64::new(0),
             affinity_hits: AtomicU64::new(0),
             affinity_misses: AtomicU64::new(0),
         }))
@@ -97,6 +100,11 @@ impl Shared {
     /// A request's limits were decided by an `on_failure` policy.
     pub fn count_fallback(&self) {
         self.fallbacks.fetch_add(1, Relaxed);
+    }
+
+    /// A request was admitted from a lease of its key's quota, without a round trip.
+    pub fn count_leased(&self) {
+        self.leased.fetch_add(1, Relaxed);
     }
 
     /// The fleet's gauges and counters, Prometheus text.
@@ -119,6 +127,12 @@ impl Shared {
                 "Requests whose limits were decided by redis.on_failure instead of the shared state.",
                 "counter",
                 self.fallbacks.load(Relaxed),
+            ),
+            (
+                "switchyard_redis_leased_total",
+                "Requests admitted from this instance's lease of their key's rate limits, without a Redis round trip.",
+                "counter",
+                self.leased.load(Relaxed),
             ),
             (
                 "switchyard_redis_instances_live",

@@ -1,7 +1,7 @@
 //! Fleet: the shared limiter (a `redis-server` on loopback, started here) against the in-memory
 //! one, in the same run, on the same mock: added latency (p50 against the direct path) and the
-//! gateway's CPU time per request, with a key whose requests/min, tokens/min and parallel limits
-//! are all checked; beside it, one bare Redis round trip (PING) from this process, the floor the
+//! gateway's CPU time per request, for a key with requests/min and tokens/min limits (which the
+//! shared limiter leases) and one with a parallel limit as well (a script per request); beside it, one bare Redis round trip (PING) from this process, the floor the
 //! shared limiter's added latency is judged against. Then the fleet's exactness under load:
 //! three gateways on one Redis, a key with `rpm: 2000`, 24 connections spraying them for twice
 //! that many requests: exactly 2000 must be admitted.
@@ -20,8 +20,10 @@ use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
 const MASTER: &str = "bench-master-key-not-secret";
-/// Limits a benchmark never reaches, so every check runs and none refuses.
-const LIMITED: &str = r#"{"rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000}"#;
+/// Limits a benchmark never reaches, so every check runs and none refuses: rate limits alone
+/// (which the shared limiter leases), and with a parallel limit (a holder in Redis per request).
+const RATE: &str = r#"{"rpm":1000000000,"tpm":1000000000000}"#;
+const RATE_AND_PARALLEL: &str = r#"{"rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000}"#;
 const EXACT_RPM: u64 = 2000;
 
 /// A `redis-server` child on a free port, stopped when dropped.
@@ -144,8 +146,14 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     report.finding("fleet", "Redis round trip (PING) p50, loopback", rtt, "µs");
 
     let mut rows = Vec::new();
-    for (label, gateway) in [("in-memory limiter", &memory), ("shared limiter (Redis)", &shared)] {
-        let key = procs::create_key_with(&gateway.url, MASTER, LIMITED).await?;
+    let runs = [
+        ("in-memory limiter, rpm+tpm", &memory, RATE),
+        ("shared limiter (Redis), rpm+tpm, leased", &shared, RATE),
+        ("in-memory limiter, rpm+tpm+parallel", &memory, RATE_AND_PARALLEL),
+        ("shared limiter (Redis), rpm+tpm+parallel", &shared, RATE_AND_PARALLEL),
+    ];
+    for (label, gateway, limits) in runs {
+        let key = procs::create_key_with(&gateway.url, MASTER, limits).await?;
         let mut setup = own_setup(gateway, &mock, &args.model);
         let auth = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|e| e.to_string())?;
         setup.headers.push((http::header::AUTHORIZATION, auth));
@@ -180,9 +188,21 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     if let Some(us) = redis.script_us() {
         report.finding("fleet", "Redis's own time per limiter script call", us, "µs");
     }
-    if let [(mem_added, mem_cpu), (shared_added, shared_cpu)] = rows[..] {
-        report.finding("fleet", "shared limiter's added p50 beyond the in-memory one", shared_added - mem_added, "µs");
-        report.finding("fleet", "shared limiter's CPU per request ÷ in-memory's", shared_cpu / mem_cpu, "×");
+    for (pair, what) in rows.chunks(2).zip(["rpm+tpm, leased", "rpm+tpm+parallel, a script per request"]) {
+        if let [(mem_added, mem_cpu), (shared_added, shared_cpu)] = pair[..] {
+            report.finding(
+                "fleet",
+                format!("shared limiter's added p50 beyond the in-memory one ({what})"),
+                shared_added - mem_added,
+                "µs",
+            );
+            report.finding(
+                "fleet",
+                format!("shared limiter's CPU per request ÷ in-memory's ({what})"),
+                shared_cpu / mem_cpu,
+                "×",
+            );
+        }
     }
 
     exactness(args, pin, &mock, &redis, report).await

@@ -166,6 +166,36 @@ async fn three_instances_admit_exactly_a_keys_requests_per_minute() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_key_is_admitted_from_leases_and_the_fleet_stays_exact() {
+    let redis = RedisServer::start();
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(10), ..MockConfig::default() }).await;
+    let fleet = fleet(&[&backend], &redis, &["local_share"; 3]).await;
+    fleet.until_all_live(3).await;
+    let (id, key) = fleet.create_key(r#"{"rpm": 600}"#).await;
+    // One connection, back to back for 2 s: past its first second, the key's steady rate takes
+    // leases on instance 0.
+    let (start, mut sent) = (Instant::now(), 0);
+    while start.elapsed() < Duration::from_secs(2) {
+        assert_eq!(fleet.chat(0, &key, &chat_body("m", false)).await.status, 200);
+        sent += 1;
+    }
+    let leased = fleet.metric(0, "switchyard_redis_leased_total").await.unwrap_or(0.0);
+    assert!(leased >= sent as f64 / 4.0, "a steady key's requests skip the round trip: {leased} of {sent}");
+    // Then 300 more than what is left, sprayed over the fleet: exactly the rest is admitted.
+    let left = 600 - sent;
+    let answers = fleet.burst(&key, &chat_body("m", false), left + 300).await;
+    assert_eq!((count(&answers, 200), count(&answers, 429)), (left, 300), "exactly the limit, with leases out");
+    assert_eq!(backend.control().request_count(), 600);
+    // Once the leases expire, what they did not use is back: the window holds the admissions.
+    let window = format!("switchyard:{{{id}}}:window");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.hget(&window, "R").as_deref() != Some("600") {
+        assert!(Instant::now() < deadline, "leased units stranded: {:?}", redis.hget(&window, "R"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_and_parallel_requests_hold_across_instances() {
     let redis = RedisServer::start();
     // Every request is held 3 s, so the whole burst is in flight at once (none settles its
