@@ -252,6 +252,24 @@ impl Leases {
         entry.lease.replace(lease).and_then(|l| l.unused())
     }
 
+    /// A request charged to `second` settled its tokens `by` less than it reserved (negative:
+    /// more): when this instance's lease of that second is still live, the difference is kept
+    /// in it (used by the next requests, given back with it) instead of sent to Redis.
+    pub fn settle(&self, key: &str, second: i64, by: i64, now: Instant) -> bool {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(lease) = entries.get_mut(key).and_then(|e| e.lease.as_mut()) else { return false };
+        let Some(tokens) = lease.tokens.as_mut().filter(|_| lease.second == second && now < lease.until) else {
+            return false;
+        };
+        match tokens.checked_add_signed(by) {
+            Some(t) => {
+                *tokens = t;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The refreshing request ended without a grant (refused, Redis away, or cancelled).
     pub fn missed(&self, key: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -350,6 +368,23 @@ mod tests {
         assert_eq!(swept, vec![("k".to_owned(), Unused { second: 7, requests: 4, tokens: 40 })]);
         assert!(leases.sweep(sent + IDLE + Duration::from_secs(1)).is_empty());
         assert!(leases.entries.lock().unwrap().is_empty(), "idle keys are forgotten");
+    }
+
+    #[test]
+    fn settled_tokens_stay_in_a_live_lease_of_their_second() {
+        let leases = Leases::default();
+        let sent = Instant::now();
+        let _ = leases.draw("k", &RATE, 10, sent).unwrap_err();
+        leases.admitted("k", 10, true, Some(grant(sent, 3, 30, 0)));
+        assert!(leases.settle("k", 7, 8, sent), "8 of 10 reserved tokens unused: kept");
+        assert!(leases.settle("k", 7, -30, sent), "2 more than reserved: taken from the lease");
+        assert!(!leases.settle("k", 7, -100, sent), "more than the lease holds: to Redis");
+        assert!(!leases.settle("k", 6, 5, sent), "another second: to Redis");
+        assert!(!leases.settle("k", 7, 5, sent + Duration::from_secs(1)), "an expired lease: to Redis");
+        assert_eq!(
+            leases.sweep(sent + Duration::from_secs(1)),
+            vec![("k".to_owned(), Unused { second: 7, requests: 3, tokens: 8 })]
+        );
     }
 
     #[test]

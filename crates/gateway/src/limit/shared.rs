@@ -539,6 +539,11 @@ impl Drop for Hold {
             return;
         }
         let limiter = &self.limiter;
+        if let (Some((second, by)), None) = (settle, self.holder) {
+            if limiter.leases.settle(&self.key, second, -by, Instant::now()) {
+                return;
+            }
+        }
         let (second, tokens) = settle.map_or((String::new(), 0), |(s, by)| (s.to_string(), by));
         let finish = Finish {
             window: window_key(&self.key),
