@@ -7,6 +7,7 @@ mod lease;
 mod memory;
 mod shared;
 mod shared_budget;
+mod shared_scripts;
 
 use std::fmt::Write;
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! tokens/min quota ahead of demand (charged in Redis at once, so the fleet never admits more than
 //! the limit) and admits the next requests from it without asking Redis. Sizing and life:
 //! - a lease is sized to this instance's own demand for the key (twice its recent rate) and to
-//!   at most `1 / (2 × live instances)` of what is left of the first half of the window's quota:
-//!   past half, every request asks Redis again, so a burst that spends the rest finds few units,
+//!   at most `1 / (2 × live instances)` of what is left of the first quarter of the window's quota:
+//!   past that, every request asks Redis again, so a burst that spends the rest finds few units,
 //!   if any, stranded in another instance's lease (never more admitted than the limit; at worst
 //!   a few fewer, for the rest of that second);
 //! - it is charged to Redis's current second and used only until that second ends (as seen from
@@ -13,9 +13,14 @@
 //! - what it did not use is given back (through the batched finishes) when it expires or is
 //!   replaced; what can be stranded is one second's batch of an instance whose demand stopped.
 //!
-//! Keys with `max_parallel` take no leases: a parallel slot is a holder in Redis per request.
+//! Parallel limits are pooled the same way: a key with `max_parallel` busy here takes extra
+//! slots (holders in Redis, refreshed like any other) beside the one its request needs, at most
+//! its share of the first quarter of `max_parallel`; a request admitted here takes an idle one and
+//! puts it back when it ends, with no round trip. Slots that stayed idle for a whole heartbeat
+//! go back to Redis.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +31,8 @@ use super::{Limits, Snapshot};
 
 /// The most request units one lease takes.
 const MOST_REQUESTS: u64 = 4096;
+/// The most parallel slots one refresh asks for.
+const MOST_SLOTS: u64 = 256;
 /// A key's rate is measured over at least this span (a burst of first requests is not a rate).
 const SHORTEST_SPAN: Duration = Duration::from_millis(100);
 /// A key takes leases once it has been seen here for this long.
@@ -61,21 +68,54 @@ struct Entry {
     refreshed: Arc<Notify>,
     first_seen: Instant,
     last_seen: Instant,
+    /// Parallel slots this instance holds in Redis and no request uses (holder numbers), how
+    /// many its requests use, and the fewest idle since the last sweep (what was never needed).
+    slots: Vec<u64>,
+    slots_in_use: u64,
+    slots_low: usize,
+}
+
+/// A request admitted here: the second its rate units are charged to, what its client is told,
+/// and the pooled parallel slot it holds.
+#[derive(Debug)]
+pub struct Drawn {
+    pub second: i64,
+    pub snapshot: Snapshot,
+    pub slot: Option<u64>,
+    /// The pools' generation the slot belongs to (see `Leases::forget_slots`).
+    pub generation: u64,
 }
 
 impl Entry {
-    /// Admit one request from the lease, if it holds enough: the second it is charged to, and
-    /// what its client is told.
-    fn take(&mut self, limits: &Limits, estimate: u64, now: Instant) -> Option<(i64, Snapshot)> {
-        let lease = self.lease.as_mut().filter(|l| l.fits(limits, estimate, now))?;
+    /// Admit one request from the lease and the slot pool, if they hold enough.
+    fn take(&mut self, limits: &Limits, estimate: u64, now: Instant) -> Option<Drawn> {
+        let rate = limits.rpm.is_some() || limits.tpm.is_some();
+        if limits.max_parallel.is_some() && self.slots.is_empty() {
+            return None;
+        }
+        if rate && !self.lease.as_ref().is_some_and(|l| l.fits(limits, estimate, now)) {
+            return None;
+        }
+        let slot = match limits.max_parallel {
+            Some(_) => {
+                let n = self.slots.pop();
+                self.slots_in_use += 1;
+                self.slots_low = self.slots_low.min(self.slots.len());
+                n
+            }
+            None => None,
+        };
+        self.admitted += 1;
+        self.tokens += estimate;
+        let Some(lease) = self.lease.as_mut().filter(|_| rate) else {
+            return Some(Drawn { second: 0, snapshot: Snapshot::default(), slot, generation: 0 });
+        };
         if let Some(r) = lease.requests.as_mut() {
             *r -= 1;
         }
         if let Some(t) = lease.tokens.as_mut() {
             *t -= estimate;
         }
-        self.admitted += 1;
-        self.tokens += estimate;
         let elapsed = now.saturating_duration_since(lease.granted);
         let snapshot = Snapshot {
             requests: limits.rpm.map(|l| {
@@ -87,7 +127,7 @@ impl Entry {
                 (l, l.saturating_sub(used), lease.reset.saturating_sub(elapsed))
             }),
         };
-        Some((lease.second, snapshot))
+        Some(Drawn { second: lease.second, snapshot, slot, generation: 0 })
     }
 }
 
@@ -96,6 +136,8 @@ impl Entry {
 pub struct Want {
     pub requests_per_s: u64,
     pub tokens_per_s: u64,
+    /// Parallel slots to hold beside the request's own.
+    pub slots: u64,
 }
 
 /// Units of an expired or replaced lease to give back to the window.
@@ -108,7 +150,7 @@ pub struct Unused {
 
 /// What a refused request can still be admitted from.
 pub enum Redraw {
-    Drawn((i64, Snapshot)),
+    Drawn(Drawn),
     /// A lease is being granted: wait for it, then look again.
     Wait(OwnedNotified),
     /// This instance's lease expired holding these units: give them back and ask again.
@@ -129,6 +171,8 @@ pub struct Grant {
     pub charged_requests: u64,
     pub charged_tokens: u64,
     pub reset: Duration,
+    /// Parallel slots taken beside the request's own (holder numbers).
+    pub slots: Vec<u64>,
 }
 
 /// Why a request was not admitted from a lease: what to ask Redis for, and what to give back.
@@ -143,6 +187,8 @@ pub struct Miss {
 #[derive(Default)]
 pub struct Leases {
     entries: Mutex<HashMap<String, Entry>>,
+    /// Bumped (under the lock) when the pools are forgotten: older slots are not pooled again.
+    generation: AtomicU64,
 }
 
 impl Lease {
@@ -162,7 +208,7 @@ impl Lease {
 
 impl Leases {
     /// Admit one request of `key` from this instance's lease, or say what to ask Redis for.
-    pub fn draw(&self, key: &str, limits: &Limits, estimate: u64, now: Instant) -> Result<(i64, Snapshot), Miss> {
+    pub fn draw(&self, key: &str, limits: &Limits, estimate: u64, now: Instant) -> Result<Drawn, Miss> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let entry = match entries.get_mut(key) {
             Some(e) => e,
@@ -175,11 +221,14 @@ impl Leases {
                 refreshed: Arc::new(Notify::new()),
                 first_seen: now,
                 last_seen: now,
+                slots: Vec::new(),
+                slots_in_use: 0,
+                slots_low: 0,
             }),
         };
         entry.last_seen = now;
         if let Some(drawn) = entry.take(limits, estimate, now) {
-            return Ok(drawn);
+            return Ok(Drawn { generation: self.generation.load(Relaxed), ..drawn });
         }
         let unused = match entry.lease.as_ref() {
             Some(l) if now >= l.until => entry.lease.take().and_then(|l| l.unused()),
@@ -196,6 +245,11 @@ impl Leases {
             true => Want {
                 requests_per_s: (entry.admitted * 2000 / span).min(MOST_REQUESTS),
                 tokens_per_s: entry.tokens.saturating_mul(2000) / span,
+                // Twice the slots in use here, while none is idle.
+                slots: match limits.max_parallel.is_some() && entry.slots.is_empty() {
+                    true => (2 * entry.slots_in_use).clamp(2, MOST_SLOTS),
+                    false => 0,
+                },
             },
             false => return Err(Miss { want: Want::default(), refresher: true, unused }),
         };
@@ -211,7 +265,7 @@ impl Leases {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let Some(entry) = entries.get_mut(key) else { return Redraw::Nothing };
         if let Some(drawn) = entry.take(limits, estimate, now) {
-            return Redraw::Drawn(drawn);
+            return Redraw::Drawn(Drawn { generation: self.generation.load(Relaxed), ..drawn });
         }
         if entry.lease.as_ref().is_some_and(|l| now >= l.until) {
             if let Some(unused) = entry.lease.take().and_then(|l| l.unused()) {
@@ -237,7 +291,11 @@ impl Leases {
         }
         entry.refreshing = false;
         entry.refreshed.notify_waiters();
-        let grant = grant.filter(|g| g.requests.unwrap_or(0) > 0 || g.tokens.unwrap_or(0) > 0)?;
+        let mut grant = grant?;
+        entry.slots.append(&mut grant.slots);
+        if grant.requests.unwrap_or(0) == 0 && grant.tokens.unwrap_or(0) == 0 {
+            return None;
+        }
         let left = Duration::from_secs(1).saturating_sub(grant.into_second);
         let lease = Lease {
             second: grant.second,
@@ -270,6 +328,32 @@ impl Leases {
         }
     }
 
+    /// A request admitted with pooled slot `n` ended: the slot is idle here again. `false` when
+    /// the key was forgotten (give the slot back to Redis).
+    pub fn release(&self, key: &str, n: u64, generation: u64) -> bool {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if generation != self.generation.load(Relaxed) {
+            return false;
+        }
+        let Some(entry) = entries.get_mut(key) else { return false };
+        entry.slots_in_use = entry.slots_in_use.saturating_sub(1);
+        entry.slots.push(n);
+        true
+    }
+
+    /// Forget every pool (their holders in Redis may have expired and been taken): returns the
+    /// idle slots; slots in use are not pooled again when they end.
+    pub fn forget_slots(&self) -> Vec<(String, u64)> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        self.generation.fetch_add(1, Relaxed);
+        let mut idle = Vec::new();
+        for (key, entry) in entries.iter_mut() {
+            idle.extend(entry.slots.drain(..).map(|n| (key.clone(), n)));
+            (entry.slots_in_use, entry.slots_low) = (0, 0);
+        }
+        idle
+    }
+
     /// The refreshing request ended without a grant (refused, Redis away, or cancelled).
     pub fn missed(&self, key: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -279,20 +363,35 @@ impl Leases {
         }
     }
 
-    /// Take every expired lease's unused units (to give back), and forget idle keys.
-    pub fn sweep(&self, now: Instant) -> Vec<(String, Unused)> {
+    /// Take every expired lease's unused units and the slots idle since the last sweep (to give
+    /// back), and forget idle keys.
+    pub fn sweep(&self, now: Instant) -> Swept {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let mut unused = Vec::new();
+        let mut swept = Swept::default();
         entries.retain(|key, entry| {
             if entry.lease.as_ref().is_some_and(|l| now >= l.until) {
                 if let Some(u) = entry.lease.take().and_then(|l| l.unused()) {
-                    unused.push((key.clone(), u));
+                    swept.units.push((key.clone(), u));
                 }
             }
-            entry.lease.is_some() || entry.refreshing || now.saturating_duration_since(entry.last_seen) < IDLE
+            let idle = entry.slots_low.min(entry.slots.len());
+            swept.slots.extend(entry.slots.drain(..idle).map(|n| (key.clone(), n)));
+            entry.slots_low = entry.slots.len();
+            entry.lease.is_some()
+                || entry.refreshing
+                || entry.slots_in_use > 0
+                || !entry.slots.is_empty()
+                || now.saturating_duration_since(entry.last_seen) < IDLE
         });
-        unused
+        swept
     }
+}
+
+/// What a sweep hands back to Redis.
+#[derive(Debug, Default, PartialEq)]
+pub struct Swept {
+    pub units: Vec<(String, Unused)>,
+    pub slots: Vec<(String, u64)>,
 }
 
 #[cfg(test)]
@@ -311,6 +410,7 @@ mod tests {
             charged_requests: 10 + requests,
             charged_tokens: 1000 + tokens,
             reset: Duration::from_secs(60),
+            slots: Vec::new(),
         }
     }
 
@@ -330,7 +430,7 @@ mod tests {
         leases.missed("k");
         let later = leases.draw("k", &RATE, 10, now + SUSTAINED).unwrap_err();
         // One admission over the second since the last refresh, asked for twice over.
-        assert_eq!(later.want, Want { requests_per_s: 2, tokens_per_s: 20 });
+        assert_eq!(later.want, Want { requests_per_s: 2, tokens_per_s: 20, slots: 0 });
     }
 
     #[test]
@@ -339,10 +439,10 @@ mod tests {
         let sent = Instant::now();
         let _ = leases.draw("k", &RATE, 10, sent).unwrap_err();
         assert_eq!(leases.admitted("k", 10, true, Some(grant(sent, 3, 25, 600))), None);
-        let (second, snapshot) = leases.draw("k", &RATE, 10, sent).unwrap();
-        assert_eq!(second, 7);
+        let drawn = leases.draw("k", &RATE, 10, sent).unwrap();
+        assert_eq!(drawn.second, 7);
         // 13 charged, 2 of them still leased here: 11 used of 1000.
-        assert_eq!(snapshot.requests.map(|r| r.1), Some(989));
+        assert_eq!(drawn.snapshot.requests.map(|r| r.1), Some(989));
         assert!(leases.draw("k", &RATE, 10, sent).is_ok());
         let short = leases.draw("k", &RATE, 10, sent).unwrap_err();
         assert!(short.refresher, "5 tokens left cannot hold a request of 10");
@@ -363,10 +463,10 @@ mod tests {
         let _ = leases.draw("k", &RATE, 100, sent).unwrap_err();
         let replaced = leases.admitted("k", 10, true, Some(grant(sent, 4, 40, 0)));
         assert_eq!(replaced, Some(Unused { second: 7, requests: 3, tokens: 30 }));
-        assert!(leases.sweep(sent).is_empty());
+        assert_eq!(leases.sweep(sent), Swept::default());
         let swept = leases.sweep(sent + Duration::from_secs(1));
-        assert_eq!(swept, vec![("k".to_owned(), Unused { second: 7, requests: 4, tokens: 40 })]);
-        assert!(leases.sweep(sent + IDLE + Duration::from_secs(1)).is_empty());
+        assert_eq!(swept.units, vec![("k".to_owned(), Unused { second: 7, requests: 4, tokens: 40 })]);
+        assert_eq!(leases.sweep(sent + IDLE + Duration::from_secs(1)), Swept::default());
         assert!(leases.entries.lock().unwrap().is_empty(), "idle keys are forgotten");
     }
 
@@ -381,10 +481,42 @@ mod tests {
         assert!(!leases.settle("k", 7, -100, sent), "more than the lease holds: to Redis");
         assert!(!leases.settle("k", 6, 5, sent), "another second: to Redis");
         assert!(!leases.settle("k", 7, 5, sent + Duration::from_secs(1)), "an expired lease: to Redis");
-        assert_eq!(
-            leases.sweep(sent + Duration::from_secs(1)),
-            vec![("k".to_owned(), Unused { second: 7, requests: 3, tokens: 8 })]
+        let swept = leases.sweep(sent + Duration::from_secs(1));
+        assert_eq!(swept.units, vec![("k".to_owned(), Unused { second: 7, requests: 3, tokens: 8 })]);
+    }
+
+    #[test]
+    fn pooled_slots_admit_here_come_back_when_released_and_idle_ones_are_swept() {
+        let leases = Leases::default();
+        let parallel = Limits { rpm: None, tpm: None, max_parallel: Some(8) };
+        let sent = Instant::now();
+        let _ = leases.draw("k", &parallel, 0, sent).unwrap_err();
+        leases.admitted("k", 0, true, None);
+        let busy = leases.draw("k", &parallel, 0, sent + SUSTAINED).unwrap_err();
+        assert_eq!(busy.want.slots, 2, "a busy key with no idle slot asks for some");
+        let slots = Grant { slots: vec![40, 41], ..grant(sent, 0, 0, 0) };
+        assert_eq!(leases.admitted("k", 0, true, Some(Grant { requests: None, tokens: None, ..slots })), None);
+        let a = leases.draw("k", &parallel, 0, sent + SUSTAINED).unwrap();
+        let b = leases.draw("k", &parallel, 0, sent + SUSTAINED).unwrap();
+        assert_eq!((a.slot, b.slot), (Some(41), Some(40)));
+        assert!(leases.draw("k", &parallel, 0, sent + SUSTAINED).is_err(), "both slots in use");
+        leases.missed("k");
+        assert!(leases.release("k", 41, a.generation));
+        // 41 was in use at some point since the last sweep: kept. Idle through the next: given back.
+        assert!(leases.sweep(sent + SUSTAINED).slots.is_empty());
+        assert_eq!(leases.sweep(sent + SUSTAINED).slots, vec![("k".to_owned(), 41)]);
+        assert!(!leases.release("other", 9, 0), "a forgotten key's slot goes back to Redis");
+        assert_eq!(leases.forget_slots(), vec![], "41 was just given back");
+        let _ = leases.draw("k", &parallel, 0, sent + SUSTAINED).unwrap_err();
+        leases.admitted(
+            "k",
+            0,
+            true,
+            Some(Grant { requests: None, tokens: None, slots: vec![50, 51], ..grant(sent, 0, 0, 0) }),
         );
+        let c = leases.draw("k", &parallel, 0, sent + SUSTAINED).unwrap();
+        assert_eq!(leases.forget_slots(), vec![("k".to_owned(), 50)], "pools forgotten: the idle one is handed back");
+        assert!(!leases.release("k", c.slot.unwrap(), c.generation), "and one in use is not pooled again");
     }
 
     #[test]

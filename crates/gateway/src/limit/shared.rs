@@ -10,11 +10,11 @@
 //!
 //! A key whose requests come faster than round trips are worth takes leases as well
 //! (`limit/lease.rs`): the script that admits one request also charges a batch of the window's
-//! quota to this instance, sized to its demand and to its share of what is left of the first half
-//! of the window's quota, and the next requests are admitted from it without a round trip. Past
-//! half the quota every request asks Redis; what a lease did not use goes back when it expires
-//! (at the end of Redis's second). Keys with `max_parallel` take no leases:
-//! their slots are holders in Redis, one per request.
+//! quota to this instance, sized to its demand and to its share of what is left of the first
+//! quarter of the window's quota, and the next requests are admitted from it without a round
+//! trip; past that quarter every request asks Redis. What a lease did not use goes back when it
+//! expires (at the end of Redis's second). Parallel slots are pooled the same way: extra holders
+//! this instance keeps alive, taken by its requests and put back when they end.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -23,162 +23,14 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use super::lease::{Grant, Leases, Redraw, Unused, Want};
+use super::lease::{Drawn, Grant, Leases, Redraw, Unused, Want};
+use super::shared_scripts::{ACQUIRE, FINISH, REFRESH};
 use super::{Limits, MemoryLimiter, Permit, RateLimited, Refused, Snapshot};
 use crate::config::FailurePolicy;
 use crate::shared::{Shared, HEARTBEAT, PREFIX};
 
 /// How long a parallel slot outlives its last refresh (a killed instance's slots free by then).
 const HOLDER_TTL_MS: u64 = 5000;
-
-/// Check every limit of the request and take what it needs, or take nothing.
-/// KEYS: the window hash, the holders set. ARGV: rpm, tpm, max_parallel (0: none), the token
-/// estimate, the holder's name, its TTL in ms, the lease wanted (requests and tokens per second,
-/// 0: none), the live instances, and an expired lease's unused units to give back first (its
-/// second, '' for none; requests; tokens) — in the same script, so they are never seen free and
-/// then taken by someone else before this request. Returns {admitted, refused-by (1 parallel, 2 requests,
-/// 3 tokens), retry-after ms, requests in window, tokens in window (both without the lease), ms
-/// until the oldest admission leaves the window, the second charged, requests and tokens leased,
-/// ms into the second}.
-///
-/// The window hash keeps running sums beside its per-second fields — `R`, `T`, the latest second
-/// seen `h` and the oldest second still holding an admission `f` — so a request reads four
-/// fields and touches each second at most twice in its life (expired once, stepped over once),
-/// whatever the window holds: O(1) per request, not a scan of 122 fields.
-const ACQUIRE: &str = r"
-local t = redis.call('TIME')
-local now_s = tonumber(t[1])
-local now_ms = now_s * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rpm, tpm, par, est = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local oldest = now_s - 60
-local W = KEYS[1]
-if ARGV[10] ~= '' then
-  for _, back in ipairs({{'r', 'R', tonumber(ARGV[11])}, {'t', 'T', tonumber(ARGV[12])}}) do
-    local field = back[1] .. ARGV[10]
-    local cur = tonumber(redis.call('HGET', W, field))
-    if cur and back[3] > 0 then
-      local v = math.max(0, cur - back[3])
-      redis.call('HSET', W, field, v)
-      redis.call('HINCRBY', W, back[2], v - cur)
-    end
-  end
-end
-local R, T, first = 0, 0, nil
-if rpm > 0 or tpm > 0 then
-  local v = redis.call('HMGET', W, 'h', 'R', 'T', 'f')
-  local head = tonumber(v[1]) or now_s
-  R, T, first = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4])
-  if first and first < oldest then
-    for s = first, math.min(head, oldest - 1) do
-      local x = redis.call('HMGET', W, 'r' .. s, 't' .. s)
-      if x[1] or x[2] then
-        R = R - (tonumber(x[1]) or 0)
-        T = T - (tonumber(x[2]) or 0)
-        redis.call('HDEL', W, 'r' .. s, 't' .. s)
-      end
-    end
-    first = nil
-    for s = oldest, head do
-      local x = redis.call('HMGET', W, 'r' .. s, 't' .. s)
-      if x[1] or x[2] then
-        first = s
-        break
-      end
-    end
-    if first == nil then R, T = 0, 0 end
-  end
-end
-local function reset()
-  if first then return (first + 61) * 1000 - now_ms end
-  return 0
-end
-local function wait(field, sum, limit, need)
-  local freed = limit - sum
-  if first then
-    for s = first, now_s do
-      freed = freed + (tonumber(redis.call('HGET', W, field .. s)) or 0)
-      if freed >= need then return (s + 61) * 1000 - now_ms end
-    end
-  end
-  return 61000
-end
-if par > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-  if redis.call('ZCARD', KEYS[2]) >= par then
-    return {0, 1, 1000, R, T, reset(), now_s, 0, 0, 0}
-  end
-end
-if rpm > 0 and R >= rpm then
-  return {0, 2, wait('r', R, rpm, 1), R, T, reset(), now_s, 0, 0, 0}
-end
-if tpm > 0 and T + est > tpm then
-  return {0, 3, math.max(1, wait('t', T, tpm, est)), R, T, reset(), now_s, 0, 0, 0}
-end
--- A lease: what the asker will use until this second ends, and at most its share (1 / 2 x live)
--- of what is left of the first half of the window's quota: leases take none of the second half,
--- so a burst that spends the rest finds few units, if any, stranded in another instance's lease.
-local into = now_ms - now_s * 1000
-local left, live = 1000 - into, 2 * tonumber(ARGV[9])
-local xr, xt = 0, 0
-if rpm > 0 then
-  xr = math.min(math.floor(tonumber(ARGV[7]) * left / 1000), math.floor((math.floor(rpm / 2) - R - 1) / live))
-end
-if tpm > 0 then
-  xt = math.min(math.floor(tonumber(ARGV[8]) * left / 1000), math.floor((math.floor(tpm / 2) - T - est) / live))
-end
-if (rpm > 0 and xr <= 0) or (tpm > 0 and xt <= 0) then xr, xt = 0, 0 end
-if rpm > 0 or tpm > 0 then
-  if rpm > 0 then
-    redis.call('HINCRBY', W, 'r' .. now_s, 1 + xr)
-    R = R + 1 + xr
-  end
-  if tpm > 0 then
-    redis.call('HINCRBY', W, 't' .. now_s, est + xt)
-    T = T + est + xt
-  end
-  if first == nil then first = now_s end
-  redis.call('HSET', W, 'h', now_s, 'R', R, 'T', T, 'f', first)
-  redis.call('PEXPIRE', W, 62000)
-end
-if par > 0 then
-  redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[6]), ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[6]) * 2)
-end
-return {1, 0, 0, R - xr, T - xt, reset(), now_s, xr, xt, into}
-";
-
-/// Correct what a second of the window holds (a token reservation settled to the real count,
-/// a lease's unused units given back), keeping the running sums right, if that second is still
-/// in the window; and give back a parallel slot. ARGV: the second ('' for none), the change of
-/// requests, the change of tokens, the holder ('' for none).
-const FINISH: &str = r"
-local function adjust(field, sum, by)
-  if by == 0 then return end
-  local cur = tonumber(redis.call('HGET', KEYS[1], field))
-  if cur then
-    local v = math.max(0, cur + by)
-    redis.call('HSET', KEYS[1], field, v)
-    redis.call('HINCRBY', KEYS[1], sum, v - cur)
-  end
-end
-if ARGV[1] ~= '' then
-  adjust('r' .. ARGV[1], 'R', tonumber(ARGV[2]))
-  adjust('t' .. ARGV[1], 'T', tonumber(ARGV[3]))
-end
-if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
-return 1
-";
-
-/// Push back the expiry of this instance's holders. KEYS: holder sets; ARGV: TTL, then one
-/// holder per key.
-const REFRESH: &str = r"
-local t = redis.call('TIME')
-local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], 'XX', until_ms, ARGV[i + 1])
-end
-return #KEYS
-";
 
 /// One admitted request's end (settle its tokens, give back its slot), or a lease's (give back
 /// its unused units).
@@ -207,7 +59,7 @@ pub struct SharedLimiter {
     finish: Script,
     refresh: Script,
     /// This instance's parallel slots in Redis: holder number → its set's key.
-    holders: Mutex<HashMap<u64, String>>,
+    holders: Mutex<HashMap<u64, (String, bool)>>,
     next_holder: AtomicU64,
     /// Where limits are kept while Redis is away (`local_share`).
     fallback: Arc<MemoryLimiter>,
@@ -248,41 +100,31 @@ impl SharedLimiter {
     /// Admit or refuse one request for `key`, atomically across every limit and instance: from
     /// this instance's lease of the key's quota when it holds one, else by one script in Redis.
     pub async fn acquire(self: &Arc<Self>, key: &str, limits: &Limits, estimate: u64) -> Result<Permit, Refused> {
-        let mut want = Want::default();
-        let mut unused = None;
-        let mut refreshing = None;
-        if limits.max_parallel.is_none() {
-            match self.leases.draw(key, limits, estimate, Instant::now()) {
-                Ok((second, snapshot)) => {
-                    self.shared.count_leased();
-                    return Ok(Permit::shared(snapshot, self.leased_hold(key, limits, second, estimate)));
-                }
-                Err(miss) => {
-                    unused = miss.unused;
-                    want = miss.want;
-                    refreshing = miss.refresher.then_some(Refreshing { leases: &self.leases, key });
-                }
-            }
-        }
+        let miss = match self.leases.draw(key, limits, estimate, Instant::now()) {
+            Ok(drawn) => return Ok(self.leased(key, limits, estimate, drawn)),
+            Err(miss) => miss,
+        };
+        let (want, unused) = (miss.want, miss.unused);
+        let mut refreshing = miss.refresher.then_some(Refreshing { leases: &self.leases, key });
         let holder = limits.max_parallel.map(|_| self.next_holder.fetch_add(1, Relaxed));
+        // Numbers for the pooled slots asked for (those not granted are never used).
+        let first_slot = self.next_holder.fetch_add(want.slots, Relaxed);
         let sent = Instant::now();
         // An expired lease's units sent along stay charged if no answer comes: the script may
         // have run before the answer was lost, and giving them back twice would overshoot.
-        let Some(mut figures) = self.ask(key, limits, estimate, holder, want, unused.as_ref()).await else {
+        let Some(mut figures) = self.ask(key, limits, estimate, holder, (want, first_slot), unused.as_ref()).await
+        else {
             return self.fallback(key, limits, estimate);
         };
-        if figures[0] != 1 && limits.max_parallel.is_none() {
+        if figures[0] != 1 {
             drop(refreshing.take());
             match self.redraw(key, limits, estimate).await {
-                Redraw::Drawn((second, snapshot)) => {
-                    self.shared.count_leased();
-                    return Ok(Permit::shared(snapshot, self.leased_hold(key, limits, second, estimate)));
-                }
+                Redraw::Drawn(drawn) => return Ok(self.leased(key, limits, estimate, drawn)),
                 // Units this instance took and can no longer use: give them back and ask again,
                 // in one script.
                 Redraw::Expired(unused) => {
-                    let Some(again) = self.ask(key, limits, estimate, None, Want::default(), Some(&unused)).await
-                    else {
+                    let again = (Want::default(), 0);
+                    let Some(again) = self.ask(key, limits, estimate, holder, again, Some(&unused)).await else {
                         return self.fallback(key, limits, estimate);
                     };
                     figures = again;
@@ -306,10 +148,15 @@ impl SharedLimiter {
             return Err(Refused::Limited(RateLimited { which, limit, retry_after: ms(figures[2]), snapshot }));
         }
         if let Some(n) = holder {
-            self.holders.lock().unwrap_or_else(|p| p.into_inner()).insert(n, holders_key(key));
+            self.holders.lock().unwrap_or_else(|p| p.into_inner()).insert(n, (holders_key(key), false));
         }
-        if limits.max_parallel.is_none() {
+        {
             let refresher = refreshing.take().is_some_and(|r| r.granted());
+            let slots: Vec<u64> = (first_slot..first_slot + figures[10].max(0) as u64).collect();
+            if !slots.is_empty() {
+                let mut held = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+                held.extend(slots.iter().map(|&n| (n, (holders_key(key), true))));
+            }
             let grant = refresher.then(|| Grant {
                 second: figures[6],
                 requests: limits.rpm.map(|_| figures[7] as u64),
@@ -319,6 +166,7 @@ impl SharedLimiter {
                 charged_requests: (figures[3] + figures[7]) as u64,
                 charged_tokens: (figures[4] + figures[8]) as u64,
                 reset: ms(figures[5]),
+                slots,
             });
             if let Some(unused) = self.leases.admitted(key, estimate, refresher, grant) {
                 self.give_back(key, unused);
@@ -330,6 +178,7 @@ impl SharedLimiter {
             reservation: limits.tpm.map(|_| (figures[6], estimate)),
             actual: None,
             holder,
+            pooled: None,
         };
         Ok(Permit::shared(snapshot, hold))
     }
@@ -342,7 +191,7 @@ impl SharedLimiter {
         limits: &Limits,
         estimate: u64,
         holder: Option<u64>,
-        want: Want,
+        (want, first_slot): (Want, u64),
         unused: Option<&Unused>,
     ) -> Option<Vec<i64>> {
         let (window, holders) = (window_key(key), holders_key(key));
@@ -364,10 +213,11 @@ impl SharedLimiter {
                     Some(u) => call.arg(u.second).arg(u.requests).arg(u.tokens),
                     None => call.arg("").arg(0).arg(0),
                 };
+                call.arg(want.slots).arg(format!("{}:", self.shared.instance)).arg(first_slot);
                 async move { call.invoke_async::<Vec<i64>>(&mut c).await }
             })
             .await;
-        figures.ok().filter(|f| f.len() == 10)
+        figures.ok().filter(|f| f.len() == 11)
     }
 
     /// A refused request's last chance: this instance's own lease (waiting, within
@@ -385,15 +235,18 @@ impl SharedLimiter {
         }
     }
 
-    /// The hold of a request admitted from a lease charged to `second`.
-    fn leased_hold(self: &Arc<Self>, key: &str, limits: &Limits, second: i64, estimate: u64) -> Hold {
-        Hold {
+    /// A request admitted from this instance's lease and slot pool, with no round trip.
+    fn leased(self: &Arc<Self>, key: &str, limits: &Limits, estimate: u64, drawn: Drawn) -> Permit {
+        self.shared.count_leased();
+        let hold = Hold {
             limiter: self.clone(),
             key: key.to_owned(),
-            reservation: limits.tpm.map(|_| (second, estimate)),
+            reservation: limits.tpm.map(|_| (drawn.second, estimate)),
             actual: None,
-            holder: None,
-        }
+            holder: drawn.slot,
+            pooled: drawn.slot.map(|_| drawn.generation),
+        };
+        Permit::shared(drawn.snapshot, hold)
     }
 
     /// Redis did not answer: each limit class follows its `on_failure` policy on the local limiter.
@@ -480,30 +333,47 @@ impl SharedLimiter {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            for (key, unused) in self.leases.sweep(Instant::now()) {
+            let swept = self.leases.sweep(Instant::now());
+            for (key, unused) in swept.units {
                 self.give_back(&key, unused);
             }
-            let held: Vec<(String, String)> = self
+            for (key, n) in swept.slots {
+                self.return_slot(&key, n);
+            }
+            let held: Vec<(String, String, bool)> = self
                 .holders
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .iter()
-                .map(|(n, set)| (set.clone(), self.holder_name(*n)))
+                .map(|(n, (set, pooled))| (set.clone(), self.holder_name(*n), *pooled))
                 .collect();
             if held.is_empty() {
                 continue;
             }
-            let _ = self
+            let kept = self
                 .shared
                 .call(|mut c| {
                     let mut call = self.refresh.prepare_invoke();
                     call.arg(HOLDER_TTL_MS);
-                    for (set, name) in &held {
+                    for (set, name, _) in &held {
                         call.key(set).arg(name);
                     }
-                    async move { call.invoke_async::<i64>(&mut c).await }
+                    async move { call.invoke_async::<Vec<i64>>(&mut c).await }
                 })
                 .await;
+            // A pooled slot not refreshed may have expired, and then another instance can take
+            // it: this instance's pools are no longer its own. Forget them (the slots its
+            // requests are using go back to Redis as they end) and pool afresh. (A request's own
+            // holder found gone has just ended.)
+            let lost = match &kept {
+                Ok(kept) => held.iter().zip(kept).any(|((_, _, pooled), &kept)| *pooled && kept == 0),
+                Err(_) => true,
+            };
+            if lost {
+                for (key, n) in self.leases.forget_slots() {
+                    self.return_slot(&key, n);
+                }
+            }
         }
     }
 }
@@ -516,6 +386,9 @@ pub struct Hold {
     reservation: Option<(i64, u64)>,
     actual: Option<u64>,
     holder: Option<u64>,
+    /// The holder is one of this instance's pooled slots (of this generation of its pools): it
+    /// goes back to the pool, not Redis.
+    pooled: Option<u64>,
 }
 
 impl Hold {
@@ -526,23 +399,22 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        if let Some(n) = self.holder {
-            self.limiter.holders.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
+        let limiter = &self.limiter;
+        // A pooled slot goes back to the pool (it stays registered for its refreshes).
+        let pooled = |n| self.pooled.is_some_and(|generation| limiter.leases.release(&self.key, n, generation));
+        let mut holder = self.holder.filter(|&n| !pooled(n));
+        if let Some(n) = holder {
+            limiter.holders.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
         }
         let settle = match (self.reservation, self.actual) {
             (Some((second, reserved)), Some(actual)) if actual != reserved => {
                 Some((second, actual as i64 - reserved as i64))
             }
             _ => None,
-        };
-        if settle.is_none() && self.holder.is_none() {
-            return;
         }
-        let limiter = &self.limiter;
-        if let (Some((second, by)), None) = (settle, self.holder) {
-            if limiter.leases.settle(&self.key, second, -by, Instant::now()) {
-                return;
-            }
+        .filter(|&(second, by)| !limiter.leases.settle(&self.key, second, -by, Instant::now()));
+        if settle.is_none() && holder.is_none() {
+            return;
         }
         let (second, tokens) = settle.map_or((String::new(), 0), |(s, by)| (s.to_string(), by));
         let finish = Finish {
@@ -551,7 +423,7 @@ impl Drop for Hold {
             second,
             requests: 0,
             tokens,
-            holder: self.holder.map(|n| limiter.holder_name(n)).unwrap_or_default(),
+            holder: holder.take().map(|n| limiter.holder_name(n)).unwrap_or_default(),
         };
         limiter.send_finish(finish);
     }
@@ -579,6 +451,19 @@ impl Drop for Refreshing<'_> {
 }
 
 impl SharedLimiter {
+    /// Give a pooled slot back to Redis (and stop refreshing it).
+    fn return_slot(self: &Arc<Self>, key: &str, n: u64) {
+        self.holders.lock().unwrap_or_else(|p| p.into_inner()).remove(&n);
+        self.send_finish(Finish {
+            window: window_key(key),
+            holders: holders_key(key),
+            second: String::new(),
+            requests: 0,
+            tokens: 0,
+            holder: self.holder_name(n),
+        });
+    }
+
     /// Give a lease's unused units back to the window (batched, off the request's path).
     fn give_back(self: &Arc<Self>, key: &str, unused: Unused) {
         self.send_finish(Finish {
