@@ -1,7 +1,7 @@
 //! Fleet: the shared limiter (a `redis-server` on loopback, started here) against the in-memory
 //! one, in the same run, on the same mock: added latency (p50 against the direct path) and the
 //! gateway's CPU time per request, for a key with requests/min and tokens/min limits (which the
-//! shared limiter leases) and one with a parallel limit as well (a script per request); beside it, one bare Redis round trip (PING) from this process, the floor the
+//! shared limiter leases) and one with a parallel limit as well (whose slots it pools); beside it, one bare Redis round trip (PING) from this process, the floor the
 //! shared limiter's added latency is judged against. Then the fleet's exactness under load:
 //! three gateways on one Redis, a key with `rpm: 2000`, 24 connections spraying them for twice
 //! that many requests: exactly 2000 must be admitted.
@@ -21,7 +21,7 @@ use crate::{BenchArgs, Pinning};
 
 const MASTER: &str = "bench-master-key-not-secret";
 /// Limits a benchmark never reaches, so every check runs and none refuses: rate limits alone
-/// (which the shared limiter leases), and with a parallel limit (a holder in Redis per request).
+/// (which the shared limiter leases), and with a parallel limit (whose slots it pools).
 const RATE: &str = r#"{"rpm":1000000000,"tpm":1000000000000}"#;
 const RATE_AND_PARALLEL: &str = r#"{"rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000}"#;
 const EXACT_RPM: u64 = 2000;
@@ -150,7 +150,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         ("in-memory limiter, rpm+tpm", &memory, RATE),
         ("shared limiter (Redis), rpm+tpm, leased", &shared, RATE),
         ("in-memory limiter, rpm+tpm+parallel", &memory, RATE_AND_PARALLEL),
-        ("shared limiter (Redis), rpm+tpm+parallel", &shared, RATE_AND_PARALLEL),
+        ("shared limiter (Redis), rpm+tpm+parallel, pooled", &shared, RATE_AND_PARALLEL),
     ];
     for (label, gateway, limits) in runs {
         let key = procs::create_key_with(&gateway.url, MASTER, limits).await?;
@@ -188,7 +188,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     if let Some(us) = redis.script_us() {
         report.finding("fleet", "Redis's own time per limiter script call", us, "µs");
     }
-    for (pair, what) in rows.chunks(2).zip(["rpm+tpm, leased", "rpm+tpm+parallel, a script per request"]) {
+    for (pair, what) in rows.chunks(2).zip(["rpm+tpm, leased", "rpm+tpm+parallel, leased and pooled"]) {
         if let [(mem_added, mem_cpu), (shared_added, shared_cpu)] = pair[..] {
             report.finding(
                 "fleet",

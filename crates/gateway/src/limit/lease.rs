@@ -1,4 +1,4 @@
-//! Leases on the fleet's rate limits: when a key's requests arrive faster than a round trip to
+//! Leases on the fleet's limits: when a key's requests arrive faster than a round trip to
 //! Redis is worth, the instance that admits one also takes a batch of the key's requests/min and
 //! tokens/min quota ahead of demand (charged in Redis at once, so the fleet never admits more than
 //! the limit) and admits the next requests from it without asking Redis. Sizing and life:
@@ -10,8 +10,9 @@
 //! - it is charged to Redis's current second and used only until that second ends (as seen from
 //!   here: the end is measured from before the call was sent, so it is never late), so every
 //!   admission still counts in the window for its full 60 s;
-//! - what it did not use is given back (through the batched finishes) when it expires or is
-//!   replaced; what can be stranded is one second's batch of an instance whose demand stopped.
+//! - what it did not use is given back when it expires or is replaced (in the next script this
+//!   instance sends for the key, or the batched finishes); what can be held up is one second's
+//!   batch of an instance whose demand stopped.
 //!
 //! Parallel limits are pooled the same way: a key with `max_parallel` busy here takes extra
 //! slots (holders in Redis, refreshed like any other) beside the one its request needs, at most
