@@ -137,8 +137,11 @@ pub async fn start(
         });
     }
     let probers = Arc::new(Mutex::new(spawn_probers(&app)));
-    let fleet = spawn_fleet(&app);
+    let mut fleet = spawn_fleet(&app);
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
+    if let Some(shared) = &app.shared {
+        fleet.extend(spawn_health_sharing(current.clone(), shared.clone()));
+    }
     let tls: Tls = match &app.config.tls {
         Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
         None => None,
@@ -185,6 +188,35 @@ fn spawn_fleet(app: &App) -> Vec<JoinHandle<()>> {
     });
     tasks.extend(crate::shared::revocation::spawn(shared.clone(), evict));
     tasks
+}
+
+/// Backend health across a fleet: tell the others when this instance's view of a backend changes,
+/// and probe a backend at once when another instance's view of it changed (always the backends
+/// of the configuration serving now).
+fn spawn_health_sharing(current: Current, shared: Arc<crate::shared::Shared>) -> Vec<JoinHandle<()>> {
+    let serving = current.clone();
+    let probe = Arc::new(move |name: &str| {
+        if let Some(backend) = serving.load().router.backends.iter().find(|b| b.name() == name) {
+            backend.wake.notify_one();
+        }
+    });
+    let listener = crate::shared::health::spawn(shared.clone(), probe);
+    let watcher = tokio::spawn(async move {
+        let mut seen = std::collections::HashMap::<String, bool>::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let app = current.load_full();
+            for backend in &app.router.backends {
+                let up = backend.health.is_up();
+                if seen.insert(backend.name().to_owned(), up).is_some_and(|was| was != up) {
+                    crate::shared::health::announce(&shared, backend.name(), up).await;
+                }
+            }
+        }
+    });
+    vec![listener, watcher]
 }
 
 fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {

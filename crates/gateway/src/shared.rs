@@ -3,9 +3,10 @@
 //! Redis), and a heartbeat that registers this instance among the live ones (what `local_share`
 //! divides limits by) and closes the breaker again when Redis is back. What is shared lives in
 //! the modules that use it: limits in `limit/shared.rs`, key changes in `shared/revocation.rs`,
-//! conversations' backends in `shared/affinity.rs`.
+//! conversations' backends in `shared/affinity.rs`, backend health hints in `shared/health.rs`.
 
 pub mod affinity;
+pub mod health;
 pub mod revocation;
 
 use std::fmt::Write;
@@ -249,5 +250,43 @@ impl Shared {
                 Err(_) => self.failed(&SharedError::Timeout),
             }
         }
+    }
+}
+
+/// Subscribe to `channel` until the process ends, handing each message's payload to
+/// `on_message`. Pub/sub drops what is sent while a subscriber is away, so after a reconnect
+/// `on_reconnect` runs (to resync by other means).
+pub async fn listen(
+    shared: Arc<Shared>,
+    channel: String,
+    on_message: impl Fn(&str) + Send + Sync + 'static,
+    on_reconnect: impl Fn() + Send + Sync + 'static,
+) {
+    use futures_util::StreamExt;
+    let mut connected_before = false;
+    loop {
+        let connect = async {
+            let mut pubsub = shared.client().get_async_pubsub().await?;
+            pubsub.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        match tokio::time::timeout(Duration::from_secs(2), connect).await {
+            Ok(Ok(pubsub)) => {
+                if connected_before {
+                    on_reconnect();
+                }
+                connected_before = true;
+                let mut messages = pubsub.into_on_message();
+                while let Some(message) = messages.next().await {
+                    if let Ok(payload) = message.get_payload::<String>() {
+                        on_message(&payload);
+                    }
+                }
+                tracing::warn!(channel, "fleet channel lost; reconnecting");
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, channel, "cannot subscribe"),
+            Err(_) => tracing::debug!(channel, "subscribing timed out"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

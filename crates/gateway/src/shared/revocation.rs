@@ -8,11 +8,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures_util::StreamExt;
-
-use super::{Shared, HEARTBEAT, PREFIX};
+use super::{listen, Shared, HEARTBEAT, PREFIX};
 
 fn channel() -> String {
     format!("{PREFIX}keys")
@@ -58,40 +55,24 @@ pub fn spawn(shared: Arc<Shared>, auth: Evict) -> Vec<tokio::task::JoinHandle<()
 }
 
 async fn subscribe(shared: Arc<Shared>, evict: Evict, seen: Arc<AtomicU64>) {
-    let channel = channel();
-    let mut connected_before = false;
-    loop {
-        let connect = async {
-            let mut pubsub = shared.client().get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        match tokio::time::timeout(Duration::from_secs(2), connect).await {
-            Ok(Ok(pubsub)) => {
-                if connected_before {
-                    // Messages sent while we were away are lost: start from a clean cache.
-                    evict(None);
-                    tracing::info!("key-change channel reconnected; cached keys forgotten");
-                }
-                connected_before = true;
-                let mut messages = pubsub.into_on_message();
-                while let Some(message) = messages.next().await {
-                    let Ok(payload) = message.get_payload::<String>() else { continue };
-                    let Some((version, id)) = payload.split_once(' ') else { continue };
-                    evict(Some(id));
-                    if let Ok(version) = version.parse::<u64>() {
-                        // Only a message that follows the last one seen moves the mark; a gap
-                        // is left for the version check to find.
-                        let _ = seen.compare_exchange(version.wrapping_sub(1), version, Relaxed, Relaxed);
-                    }
-                }
-                tracing::warn!("key-change channel lost; reconnecting");
-            }
-            Ok(Err(e)) => tracing::debug!(error = %e, "cannot subscribe to key changes"),
-            Err(_) => tracing::debug!("subscribing to key changes timed out"),
+    let on_reconnect = {
+        let evict = evict.clone();
+        move || {
+            // Messages sent while we were away are lost: start from a clean cache.
+            evict(None);
+            tracing::info!("key-change channel reconnected; cached keys forgotten");
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    };
+    let on_message = move |payload: &str| {
+        let Some((version, id)) = payload.split_once(' ') else { return };
+        evict(Some(id));
+        if let Ok(version) = version.parse::<u64>() {
+            // Only a message that follows the last one seen moves the mark; a gap is left for
+            // the version check to find.
+            let _ = seen.compare_exchange(version.wrapping_sub(1), version, Relaxed, Relaxed);
+        }
+    };
+    listen(shared, channel(), on_message, on_reconnect).await
 }
 
 async fn poll(shared: Arc<Shared>, evict: Evict, seen: Arc<AtomicU64>) {
