@@ -158,7 +158,7 @@ impl Auth {
                     return Ok((entry.record.clone(), entry.verified));
                 }
                 tracing::error!(error = %e, "key lookup failed");
-                return Err(GatewayError::Internal);
+                return Err(GatewayError::KeysUnavailable);
             }
         };
         let record = found.map(Arc::new);

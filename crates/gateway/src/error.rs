@@ -46,6 +46,8 @@ pub enum GatewayError {
     UpstreamTimeout,
     /// The fleet's shared limits (Redis) cannot be reached and their `on_failure` is `closed`.
     LimitsUnavailable,
+    /// The key database cannot be reached and this key is not in the cache.
+    KeysUnavailable,
     /// A named resource (such as an admin key id) does not exist.
     NotFound {
         message: String,
@@ -87,7 +89,8 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             GatewayError::NoHealthyBackend { .. }
             | GatewayError::Overloaded { .. }
-            | GatewayError::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | GatewayError::LimitsUnavailable
+            | GatewayError::KeysUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -113,6 +116,7 @@ impl GatewayError {
             GatewayError::Overloaded { .. } => "overloaded",
             GatewayError::UpstreamTimeout => "upstream_timeout",
             GatewayError::LimitsUnavailable => "limits_unavailable",
+            GatewayError::KeysUnavailable => "keys_unavailable",
             GatewayError::NotFound { .. } => "not_found",
             GatewayError::Unauthorized { .. } => "unauthorized",
             GatewayError::Forbidden { .. } => "forbidden",
@@ -184,6 +188,12 @@ impl GatewayError {
                 "server_error",
                 None,
                 Some("limits_unavailable"),
+            ),
+            GatewayError::KeysUnavailable => (
+                "this key cannot be checked right now (the key database is unreachable); retry shortly".to_owned(),
+                "server_error",
+                None,
+                Some("keys_unavailable"),
             ),
             GatewayError::NotFound { message } => (message.clone(), "invalid_request_error", None, Some("not_found")),
             GatewayError::Unauthorized { message, code } => {

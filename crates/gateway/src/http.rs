@@ -63,7 +63,7 @@ pub fn error_response_in(e: &GatewayError, api: Api) -> Response<GatewayBody> {
     if let GatewayError::Overloaded { retry_after_secs, .. } = e {
         h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
     }
-    if let GatewayError::LimitsUnavailable = e {
+    if let GatewayError::LimitsUnavailable | GatewayError::KeysUnavailable = e {
         h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     if let GatewayError::Unauthorized { .. } = e {

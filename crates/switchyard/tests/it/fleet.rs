@@ -709,6 +709,7 @@ async fn postgres_down_for_30_seconds_fails_no_request_and_usage_drains_exactly_
     let via = Place { dir: place.dir.clone(), db: through(&place.db, forwarder.addr()) };
     let fleet = fleet_with(&via, &[&backend], &redis, &["local_share"; 3], "").await;
     let (_, key) = fleet.create_key("{}").await;
+    let (_, unseen) = fleet.create_key("{}").await;
     let body = chat_body("m", false);
     let mut answered = 0;
     for i in 0..3 {
@@ -718,6 +719,11 @@ async fn postgres_down_for_30_seconds_fails_no_request_and_usage_drains_exactly_
     // 31 s without the database: past the 30 s for which a key's record is cached, so each
     // instance has to look the key up again while nothing answers.
     forwarder.cut();
+    // A key no instance has looked up yet cannot be checked: a clear 503 to retry, not a 500.
+    let r = fleet.chat(1, &unseen, &body).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["error"]["code"], "keys_unavailable");
     let back = Instant::now() + Duration::from_secs(31);
     while Instant::now() < back {
         for i in 0..3 {
