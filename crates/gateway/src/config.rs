@@ -160,6 +160,10 @@ pub struct Timeouts {
     /// Longest a client may leave a response unread (writes blocked) before its connection is
     /// closed and the upstream request cancelled.
     pub client_write: Duration,
+    /// A connection with no new request for this long is shut down gracefully (HTTP/2: GOAWAY,
+    /// streams in flight finish). HTTP/2 has no head-read clock, and a client that answers the
+    /// keep-alive PINGs but sends nothing would otherwise hold its connection forever.
+    pub connection_idle: Duration,
 }
 
 /// What one client connection and request head may take (`limits:`).

@@ -4,6 +4,7 @@
 //! streams finish up to `shutdown_grace`, flush the usage journal, then drop what is left.
 
 mod conn;
+mod idle;
 pub mod routes;
 mod tls;
 
@@ -16,7 +17,6 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::sync::Mutex;
 use tokio::net::TcpListener;
 
@@ -307,7 +307,10 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
         .keep_alive_timeout(app.config.timeouts.header_read);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let write_limit = app.config.timeouts.client_write;
-    let graceful = GracefulShutdown::new();
+    // Each connection holds a receiver: the drain signal reaches it, and the sender's `closed`
+    // tells when every connection has ended.
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    let idle = app.config.timeouts.connection_idle;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -330,22 +333,22 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
                 let _ = stream.set_nodelay(true);
                 let stream = conn::Guarded::new(stream, write_limit, conn::Slot::new(permit, app.metrics.clone()));
                 let current = current.clone();
+                let activity = idle::Activity::new();
+                let seen = activity.clone();
                 let service = service_fn(move |req| {
+                    seen.request();
                     // Each request on the snapshot current when it arrives.
                     let app = current.load_full();
                     async move { Ok::<_, Infallible>(routes::handle(app, req).await) }
                 });
+                let draining = draining.clone();
                 match tls.as_ref().map(|t| t.load_full()) {
                     None => {
-                        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
-                        tokio::spawn(async move {
-                            if let Err(e) = conn.await {
-                                tracing::debug!(error = %e, "connection ended with an error");
-                            }
-                        });
+                        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                        tokio::spawn(idle::drive!(conn, draining, activity, idle));
                     }
                     Some(acceptor) => {
-                        let (watcher, builder) = (graceful.watcher(), builder.clone());
+                        let builder = builder.clone();
                         let handshake_limit = app.config.timeouts.header_read;
                         tokio::spawn(async move {
                             // The handshake counts against the head's time: a silent client is dropped.
@@ -354,10 +357,8 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
                                 Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
                                 Err(_) => return tracing::debug!("TLS handshake timed out"),
                             };
-                            let conn = watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
-                            if let Err(e) = conn.await {
-                                tracing::debug!(error = %e, "connection ended with an error");
-                            }
+                            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                            idle::drive!(conn, draining, activity, idle).await
                         });
                     }
                 }
@@ -372,8 +373,10 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
     }
     let grace = app.config.shutdown_grace;
     tracing::info!(grace_secs = grace.as_secs_f64(), "shutting down: draining in-flight requests");
+    drop(draining);
+    let _ = drain.send(true);
     tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("all connections closed"),
+        _ = drain.closed() => tracing::info!("all connections closed"),
         _ = tokio::time::sleep(grace) => tracing::warn!("shutdown grace period over; dropping remaining connections"),
     }
 }

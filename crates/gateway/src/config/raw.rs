@@ -147,6 +147,7 @@ struct RawTimeouts {
     header_read: Option<String>,
     body_read: Option<String>,
     client_write: Option<String>,
+    connection_idle: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -289,6 +290,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         header_read: duration("timeouts.header_read", &t.header_read, Duration::from_secs(30))?,
         body_read: duration("timeouts.body_read", &t.body_read, Duration::from_secs(60))?,
         client_write: duration("timeouts.client_write", &t.client_write, Duration::from_secs(60))?,
+        connection_idle: duration("timeouts.connection_idle", &t.connection_idle, Duration::from_secs(180))?,
     };
     for (path, d) in [
         ("timeouts.connect", timeouts.connect),
@@ -298,6 +300,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         ("timeouts.header_read", timeouts.header_read),
         ("timeouts.body_read", timeouts.body_read),
         ("timeouts.client_write", timeouts.client_write),
+        ("timeouts.connection_idle", timeouts.connection_idle),
     ] {
         if d.is_zero() {
             return Err(ConfigError::at(path, "must be greater than zero"));

@@ -269,6 +269,55 @@ async fn an_http2_connection_that_stops_answering_is_pinged_then_closed() {
 }
 
 #[tokio::test]
+async fn an_http2_connection_that_answers_pings_but_sends_nothing_is_closed_when_idle() {
+    let a = mock(&["m"]).await;
+    let gw = gateway(&[&a], "timeouts: {header_read: 200ms, connection_idle: 1s}").await;
+    let mut s = connect(&gw).await;
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+    // A live client: acknowledge the server's SETTINGS and answer every PING, send no request.
+    let started = std::time::Instant::now();
+    let (mut pings, mut goaway) = (0, false);
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(PATIENCE, async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = s.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            while buf.len() >= 9 {
+                let len = (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+                if buf.len() < 9 + len {
+                    break;
+                }
+                let (kind, flags) = (buf[3], buf[4]);
+                let payload = buf[9..9 + len].to_vec();
+                buf.drain(..9 + len);
+                match kind {
+                    0x4 if flags & 0x1 == 0 => {
+                        let _ = s.write_all(b"\0\0\0\x04\x01\0\0\0\0").await;
+                    }
+                    0x6 if flags & 0x1 == 0 => {
+                        pings += 1;
+                        let mut ack = vec![0, 0, 8, 0x6, 0x1, 0, 0, 0, 0];
+                        ack.extend_from_slice(&payload);
+                        let _ = s.write_all(&ack).await;
+                    }
+                    0x7 => goaway = true,
+                    _ => {}
+                }
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the idle connection was never closed ({pings} pings answered)");
+    assert!(pings >= 2, "it was kept alive by answered pings first: {pings}");
+    assert!(goaway, "closed with a GOAWAY");
+    assert!(started.elapsed() >= Duration::from_secs(1), "not before connection_idle");
+}
+
+#[tokio::test]
 async fn a_slow_post_gets_a_408_and_its_connection_back() {
     let a = mock(&["m"]).await;
     let gw = gateway(&[&a], "timeouts: {body_read: 300ms}").await;
