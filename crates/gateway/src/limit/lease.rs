@@ -88,8 +88,9 @@ pub struct Drawn {
 }
 
 impl Entry {
-    /// Admit one request from the lease and the slot pool, if they hold enough.
-    fn take(&mut self, limits: &Limits, estimate: u64, now: Instant) -> Option<Drawn> {
+    /// Admit one request from the lease and the slot pool, if they hold enough (`generation`:
+    /// the pools' current one).
+    fn take(&mut self, limits: &Limits, estimate: u64, now: Instant, generation: u64) -> Option<Drawn> {
         let rate = limits.rpm.is_some() || limits.tpm.is_some();
         if limits.max_parallel.is_some() && self.slots.is_empty() {
             return None;
@@ -109,7 +110,7 @@ impl Entry {
         self.admitted += 1;
         self.tokens += estimate;
         let Some(lease) = self.lease.as_mut().filter(|_| rate) else {
-            return Some(Drawn { second: 0, snapshot: Snapshot::default(), slot, generation: 0 });
+            return Some(Drawn { second: 0, snapshot: Snapshot::default(), slot, generation });
         };
         if let Some(r) = lease.requests.as_mut() {
             *r -= 1;
@@ -128,7 +129,7 @@ impl Entry {
                 (l, l.saturating_sub(used), lease.reset.saturating_sub(elapsed))
             }),
         };
-        Some(Drawn { second: lease.second, snapshot, slot, generation: 0 })
+        Some(Drawn { second: lease.second, snapshot, slot, generation })
     }
 }
 
@@ -228,8 +229,8 @@ impl Leases {
             }),
         };
         entry.last_seen = now;
-        if let Some(drawn) = entry.take(limits, estimate, now) {
-            return Ok(Drawn { generation: self.generation.load(Relaxed), ..drawn });
+        if let Some(drawn) = entry.take(limits, estimate, now, self.generation.load(Relaxed)) {
+            return Ok(drawn);
         }
         let unused = match entry.lease.as_ref() {
             Some(l) if now >= l.until => entry.lease.take().and_then(|l| l.unused()),
@@ -265,8 +266,8 @@ impl Leases {
     pub fn redraw(&self, key: &str, limits: &Limits, estimate: u64, now: Instant) -> Redraw {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let Some(entry) = entries.get_mut(key) else { return Redraw::Nothing };
-        if let Some(drawn) = entry.take(limits, estimate, now) {
-            return Redraw::Drawn(Drawn { generation: self.generation.load(Relaxed), ..drawn });
+        if let Some(drawn) = entry.take(limits, estimate, now, self.generation.load(Relaxed)) {
+            return Redraw::Drawn(drawn);
         }
         if entry.lease.as_ref().is_some_and(|l| now >= l.until) {
             if let Some(unused) = entry.lease.take().and_then(|l| l.unused()) {

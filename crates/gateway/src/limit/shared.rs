@@ -65,6 +65,8 @@ pub struct SharedLimiter {
     fallback: Arc<MemoryLimiter>,
     /// This instance's leases of keys' quotas.
     leases: Leases,
+    /// What this instance's holders are named with (`instance:`), then their number.
+    holder_prefix: String,
 }
 
 fn window_key(key: &str) -> String {
@@ -79,6 +81,7 @@ fn holders_key(key: &str) -> String {
 impl SharedLimiter {
     pub fn new(shared: Arc<Shared>, fallback: Arc<MemoryLimiter>) -> Arc<SharedLimiter> {
         let (finishes, queue) = tokio::sync::mpsc::channel(FINISH_QUEUE);
+        let holder_prefix = format!("{}:", shared.instance);
         Arc::new(SharedLimiter {
             shared,
             finishes,
@@ -90,11 +93,12 @@ impl SharedLimiter {
             next_holder: AtomicU64::new(0),
             fallback,
             leases: Leases::default(),
+            holder_prefix,
         })
     }
 
     fn holder_name(&self, n: u64) -> String {
-        format!("{}:{n}", self.shared.instance)
+        format!("{}{n}", self.holder_prefix)
     }
 
     /// Admit or refuse one request for `key`, atomically across every limit and instance: from
@@ -213,7 +217,7 @@ impl SharedLimiter {
                     Some(u) => call.arg(u.second).arg(u.requests).arg(u.tokens),
                     None => call.arg("").arg(0).arg(0),
                 };
-                call.arg(want.slots).arg(format!("{}:", self.shared.instance)).arg(first_slot);
+                call.arg(want.slots).arg(&self.holder_prefix).arg(first_slot);
                 async move { call.invoke_async::<Vec<i64>>(&mut c).await }
             })
             .await;
