@@ -42,6 +42,8 @@ pub struct App {
     pub clock: Clock,
     /// The MCP gateway, when `mcp.servers` names any.
     pub mcp: Option<Arc<switchyard_mcp::Front>>,
+    /// OpenTelemetry traces (`telemetry:`), started by the server; None: off.
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
     /// Where `POST /admin/reload` asks the server to reload (set while serving).
     pub reload: Option<tokio::sync::mpsc::Sender<ReloadRequest>>,
 }
@@ -126,6 +128,7 @@ impl App {
             journal: None,
             clock,
             mcp,
+            telemetry: None,
             reload: None,
         })
     }
@@ -140,6 +143,7 @@ impl App {
             ("storage", old.storage.url != config.storage.url || old.storage.journal_dir != config.storage.journal_dir),
             ("storage.record_usage", old.storage.record_usage != config.storage.record_usage),
             ("redis", old.redis != config.redis),
+            ("telemetry", old.telemetry != config.telemetry),
             ("auth", old.auth.master_key != config.auth.master_key || old.auth.secret != config.auth.secret),
             ("mcp", format!("{:?}", old.mcp) != format!("{:?}", config.mcp)),
             ("limits (of the listener)", format!("{:?}", old.listener) != format!("{:?}", config.listener)),
@@ -168,6 +172,7 @@ impl App {
             journal: self.journal.clone(),
             clock: self.clock.clone(),
             mcp: self.mcp.clone(),
+            telemetry: self.telemetry.clone(),
             reload: self.reload.clone(),
         })
     }

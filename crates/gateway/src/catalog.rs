@@ -118,6 +118,9 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
     if let Some(journal) = &app.journal {
         journal.counters().render(&mut text);
     }
+    if let Some(telemetry) = &app.telemetry {
+        telemetry.render(&mut text);
+    }
     render_process(app, &mut text);
     let mut resp = Response::new(full(text));
     resp.headers_mut()

@@ -5,6 +5,7 @@ mod duration;
 mod interpolate;
 mod mcp;
 mod raw;
+mod telemetry;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -15,6 +16,7 @@ use std::time::Duration;
 pub use duration::parse_duration;
 pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
+pub use telemetry::{Sampler, TelemetryConfig};
 
 /// Where a configuration problem is, and what it is. `path` is the YAML key path (`backends[1].url`).
 #[derive(Debug, Clone, PartialEq)]
@@ -248,6 +250,8 @@ pub struct Config {
     pub tls: Option<TlsConfig>,
     /// Shared state for a fleet (`redis:`): limits, revocations. None: each instance alone.
     pub redis: Option<RedisConfig>,
+    /// OpenTelemetry trace export (`telemetry:` or the `OTEL_EXPORTER_OTLP_*` variables); None: off.
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 /// `redis:` — where a fleet keeps what its instances share, and what to do while it is away.

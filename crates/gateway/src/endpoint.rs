@@ -69,6 +69,32 @@ impl Endpoint {
         }
     }
 
+    /// The route as clients write it (`/v1/chat/completions`), for span names; None for `Other`.
+    pub fn route(self) -> Option<&'static str> {
+        Some(match self {
+            Endpoint::ChatCompletions => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+            Endpoint::Embeddings => "/v1/embeddings",
+            Endpoint::Models => "/v1/models",
+            Endpoint::Responses => "/v1/responses",
+            Endpoint::Messages => "/v1/messages",
+            Endpoint::CountTokens => "/v1/messages/count_tokens",
+            Endpoint::OllamaChat => "/api/chat",
+            Endpoint::OllamaGenerate => "/api/generate",
+            Endpoint::OllamaEmbed => "/api/embed",
+            Endpoint::Other => return None,
+        })
+    }
+
+    /// `gen_ai.operation.name` of a request here, per the GenAI semantic conventions.
+    pub fn operation(self) -> &'static str {
+        match self {
+            Endpoint::Completions | Endpoint::OllamaGenerate => "text_completion",
+            Endpoint::Embeddings | Endpoint::OllamaEmbed => "embeddings",
+            _ => "chat",
+        }
+    }
+
     /// Whether requests here are forwarded to a backend (a POST with a `model`).
     pub fn is_proxied(self) -> bool {
         !matches!(self, Endpoint::Models | Endpoint::Other)

@@ -19,7 +19,8 @@
 //! 4. `app` — the shared state all of the above read: built once, never imports a handler.
 //! 5. `http` — response bodies, JSON and error responses, body reading, relay, metering.
 //! 6. `auth`, `limit` (across a fleet through `shared`, the Redis connection), `route` (health probes and discovery run beside the pipeline, one task
-//!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`.
+//!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`, `telemetry`
+//!    (OpenTelemetry spans, built and exported off the request path).
 //! 7. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob` — the bottom: they import no other
 //!    pipeline module (`config` and `records` nothing at all).
 
@@ -42,6 +43,7 @@ pub mod route;
 pub mod server;
 pub mod shared;
 pub mod store;
+pub mod telemetry;
 pub mod translate;
 pub mod upstream;
 pub mod usage;

@@ -43,6 +43,8 @@ pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-ba
 static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
 static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// An upstream answer whose status, headers and first frame are in hand.
 struct Answer {
@@ -67,6 +69,7 @@ pub async fn forward(
     req: Request<Incoming>,
     started: Instant,
     request_id: &HeaderValue,
+    trace: &mut Option<crate::telemetry::Trace>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
@@ -83,9 +86,11 @@ pub async fn forward(
             strip_usage_chunk = true;
         }
     }
-    let mut meter = app.journal.as_ref().map(|journal| {
+    // With telemetry on, a request is metered even when usage is not recorded: its trace ends with it.
+    let traced = app.telemetry.clone().zip(trace.take());
+    let mut meter = (app.journal.is_some() || traced.is_some()).then(|| {
         Meter::new(
-            journal.clone(),
+            app.journal.clone(),
             app.config.clone(),
             request_id.to_str().unwrap_or_default(),
             principal.key(),
@@ -96,6 +101,10 @@ pub async fn forward(
             app.clock.unix_ms(),
         )
     });
+    if let (Some(m), Some((telemetry, mut trace))) = (meter.as_mut(), traced) {
+        trace.stream = routed.stream;
+        m.trace(telemetry, trace);
+    }
     if endpoint == Endpoint::CountTokens {
         if let Some(m) = meter.as_mut() {
             m.uncharged();
@@ -200,9 +209,18 @@ pub async fn forward(
         backend.stats.attempts.fetch_add(1, Relaxed);
         let sent = Instant::now();
         let limit = remaining.min(app.config.timeouts.first_byte);
-        let outcome = attempt_once(app, &backend, wire, upstream_body, &parts.headers, request_id, limit).await;
+        let trace_headers = meter.as_mut().and_then(|m| m.trace_attempt(&backend));
+        let headers = Headers { client: &parts.headers, request_id, trace: trace_headers };
+        let outcome = attempt_once(app, &backend, wire, upstream_body, headers, limit).await;
         let ttfb = sent.elapsed();
         upstream_wait += ttfb;
+        if let Some(m) = meter.as_mut() {
+            m.trace_outcome(match &outcome {
+                Ok((parts, _, _)) => Ok(parts.status.as_u16()),
+                Err(AttemptError::Transport) => Err("connection_error"),
+                Err(AttemptError::Timeout) => Err("timeout"),
+            });
+        }
         match outcome {
             Ok((parts, body, first)) => {
                 let status = parts.status;
@@ -274,20 +292,34 @@ struct Metering {
     strip_usage_chunk: bool,
 }
 
+/// What an attempt's request carries besides the body.
+struct Headers<'a> {
+    client: &'a HeaderMap,
+    request_id: &'a HeaderValue,
+    /// `traceparent` naming the attempt's span, and the caller's `tracestate` (telemetry on).
+    trace: Option<(HeaderValue, Option<HeaderValue>)>,
+}
+
 async fn attempt_once(
     app: &App,
     backend: &Arc<Backend>,
     wire: Wire,
     body: Bytes,
-    client_headers: &HeaderMap,
-    request_id: &HeaderValue,
+    headers: Headers<'_>,
     limit: Duration,
 ) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
     let uri = backend.target(wire).cloned().ok_or(AttemptError::Transport)?;
-    let mut req =
-        Request::post(uri).header(header::CONTENT_TYPE, "application/json").header(&REQUEST_ID, request_id.clone());
-    if let Some(accept) = client_headers.get(header::ACCEPT) {
+    let mut req = Request::post(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(&REQUEST_ID, headers.request_id.clone());
+    if let Some(accept) = headers.client.get(header::ACCEPT) {
         req = req.header(header::ACCEPT, accept.clone());
+    }
+    if let Some((traceparent, tracestate)) = headers.trace {
+        req = req.header(&TRACEPARENT, traceparent);
+        if let Some(state) = tracestate {
+            req = req.header(&TRACESTATE, state);
+        }
     }
     for (name, value) in &backend.auth_headers {
         req = req.header(name, value.clone());

@@ -118,6 +118,14 @@ pub async fn start(
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (mut app, writer) = App::open(config).await?;
+    let exporting = match &app.config.telemetry {
+        Some(telemetry) => {
+            let (telemetry, exporting) = crate::telemetry::Telemetry::start(telemetry, app.config.timeouts.connect)?;
+            app.telemetry = Some(telemetry);
+            Some(exporting)
+        }
+        None => None,
+    };
     let (reload, reloads) = mpsc::channel::<ReloadRequest>(4);
     app.reload = Some(reload.clone());
     let app = Arc::new(app);
@@ -164,7 +172,11 @@ pub async fn start(
         if let Some(mcp) = &server_app.mcp {
             mcp.hub().shutdown().await;
         }
-        // In-flight requests have drained, so their records are in the journal: flush it.
+        // In-flight requests have drained, so their spans are queued: send them.
+        if let Some(exporting) = exporting {
+            exporting.shutdown(grace).await;
+        }
+        // ... and their records are in the journal: flush it.
         let Some(writer) = writer else { return };
         if !writer.shutdown(grace).await {
             tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");

@@ -25,6 +25,17 @@ impl switchyard_mcp::http_upstream::HttpSend for McpHttp {
 }
 
 pub fn build(connect_timeout: Duration) -> Result<UpstreamClient, String> {
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector(connect_timeout)?))
+}
+
+/// TCP (no Nagle, connect timeout, keep-alive) under rustls for https URLs: upstreams and the
+/// telemetry exporter alike.
+pub fn connector(connect_timeout: Duration) -> Result<HttpsConnector<HttpConnector>, String> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -37,10 +48,5 @@ pub fn build(connect_timeout: Duration) -> Result<UpstreamClient, String> {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .build(https))
+    Ok(https)
 }

@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["admin", "catalog", "mcp", "proxy"],
     &["app"],
     &["http"],
-    &["auth", "limit", "metrics", "store"],
+    &["auth", "limit", "metrics", "store", "telemetry"],
     &["route", "usage", "error", "shared"],
     &["translate", "upstream"],
     &["config", "records"],

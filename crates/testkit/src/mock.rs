@@ -150,8 +150,9 @@ pub struct MockControl {
     die_after_frames: AtomicU64,
     /// The simulated KV cache and slots, when configured.
     kv: Option<Arc<KvSim>>,
-    /// When on, the `x-request-id` of every POST, in arrival order (see [`MockControl::keep_ledger`]).
-    ledger: Mutex<Option<Vec<String>>>,
+    /// When on, the `x-request-id` and `traceparent` of every POST, in arrival order (see
+    /// [`MockControl::keep_ledger`]).
+    ledger: Mutex<Option<Vec<(String, String)>>>,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -247,13 +248,20 @@ impl MockControl {
 
     /// The ledger so far (empty when none is kept).
     pub fn ledger(&self) -> Vec<String> {
-        self.ledger.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default()
+        let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        ledger.iter().flatten().map(|(id, _)| id.clone()).collect()
     }
 
-    pub(crate) fn enter_in_ledger(&self, request_id: Option<&str>) {
+    /// The `traceparent` header of every POST in the ledger ("-" when it had none).
+    pub fn traceparents(&self) -> Vec<String> {
+        let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        ledger.iter().flatten().map(|(_, t)| t.clone()).collect()
+    }
+
+    pub(crate) fn enter_in_ledger(&self, request_id: Option<&str>, traceparent: Option<&str>) {
         let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(ledger) = ledger.as_mut() {
-            ledger.push(request_id.unwrap_or("-").to_owned());
+            ledger.push((request_id.unwrap_or("-").to_owned(), traceparent.unwrap_or("-").to_owned()));
         }
     }
 

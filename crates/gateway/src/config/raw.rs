@@ -41,6 +41,7 @@ pub struct RawConfig {
     mcp: super::mcp::RawMcp,
     tls: Option<RawTls>,
     redis: Option<RawRedis>,
+    telemetry: Option<super::telemetry::RawTelemetry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -383,6 +384,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         mcp: super::mcp::validate(raw.mcp)?,
         tls: raw.tls.map(|t| TlsConfig { cert: t.cert.into(), key: t.key.into() }),
         redis: raw.redis.map(validate_redis).transpose()?,
+        telemetry: super::telemetry::validate(raw.telemetry, env)?,
         source: None,
     })
 }

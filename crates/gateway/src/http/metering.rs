@@ -2,6 +2,7 @@
 //! tap), strips the usage chunk the gateway itself asked for, settles the key's token
 //! reservation, and appends exactly one `UsageRecord` to the journal — before the end of the
 //! body is handed to the client, or when the request ends any other way (error, disconnect).
+//! With telemetry on, it carries the request's trace too and hands it over at the same moment.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,6 +12,8 @@ use bytes::Bytes;
 use crate::config::Config;
 use crate::limit::{BudgetPermit, Permit};
 use crate::records::UsageRecord;
+use crate::route::backend::Backend;
+use crate::telemetry::{Outcome, Telemetry, Trace};
 use crate::usage::extract::BodyUsageTap;
 use crate::usage::{estimate_tokens, Journal, SseUsageTap, Tokens};
 
@@ -22,8 +25,17 @@ enum Tap {
     Body(BodyUsageTap),
 }
 
+/// A request's trace and where it goes when the request ends.
+struct Traced {
+    telemetry: Arc<Telemetry>,
+    trace: Trace,
+}
+
 pub struct Meter {
-    journal: Arc<Journal>,
+    /// None: usage recording is off and the meter exists for the trace.
+    journal: Option<Arc<Journal>>,
+    /// Boxed: most requests carry no trace, and the meter is moved with the response body.
+    traced: Option<Box<Traced>>,
     config: Arc<Config>,
     record: UsageRecord,
     started: Instant,
@@ -46,7 +58,7 @@ pub struct Meter {
 impl Meter {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        journal: Arc<Journal>,
+        journal: Option<Arc<Journal>>,
         config: Arc<Config>,
         request_id: &str,
         key: Option<&crate::records::KeyRecord>,
@@ -78,6 +90,7 @@ impl Meter {
                 response_bytes: None,
             },
             journal,
+            traced: None,
             config,
             started,
             prompt_estimate: (request_bytes as u64).div_ceil(4),
@@ -89,6 +102,28 @@ impl Meter {
             uncharged: false,
             earlier: None,
             recorded: false,
+        }
+    }
+
+    /// Carry the request's trace, to be handed to `telemetry` when the request ends.
+    pub fn trace(&mut self, telemetry: Arc<Telemetry>, trace: Trace) {
+        self.traced = Some(Box::new(Traced { telemetry, trace }));
+    }
+
+    /// An attempt at `backend` begins: the `traceparent` (and the caller's `tracestate`) for it.
+    pub fn trace_attempt(&mut self, backend: &Arc<Backend>) -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
+        let traced = self.traced.as_mut()?;
+        let parent = traced.trace.attempt(backend, traced.telemetry.span_id());
+        Some((parent, traced.trace.tracestate.clone()))
+    }
+
+    /// The current attempt's answer began (`Ok(status)`) or it failed with no answer (`Err(why)`).
+    pub fn trace_outcome(&mut self, outcome: Result<u16, &'static str>) {
+        if let Some(traced) = self.traced.as_mut() {
+            match outcome {
+                Ok(status) => traced.trace.answered(status),
+                Err(why) => traced.trace.failed(why),
+            }
         }
     }
 
@@ -133,8 +168,11 @@ impl Meter {
 
     /// The stream carries on at `backend` (a resume): from here the relay's translator reports
     /// usage, and `earlier` adds what the failed attempts consumed.
-    pub fn resumed(&mut self, backend: &str, earlier: Tokens) {
-        self.record.backend = Some(backend.to_owned());
+    pub fn resumed(&mut self, backend: &Arc<Backend>, earlier: Tokens) {
+        self.record.backend = Some(backend.name().to_owned());
+        if let Some(traced) = self.traced.as_mut() {
+            traced.trace.resumed(backend, traced.telemetry.span_id());
+        }
         self.tap = None;
         self.reported = None;
         self.reported_chars = 0;
@@ -218,8 +256,24 @@ impl Meter {
         if let Some(b) = self.budget.take() {
             b.settle(r.cost_usd);
         }
-        if let Err(e) = self.journal.append(r) {
-            tracing::error!(error = %e, request_id = %r.id, "could not journal a usage record");
+        if let Some(journal) = &self.journal {
+            if let Err(e) = journal.append(r) {
+                tracing::error!(error = %e, request_id = %r.id, "could not journal a usage record");
+            }
+        }
+        if let Some(traced) = self.traced.take() {
+            let Traced { telemetry, trace } = *traced;
+            // The record is written: its strings move into the spans rather than being copied.
+            let answered = r.status != 0 && r.status < 400;
+            let outcome = Outcome {
+                status: r.status,
+                model_requested: std::mem::take(&mut r.model_requested),
+                model_served: std::mem::take(&mut r.model_served),
+                input_tokens: answered.then_some(r.prompt_tokens),
+                output_tokens: answered.then_some(r.completion_tokens),
+                key_id: r.key_id.take(),
+            };
+            telemetry.finish(trace, outcome);
         }
     }
 }

@@ -205,7 +205,7 @@ impl Body for RelayBody {
                     Poll::Ready(Some(resumed)) => {
                         this.completion.metrics.streams_resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         if let Some(meter) = this.completion.meter.as_mut() {
-                            meter.resumed(resumed.guard.backend().name(), resumed.earlier);
+                            meter.resumed(resumed.guard.backend(), resumed.earlier);
                         }
                         this.inner.set(resumed.body);
                         *this.first = resumed.first;

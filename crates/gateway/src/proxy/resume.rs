@@ -13,7 +13,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue};
 
-use super::{attempt_once, translation, AttemptError, Call};
+use super::{attempt_once, translation, AttemptError, Call, Headers};
 use crate::app::App;
 use crate::config::BackendKind;
 use crate::endpoint::Endpoint;
@@ -100,7 +100,8 @@ impl Resumer {
             app.metrics.retries.fetch_add(1, Relaxed);
             backend.stats.attempts.fetch_add(1, Relaxed);
             let limit = remaining.min(app.config.timeouts.first_byte);
-            match attempt_once(&app, &backend, wire, body, &self.headers, &self.request_id, limit).await {
+            let headers = Headers { client: &self.headers, request_id: &self.request_id, trace: None };
+            match attempt_once(&app, &backend, wire, body, headers, limit).await {
                 Ok((parts, body, first)) if parts.status.is_success() => {
                     backend.health.on_success();
                     let context = translation::response_context(&self.request_id);

@@ -32,6 +32,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);
     let endpoint = Endpoint::from_path(path);
     let api = if path.starts_with("/api/") { Api::Ollama } else { translate::client_api(endpoint) };
+    let mut trace = app.telemetry.as_ref().map(|t| t.begin(req.headers(), req.method(), endpoint, path, &rid, started));
     if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
         let result = admin_gate(&app, req).await;
         let mut resp = result.unwrap_or_else(|e| {
@@ -40,6 +41,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
         });
         resp.headers_mut().insert(request_id::HEADER, rid);
         app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+        finish_trace(&app, trace, resp.status().as_u16());
         return resp;
     }
     if req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/") {
@@ -50,10 +52,13 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
         });
         resp.headers_mut().insert(request_id::HEADER, rid);
         app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+        finish_trace(&app, trace, resp.status().as_u16());
         return resp;
     }
     let result = match (endpoint, req.method(), path) {
-        (ep, &Method::POST, _) if ep.is_proxied() => proxy::forward(&app, endpoint, req, started, &rid).await,
+        (ep, &Method::POST, _) if ep.is_proxied() => {
+            proxy::forward(&app, endpoint, req, started, &rid, &mut trace).await
+        }
         (Endpoint::Models, &Method::GET, _) => Ok(catalog::models(&app)),
         (Endpoint::Other, &Method::GET, "/api/tags" | "/api/ps" | "/api/version") => {
             catalog::ollama(&app, req.headers(), path).await
@@ -71,7 +76,15 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     });
     resp.headers_mut().insert(request_id::HEADER, rid);
     app.metrics.count_request(endpoint, resp.status().as_u16());
+    // A proxied request's trace ends with its answer (its meter has it); any other ends here.
+    finish_trace(&app, trace, resp.status().as_u16());
     resp
+}
+
+fn finish_trace(app: &App, trace: Option<crate::telemetry::Trace>, status: u16) {
+    if let (Some(trace), Some(telemetry)) = (trace, &app.telemetry) {
+        telemetry.finish(trace, crate::telemetry::Outcome { status, ..Default::default() });
+    }
 }
 
 /// `/admin/...`: master key required whenever auth is on.

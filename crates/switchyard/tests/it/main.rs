@@ -28,6 +28,7 @@ mod slowloris;
 mod smuggling;
 mod store;
 mod streaming;
+mod telemetry;
 mod tls;
 mod translation;
 mod usage;

@@ -113,7 +113,8 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     }
     if req.method() == Method::POST {
         state.control.requests.fetch_add(1, Ordering::Relaxed);
-        state.control.enter_in_ledger(req.headers().get("x-request-id").and_then(|v| v.to_str().ok()));
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+        state.control.enter_in_ledger(header("x-request-id"), header("traceparent"));
     }
     if req.method() == Method::GET && req.uri().path() == "/health" {
         return state.json(StatusCode::OK, Bytes::from_static(render::HEALTH_BODY));

@@ -1,0 +1,179 @@
+//! OpenTelemetry traces (`telemetry:`): a server span per inbound request that continues the
+//! caller's `traceparent`, and a client span per upstream attempt named and attributed per the
+//! GenAI semantic conventions. The request path only fills in a `Trace` (ids, clock reads) and
+//! hands it over with one non-blocking send; spans are built and exported in batches on the
+//! export task (`telemetry/export.rs`). A full queue drops the trace and counts it: telemetry never
+//! slows or fails a request.
+
+mod export;
+pub mod trace;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{HeaderMap, HeaderValue, Method};
+use opentelemetry::trace::SpanId;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::config::{Sampler, TelemetryConfig};
+use crate::endpoint::Endpoint;
+pub use trace::Trace;
+
+/// What a request ended with, beyond its trace: what its spans report.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub status: u16,
+    pub model_requested: String,
+    pub model_served: String,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub key_id: Option<String>,
+}
+
+struct Finished {
+    trace: Trace,
+    outcome: Outcome,
+    end: Instant,
+}
+
+#[derive(Default)]
+struct Counters {
+    exported: AtomicU64,
+    dropped: AtomicU64,
+    failed: AtomicU64,
+}
+
+pub struct Telemetry {
+    queue: mpsc::Sender<Finished>,
+    ids: RandomIdGenerator,
+    sampler: Sampler,
+    counters: Arc<Counters>,
+}
+
+/// The export task; `shutdown` sends what is queued before it ends.
+pub struct Exporting {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Exporting {
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.stop.send(());
+        if tokio::time::timeout(grace, self.task).await.is_err() {
+            tracing::warn!("telemetry export did not finish before shutdown; queued spans are lost");
+        }
+    }
+}
+
+impl Telemetry {
+    /// Build the exporter and start its task (on the current Tokio runtime).
+    pub fn start(config: &TelemetryConfig, connect_timeout: Duration) -> Result<(Arc<Telemetry>, Exporting), String> {
+        let exporter = export::exporter(config, connect_timeout)?;
+        let (queue, queued) = mpsc::channel(config.queue_size);
+        let counters = Arc::new(Counters::default());
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(export::run(exporter, queued, counters.clone(), config.clone(), stopped));
+        tracing::info!(endpoint = %config.traces_url, "exporting OpenTelemetry traces");
+        let telemetry = Telemetry { queue, ids: RandomIdGenerator::default(), sampler: config.sampler, counters };
+        Ok((Arc::new(telemetry), Exporting { stop, task }))
+    }
+
+    /// A request arrived: its trace, continuing the caller's `traceparent` when it sent one.
+    pub fn begin(
+        &self,
+        headers: &HeaderMap,
+        method: &Method,
+        endpoint: Endpoint,
+        path: &str,
+        request_id: &HeaderValue,
+        started: Instant,
+    ) -> Trace {
+        let parent = headers.get("traceparent").and_then(|v| trace::parse_traceparent(v.as_bytes()));
+        let trace_id = parent.map_or_else(|| self.ids.new_trace_id(), |p| p.trace_id);
+        let sampled = match parent {
+            Some(p) if self.sampler.follow_parent => p.flags.is_sampled(),
+            _ => ratio_samples(self.sampler.ratio, trace_id.to_bytes()),
+        };
+        let now = SystemTime::now();
+        Trace {
+            trace_id,
+            span_id: self.ids.new_span_id(),
+            parent,
+            sampled,
+            tracestate: parent.and_then(|_| headers.get("tracestate").cloned()),
+            start: now.checked_sub(started.elapsed()).unwrap_or(now),
+            started,
+            method: method.clone(),
+            endpoint,
+            path: endpoint.route().is_none().then(|| path.to_owned()),
+            request_id: request_id.clone(),
+            stream: false,
+            attempts: Vec::new(),
+        }
+    }
+
+    /// A fresh span id (for an attempt's span).
+    pub fn span_id(&self) -> SpanId {
+        self.ids.new_span_id()
+    }
+
+    /// The request is over: queue its spans for export, or drop and count them when the queue is full.
+    pub fn finish(&self, trace: Trace, outcome: Outcome) {
+        if !trace.sampled {
+            return;
+        }
+        let finished = Finished { trace, outcome, end: Instant::now() };
+        if self.queue.try_send(finished).is_err() {
+            self.counters.dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// `/metrics` lines.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        for (name, help, value) in [
+            ("switchyard_telemetry_spans_exported_total", "Spans the collector accepted.", &self.counters.exported),
+            (
+                "switchyard_telemetry_traces_dropped_total",
+                "Requests' traces dropped because the export queue (telemetry.queue_size) was full.",
+                &self.counters.dropped,
+            ),
+            (
+                "switchyard_telemetry_spans_failed_total",
+                "Spans lost because their export failed after retries (collector down or refusing).",
+                &self.counters.failed,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", value.load(Relaxed));
+        }
+    }
+}
+
+/// `TraceIdRatioBased`: the trace id's last 8 bytes against the ratio, so every instance (and
+/// every other service using the same rule) decides alike for one trace.
+fn ratio_samples(ratio: f64, trace_id: [u8; 16]) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&trace_id[8..]);
+    let x = u64::from_be_bytes(low) >> 1;
+    (x as f64) < ratio * (1u64 << 63) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_sampling_keeps_about_its_share_of_random_traces() {
+        let ids = RandomIdGenerator::default();
+        let kept = (0..20_000).filter(|_| ratio_samples(0.25, ids.new_trace_id().to_bytes())).count();
+        assert!((4_500..5_500).contains(&kept), "{kept}");
+        assert!(!ratio_samples(0.0, ids.new_trace_id().to_bytes()));
+        assert!(ratio_samples(1.0, [0; 16]));
+    }
+}
