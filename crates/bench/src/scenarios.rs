@@ -9,6 +9,7 @@ mod failover;
 mod fleet;
 mod mcp;
 mod soak;
+mod telemetry;
 mod usage_query;
 
 use std::sync::{Arc, Mutex};
@@ -369,6 +370,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             fleet::run(args, pin, &mut report).await?;
             return Ok(report);
         }
+        // The same build with OpenTelemetry traces off and on.
+        "telemetry" => {
+            let mut report = Report::default();
+            telemetry::run(args, pin, &mut report).await?;
+            return Ok(report);
+        }
         // Slowloris beside real traffic, then overload of a capped backend.
         "abuse" => {
             let mut report = Report::default();
@@ -399,7 +406,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, soak, fleet, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, soak, fleet, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

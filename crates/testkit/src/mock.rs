@@ -153,6 +153,8 @@ pub struct MockControl {
     /// When on, the `x-request-id` and `traceparent` of every POST, in arrival order (see
     /// [`MockControl::keep_ledger`]).
     ledger: Mutex<Option<Vec<(String, String)>>>,
+    /// OTLP exports received (`POST /v1/traces`, `/v1/logs`).
+    otlp_exports: AtomicU64,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -182,6 +184,7 @@ impl MockControl {
             die_after_frames: AtomicU64::new(0),
             kv: cfg.kv_cache.clone().map(|kv| Arc::new(KvSim::new(kv))),
             ledger: Mutex::new(None),
+            otlp_exports: AtomicU64::new(0),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -263,6 +266,11 @@ impl MockControl {
         if let Some(ledger) = ledger.as_mut() {
             ledger.push((request_id.unwrap_or("-").to_owned(), traceparent.unwrap_or("-").to_owned()));
         }
+    }
+
+    /// OTLP export requests received (the mock doubles as a telemetry receiver).
+    pub fn otlp_exports(&self) -> u64 {
+        self.otlp_exports.load(Ordering::Relaxed)
     }
 
     pub fn request_count(&self) -> u64 {

@@ -117,7 +117,7 @@ impl Drop for Redis {
 }
 
 /// User plus system CPU time of a process, in µs (from /proc; clock ticks of 10 ms).
-fn cpu_us(pid: u32) -> Option<u64> {
+pub(super) fn cpu_us(pid: u32) -> Option<u64> {
     let mut stat = String::new();
     std::fs::File::open(format!("/proc/{pid}/stat")).ok()?.read_to_string(&mut stat).ok()?;
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();

@@ -25,6 +25,7 @@ use super::{MockApi, MockConfig, MockControl};
 static X_MOCK_PORT: HeaderName = HeaderName::from_static("x-mock-port");
 pub(crate) const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+const PROTOBUF: HeaderValue = HeaderValue::from_static("application/x-protobuf");
 
 /// A served model: its id and its JSON string literal.
 pub(crate) struct Model {
@@ -110,6 +111,13 @@ impl State {
 pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<MockBody> {
     if let Some(resp) = super::signals::handle(state, req.method(), req.uri().path(), req.uri().query()) {
         return resp;
+    }
+    // An OTLP/HTTP receiver too, for benchmarks of a gateway exporting telemetry: it takes
+    // anything and answers OTLP's empty success (an empty protobuf message).
+    if req.method() == Method::POST && matches!(req.uri().path(), "/v1/traces" | "/v1/logs") {
+        state.control.otlp_exports.fetch_add(1, Ordering::Relaxed);
+        let _ = read_body(req.into_body()).await;
+        return state.respond(StatusCode::OK, PROTOBUF, MockBody::full(Bytes::new()));
     }
     if req.method() == Method::POST {
         state.control.requests.fetch_add(1, Ordering::Relaxed);
