@@ -16,6 +16,7 @@ use crate::records::KeyRecord;
 use crate::route::Router;
 use crate::shared::Shared;
 use crate::store::Store;
+use crate::telemetry::Exports;
 use crate::upstream::{self, UpstreamClient};
 use crate::usage::{Journal, JournalOptions, UsageWriter, WriterConfig};
 
@@ -42,6 +43,8 @@ pub struct App {
     pub clock: Clock,
     /// The MCP gateway, when `mcp.servers` names any.
     pub mcp: Option<Arc<switchyard_mcp::Front>>,
+    /// Each export sink's counters (`exports:`), for `/metrics`.
+    pub exports: Arc<crate::telemetry::exports::ExportCounters>,
     /// OpenTelemetry traces (`telemetry:`), started by the server; None: off.
     pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
     /// Where `POST /admin/reload` asks the server to reload (set while serving).
@@ -128,6 +131,7 @@ impl App {
             journal: None,
             clock,
             mcp,
+            exports: Arc::default(),
             telemetry: None,
             reload: None,
         })
@@ -144,6 +148,7 @@ impl App {
             ("storage.record_usage", old.storage.record_usage != config.storage.record_usage),
             ("redis", old.redis != config.redis),
             ("telemetry", old.telemetry != config.telemetry),
+            ("exports", old.exports != config.exports),
             ("auth", old.auth.master_key != config.auth.master_key || old.auth.secret != config.auth.secret),
             ("mcp", format!("{:?}", old.mcp) != format!("{:?}", config.mcp)),
             ("limits (of the listener)", format!("{:?}", old.listener) != format!("{:?}", config.listener)),
@@ -172,29 +177,33 @@ impl App {
             journal: self.journal.clone(),
             clock: self.clock.clone(),
             mcp: self.mcp.clone(),
+            exports: self.exports.clone(),
             telemetry: self.telemetry.clone(),
             reload: self.reload.clone(),
         })
     }
 
     /// The state a serving gateway needs: the store (waiting briefly for a database server),
-    /// and unless usage recording is off, the usage journal and its writer. The writer is the
-    /// caller's to drain at shutdown.
-    pub async fn open(config: Config) -> Result<(App, Option<UsageWriter>), String> {
+    /// and unless usage recording is off, the usage journal, its writer and the export sinks
+    /// reading it. The writer and the sinks are the caller's to drain at shutdown.
+    pub async fn open(config: Config) -> Result<(App, Option<UsageWriter>, Exports), String> {
         let store = open_store(&config.storage.url).await?;
-        let (journal, writer) = if config.storage.record_usage {
+        let (journal, writer, exports) = if config.storage.record_usage {
             let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default()).map_err(|e| {
                 format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display())
             })?;
+            let consumers = Exports::consumers(&journal, &config.exports);
             let writer = spawn_writer(&config.storage.url, &store, &journal)?;
-            (Some(journal), Some(writer))
+            let exports = Exports::start(&journal, &config.exports, &consumers, config.timeouts.connect)?;
+            (Some(journal), Some(writer), exports)
         } else {
             tracing::warn!("storage.record_usage is off: no usage is recorded and key budgets are not enforced");
-            (None, None)
+            (None, None, Exports::default())
         };
         let mut app = App::new(config, Some(store))?;
         app.journal = journal;
-        Ok((app, writer))
+        app.exports = exports.counters.clone();
+        Ok((app, writer, exports))
     }
 }
 

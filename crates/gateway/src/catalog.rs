@@ -121,6 +121,7 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
     if let Some(telemetry) = &app.telemetry {
         telemetry.render(&mut text);
     }
+    app.exports.render(&mut text);
     render_process(app, &mut text);
     let mut resp = Response::new(full(text));
     resp.headers_mut()

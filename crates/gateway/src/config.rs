@@ -2,6 +2,7 @@
 //! (`config/raw.rs` → here), with `${VAR}` interpolation (`config/interpolate.rs`).
 
 mod duration;
+mod exports;
 mod interpolate;
 mod mcp;
 mod raw;
@@ -14,6 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use duration::parse_duration;
+pub use exports::{ExportConfig, ExportSink};
 pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
 pub use telemetry::{Sampler, TelemetryConfig};
@@ -252,6 +254,8 @@ pub struct Config {
     pub redis: Option<RedisConfig>,
     /// OpenTelemetry trace export (`telemetry:` or the `OTEL_EXPORTER_OTLP_*` variables); None: off.
     pub telemetry: Option<TelemetryConfig>,
+    /// Sinks every usage record is delivered to besides the database (`exports:`).
+    pub exports: Vec<ExportConfig>,
 }
 
 /// `redis:` — where a fleet keeps what its instances share, and what to do while it is away.

@@ -117,7 +117,7 @@ pub async fn start(
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (mut app, writer) = App::open(config).await?;
+    let (mut app, writer, exports) = App::open(config).await?;
     let exporting = match &app.config.telemetry {
         Some(telemetry) => {
             let (telemetry, exporting) = crate::telemetry::Telemetry::start(telemetry, app.config.timeouts.connect)?;
@@ -176,7 +176,8 @@ pub async fn start(
         if let Some(exporting) = exporting {
             exporting.shutdown(grace).await;
         }
-        // ... and their records are in the journal: flush it.
+        // ... and their records are in the journal: deliver them to the export sinks, and flush it.
+        exports.shutdown(grace).await;
         let Some(writer) = writer else { return };
         if !writer.shutdown(grace).await {
             tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");

@@ -6,7 +6,9 @@
 //! slows or fails a request.
 
 mod export;
+pub mod exports;
 pub mod trace;
+mod webhook;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Sampler, TelemetryConfig};
 use crate::endpoint::Endpoint;
+pub use exports::Exports;
 pub use trace::Trace;
 
 /// What a request ended with, beyond its trace: what its spans report.

@@ -87,6 +87,10 @@ pub struct UsageCounters {
     pub corrupt: AtomicU64,
     /// Records that could not be journalled at all (disk full, I/O error): these are lost.
     pub append_failed: AtomicU64,
+    /// Batches the sink refused or could not take (each retried).
+    pub batches_failed: AtomicU64,
+    /// Unix seconds of the last batch the sink took (0: none yet).
+    pub last_written_unix: AtomicU64,
 }
 
 impl UsageCounters {

@@ -155,6 +155,8 @@ pub struct MockControl {
     ledger: Mutex<Option<Vec<(String, String)>>>,
     /// OTLP exports received (`POST /v1/traces`, `/v1/logs`).
     otlp_exports: AtomicU64,
+    /// Ids of the records webhook deliveries (`POST /hooks/...`) carried, in arrival order.
+    delivered: Mutex<Vec<String>>,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -185,6 +187,7 @@ impl MockControl {
             kv: cfg.kv_cache.clone().map(|kv| Arc::new(KvSim::new(kv))),
             ledger: Mutex::new(None),
             otlp_exports: AtomicU64::new(0),
+            delivered: Mutex::new(Vec::new()),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -266,6 +269,15 @@ impl MockControl {
         if let Some(ledger) = ledger.as_mut() {
             ledger.push((request_id.unwrap_or("-").to_owned(), traceparent.unwrap_or("-").to_owned()));
         }
+    }
+
+    /// Record ids every accepted webhook delivery carried, in order (repeats included).
+    pub fn delivered_ids(&self) -> Vec<String> {
+        self.delivered.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub(crate) fn delivered(&self, ids: impl Iterator<Item = String>) {
+        self.delivered.lock().unwrap_or_else(PoisonError::into_inner).extend(ids);
     }
 
     /// OTLP export requests received (the mock doubles as a telemetry receiver).

@@ -42,6 +42,8 @@ pub struct RawConfig {
     tls: Option<RawTls>,
     redis: Option<RawRedis>,
     telemetry: Option<super::telemetry::RawTelemetry>,
+    #[serde(default)]
+    exports: Vec<super::exports::RawExport>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -362,6 +364,10 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         prices
             .insert(model, Price { input_per_million: p.input_per_million, output_per_million: p.output_per_million });
     }
+    let exports = super::exports::validate(raw.exports)?;
+    if !exports.is_empty() && !storage.record_usage {
+        return Err(ConfigError::at("exports", "exports read the usage journal: storage.record_usage must be on"));
+    }
 
     Ok(Config {
         auth,
@@ -385,6 +391,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         tls: raw.tls.map(|t| TlsConfig { cert: t.cert.into(), key: t.key.into() }),
         redis: raw.redis.map(validate_redis).transpose()?,
         telemetry: super::telemetry::validate(raw.telemetry, env)?,
+        exports,
         source: None,
     })
 }

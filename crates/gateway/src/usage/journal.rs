@@ -94,6 +94,9 @@ pub struct Journal {
     synced_marker: AtomicBool,
     notify: Notify,
     counters: Arc<UsageCounters>,
+    /// Per consumer (the database writer is 0; each export sink adds one): the generation below
+    /// which it needs no file. A file is deleted once every consumer is past it.
+    floors: Mutex<Vec<u64>>,
 }
 
 struct Active {
@@ -136,6 +139,7 @@ impl Journal {
             unsynced_from: Mutex::new(generation),
             notify: Notify::new(),
             counters: Arc::default(),
+            floors: Mutex::new(vec![0]),
             rotate_bytes,
             dir,
             id,
@@ -280,9 +284,30 @@ impl Journal {
         list_generations(&self.dir)
     }
 
-    /// Delete sealed generations below `generation` (their records are all in the database).
+    /// Delete sealed generations below `generation` (their records are all in the database),
+    /// as far as every other consumer is past them too.
     pub fn remove_below(&self, generation: u64) -> io::Result<usize> {
-        let limit = generation.min(self.generation());
+        self.release(0, generation)
+    }
+
+    /// One more reader that must see every record (an export sink); its id for `release`.
+    /// Register every consumer before any of them starts reading.
+    pub fn add_consumer(&self) -> usize {
+        let mut floors = self.floors.lock().unwrap_or_else(PoisonError::into_inner);
+        floors.push(0);
+        floors.len() - 1
+    }
+
+    /// `consumer` needs no file below `generation`: delete those no consumer needs.
+    pub fn release(&self, consumer: usize, generation: u64) -> io::Result<usize> {
+        let floor = {
+            let mut floors = self.floors.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(f) = floors.get_mut(consumer) {
+                *f = generation;
+            }
+            floors.iter().copied().min().unwrap_or(0)
+        };
+        let limit = floor.min(self.generation());
         let mut removed = 0;
         for g in self.generations()?.into_iter().take_while(|&g| g < limit) {
             match std::fs::remove_file(self.path(g)) {

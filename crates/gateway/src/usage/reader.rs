@@ -48,13 +48,20 @@ pub struct Fill {
 }
 
 impl JournalReader {
-    /// Position a reader at the sink's `checkpoint` (see the module doc for when it is trusted).
+    /// Position a reader at the database sink's `checkpoint` (see the module doc for when it is trusted).
     pub fn open(journal: Arc<Journal>, checkpoint: u64) -> io::Result<JournalReader> {
+        JournalReader::open_as(journal, checkpoint, 0)
+    }
+
+    /// A reader for journal consumer `consumer` (`Journal::add_consumer`). Only the database's
+    /// checkpoint (consumer 0) can belong to another directory; an export sink keeps its
+    /// checkpoint inside this one, so it is trusted whenever it is not in the future.
+    pub fn open_as(journal: Arc<Journal>, checkpoint: u64, consumer: usize) -> io::Result<JournalReader> {
         let ck = Checkpoint::decode(checkpoint);
         let current = journal.generation();
-        let trusted = journal.is_synced() && ck.generation <= current;
+        let trusted = (consumer != 0 || journal.is_synced()) && ck.generation <= current;
         if trusted {
-            journal.remove_below(ck.generation)?;
+            journal.release(consumer, ck.generation)?;
         }
         let generations = journal.generations()?;
         let (generation, mut offset) = if trusted {

@@ -217,6 +217,28 @@ fn the_reader_trusts_a_checkpoint_only_from_this_directory() {
 }
 
 #[test]
+fn a_file_is_deleted_only_once_every_consumer_is_past_it() {
+    let dir = TempDir::new("consumers");
+    let journal = open(&dir, 1);
+    let export = journal.add_consumer();
+    for i in 0..4 {
+        journal.append(&record(&format!("r{i}"))).unwrap();
+    }
+    let last = journal.generation();
+    assert!(last >= 3, "rotated: {last}");
+    // The database is done with everything; the export sink is not: nothing goes.
+    journal.remove_below(last).unwrap();
+    assert_eq!(journal.generations().unwrap().len() as u64, last + 1);
+    // The export sink's reader starts at its own checkpoint (trusted without the synced marker).
+    let at_1 = Checkpoint { generation: 1, offset: 0 }.encode();
+    let mut reader = JournalReader::open_as(journal.clone(), at_1, export).unwrap();
+    assert_eq!(read_all(&mut reader)[0].1.id, "r1");
+    assert_eq!(journal.generations().unwrap()[0], 1, "below both consumers");
+    journal.release(export, last).unwrap();
+    assert_eq!(journal.generations().unwrap(), [last]);
+}
+
+#[test]
 fn non_finite_numbers_are_journalled_as_zero() {
     let dir = TempDir::new("nan");
     let journal = open(&dir, 1 << 20);

@@ -40,6 +40,10 @@ pub struct WriterConfig {
     pub idle_poll: Duration,
     /// fsync the journal this often (power-loss durability); `None` relies on the page cache.
     pub fsync_every: Option<Duration>,
+    /// Which journal consumer this writer is (`Journal::add_consumer`): 0 is the database.
+    pub consumer: usize,
+    /// Counters of its own (an export sink's); `None`: the journal's, for the database writer.
+    pub counters: Option<Arc<UsageCounters>>,
 }
 
 impl Default for WriterConfig {
@@ -53,6 +57,8 @@ impl Default for WriterConfig {
             backoff_max: Duration::from_secs(5),
             idle_poll: Duration::from_secs(1),
             fsync_every: None,
+            consumer: 0,
+            counters: None,
         }
     }
 }
@@ -61,7 +67,17 @@ impl Default for WriterConfig {
 /// journal keeps the rest); a writer on its own thread is told to stop.
 pub struct UsageWriter {
     task: Option<Task>,
-    stop: watch::Sender<bool>,
+    stop: watch::Sender<Stop>,
+}
+
+/// What the writer is asked to do besides writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stop {
+    Run,
+    /// Write everything appended so far, then end.
+    Drain,
+    /// End now (a drain's deadline passed): the journal keeps the rest for the next start.
+    Abort,
 }
 
 enum Task {
@@ -73,7 +89,7 @@ enum Task {
 impl UsageWriter {
     /// Spawn the writer on the current tokio runtime.
     pub fn spawn<S: UsageSink>(journal: Arc<Journal>, sink: S, config: WriterConfig) -> UsageWriter {
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(Stop::Run);
         let task = tokio::spawn(run(journal, sink, config, stop_rx));
         UsageWriter { task: Some(Task::Local(task)), stop }
     }
@@ -88,7 +104,7 @@ impl UsageWriter {
         make_sink: impl FnOnce() -> Option<S> + Send + 'static,
         config: WriterConfig,
     ) -> io::Result<UsageWriter> {
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(Stop::Run);
         let (done, done_rx) = oneshot::channel();
         std::thread::Builder::new().name("usage-writer".to_owned()).spawn(move || {
             super::priority::lower_this_thread();
@@ -112,7 +128,7 @@ impl UsageWriter {
 
     /// Write everything appended so far, then stop. True if it caught up before `deadline`.
     pub async fn shutdown(mut self, deadline: Duration) -> bool {
-        let _ = self.stop.send(true);
+        let _ = self.stop.send(Stop::Drain);
         let Some(task) = self.task.as_mut() else { return false };
         let finished = async {
             match task {
@@ -127,6 +143,8 @@ impl UsageWriter {
             }
             Err(_) => {
                 tracing::warn!("usage writer did not catch up before the deadline; the rest stays in the journal");
+                // A writer on its own thread would otherwise go on retrying a failing sink.
+                let _ = self.stop.send(Stop::Abort);
                 false
             }
         }
@@ -138,7 +156,13 @@ impl Drop for UsageWriter {
         match &self.task {
             Some(Task::Local(handle)) => handle.abort(),
             Some(Task::Thread(_)) => {
-                let _ = self.stop.send(true);
+                let _ = self.stop.send_if_modified(|s| {
+                    let run = *s == Stop::Run;
+                    if run {
+                        *s = Stop::Drain;
+                    }
+                    run
+                });
             }
             None => {}
         }
@@ -161,6 +185,8 @@ struct Tail {
     caught_up: bool,
     removed_below: u64,
     mark_synced: bool,
+    consumer: usize,
+    counters: Arc<UsageCounters>,
 }
 
 impl Tail {
@@ -170,7 +196,7 @@ impl Tail {
             self.journal.mark_synced()?;
             self.mark_synced = false;
         }
-        let counters: &UsageCounters = self.journal.counters();
+        let counters: &UsageCounters = &self.counters;
         let start_generation = self.journal.start_generation();
         let (records, fresh, replay, outage) = (&mut self.records, &mut self.fresh, &mut self.replay, self.outage);
         let mut corrupt = 0;
@@ -197,7 +223,7 @@ impl Tail {
         self.caught_up = fill.caught_up;
         // Nothing pending: every record of the generations already left is stored.
         if self.records.is_empty() && self.end.generation > self.removed_below {
-            self.journal.remove_below(self.end.generation)?;
+            self.journal.release(self.consumer, self.end.generation)?;
             self.removed_below = self.end.generation;
         }
         Ok(())
@@ -205,12 +231,14 @@ impl Tail {
 
     fn written(&mut self, counters: &UsageCounters, inserted: u64) {
         UsageCounters::add(&counters.written, inserted);
+        counters.last_written_unix.store((crate::clock::unix_ms() / 1000).max(0) as u64, Relaxed);
         UsageCounters::add(&counters.replayed, self.replay);
         if self.outage && self.caught_up {
             self.outage = false;
             tracing::info!("usage sink recovered; the journal backlog is written");
         }
-        self.mark_synced = !self.journal.is_synced();
+        // The marker vouches for the database's checkpoint only (see reader.rs).
+        self.mark_synced = self.consumer == 0 && !self.journal.is_synced();
         self.records.clear();
         (self.fresh, self.replay) = (0, 0);
     }
@@ -222,6 +250,7 @@ impl Tail {
             tracing::debug!(error, "usage sink still failing");
         }
         UsageCounters::add(&counters.spilled, self.fresh);
+        counters.batches_failed.fetch_add(1, Relaxed);
         self.replay += self.fresh;
         self.fresh = 0;
         self.outage = true;
@@ -273,6 +302,8 @@ async fn start<S: UsageSink>(
     sink: &S,
     backoff: &mut Backoff,
     batch_max: usize,
+    consumer: usize,
+    counters: Arc<UsageCounters>,
 ) -> Option<Tail> {
     let mut outage = false;
     let checkpoint = loop {
@@ -289,7 +320,7 @@ async fn start<S: UsageSink>(
     };
     let reader = loop {
         let journal = journal.clone();
-        match tokio::task::spawn_blocking(move || JournalReader::open(journal, checkpoint)).await {
+        match tokio::task::spawn_blocking(move || JournalReader::open_as(journal, checkpoint, consumer)).await {
             Ok(Ok(reader)) => break reader,
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "usage journal could not be read; retrying");
@@ -310,19 +341,26 @@ async fn start<S: UsageSink>(
         caught_up: false,
         removed_below: 0,
         mark_synced: false,
+        consumer,
+        counters,
     })
 }
 
-async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mut stop: watch::Receiver<bool>) -> bool {
-    let counters = journal.counters().clone();
+async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mut stop: watch::Receiver<Stop>) -> bool {
+    let counters = cfg.counters.clone().unwrap_or_else(|| journal.counters().clone());
     let batch_max = cfg.batch_max.max(1);
     let mut backoff = Backoff { next: cfg.backoff_min, min: cfg.backoff_min, max: cfg.backoff_max };
-    let Some(mut tail) = start(&journal, &sink, &mut backoff, batch_max).await else { return false };
+    let started = start(&journal, &sink, &mut backoff, batch_max, cfg.consumer, counters.clone()).await;
+    let Some(mut tail) = started else { return false };
     let mut draining = false;
     let mut linger_until: Option<Instant> = None;
     let mut next_fsync = cfg.fsync_every.map(|every| Instant::now() + every);
     loop {
-        draining |= *stop.borrow();
+        let asked = *stop.borrow();
+        if asked == Stop::Abort {
+            return false;
+        }
+        draining |= asked == Stop::Drain;
         if let (Some(at), Some(every)) = (next_fsync, cfg.fsync_every) {
             if Instant::now() >= at {
                 let journal = journal.clone();
@@ -373,7 +411,10 @@ async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mu
             }
             Err(error) => {
                 tail.failed(&counters, &error);
-                backoff.wait().await;
+                tokio::select! {
+                    _ = backoff.wait() => {}
+                    changed = stop.changed() => if changed.is_err() { return false },
+                }
             }
         }
     }

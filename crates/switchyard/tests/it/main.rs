@@ -16,6 +16,7 @@ mod code_mode;
 mod crash;
 mod drain;
 mod errors;
+mod exports;
 mod failover;
 mod fleet;
 mod keys;

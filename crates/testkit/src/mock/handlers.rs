@@ -119,6 +119,19 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
         let _ = read_body(req.into_body()).await;
         return state.respond(StatusCode::OK, PROTOBUF, MockBody::full(Bytes::new()));
     }
+    // A webhook receiver too, for a gateway's export sinks: a JSON array of usage records,
+    // refused at the configured fail rate (an outage is `set_fail_rate(1.0)`).
+    if req.method() == Method::POST && req.uri().path().starts_with("/hooks/") {
+        if state.control.should_fail() {
+            return state.json(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(b"{\"error\":\"down\"}"));
+        }
+        let records: Vec<Value> = match read_body(req.into_body()).await.map(|b| serde_json::from_slice(&b)) {
+            Some(Ok(records)) => records,
+            _ => return state.json(StatusCode::BAD_REQUEST, Bytes::from_static(b"{\"error\":\"not a JSON array\"}")),
+        };
+        state.control.delivered(records.iter().map(|r| r["id"].as_str().unwrap_or("-").to_owned()));
+        return state.json(StatusCode::OK, Bytes::from_static(b"{}"));
+    }
     if req.method() == Method::POST {
         state.control.requests.fetch_add(1, Ordering::Relaxed);
         let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());

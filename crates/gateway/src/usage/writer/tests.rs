@@ -98,7 +98,7 @@ fn config() -> WriterConfig {
         backoff_min: Duration::from_millis(2),
         backoff_max: Duration::from_millis(20),
         idle_poll: Duration::from_millis(200),
-        fsync_every: None,
+        ..WriterConfig::default()
     }
 }
 

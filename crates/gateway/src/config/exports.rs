@@ -1,0 +1,98 @@
+//! `exports:` — where every request's usage record is delivered besides the database ("logging
+//! callbacks"): each sink reads the usage journal on its own, so a sink that is down only falls
+//! behind.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration::parse_duration;
+use super::ConfigError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExport {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    url: Option<String>,
+    #[serde(default)]
+    headers: HashMap<String, String>,
+    batch_size: Option<usize>,
+    /// How long a partial batch waits for more records.
+    batch_delay: Option<String>,
+    timeout: Option<String>,
+}
+
+#[derive(Clone, PartialEq)]
+pub enum ExportSink {
+    /// POST batches of records as JSON to `url`.
+    Webhook { url: String, headers: Vec<(String, String)> },
+}
+
+#[derive(Clone, PartialEq)]
+pub struct ExportConfig {
+    pub name: String,
+    pub sink: ExportSink,
+    pub batch_size: usize,
+    pub batch_delay: Duration,
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for ExportConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values are usually credentials of the receiving service.
+        let kind = match &self.sink {
+            ExportSink::Webhook { .. } => "webhook",
+        };
+        f.debug_struct("ExportConfig").field("name", &self.name).field("type", &kind).finish_non_exhaustive()
+    }
+}
+
+pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
+    let mut exports: Vec<ExportConfig> = Vec::with_capacity(raw.len());
+    for (i, e) in raw.into_iter().enumerate() {
+        let at = |field: &str| format!("exports[{i}].{field}");
+        let name_ok = !e.name.is_empty() && e.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !name_ok {
+            return Err(ConfigError::at(at("name"), "use letters, digits, `-` and `_`"));
+        }
+        if exports.iter().any(|x| x.name == e.name) {
+            return Err(ConfigError::at(at("name"), format!("`{}` is used twice", e.name)));
+        }
+        let sink = match e.kind.as_str() {
+            "webhook" => {
+                let url = e.url.ok_or_else(|| ConfigError::at(at("url"), "a webhook needs a url"))?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<http::Uri>().is_err() {
+                    return Err(ConfigError::at(at("url"), format!("`{url}` is not an http(s) URL")));
+                }
+                for (name, value) in &e.headers {
+                    if http::HeaderName::try_from(name.as_str()).is_err() || http::HeaderValue::try_from(value).is_err()
+                    {
+                        return Err(ConfigError::at(at("headers"), format!("`{name}` is not a valid header")));
+                    }
+                }
+                ExportSink::Webhook { url, headers: e.headers.into_iter().collect() }
+            }
+            other => return Err(ConfigError::at(at("type"), format!("`{other}` is not a sink type (webhook)"))),
+        };
+        let duration = |field: &str, raw: &Option<String>, default: Duration| match raw {
+            None => Ok(default),
+            Some(text) => parse_duration(text).map_err(|m| ConfigError::at(at(field), m)),
+        };
+        let batch_size = e.batch_size.unwrap_or(500);
+        if !(1..=10_000).contains(&batch_size) {
+            return Err(ConfigError::at(at("batch_size"), "must be 1–10000"));
+        }
+        exports.push(ExportConfig {
+            name: e.name,
+            sink,
+            batch_size,
+            batch_delay: duration("batch_delay", &e.batch_delay, Duration::from_secs(1))?,
+            timeout: duration("timeout", &e.timeout, Duration::from_secs(10))?,
+        });
+    }
+    Ok(exports)
+}

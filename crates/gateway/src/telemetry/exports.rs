@@ -1,0 +1,157 @@
+//! Export sinks ("logging callbacks"): each configured sink (`exports:`) is a journal consumer of
+//! its own, run by a `UsageWriter` on a low-priority thread of its own, with its checkpoint in a
+//! file beside the journal. The usage journal is the buffer: a sink that is down falls behind and
+//! catches up, and the journal keeps every file until every sink is past it. A request never
+//! waits for a sink; records reach each sink once (a gateway killed between a delivery and its
+//! checkpoint sends that batch again, under the same record ids).
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{ExportConfig, ExportSink};
+use crate::usage::{Journal, UsageCounters, UsageWriter, WriterConfig};
+
+/// A sink's checkpoint, as a decimal number in a file, replaced atomically (write, rename).
+pub struct CheckpointFile(PathBuf);
+
+impl CheckpointFile {
+    pub fn load(&self) -> Result<u64, String> {
+        match std::fs::read_to_string(&self.0) {
+            Ok(text) => text.trim().parse().map_err(|_| format!("{} is not a checkpoint", self.0.display())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(format!("reading {}: {e}", self.0.display())),
+        }
+    }
+
+    pub fn store(&self, checkpoint: u64) -> Result<(), String> {
+        let tmp = self.0.with_extension("tmp");
+        std::fs::write(&tmp, checkpoint.to_string())
+            .and_then(|()| std::fs::rename(&tmp, &self.0))
+            .map_err(|e| format!("writing {}: {e}", self.0.display()))
+    }
+}
+
+/// The running sinks.
+#[derive(Default)]
+pub struct Exports {
+    writers: Vec<(String, UsageWriter)>,
+    pub counters: Arc<ExportCounters>,
+}
+
+/// Each sink's counters, for `/metrics`.
+#[derive(Default)]
+pub struct ExportCounters(Vec<(String, Arc<UsageCounters>)>);
+
+impl Exports {
+    /// Register one journal consumer per sink: before the database writer starts reading, so it
+    /// deletes no file a sink still needs.
+    pub fn consumers(journal: &Journal, exports: &[ExportConfig]) -> Vec<usize> {
+        exports.iter().map(|_| journal.add_consumer()).collect()
+    }
+
+    pub fn start(
+        journal: &Arc<Journal>,
+        exports: &[ExportConfig],
+        consumers: &[usize],
+        connect_timeout: Duration,
+    ) -> Result<Exports, String> {
+        let dir = journal.dir().join("exports");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let (mut writers, mut counted) = (Vec::new(), Vec::new());
+        for (export, &consumer) in exports.iter().zip(consumers) {
+            let counters = Arc::new(UsageCounters::default());
+            let config = WriterConfig {
+                batch_max: export.batch_size,
+                linger: export.batch_delay,
+                backoff_max: Duration::from_secs(30),
+                consumer,
+                counters: Some(counters.clone()),
+                ..WriterConfig::default()
+            };
+            let checkpoint = CheckpointFile(dir.join(format!("{}.checkpoint", export.name)));
+            let writer = match &export.sink {
+                ExportSink::Webhook { url, headers } => {
+                    let url = url.parse().map_err(|e| format!("exports.{}: {e}", export.name))?;
+                    let headers = headers
+                        .iter()
+                        .filter_map(|(k, v)| Some((k.parse().ok()?, v.parse().ok()?)))
+                        .collect::<Vec<_>>();
+                    let (timeout, journal_id) = (export.timeout, journal.id().to_owned());
+                    // The sink (and its client) is made on the writer's thread, inside its runtime.
+                    let make = move || match crate::upstream::build(connect_timeout) {
+                        Ok(client) => {
+                            Some(super::webhook::WebhookSink { client, url, headers, timeout, journal_id, checkpoint })
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "export sink could not start");
+                            None
+                        }
+                    };
+                    UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
+                        .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
+                }
+            };
+            tracing::info!(sink = %export.name, "exporting usage records");
+            writers.push((export.name.clone(), writer));
+            counted.push((export.name.clone(), counters));
+        }
+        Ok(Exports { writers, counters: Arc::new(ExportCounters(counted)) })
+    }
+
+    /// Deliver what the journal holds (up to `grace`), then stop; the rest goes at the next start.
+    pub async fn shutdown(self, grace: Duration) {
+        for (name, writer) in self.writers {
+            if !writer.shutdown(grace).await {
+                tracing::warn!(sink = %name, "export sink did not catch up before shutdown; it resumes at the next start");
+            }
+        }
+    }
+}
+
+impl ExportCounters {
+    /// `/metrics` lines, per sink.
+    pub fn render(&self, out: &mut String) {
+        if self.0.is_empty() {
+            return;
+        }
+        out.push_str("# HELP switchyard_export_records_total Usage records per export sink, by state: delivered, spilled (waiting while the sink fails), replayed (delivered late), corrupt.\n");
+        out.push_str("# TYPE switchyard_export_records_total counter\n");
+        for (name, counters) in &self.0 {
+            for (state, counter) in [
+                ("delivered", &counters.written),
+                ("spilled", &counters.spilled),
+                ("replayed", &counters.replayed),
+                ("corrupt", &counters.corrupt),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "switchyard_export_records_total{{sink=\"{name}\",state=\"{state}\"}} {}",
+                    counter.load(Relaxed)
+                );
+            }
+        }
+        for (metric, help, kind, read) in [
+            (
+                "switchyard_export_failures_total",
+                "Batches an export sink refused or could not take (each is retried with backoff).",
+                "counter",
+                (|c: &UsageCounters| c.batches_failed.load(Relaxed)) as fn(&UsageCounters) -> u64,
+            ),
+            (
+                "switchyard_export_last_delivery_timestamp_seconds",
+                "When an export sink last took a batch (unix seconds; now minus this is its lag while records wait).",
+                "gauge",
+                |c: &UsageCounters| c.last_written_unix.load(Relaxed),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+            for (name, counters) in &self.0 {
+                let _ = writeln!(out, "{metric}{{sink=\"{name}\"}} {}", read(counters));
+            }
+        }
+    }
+}
