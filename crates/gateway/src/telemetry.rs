@@ -7,6 +7,7 @@
 
 mod export;
 pub mod exports;
+mod otlp_logs;
 pub mod trace;
 mod webhook;
 

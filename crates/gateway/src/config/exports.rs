@@ -30,6 +30,8 @@ pub struct RawExport {
 pub enum ExportSink {
     /// POST batches of records as JSON to `url`.
     Webhook { url: String, headers: Vec<(String, String)> },
+    /// One OTLP log record per usage record, to `url` (the collector's `/v1/logs`).
+    OtlpLogs { url: String, headers: Vec<(String, String)> },
 }
 
 #[derive(Clone, PartialEq)]
@@ -46,6 +48,7 @@ impl fmt::Debug for ExportConfig {
         // Header values are usually credentials of the receiving service.
         let kind = match &self.sink {
             ExportSink::Webhook { .. } => "webhook",
+            ExportSink::OtlpLogs { .. } => "otlp_logs",
         };
         f.debug_struct("ExportConfig").field("name", &self.name).field("type", &kind).finish_non_exhaustive()
     }
@@ -62,21 +65,33 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
         if exports.iter().any(|x| x.name == e.name) {
             return Err(ConfigError::at(at("name"), format!("`{}` is used twice", e.name)));
         }
+        let http_target = |what: &str| -> Result<(String, Vec<(String, String)>), ConfigError> {
+            let url = e.url.clone().ok_or_else(|| ConfigError::at(at("url"), format!("{what} needs a url")))?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<http::Uri>().is_err() {
+                return Err(ConfigError::at(at("url"), format!("`{url}` is not an http(s) URL")));
+            }
+            for (name, value) in &e.headers {
+                if http::HeaderName::try_from(name.as_str()).is_err() || http::HeaderValue::try_from(value).is_err() {
+                    return Err(ConfigError::at(at("headers"), format!("`{name}` is not a valid header")));
+                }
+            }
+            Ok((url, e.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
+        };
         let sink = match e.kind.as_str() {
             "webhook" => {
-                let url = e.url.ok_or_else(|| ConfigError::at(at("url"), "a webhook needs a url"))?;
-                if !(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<http::Uri>().is_err() {
-                    return Err(ConfigError::at(at("url"), format!("`{url}` is not an http(s) URL")));
-                }
-                for (name, value) in &e.headers {
-                    if http::HeaderName::try_from(name.as_str()).is_err() || http::HeaderValue::try_from(value).is_err()
-                    {
-                        return Err(ConfigError::at(at("headers"), format!("`{name}` is not a valid header")));
-                    }
-                }
-                ExportSink::Webhook { url, headers: e.headers.into_iter().collect() }
+                let (url, headers) = http_target("a webhook")?;
+                ExportSink::Webhook { url, headers }
             }
-            other => return Err(ConfigError::at(at("type"), format!("`{other}` is not a sink type (webhook)"))),
+            "otlp_logs" => {
+                let (url, headers) = http_target("an OTLP sink")?;
+                // The collector's base URL, as OTEL_EXPORTER_OTLP_ENDPOINT takes it; a full one is kept.
+                let url =
+                    if url.ends_with("/v1/logs") { url } else { format!("{}/v1/logs", url.trim_end_matches('/')) };
+                ExportSink::OtlpLogs { url, headers }
+            }
+            other => {
+                return Err(ConfigError::at(at("type"), format!("`{other}` is not a sink type (webhook, otlp_logs)")))
+            }
         };
         let duration = |field: &str, raw: &Option<String>, default: Duration| match raw {
             None => Ok(default),

@@ -94,6 +94,24 @@ impl Exports {
                     UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
                         .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
                 }
+                ExportSink::OtlpLogs { url, headers } => {
+                    let (url, headers, timeout) = (url.clone(), headers.clone(), export.timeout);
+                    let make = move || match super::otlp_logs::OtlpLogsSink::new(
+                        &url,
+                        &headers,
+                        timeout,
+                        connect_timeout,
+                        checkpoint,
+                    ) {
+                        Ok(sink) => Some(sink),
+                        Err(e) => {
+                            tracing::error!(error = %e, "export sink could not start");
+                            None
+                        }
+                    };
+                    UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
+                        .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
+                }
             };
             tracing::info!(sink = %export.name, "exporting usage records");
             writers.push((export.name.clone(), writer));

@@ -36,16 +36,20 @@ struct Collector {
 impl Collector {
     /// Start one on `port` (0: a free one) and wait until its receiver accepts connections.
     fn start(dir: &Path, port: u16) -> Collector {
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let port = if port == 0 { free_port() } else { port };
-        let file = dir.join(format!("spans-{port}.json"));
-        let config = dir.join(format!("collector-{port}.yaml"));
+        // A file per start: the exporter empties its file when it starts.
+        let file = dir.join(format!("otlp-{port}-{n}.json"));
+        let config = dir.join(format!("collector-{port}-{n}.yaml"));
         std::fs::write(
             &config,
             format!(
                 "receivers: {{otlp: {{protocols: {{http: {{endpoint: '127.0.0.1:{port}'}}}}}}}}\n\
                  exporters: {{file: {{path: '{}', format: json, flush_interval: 50ms}}}}\n\
                  service:\n  telemetry: {{metrics: {{level: none}}}}\n  \
-                 pipelines: {{traces: {{receivers: [otlp], exporters: [file]}}}}\n",
+                 pipelines: {{traces: {{receivers: [otlp], exporters: [file]}}, \
+                 logs: {{receivers: [otlp], exporters: [file]}}}}\n",
                 file.display()
             ),
         )
@@ -85,6 +89,21 @@ impl Collector {
             }
         }
         spans
+    }
+
+    /// Every log record in the file so far.
+    fn logs(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        let mut logs = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let doc: Value = serde_json::from_str(line).unwrap();
+            for rl in doc["resourceLogs"].as_array().into_iter().flatten() {
+                for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+                    logs.extend(sl["logRecords"].as_array().into_iter().flatten().cloned());
+                }
+            }
+        }
+        logs
     }
 
     /// Wait (bounded) until the spans of `trace_id` number at least `n`.
@@ -278,5 +297,65 @@ async fn with_the_collector_down_no_request_fails_and_export_resumes_when_it_is_
         }
         assert!(Instant::now() < deadline, "no trace arrived after the collector came back");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Log records' request ids, from every collector that ran.
+fn logged_ids(collectors: &[&Collector]) -> Vec<String> {
+    collectors.iter().flat_map(|c| c.logs()).filter_map(|l| attr(&l, "switchyard.request_id")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_records_reach_an_otlp_logs_sink_once_each_across_a_collector_outage() {
+    let dir = scratch_dir();
+    let first = Collector::start(&dir, 0);
+    let port = first.port;
+    let backend = mock(&["m"]).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nshutdown_grace: 1s\n\
+         exports:\n  - {{name: otel, type: otlp_logs, url: '{}', batch_size: 10, batch_delay: 20ms, timeout: 500ms}}\n\
+         backends:\n  - {{name: b0, url: '{}'}}\n",
+        first.url(),
+        backend.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let mut sent = Vec::new();
+    for _ in 0..20 {
+        let r = chat(&client, &gw, "m").await;
+        assert_eq!(r.status, 200);
+        sent.push(r.header("x-request-id").unwrap().to_owned());
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while logged_ids(&[&first]).len() < 20 {
+        assert!(Instant::now() < deadline, "{} of 20 log records arrived", logged_ids(&[&first]).len());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let log = first.logs().into_iter().find(|l| attr(l, "switchyard.request_id").as_deref() == Some(&sent[0])).unwrap();
+    assert_eq!(log["eventName"], "switchyard.request");
+    assert_eq!(log["severityText"], "INFO");
+    assert_eq!(attr(&log, "gen_ai.request.model").as_deref(), Some("m"));
+    assert_eq!(attr(&log, "http.response.status_code").as_deref(), Some("200"));
+    assert!(attr(&log, "gen_ai.usage.output_tokens").unwrap().parse::<u64>().unwrap() > 0);
+
+    // The collector goes away; requests carry on; a new one on the same port gets the rest.
+    drop(first);
+    for _ in 0..15 {
+        let r = chat(&client, &gw, "m").await;
+        assert_eq!(r.status, 200);
+        sent.push(r.header("x-request-id").unwrap().to_owned());
+    }
+    let second = Collector::start(&dir, port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got: Vec<String> = logged_ids(&[&second]);
+        if sent[20..].iter().all(|id| got.contains(id)) {
+            let unique: std::collections::HashSet<&String> = got.iter().collect();
+            assert_eq!(unique.len(), got.len(), "a record was logged twice");
+            assert!(got.iter().all(|id| sent[20..].contains(id)), "the first 20 were sent again");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{} of 15 log records arrived after the outage", got.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
