@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use duration::parse_duration;
-pub use exports::{ExportConfig, ExportSink};
+pub use exports::{ExportConfig, ExportSink, S3Target};
 pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
 pub use telemetry::{Sampler, TelemetryConfig};

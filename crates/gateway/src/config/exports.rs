@@ -20,6 +20,13 @@ pub struct RawExport {
     url: Option<String>,
     #[serde(default)]
     headers: HashMap<String, String>,
+    /// `s3`: the bucket, a key prefix, and where and how to reach it (else the `AWS_*` variables).
+    bucket: Option<String>,
+    prefix: Option<String>,
+    endpoint: Option<String>,
+    region: Option<String>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
     batch_size: Option<usize>,
     /// How long a partial batch waits for more records.
     batch_delay: Option<String>,
@@ -32,6 +39,20 @@ pub enum ExportSink {
     Webhook { url: String, headers: Vec<(String, String)> },
     /// One OTLP log record per usage record, to `url` (the collector's `/v1/logs`).
     OtlpLogs { url: String, headers: Vec<(String, String)> },
+    /// A JSON Lines object per batch in an S3-compatible bucket.
+    S3(S3Target),
+}
+
+#[derive(Clone, PartialEq)]
+pub struct S3Target {
+    pub bucket: String,
+    /// Prepended to every key; ends with `/` unless empty.
+    pub prefix: String,
+    /// An S3-compatible server (MinIO, GCS's `https://storage.googleapis.com`); None: AWS.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
 }
 
 #[derive(Clone, PartialEq)]
@@ -49,6 +70,7 @@ impl fmt::Debug for ExportConfig {
         let kind = match &self.sink {
             ExportSink::Webhook { .. } => "webhook",
             ExportSink::OtlpLogs { .. } => "otlp_logs",
+            ExportSink::S3(_) => "s3",
         };
         f.debug_struct("ExportConfig").field("name", &self.name).field("type", &kind).finish_non_exhaustive()
     }
@@ -89,8 +111,33 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
                     if url.ends_with("/v1/logs") { url } else { format!("{}/v1/logs", url.trim_end_matches('/')) };
                 ExportSink::OtlpLogs { url, headers }
             }
+            "s3" => {
+                let bucket =
+                    e.bucket.clone().ok_or_else(|| ConfigError::at(at("bucket"), "an S3 sink needs a bucket"))?;
+                if let Some(endpoint) = &e.endpoint {
+                    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                        return Err(ConfigError::at(at("endpoint"), format!("`{endpoint}` is not an http(s) URL")));
+                    }
+                }
+                if e.access_key_id.is_some() != e.secret_access_key.is_some() {
+                    return Err(ConfigError::at(at("access_key_id"), "give both access_key_id and secret_access_key"));
+                }
+                let prefix = e.prefix.clone().unwrap_or_else(|| "switchyard/".to_owned());
+                let prefix = if prefix.is_empty() || prefix.ends_with('/') { prefix } else { format!("{prefix}/") };
+                ExportSink::S3(S3Target {
+                    bucket,
+                    prefix,
+                    endpoint: e.endpoint.clone(),
+                    region: e.region.clone(),
+                    access_key_id: e.access_key_id.clone(),
+                    secret_access_key: e.secret_access_key.clone(),
+                })
+            }
             other => {
-                return Err(ConfigError::at(at("type"), format!("`{other}` is not a sink type (webhook, otlp_logs)")))
+                return Err(ConfigError::at(
+                    at("type"),
+                    format!("`{other}` is not a sink type (webhook, otlp_logs, s3)"),
+                ))
             }
         };
         let duration = |field: &str, raw: &Option<String>, default: Duration| match raw {

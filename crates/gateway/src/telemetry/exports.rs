@@ -94,6 +94,20 @@ impl Exports {
                     UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
                         .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
                 }
+                ExportSink::S3(target) => {
+                    let (target, timeout, journal_id) = (target.clone(), export.timeout, journal.id().to_owned());
+                    let make =
+                        move || match super::s3::S3Sink::new(&target, timeout, connect_timeout, journal_id, checkpoint)
+                        {
+                            Ok(sink) => Some(sink),
+                            Err(e) => {
+                                tracing::error!(error = %e, "export sink could not start");
+                                None
+                            }
+                        };
+                    UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
+                        .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
+                }
                 ExportSink::OtlpLogs { url, headers } => {
                     let (url, headers, timeout) = (url.clone(), headers.clone(), export.timeout);
                     let make = move || match super::otlp_logs::OtlpLogsSink::new(

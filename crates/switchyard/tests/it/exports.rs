@@ -100,3 +100,140 @@ fn exports_need_the_usage_journal() {
     let yaml = "exports:\n  - {name: h, type: carrier-pigeon}\n";
     assert_eq!(switchyard_gateway::Config::from_yaml(yaml, &test_env(yaml)).unwrap_err().path, "exports[0].type");
 }
+
+/// moto's S3 server: `SWITCHYARD_TEST_MOTO`, else what `scripts/moto` installs (once).
+fn moto_binary() -> std::path::PathBuf {
+    if let Ok(path) = std::env::var("SWITCHYARD_TEST_MOTO") {
+        return path.into();
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new(root.join("scripts/moto"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("scripts/moto runs");
+    assert!(out.status.success(), "scripts/moto failed");
+    String::from_utf8(out.stdout).unwrap().lines().last().expect("a path").trim().into()
+}
+
+/// A moto S3 server on a free port, killed when dropped.
+struct Moto {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new(moto_binary())
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("moto_server starts");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server never opened port {port}");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        Moto { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Every key in `bucket` and the ids of the records in each object, read with boto3 (moto's
+    /// own dependency, beside it in its virtualenv): an independent S3 client, signing as AWS does.
+    fn objects(&self, bucket: &str) -> Vec<(String, Vec<String>)> {
+        let python = moto_binary().with_file_name("python");
+        let script = r#"
+import boto3, json, sys
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                  aws_access_key_id="test", aws_secret_access_key="test")
+out = []
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[2]):
+    for obj in page.get("Contents", []):
+        body = s3.get_object(Bucket=sys.argv[2], Key=obj["Key"])["Body"].read().decode()
+        out.append([obj["Key"], [json.loads(l)["id"] for l in body.splitlines() if l]])
+print(json.dumps(out))
+"#;
+        let out = std::process::Command::new(python).args(["-c", script, &self.url(), bucket]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The ids of every record in every object of `bucket`, repeats included.
+    fn record_ids(&self, bucket: &str) -> Vec<String> {
+        self.objects(bucket).into_iter().flat_map(|(_, ids)| ids).collect()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait (bounded) until the bucket holds exactly `sent`'s records, each once.
+async fn in_bucket_exactly(moto: &Moto, sent: &[String]) {
+    let want: HashSet<&String> = sent.iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = moto.record_ids("usage");
+        let have: HashSet<&String> = got.iter().collect();
+        if want.is_subset(&have) {
+            assert_eq!(got.len(), have.len(), "a record is in the bucket twice");
+            assert_eq!(have.len(), want.len(), "records that were never sent are in the bucket");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} records in the bucket",
+            want.intersection(&have).count(),
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_lands_in_an_s3_bucket_once_across_a_frozen_server_and_a_restart() {
+    let moto = Moto::start();
+    let client = TestClient::new();
+    let made =
+        client.request(http::Method::PUT, &format!("{}/usage", moto.url()), bytes::Bytes::new(), &[]).await.unwrap();
+    assert_eq!(made.status, 200, "{}", made.text());
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nshutdown_grace: 1s\n\
+         storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}\n\
+         exports:\n  - {{name: lake, type: s3, bucket: usage, endpoint: '{1}', region: us-east-1, \
+         access_key_id: test, secret_access_key: test, batch_size: 20, batch_delay: 20ms, timeout: 1s}}\n\
+         backends:\n  - {{name: b0, url: '{2}'}}\n",
+        dir.display(),
+        moto.url(),
+        backend.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let mut sent = send(&client, &gw, 45).await;
+    in_bucket_exactly(&moto, &sent).await;
+    let keys: Vec<String> = moto.objects("usage").into_iter().map(|(key, _)| key).collect();
+    assert!(keys.iter().all(|k| k.starts_with("switchyard/dt=20") && k.ends_with(".jsonl")), "{keys:?}");
+
+    // The server freezes (every put times out), the gateway restarts meanwhile, then it thaws.
+    moto.signal("-STOP");
+    sent.extend(send(&client, &gw, 25).await);
+    gw.shutdown().await;
+    let gw = gateway_yaml(&yaml).await;
+    sent.extend(send(&client, &gw, 15).await);
+    moto.signal("-CONT");
+    in_bucket_exactly(&moto, &sent).await;
+    drop(gw);
+}

@@ -1,0 +1,131 @@
+//! The S3 export sink: each batch of usage records is one JSON Lines object in an S3-compatible
+//! bucket (AWS S3, MinIO, GCS's S3 API), written with `object_store` over the gateway's hyper
+//! client. An object is named after where its batch starts in this journal, so a batch sent again
+//! after a crash (which starts at the same stored checkpoint) replaces its object instead of
+//! duplicating its records: every record is in the bucket exactly once.
+//!
+//! Key: `{prefix}dt=YYYY-MM-DD/{journal id}-{start checkpoint, 20 digits}.jsonl`.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::client::{
+    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResponseBody,
+    HttpService,
+};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+
+use super::exports::CheckpointFile;
+use crate::config::S3Target;
+use crate::records::UsageRecord;
+use crate::upstream::UpstreamClient;
+use crate::usage::UsageSink;
+
+pub struct S3Sink {
+    store: AmazonS3,
+    prefix: String,
+    journal_id: String,
+    checkpoint: CheckpointFile,
+    /// Where the next batch starts: the stored checkpoint.
+    start: AtomicU64,
+}
+
+impl S3Sink {
+    pub fn new(
+        target: &S3Target,
+        timeout: Duration,
+        connect_timeout: Duration,
+        journal_id: String,
+        checkpoint: CheckpointFile,
+    ) -> Result<S3Sink, String> {
+        // AWS_* variables first (credentials, region, session token), then what the config names.
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(&target.bucket)
+            .with_http_connector(Hyper { connect_timeout })
+            .with_client_options(ClientOptions::new().with_timeout(timeout));
+        if let Some(region) = &target.region {
+            builder = builder.with_region(region);
+        }
+        if let Some(endpoint) = &target.endpoint {
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"))
+                // MinIO, moto and GCS address buckets by path, not by host name.
+                .with_virtual_hosted_style_request(false);
+        }
+        if let (Some(id), Some(secret)) = (&target.access_key_id, &target.secret_access_key) {
+            builder = builder.with_access_key_id(id).with_secret_access_key(secret);
+        }
+        let store = builder.build().map_err(|e| format!("S3 sink: {e}"))?;
+        Ok(S3Sink { store, prefix: target.prefix.clone(), journal_id, checkpoint, start: AtomicU64::new(0) })
+    }
+
+    fn key(&self, first: &UsageRecord, start: u64) -> Path {
+        let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(first.ts_ms).unwrap_or(0));
+        let day = humantime::format_rfc3339_seconds(at).to_string();
+        let day = day.get(..10).unwrap_or("1970-01-01");
+        Path::from(format!("{}dt={day}/{}-{start:020}.jsonl", self.prefix, self.journal_id))
+    }
+}
+
+impl UsageSink for S3Sink {
+    async fn write_batch(&self, records: &[UsageRecord], checkpoint: u64) -> Result<u64, String> {
+        let Some(first) = records.first() else { return Ok(0) };
+        let mut body = Vec::with_capacity(records.len() * 320);
+        for record in records {
+            serde_json::to_writer(&mut body, record).map_err(|e| format!("encoding records: {e}"))?;
+            body.push(b'\n');
+        }
+        let key = self.key(first, self.start.load(Relaxed));
+        self.store.put(&key, PutPayload::from(body)).await.map_err(|e| format!("S3 put {key}: {e}"))?;
+        self.checkpoint.store(checkpoint)?;
+        self.start.store(checkpoint, Relaxed);
+        Ok(records.len() as u64)
+    }
+
+    async fn checkpoint(&self) -> Result<u64, String> {
+        let checkpoint = self.checkpoint.load()?;
+        self.start.store(checkpoint, Relaxed);
+        Ok(checkpoint)
+    }
+}
+
+/// `object_store`'s HTTP client, made of the gateway's own hyper client (rustls, no reqwest).
+#[derive(Debug)]
+struct Hyper {
+    connect_timeout: Duration,
+}
+
+impl HttpConnector for Hyper {
+    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let client = crate::upstream::build(self.connect_timeout)
+            .map_err(|e| object_store::Error::Generic { store: "S3", source: e.into() })?;
+        Ok(HttpClient::new(HyperService(Arc::new(client))))
+    }
+}
+
+#[derive(Debug)]
+struct HyperService(Arc<UpstreamClient>);
+
+#[async_trait::async_trait]
+impl HttpService for HyperService {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let (parts, body) = req.into_parts();
+        let body = match body.as_bytes() {
+            Some(bytes) => bytes.clone(),
+            None => body.collect().await?.to_bytes(),
+        };
+        let resp = self.0.request(http::Request::from_parts(parts, Full::new(body))).await.map_err(|e| {
+            HttpError::new(if e.is_connect() { HttpErrorKind::Connect } else { HttpErrorKind::Request }, e)
+        })?;
+        let (parts, body) = resp.into_parts();
+        // Answers to PUTs are small: read whole, which also frees the connection for the next one.
+        let bytes: Bytes = body.collect().await.map_err(|e| HttpError::new(HttpErrorKind::Decode, e))?.to_bytes();
+        Ok(HttpResponse::from_parts(parts, HttpResponseBody::from(bytes)))
+    }
+}
