@@ -19,7 +19,9 @@ use std::time::{Duration, Instant, SystemTime};
 use http::{HeaderMap, HeaderValue, Method};
 use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::{Mutex, PoisonError};
+
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use crate::config::{Sampler, TelemetryConfig};
@@ -51,8 +53,27 @@ struct Counters {
     failed: AtomicU64,
 }
 
+/// Finished traces waiting for the export task. A plain buffer rather than a channel: a push
+/// wakes nothing (a channel would schedule the export task once per request); the task takes the
+/// whole buffer when a batch is full or the batch delay is up.
+struct Queue {
+    waiting: Mutex<Vec<Finished>>,
+    /// Most traces `waiting` may hold (`telemetry.queue_size`).
+    capacity: usize,
+    /// How many make a batch worth waking the task for.
+    batch: usize,
+    full: Notify,
+}
+
+impl Queue {
+    fn take(&self, into: &mut Vec<Finished>) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::swap(&mut *waiting, into);
+    }
+}
+
 pub struct Telemetry {
-    queue: mpsc::Sender<Finished>,
+    queue: Arc<Queue>,
     ids: RandomIdGenerator,
     sampler: Sampler,
     counters: Arc<Counters>,
@@ -77,10 +98,15 @@ impl Telemetry {
     /// Build the exporter and start its task (on the current Tokio runtime).
     pub fn start(config: &TelemetryConfig, connect_timeout: Duration) -> Result<(Arc<Telemetry>, Exporting), String> {
         let exporter = export::exporter(config, connect_timeout)?;
-        let (queue, queued) = mpsc::channel(config.queue_size);
+        let queue = Arc::new(Queue {
+            waiting: Mutex::new(Vec::with_capacity(config.batch_size)),
+            capacity: config.queue_size,
+            batch: config.batch_size.min(config.queue_size),
+            full: Notify::new(),
+        });
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(export::run(exporter, queued, counters.clone(), config.clone(), stopped));
+        let task = tokio::spawn(export::run(exporter, queue.clone(), counters.clone(), config.clone(), stopped));
         tracing::info!(endpoint = %config.traces_url, "exporting OpenTelemetry traces");
         let telemetry = Telemetry { queue, ids: RandomIdGenerator::default(), sampler: config.sampler, counters };
         Ok((Arc::new(telemetry), Exporting { stop, task }))
@@ -131,8 +157,18 @@ impl Telemetry {
             return;
         }
         let finished = Finished { trace, outcome, end: Instant::now() };
-        if self.queue.try_send(finished).is_err() {
-            self.counters.dropped.fetch_add(1, Relaxed);
+        let waiting = {
+            let mut waiting = self.queue.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            if waiting.len() >= self.queue.capacity {
+                drop(waiting);
+                self.counters.dropped.fetch_add(1, Relaxed);
+                return;
+            }
+            waiting.push(finished);
+            waiting.len()
+        };
+        if waiting == self.queue.batch {
+            self.queue.full.notify_one();
         }
     }
 

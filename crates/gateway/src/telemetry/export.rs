@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
 use opentelemetry_sdk::Resource;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::{Counters, Finished};
+use super::{Counters, Finished, Queue};
 use crate::config::{BackendKind, TelemetryConfig};
 
 pub(super) fn exporter(config: &TelemetryConfig, connect_timeout: Duration) -> Result<SpanExporter, String> {
@@ -39,41 +39,37 @@ pub(super) fn exporter(config: &TelemetryConfig, connect_timeout: Duration) -> R
 
 pub(super) async fn run(
     exporter: SpanExporter,
-    mut queued: mpsc::Receiver<Finished>,
+    queue: Arc<Queue>,
     counters: Arc<Counters>,
     config: TelemetryConfig,
     mut stop: oneshot::Receiver<()>,
 ) {
     let scope = InstrumentationScope::builder("switchyard").with_version(env!("CARGO_PKG_VERSION")).build();
+    let mut taken: Vec<Finished> = Vec::with_capacity(config.batch_size);
     let mut batch: Vec<SpanData> = Vec::with_capacity(config.batch_size + 8);
     let mut tick = tokio::time::interval(config.batch_delay);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_warning: Option<Instant> = None;
     loop {
-        let ticked = tokio::select! {
-            finished = queued.recv() => match finished {
-                Some(f) => {
-                    spans(f, &scope, &mut batch);
-                    false
-                }
-                None => break,
-            },
-            _ = tick.tick() => true,
-            _ = &mut stop => {
-                while let Ok(f) = queued.try_recv() {
-                    spans(f, &scope, &mut batch);
-                }
-                break;
-            }
+        let stopping = tokio::select! {
+            _ = queue.full.notified() => false,
+            _ = tick.tick() => false,
+            _ = &mut stop => true,
         };
-        // A full batch goes at once; a partial one when the delay is up.
-        if batch.len() >= config.batch_size || (ticked && !batch.is_empty()) {
+        // Everything waiting goes, in batches: full ones as they fill, then the rest.
+        queue.take(&mut taken);
+        for finished in taken.drain(..) {
+            spans(finished, &scope, &mut batch);
+            if batch.len() >= config.batch_size {
+                send(&exporter, &mut batch, &counters, &mut last_warning).await;
+            }
+        }
+        if !batch.is_empty() {
             send(&exporter, &mut batch, &counters, &mut last_warning).await;
         }
-    }
-    while !batch.is_empty() {
-        let mut chunk = batch.split_off(batch.len().saturating_sub(config.batch_size));
-        send(&exporter, &mut chunk, &counters, &mut last_warning).await;
+        if stopping {
+            break;
+        }
     }
 }
 
@@ -118,7 +114,7 @@ fn spans(f: Finished, scope: &InstrumentationScope, out: &mut Vec<SpanData>) {
         None => trace.method.to_string(),
     };
     let mut attributes = vec![
-        KeyValue::new("http.request.method", trace.method.to_string()),
+        KeyValue::new("http.request.method", method(&trace.method)),
         KeyValue::new("http.response.status_code", i64::from(outcome.status)),
         KeyValue::new("switchyard.request_id", trace.request_id.to_str().unwrap_or_default().to_owned()),
     ];
@@ -154,13 +150,15 @@ fn spans(f: Finished, scope: &InstrumentationScope, out: &mut Vec<SpanData>) {
     });
     let operation = trace.endpoint.operation();
     let model = if outcome.model_served.is_empty() { &outcome.model_requested } else { &outcome.model_served };
+    // One allocation, shared by every attempt's attributes.
+    let model_value: StringValue = Arc::<str>::from(model.as_str()).into();
     let last = trace.attempts.len().saturating_sub(1);
     for (i, attempt) in trace.attempts.iter().enumerate() {
         let backend = &attempt.backend;
         let mut attributes = vec![
             KeyValue::new("gen_ai.operation.name", operation),
             KeyValue::new("gen_ai.provider.name", provider(backend.kind())),
-            KeyValue::new("gen_ai.request.model", model.clone()),
+            KeyValue::new("gen_ai.request.model", Value::String(model_value.clone())),
             KeyValue::new("switchyard.backend", backend.name().to_owned()),
         ];
         if let Some(host) = backend.discovery_uri.host() {
@@ -180,7 +178,7 @@ fn spans(f: Finished, scope: &InstrumentationScope, out: &mut Vec<SpanData>) {
             }
         }
         if i == last && attempt.error.is_none() {
-            attributes.push(KeyValue::new("gen_ai.response.model", model.clone()));
+            attributes.push(KeyValue::new("gen_ai.response.model", Value::String(model_value.clone())));
             if let Some(n) = outcome.input_tokens {
                 attributes.push(KeyValue::new("gen_ai.usage.input_tokens", n as i64));
             }
@@ -206,6 +204,17 @@ fn spans(f: Finished, scope: &InstrumentationScope, out: &mut Vec<SpanData>) {
             status: attempt.error.map_or(Status::Unset, |e| error_status(e.to_owned())),
             instrumentation_scope: scope.clone(),
         });
+    }
+}
+
+/// `http.request.method` without an allocation for the common methods.
+fn method(method: &http::Method) -> StringValue {
+    match *method {
+        http::Method::GET => "GET".into(),
+        http::Method::POST => "POST".into(),
+        http::Method::PUT => "PUT".into(),
+        http::Method::DELETE => "DELETE".into(),
+        _ => method.as_str().to_owned().into(),
     }
 }
 
