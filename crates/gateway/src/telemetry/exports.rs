@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{ExportConfig, ExportSink};
-use crate::usage::{Journal, UsageCounters, UsageWriter, WriterConfig};
+use crate::usage::{Journal, UsageCounters, UsageSink, UsageWriter, WriterConfig};
 
 /// A sink's checkpoint, as a decimal number in a file, replaced atomically (write, rename).
 pub struct CheckpointFile(PathBuf);
@@ -73,60 +73,30 @@ impl Exports {
                 ..WriterConfig::default()
             };
             let checkpoint = CheckpointFile(dir.join(format!("{}.checkpoint", export.name)));
+            let (timeout, journal_id) = (export.timeout, journal.id().to_owned());
             let writer = match &export.sink {
                 ExportSink::Webhook { url, headers } => {
                     let url = url.parse().map_err(|e| format!("exports.{}: {e}", export.name))?;
-                    let headers = headers
-                        .iter()
-                        .filter_map(|(k, v)| Some((k.parse().ok()?, v.parse().ok()?)))
-                        .collect::<Vec<_>>();
-                    let (timeout, journal_id) = (export.timeout, journal.id().to_owned());
-                    // The sink (and its client) is made on the writer's thread, inside its runtime.
-                    let make = move || match crate::upstream::build(connect_timeout) {
-                        Ok(client) => {
-                            Some(super::webhook::WebhookSink { client, url, headers, timeout, journal_id, checkpoint })
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "export sink could not start");
-                            None
-                        }
-                    };
-                    UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
-                        .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
+                    let headers: Vec<_> =
+                        headers.iter().filter_map(|(k, v)| Some((k.parse().ok()?, v.parse().ok()?))).collect();
+                    spawn_sink(journal, &export.name, config, move || {
+                        let client = crate::upstream::build(connect_timeout)?;
+                        Ok(super::webhook::WebhookSink { client, url, headers, timeout, journal_id, checkpoint })
+                    })
                 }
                 ExportSink::S3(target) => {
-                    let (target, timeout, journal_id) = (target.clone(), export.timeout, journal.id().to_owned());
-                    let make =
-                        move || match super::s3::S3Sink::new(&target, timeout, connect_timeout, journal_id, checkpoint)
-                        {
-                            Ok(sink) => Some(sink),
-                            Err(e) => {
-                                tracing::error!(error = %e, "export sink could not start");
-                                None
-                            }
-                        };
-                    UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
-                        .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
+                    let target = target.clone();
+                    spawn_sink(journal, &export.name, config, move || {
+                        super::s3::S3Sink::new(&target, timeout, connect_timeout, journal_id, checkpoint)
+                    })
                 }
                 ExportSink::OtlpLogs { url, headers } => {
-                    let (url, headers, timeout) = (url.clone(), headers.clone(), export.timeout);
-                    let make = move || match super::otlp_logs::OtlpLogsSink::new(
-                        &url,
-                        &headers,
-                        timeout,
-                        connect_timeout,
-                        checkpoint,
-                    ) {
-                        Ok(sink) => Some(sink),
-                        Err(e) => {
-                            tracing::error!(error = %e, "export sink could not start");
-                            None
-                        }
-                    };
-                    UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
-                        .map_err(|e| format!("cannot start export `{}`: {e}", export.name))?
+                    let (url, headers) = (url.clone(), headers.clone());
+                    spawn_sink(journal, &export.name, config, move || {
+                        super::otlp_logs::OtlpLogsSink::new(&url, &headers, timeout, connect_timeout, checkpoint)
+                    })
                 }
-            };
+            }?;
             tracing::info!(sink = %export.name, "exporting usage records");
             writers.push((export.name.clone(), writer));
             counted.push((export.name.clone(), counters));
@@ -142,6 +112,19 @@ impl Exports {
             }
         }
     }
+}
+
+/// Run a sink's writer on a low-priority thread of its own; the sink (and its HTTP client) is made
+/// there, inside the writer's runtime.
+fn spawn_sink<S: UsageSink>(
+    journal: &Arc<Journal>,
+    name: &str,
+    config: WriterConfig,
+    make: impl FnOnce() -> Result<S, String> + Send + 'static,
+) -> Result<UsageWriter, String> {
+    let make = move || make().map_err(|e| tracing::error!(error = %e, "export sink could not start")).ok();
+    UsageWriter::spawn_on_own_thread(journal.clone(), make, config)
+        .map_err(|e| format!("cannot start export `{name}`: {e}"))
 }
 
 impl ExportCounters {

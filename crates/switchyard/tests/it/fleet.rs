@@ -745,9 +745,9 @@ async fn postgres_down_for_30_seconds_fails_no_request_and_usage_drains_exactly_
     let pool = sqlx::PgPool::connect(&place.db).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM usage_records").fetch_one(&pool).await.unwrap();
-        let distinct: i64 =
-            sqlx::query_scalar("SELECT COUNT(DISTINCT id) FROM usage_records").fetch_one(&pool).await.unwrap();
+        // One statement, one snapshot: two would race the writers still inserting.
+        let (rows, distinct): (i64, i64) =
+            sqlx::query_as("SELECT COUNT(*), COUNT(DISTINCT id) FROM usage_records").fetch_one(&pool).await.unwrap();
         assert_eq!(rows, distinct, "a record written twice");
         if rows as u64 == answered {
             break;
