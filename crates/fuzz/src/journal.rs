@@ -30,6 +30,7 @@ fn record(i: usize) -> UsageRecord {
         estimated: false,
         tool: None,
         response_bytes: None,
+        route: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //! refused on its very next request.
 
 pub mod key;
+pub mod session;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -63,6 +64,8 @@ pub struct Auth {
     /// Keys the tags of verified secrets: SipHash under a random per-process key, so a repeat
     /// request skips the HMAC (a forged secret would need a 64-bit collision under an unknown key).
     tags: RandomState,
+    /// Console logins (`/ui`).
+    sessions: session::Sessions,
 }
 
 /// The key a client presented, if any.
@@ -87,7 +90,35 @@ impl Auth {
             store,
             cache: Mutex::new(HashMap::new()),
             tags: RandomState::new(),
+            sessions: session::Sessions::default(),
         }
+    }
+
+    /// A console session token for `given`, when it is the master key (constant-time compare).
+    pub fn console_login(&self, given: &str, expires_unix: i64) -> Option<String> {
+        let master = self.master_key.as_deref()?;
+        constant_time_eq(master.as_bytes(), given.trim().as_bytes())
+            .then(|| self.sessions.issue(&self.hasher, master, expires_unix))
+    }
+
+    /// Whether a console session token is live. With no master key the console is open (as the
+    /// admin API is): every caller counts as logged in.
+    pub fn console_session(&self, token: Option<&str>, now_unix: i64) -> bool {
+        match (&self.master_key, token) {
+            (None, _) => true,
+            (Some(master), Some(token)) => self.sessions.valid(&self.hasher, master, token, now_unix),
+            (Some(_), None) => false,
+        }
+    }
+
+    pub fn console_logout(&self, token: &str, now_unix: i64) {
+        self.sessions.end(token, now_unix);
+    }
+
+    /// The master key as a bearer header, for console requests sent through the proxy (playground).
+    pub fn master_bearer(&self) -> Option<http::HeaderValue> {
+        let master = self.master_key.as_deref()?;
+        http::HeaderValue::try_from(format!("Bearer {master}")).ok()
     }
 
     pub fn enabled(&self) -> bool {

@@ -256,6 +256,23 @@ pub struct Config {
     pub telemetry: Option<TelemetryConfig>,
     /// Sinks every usage record is delivered to besides the database (`exports:`).
     pub exports: Vec<ExportConfig>,
+    /// The operator's console at `/ui` (`console:`).
+    pub console: ConsoleConfig,
+}
+
+/// `console: {enabled, session_ttl}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsoleConfig {
+    /// Serve `/ui` (default on; behind the master key when one is set).
+    pub enabled: bool,
+    /// How long a console login lasts.
+    pub session_ttl: Duration,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig { enabled: true, session_ttl: Duration::from_secs(12 * 3600) }
+    }
 }
 
 /// `redis:` — where a fleet keeps what its instances share, and what to do while it is away.

@@ -5,10 +5,11 @@
 //!
 //! 1. `server` — accept (HTTP/1.1 keep-alive or h2c), header-read timeout, graceful drain;
 //!    `server/routes.rs` is the route table: request id, counting, which handler answers.
-//! 2. handlers — `proxy` (every model endpoint), `mcp` (`/mcp`, `/mcp/{server}`: the MCP
+//! 2. `console` — the operator's console at `/ui`, which composes the handlers below it.
+//! 3. handlers — `proxy` (every model endpoint), `mcp` (`/mcp`, `/mcp/{server}`: the MCP
 //!    gateway, protocol in the `switchyard-mcp` crate), `admin` (`/admin`, master key), `catalog`
 //!    (`/v1/models`, Ollama's catalogue, `/health`, `/ready`, `/metrics`).
-//! 3. `proxy` in order: authenticate (`auth`) → read the body under `limits.max_body_bytes` and
+//! 4. `proxy` in order: authenticate (`auth`) → read the body under `limits.max_body_bytes` and
 //!    parse only `model`/`stream`/routing hints (`http/parse.rs`) → key's model allow-list and
 //!    rate limits (`limit`) → budget reservation → candidates for the model and the routing
 //!    policy (`route`) → per-attempt plan: pass through, or translate for the backend's API
@@ -16,12 +17,12 @@
 //!    reached the client is retried on another backend → relay frame by frame with an idle
 //!    timeout (`http/relay.rs`), metering usage on the way (`http/metering.rs` → `usage` journal
 //!    → `store`), settling limits and budgets when the response ends however it ends.
-//! 4. `app` — the shared state all of the above read: built once, never imports a handler.
-//! 5. `http` — response bodies, JSON and error responses, body reading, relay, metering.
-//! 6. `auth`, `limit` (across a fleet through `shared`, the Redis connection), `route` (health probes and discovery run beside the pipeline, one task
+//! 5. `app` — the shared state all of the above read: built once, never imports a handler.
+//! 6. `http` — response bodies, JSON and error responses, body reading, relay, metering.
+//! 7. `auth`, `limit` (across a fleet through `shared`, the Redis connection), `route` (health probes and discovery run beside the pipeline, one task
 //!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`, `telemetry`
 //!    (OpenTelemetry spans, built and exported off the request path).
-//! 7. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob` — the bottom: they import no other
+//! 8. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob` — the bottom: they import no other
 //!    pipeline module (`config` and `records` nothing at all).
 
 pub mod admin;
@@ -30,6 +31,7 @@ pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod endpoint;
 pub mod error;
 pub mod glob;

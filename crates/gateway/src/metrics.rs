@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 mod mcp;
+pub mod series;
 
 use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
@@ -42,6 +43,29 @@ const BOUNDS: [f64; 24] = [
     2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
+/// How many buckets a histogram has (observations past the last bound are only in the count).
+pub const BUCKETS: usize = BOUNDS.len();
+
+/// The `q` quantile (0..1) of observations counted per bucket, in seconds: linear within the bucket
+/// it falls in, as Prometheus's `histogram_quantile` estimates it. None when nothing was counted.
+pub fn quantile(buckets: &[u64; BUCKETS], q: f64) -> Option<f64> {
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = q * total as f64;
+    let mut seen = 0u64;
+    for (i, &n) in buckets.iter().enumerate() {
+        if n > 0 && (seen + n) as f64 >= rank {
+            let lower = if i == 0 { 0.0 } else { BOUNDS[i - 1] };
+            let within = (rank - seen as f64) / n as f64;
+            return Some(lower + (BOUNDS[i] - lower) * within.clamp(0.0, 1.0));
+        }
+        seen += n;
+    }
+    Some(BOUNDS[BUCKETS - 1])
+}
+
 pub struct Histogram {
     buckets: [AtomicU64; BOUNDS.len()],
     count: AtomicU64,
@@ -70,6 +94,11 @@ impl Histogram {
 
     pub fn count(&self) -> u64 {
         self.count.load(Relaxed)
+    }
+
+    /// Each bucket's own count (not cumulative), for differencing two readings.
+    pub fn buckets(&self) -> [u64; BUCKETS] {
+        std::array::from_fn(|i| self.buckets[i].load(Relaxed))
     }
 
     pub(crate) fn render(&self, out: &mut String, name: &str, labels: &str) {
@@ -105,6 +134,12 @@ pub struct Metrics {
     pub overhead: Histogram,
     /// Time from sending upstream until its response headers arrived (last attempt).
     pub upstream_ttfb: Histogram,
+    /// Time from request arrival to the first byte of the answer's body (metered requests).
+    pub ttft: Histogram,
+    /// Tokens of metered requests (prompt and completion together).
+    pub tokens: AtomicU64,
+    /// The last minutes of the figures above, read every few seconds for the console.
+    pub series: series::Series,
     mcp: mcp::McpMetrics,
 }
 
@@ -121,6 +156,9 @@ impl Default for Metrics {
             duration: Histogram::default(),
             overhead: Histogram::default(),
             upstream_ttfb: Histogram::default(),
+            ttft: Histogram::default(),
+            tokens: AtomicU64::new(0),
+            series: series::Series::default(),
             mcp: mcp::McpMetrics::default(),
         }
     }
@@ -135,6 +173,17 @@ impl Metrics {
     /// One MCP tool call and how it ended.
     pub fn count_mcp_call(&self, server: &str, tool: &str, status: &'static str, latency: Duration) {
         self.mcp.count(server, tool, status, latency);
+    }
+
+    /// Requests answered so far by status class (1xx..5xx), all endpoints together.
+    pub fn requests_by_class(&self) -> [u64; 5] {
+        let mut out = [0; 5];
+        for ep in &self.requests {
+            for (class, counter) in ep.iter().enumerate() {
+                out[class] += counter.load(Relaxed);
+            }
+        }
+        out
     }
 
     pub fn count_error(&self, kind: &str) {
@@ -196,10 +245,21 @@ impl Metrics {
                 &self.overhead,
             ),
             ("switchyard_upstream_ttfb_seconds", "Upstream send to response headers.", &self.upstream_ttfb),
+            (
+                "switchyard_time_to_first_token_seconds",
+                "Request arrival to the first byte of the answer's body (metered requests).",
+                &self.ttft,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
             h.render(&mut out, name, "");
         }
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_tokens_total Tokens of metered requests, prompt and completion.\n\
+             # TYPE switchyard_tokens_total counter\nswitchyard_tokens_total {}",
+            self.tokens.load(Relaxed)
+        );
         render_backends(&mut out, backends);
         self.mcp.render(&mut out);
         out
@@ -264,6 +324,19 @@ mod tests {
         assert!(s.contains("x_bucket{le=\"0.0025\"} 2"), "{s}");
         assert!(s.contains("x_bucket{le=\"+Inf\"} 2"), "{s}");
         assert!(s.contains("x_count 2"), "{s}");
+    }
+
+    #[test]
+    fn quantiles_interpolate_within_a_bucket() {
+        let h = Histogram::default();
+        assert_eq!(quantile(&h.buckets(), 0.5), None);
+        for _ in 0..100 {
+            h.observe(Duration::from_millis(7)); // the (5 ms, 10 ms] bucket
+        }
+        let p50 = quantile(&h.buckets(), 0.5).unwrap_or_default();
+        assert!((p50 - 0.0075).abs() < 1e-9, "{p50}");
+        h.observe(Duration::from_secs(1000)); // past every bound
+        assert!(quantile(&h.buckets(), 0.99).unwrap_or_default() <= 0.01);
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub async fn forward(
         Meter::new(
             app.journal.clone(),
             app.config.clone(),
+            app.metrics.clone(),
             request_id.to_str().unwrap_or_default(),
             principal.key(),
             &routed.requested,
@@ -161,6 +162,9 @@ pub async fn forward(
             Err(SelectError::NoneAvailable | SelectError::Full) => break,
         };
         tried.push(backend.id);
+        if let (Some(m), Some(why)) = (meter.as_mut(), &route) {
+            m.route(why);
+        }
         if let Some(pin) = fleet_pin.as_mut() {
             pin.went_to(backend.name());
         }

@@ -93,4 +93,7 @@ pub struct UsageRecord {
     /// An MCP tool call's answer size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_bytes: Option<u64>,
+    /// Why the router chose the backend (cache-aware and sticky routing explain themselves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
 }

@@ -276,6 +276,10 @@ impl Router {
         if let Some(index) = &self.prefix {
             if !hints.chain.is_empty() {
                 let known = matched.unwrap_or_else(|| index.matches(&hints.chain, &[backend.id])[0]);
+                backend.stats.prefix_routed.fetch_add(1, Relaxed);
+                if known > 0 {
+                    backend.stats.prefix_hits.fetch_add(1, Relaxed);
+                }
                 index.insert(backend.id, &hints.chain, known);
             }
         }

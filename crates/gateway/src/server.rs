@@ -45,7 +45,8 @@ pub struct RunningGateway {
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
     probers: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    /// The fleet's tasks (heartbeat, parallel-slot refresh, key changes), when `redis:` is set.
+    /// Tasks beside the requests, stopped with the server: the console's metrics sampler, and the
+    /// fleet's (heartbeat, parallel-slot refresh, key changes) when `redis:` is set.
     fleet: Vec<JoinHandle<()>>,
 }
 
@@ -150,6 +151,9 @@ pub async fn start(
     if let Some(shared) = &app.shared {
         fleet.extend(spawn_health_sharing(current.clone(), shared.clone()));
     }
+    if app.config.console.enabled {
+        fleet.push(spawn_sampler(current.clone()));
+    }
     let tls: Tls = match &app.config.tls {
         Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
         None => None,
@@ -184,6 +188,21 @@ pub async fn start(
         }
     });
     Ok(RunningGateway { addr, app, current, reload, stop: Some(stop), server: Some(server), probers, fleet })
+}
+
+/// Read the gateway's figures every few seconds for the console's live charts (of whichever
+/// configuration is current: backends come and go with reloads).
+fn spawn_sampler(current: Current) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(crate::metrics::series::STEP_S));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let app = current.load();
+            let now = crate::clock::unix_ms().max(0) as u64 / 1000;
+            app.metrics.series.sample(&app.metrics, &app.router.backends, now);
+        }
+    })
 }
 
 /// What an instance of a fleet runs beside its requests (nothing without `redis:`).

@@ -10,7 +10,7 @@
 //! rollup, so they stay fast however many raw rows there are; the price is hour granularity.
 //!
 //! Submodules: `error` (StoreError), `keys` (key CRUD), `usage` (batch writes, checkpoint, spend), `report`
-//! (usage reports), `migrations` (embedded schema).
+//! (usage reports and per-group totals), `requests` (the console's request log), `migrations` (embedded schema).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -37,13 +37,15 @@ mod error;
 mod keys;
 mod migrations;
 mod report;
+mod requests;
 mod usage;
 
 /// key_id / user / team of the usage rollup rows summed over all keys.
 pub use usage::ALL as ALL_KEYS;
 
 pub use error::StoreError;
-pub use report::{Bucket, UsageBucket, UsageQuery, UsageReport, UsageTotals};
+pub use report::{Bucket, GroupBy, UsageBucket, UsageGroup, UsageQuery, UsageReport, UsageTotals};
+pub use requests::{RequestQuery, RequestRow, StatusFilter};
 
 /// How long a SQLite connection waits for another writer's lock before failing.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// Outer to inner. A module may import any module in a later layer, none in its own or earlier.
 const LAYERS: &[&[&str]] = &[
     &["server"],
+    &["console"],
     &["admin", "catalog", "mcp", "proxy"],
     &["app"],
     &["http"],

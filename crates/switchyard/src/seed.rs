@@ -46,6 +46,7 @@ pub async fn run(url: &str, records: u64) -> Result<(), String> {
             estimated: false,
             tool: None,
             response_bytes: None,
+            route: None,
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

@@ -44,6 +44,15 @@ pub struct RawConfig {
     telemetry: Option<super::telemetry::RawTelemetry>,
     #[serde(default)]
     exports: Vec<super::exports::RawExport>,
+    #[serde(default)]
+    console: RawConsole,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConsole {
+    enabled: Option<bool>,
+    session_ttl: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -392,8 +401,18 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         redis: raw.redis.map(validate_redis).transpose()?,
         telemetry: super::telemetry::validate(raw.telemetry, env)?,
         exports,
+        console: validate_console(raw.console)?,
         source: None,
     })
+}
+
+fn validate_console(raw: RawConsole) -> Result<super::ConsoleConfig, ConfigError> {
+    let defaults = super::ConsoleConfig::default();
+    let session_ttl = duration("console.session_ttl", &raw.session_ttl, defaults.session_ttl)?;
+    if session_ttl < Duration::from_secs(60) {
+        return Err(ConfigError::at("console.session_ttl", "must be at least 1m"));
+    }
+    Ok(super::ConsoleConfig { enabled: raw.enabled.unwrap_or(defaults.enabled), session_ttl })
 }
 
 fn validate_redis(raw: RawRedis) -> Result<RedisConfig, ConfigError> {

@@ -5,12 +5,13 @@
 //! With telemetry on, it carries the request's trace too and hands it over at the same moment.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::config::Config;
 use crate::limit::{BudgetPermit, Permit};
+use crate::metrics::Metrics;
 use crate::records::UsageRecord;
 use crate::route::backend::Backend;
 use crate::telemetry::{Outcome, Telemetry, Trace};
@@ -37,6 +38,8 @@ pub struct Meter {
     /// Boxed: most requests carry no trace, and the meter is moved with the response body.
     traced: Option<Box<Traced>>,
     config: Arc<Config>,
+    /// Where time to first token and tokens are counted, for `/metrics` and the console.
+    metrics: Arc<Metrics>,
     record: UsageRecord,
     started: Instant,
     /// Prompt tokens estimated from the request body, used when the backend reports none.
@@ -60,6 +63,7 @@ impl Meter {
     pub fn new(
         journal: Option<Arc<Journal>>,
         config: Arc<Config>,
+        metrics: Arc<Metrics>,
         request_id: &str,
         key: Option<&crate::records::KeyRecord>,
         requested: &str,
@@ -88,10 +92,12 @@ impl Meter {
                 estimated: false,
                 tool: None,
                 response_bytes: None,
+                route: None,
             },
             journal,
             traced: None,
             config,
+            metrics,
             started,
             prompt_estimate: (request_bytes as u64).div_ceil(4),
             tap: None,
@@ -125,6 +131,11 @@ impl Meter {
                 Err(why) => traced.trace.failed(why),
             }
         }
+    }
+
+    /// Why the router chose this attempt's backend, for the request log.
+    pub fn route(&mut self, why: &http::HeaderValue) {
+        self.record.route = why.to_str().ok().map(str::to_owned);
     }
 
     /// Usage read elsewhere (by a translator): used instead of a tap's.
@@ -252,6 +263,10 @@ impl Meter {
         r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, r.completion_tokens);
         if let Some(p) = self.permit.as_mut() {
             p.settle(r.total_tokens);
+        }
+        self.metrics.tokens.fetch_add(r.total_tokens, std::sync::atomic::Ordering::Relaxed);
+        if let Some(Ok(ttft)) = r.ttft_ms.filter(|_| r.status < 400).map(|ms| Duration::try_from_secs_f64(ms / 1e3)) {
+            self.metrics.ttft.observe(ttft);
         }
         if let Some(b) = self.budget.take() {
             b.settle(r.cost_usd);

@@ -19,6 +19,9 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct BackendStats {
     pub attempts: AtomicU64,
     pub failures: AtomicU64,
+    /// Prompts routed here by cache-aware routing, and those of them it already held a prefix of.
+    pub prefix_routed: AtomicU64,
+    pub prefix_hits: AtomicU64,
 }
 
 pub struct Backend {

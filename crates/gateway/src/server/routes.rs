@@ -12,7 +12,7 @@ use crate::app::App;
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::{error_response, error_response_in, parse, request_id, GatewayBody};
-use crate::{admin, catalog, mcp, proxy, translate};
+use crate::{admin, catalog, console, mcp, proxy, translate};
 use switchyard_protocol::chat::Api;
 
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBody> {
@@ -36,6 +36,16 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
         let result = admin_gate(&app, req).await;
         let mut resp = result.unwrap_or_else(|e| {
+            app.metrics.count_error(e.kind());
+            error_response(&e)
+        });
+        resp.headers_mut().insert(request_id::HEADER, rid);
+        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+        finish_trace(&app, trace, resp.status().as_u16());
+        return resp;
+    }
+    if req.uri().path() == "/ui" || req.uri().path().starts_with("/ui/") {
+        let mut resp = console::handle(&app, req, started, &rid, &mut trace).await.unwrap_or_else(|e| {
             app.metrics.count_error(e.kind());
             error_response(&e)
         });

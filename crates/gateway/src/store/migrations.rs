@@ -20,6 +20,7 @@ const SQLITE: Embedded = &[
     (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/sqlite/0002_journal_checkpoints.sql")),
     (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/sqlite/0003_all_keys_rollup.sql")),
     (4, "0004_mcp.sql", include_str!("../../../../migrations/sqlite/0004_mcp.sql")),
+    (5, "0005_request_log.sql", include_str!("../../../../migrations/sqlite/0005_request_log.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -27,6 +28,7 @@ const POSTGRES: Embedded = &[
     (2, "0002_journal_checkpoints.sql", include_str!("../../../../migrations/postgres/0002_journal_checkpoints.sql")),
     (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/postgres/0003_all_keys_rollup.sql")),
     (4, "0004_mcp.sql", include_str!("../../../../migrations/postgres/0004_mcp.sql")),
+    (5, "0005_request_log.sql", include_str!("../../../../migrations/postgres/0005_request_log.sql")),
 ];
 
 #[derive(Debug)]

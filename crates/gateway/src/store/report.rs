@@ -142,6 +142,81 @@ impl Store {
     }
 }
 
+/// What [`Store::usage_groups`] sums by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    Key,
+    User,
+    Team,
+    Model,
+}
+
+impl GroupBy {
+    fn column(self) -> &'static str {
+        match self {
+            GroupBy::Key => "key_id",
+            GroupBy::User => "user_name",
+            GroupBy::Team => "team",
+            GroupBy::Model => "model",
+        }
+    }
+}
+
+/// One group's totals: `name` is the key id, user, team or served model ("" = none).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageGroup {
+    pub name: String,
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+}
+
+/// (name, requests, prompt, completion, total, cost) as both drivers decode it.
+type GroupRow = (String, i64, i64, i64, i64, f64);
+
+impl Store {
+    /// Totals per key, user, team or model over whole hours `[from_ms, to_ms)`, most spent first
+    /// (then most requests), at most `limit` groups. Reads only the hourly rollup.
+    pub async fn usage_groups(
+        &self,
+        by: GroupBy,
+        from_ms: i64,
+        to_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<UsageGroup>, StoreError> {
+        let column = by.column();
+        // By model: the all-keys rows (a few per hour); otherwise the detailed rows.
+        let rows_wanted = match by {
+            GroupBy::Model => format!("key_id = '{ALL}' AND user_name = '{ALL}' AND team = '{ALL}'"),
+            _ => format!("key_id <> '{ALL}'"),
+        };
+        let sql = format!(
+            "SELECT {column}, CAST(SUM(requests) AS BIGINT), CAST(SUM(prompt_tokens) AS BIGINT), \
+             CAST(SUM(completion_tokens) AS BIGINT), CAST(SUM(total_tokens) AS BIGINT), \
+             CAST(SUM(cost_usd) AS DOUBLE PRECISION) AS cost FROM usage_hourly \
+             WHERE hour_ms >= $1 AND hour_ms < $2 AND {rows_wanted} GROUP BY {column} \
+             ORDER BY cost DESC, 2 DESC, {column} LIMIT {}",
+            limit.clamp(1, 10_000)
+        );
+        let rows: Vec<GroupRow> = with_pool!(self, |pool| {
+            sqlx::query_as(&sql).bind(hour_floor(from_ms)).bind(to_ms).fetch_all(pool).await?
+        });
+        rows.into_iter()
+            .map(|(name, requests, prompt, completion, total, cost_usd)| {
+                Ok(UsageGroup {
+                    name,
+                    totals: UsageTotals {
+                        requests: to_u64(requests, "requests")?,
+                        prompt_tokens: to_u64(prompt, "prompt_tokens")?,
+                        completion_tokens: to_u64(completion, "completion_tokens")?,
+                        total_tokens: to_u64(total, "total_tokens")?,
+                        cost_usd,
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,10 +14,10 @@ pub const HOUR_MS: i64 = 3_600_000;
 
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
-                              response_bytes";
-const RECORD_COLS: usize = 18;
+                              response_bytes, route_reason";
+const RECORD_COLS: usize = 19;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement: 18 columns x 500 = 9,000 parameters, well under SQLite's 32,766 and Postgres's
+/// Rows per multi-row statement: 19 columns x 500 = 9,500 parameters, well under SQLite's 32,766 and Postgres's
 /// 65,535. Only full chunks become cached prepared statements; a batch's remainder is prepared once and dropped.
 const CHUNK_ROWS: usize = 500;
 
@@ -149,7 +149,8 @@ impl Store {
                         .bind(r.cost_usd)
                         .bind(r.estimated)
                         .bind(&r.tool)
-                        .bind(row.response_bytes);
+                        .bind(row.response_bytes)
+                        .bind(&r.route);
                 }
                 q.execute(&mut *tx).await?;
             }

@@ -128,6 +128,11 @@ fn spawn_sink<S: UsageSink>(
 }
 
 impl ExportCounters {
+    /// Each sink's name and counters, in configuration order.
+    pub fn each(&self) -> impl Iterator<Item = (&str, &UsageCounters)> {
+        self.0.iter().map(|(name, c)| (name.as_str(), &**c))
+    }
+
     /// `/metrics` lines, per sink.
     pub fn render(&self, out: &mut String) {
         if self.0.is_empty() {

@@ -51,6 +51,7 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         estimated: false,
         tool: None,
         response_bytes: None,
+        route: None,
     }
 }
 

@@ -152,6 +152,7 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         estimated: false,
         tool: None,
         response_bytes: None,
+        route: None,
     }
 }
 

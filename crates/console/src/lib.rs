@@ -1,0 +1,97 @@
+//! The console's static files, embedded in the binary: looked up by name, each with its content type
+//! and a gzip copy made once on first use (the UI is served to a few operators, never on the hot path).
+//!
+//! The files are hand-written HTML, CSS and JavaScript with no build step (no Node toolchain needed),
+//! plus uPlot for charts, vendored minified with its licence (`assets/uPlot-LICENSE`).
+
+use std::io::Write;
+use std::sync::OnceLock;
+
+/// One embedded file.
+pub struct Asset {
+    pub name: &'static str,
+    pub bytes: &'static [u8],
+    pub content_type: &'static str,
+    gzipped: OnceLock<Vec<u8>>,
+}
+
+impl Asset {
+    /// The file gzipped (compressed the first time it is asked for).
+    pub fn gzipped(&self) -> &[u8] {
+        self.gzipped.get_or_init(|| gzip(self.bytes))
+    }
+
+    /// A validator for `ETag`/`If-None-Match`: the files change only with the binary.
+    pub fn etag(&self) -> String {
+        // FNV-1a: stable across runs and builds of the same files, and enough to tell versions apart.
+        let hash = self
+            .bytes
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+        format!("\"{hash:016x}\"")
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::with_capacity(bytes.len() / 3), flate2::Compression::best());
+    // Writing to a Vec cannot fail; an empty answer would only mean the plain file is served.
+    if encoder.write_all(bytes).is_err() {
+        return Vec::new();
+    }
+    encoder.finish().unwrap_or_default()
+}
+
+macro_rules! assets {
+    ($($name:literal => $type:literal),* $(,)?) => {
+        static ASSETS: [Asset; [$($name),*].len()] = [
+            $(Asset {
+                name: $name,
+                bytes: include_bytes!(concat!("../assets/", $name)),
+                content_type: $type,
+                gzipped: OnceLock::new(),
+            }),*
+        ];
+    };
+}
+
+assets! {
+    "index.html" => "text/html; charset=utf-8",
+    "login.html" => "text/html; charset=utf-8",
+    "app.js" => "text/javascript; charset=utf-8",
+    "app.css" => "text/css; charset=utf-8",
+    "uplot.iife.min.js" => "text/javascript; charset=utf-8",
+    "uplot.min.css" => "text/css; charset=utf-8",
+    "uPlot-LICENSE" => "text/plain; charset=utf-8",
+    "favicon.svg" => "image/svg+xml",
+}
+
+/// The file called `name` (`app.js`, `index.html`…), if the console has one.
+pub fn asset(name: &str) -> Option<&'static Asset> {
+    ASSETS.iter().find(|a| a.name == name)
+}
+
+/// Every embedded file.
+pub fn all() -> &'static [Asset] {
+    &ASSETS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_whole_ui_is_small() {
+        let gzipped: usize = all().iter().map(|a| a.gzipped().len()).sum();
+        assert!(gzipped > 0);
+        assert!(gzipped < 200 * 1024, "the console is {gzipped} bytes gzipped; the budget is 200 KB");
+    }
+
+    #[test]
+    fn lookups_and_types() {
+        assert_eq!(asset("app.js").map(|a| a.content_type), Some("text/javascript; charset=utf-8"));
+        assert!(asset("../Cargo.toml").is_none());
+        let a = asset("index.html").map(Asset::etag);
+        assert_eq!(a, asset("index.html").map(Asset::etag));
+        assert_ne!(a, asset("login.html").map(Asset::etag));
+    }
+}
