@@ -954,7 +954,7 @@
         if (!tbody) {
           const t = table([
             { label: 'Time', width: '110px' }, { label: 'Request ID', width: '104px' }, { label: 'Key', width: '112px' },
-            { label: 'Model', width: '152px' }, { label: 'Backend', width: '100px' }, { label: 'Status', num: true, width: '58px' },
+            { label: 'Model', width: '15.5%' }, { label: 'Backend', width: '100px' }, { label: 'Status', num: true, width: '58px' },
             { label: 'Tokens in/out', num: true, width: '100px' }, { label: 'Latency', num: true, width: '80px' },
             { label: 'TTFT', num: true, width: '80px' }, { label: 'Route' },
           ], []);

@@ -13,6 +13,7 @@ mod bench_quick;
 mod canary;
 mod cli;
 mod code_mode;
+mod console;
 mod crash;
 mod drain;
 mod errors;
