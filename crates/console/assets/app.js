@@ -19,6 +19,7 @@
         if (k === 'text') el.textContent = v;
         else if (k === 'class') el.classList.add(...String(v).split(/\s+/).filter(Boolean));
         else if (k === 'value') value = v; // set after children: a <select> needs its options first
+        else if (k === 'style') Object.assign(el.style, v); // an object, applied through CSSOM: the CSP refuses style="" attributes
         else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
         else el.setAttribute(k, v === true ? '' : String(v));
       }
@@ -398,7 +399,7 @@
   function table(columns, rows) {
     const fixed = columns.some((c) => c.width);
     return h('table.data', { class: fixed ? 'fixed' : null },
-      fixed ? h('colgroup', null, columns.map((c) => h('col', { style: c.width ? `width:${c.width}` : null }))) : null,
+      fixed ? h('colgroup', null, columns.map((c) => h('col', { style: c.width ? { width: c.width } : null }))) : null,
       h('thead', null, h('tr', null, columns.map((c) => h('th', { class: c.num ? 'num' : null, text: c.label, scope: 'col' })))),
       h('tbody', null, rows));
   }
@@ -412,6 +413,17 @@
   const pages = {};
   let current = null;
 
+  /** Go to a hash now (pushState + mount in the same task), so no stale rows linger after a submit. */
+  function navigate(hash) {
+    if (hash !== location.hash) history.pushState(null, '', hash);
+    route(true);
+  }
+  /** Record page state in the hash without remounting (usage range/group). */
+  function replaceHash(hash) {
+    history.replaceState(null, '', hash);
+    mountedHash = location.hash;
+  }
+
   function parseHash() {
     const raw = location.hash.replace(/^#\/?/, '');
     const q = raw.indexOf('?');
@@ -420,10 +432,15 @@
     return { name, params };
   }
 
-  function route() {
+  let mountedHash = null;
+
+  /** Mount the page for the current hash; a hashchange + popstate pair for one navigation mounts once. */
+  function route(force) {
+    if (force !== true && location.hash === mountedHash) return;
+    mountedHash = location.hash;
     const { name, params } = parseHash();
     const page = pages[name];
-    if (!page) { location.replace('#/overview'); return; }
+    if (!page) { mountedHash = null; location.replace('#/overview'); return; }
     if (current) {
       current.ctl.abort();
       if (current.cleanup) { try { current.cleanup(); } catch (e) { console.error(e); } }
@@ -725,9 +742,9 @@
         h('div.row', null,
           h('div.segmented', { role: 'group', 'aria-label': 'Time range' }, rangeBtns),
           h('label.inline-field', null, 'Group by', bySelect),
-          h('div', { style: 'flex:1' }),
+          h('div.spacer'),
           csv),
-        h('div.tiles', { style: 'grid-template-columns: repeat(3, minmax(0, 1fr))' }, totals.requests.el, totals.tokens.el, totals.cost.el),
+        h('div.tiles.three', null, totals.requests.el, totals.tokens.el, totals.cost.el),
         h('div.grid-side', null,
           h('section.card', null,
             h('div.card-head', null, h('h2', { text: 'Over time' }), chartSub,
@@ -744,7 +761,7 @@
         csv.href = `/ui/api/usage.csv?${query()}`;
         csv.setAttribute('download', `switchyard-usage-${state.range}-by-${state.by}.csv`);
         tableTitle.textContent = `By ${BYS[state.by].toLowerCase()}`;
-        history.replaceState(null, '', `#/usage?${query()}${state.metric !== 'requests' ? `&metric=${state.metric}` : ''}`);
+        replaceHash(`#/usage?${query()}${state.metric !== 'requests' ? `&metric=${state.metric}` : ''}`);
       }
 
       function drawChart() {
@@ -874,9 +891,9 @@
         field('Status', h('select', { name: 'status', value: filters.status }, statusOpts.map(([v, l]) => h('option', { value: v, text: l })))),
         field('From', h('input', { name: 'from', type: 'datetime-local', value: msToLocalInput(Number(filters.from) || null) })),
         field('To', h('input', { name: 'to', type: 'datetime-local', value: msToLocalInput(Number(filters.to) || null) })),
-        h('div.row', { style: 'flex-wrap:nowrap' },
+        h('div.row.nowrap', null,
           h('button.btn.primary', { type: 'submit', text: 'Apply' }),
-          h('button.btn', { type: 'button', text: 'Reset', onclick: () => { location.hash = '#/requests'; } })));
+          h('button.btn', { type: 'button', text: 'Reset', onclick: () => navigate('#/requests') })));
 
       form.addEventListener('submit', (ev) => {
         ev.preventDefault();
@@ -888,8 +905,7 @@
           if (v) q.set(f, v);
         }
         const next = `#/requests${q.toString() ? `?${q}` : ''}`;
-        if (next === location.hash) route(); // same filters: reload anyway
-        else location.hash = next;
+        navigate(next); // same filters: reloads anyway
       });
 
       const tableBox = h('div.table-wrap', { 'data-testid': 'requests-table' }, loadingLine());
@@ -1231,7 +1247,7 @@
             f('Budget (USD)', h('input', { name: 'budget_usd', type: 'number', min: '0', step: '0.01', value: initial.budget_usd })),
             f('Budget period', h('select', { name: 'budget_period', value: initial.budget_period },
               PERIODS.map((p) => h('option', { value: p, text: p === 'none' ? 'lifetime' : p })))),
-            h('div.row', { style: 'flex-wrap:nowrap' }, save,
+            h('div.row.nowrap', null, save,
               h('button.btn.sm', { type: 'button', text: 'Cancel', onclick: () => { editing = null; render(); } }))),
           err);
         form.addEventListener('submit', async (ev) => {
@@ -1333,7 +1349,7 @@
             h('div.actions', null, h('span.badge', { class: HEALTH_BADGE[st], text: HEALTH_TEXT[st] }))),
           h('div.card-body', null,
             h('div.url', { text: orDash(b.url), title: b.url || null }),
-            h('div', { style: 'margin-top:12px' }, strip(b.history)),
+            h('div.strip-box', null, strip(b.history)),
             h('div.facts', null,
               fact('In flight', isNum(b.capacity) ? `${fmt.int(b.in_flight)} / ${fmt.int(b.capacity)}` : fmt.int(b.in_flight)),
               fact('Waiting', fmt.int(b.waiting)),
@@ -1551,9 +1567,10 @@
       showError('The chart library failed to load (/ui/assets/uplot.iife.min.js).');
     }
     window.addEventListener('hashchange', route);
+    window.addEventListener('popstate', route);
     // Charts read theme colours when built: rebuild the page if the OS theme flips.
     const mq = window.matchMedia('(prefers-color-scheme: dark)');
-    if (mq.addEventListener) mq.addEventListener('change', route);
+    if (mq.addEventListener) mq.addEventListener('change', () => route(true));
     route();
   }
   boot();

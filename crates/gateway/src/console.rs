@@ -48,6 +48,7 @@ pub async fn handle(
         (&Method::GET, "/ui" | "/ui/") if logged_in => Ok(page("index.html", req.headers())),
         (&Method::GET, "/ui" | "/ui/") => Ok(redirect("/ui/login", None)),
         (&Method::GET, "/ui/login") if logged_in && app.auth.enabled() => Ok(redirect("/ui", None)),
+        (&Method::GET, "/ui/login") if req.uri().query().is_some_and(|q| q.contains("failed")) => Ok(refused_login()),
         (&Method::GET, "/ui/login") => Ok(page("login.html", req.headers())),
         (&Method::POST, "/ui/login") => login(app, req, now).await,
         (&Method::POST, "/ui/logout") => {
@@ -139,6 +140,19 @@ async fn login(app: &App, req: Request<Incoming>, now: i64) -> Result<Response<G
     }
 }
 
+/// The login page saying the key was wrong: its hidden message shown, on the server (the page's
+/// CSP allows no inline script to do it).
+fn refused_login() -> Response<GatewayBody> {
+    let mut resp = page("login.html", &HeaderMap::new());
+    let html = switchyard_console::asset("login.html").map(|a| String::from_utf8_lossy(a.bytes)).unwrap_or_default();
+    *resp.body_mut() = full(html.replacen(LOGIN_ERROR_HIDDEN, LOGIN_ERROR_SHOWN, 1));
+    resp.headers_mut().remove(header::ETAG);
+    resp
+}
+
+const LOGIN_ERROR_HIDDEN: &str = r#"data-testid="login-error" role="alert" hidden>"#;
+const LOGIN_ERROR_SHOWN: &str = r#"data-testid="login-error" role="alert">"#;
+
 fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
@@ -160,6 +174,8 @@ fn redirect(to: &'static str, cookie: Option<String>) -> Response<GatewayBody> {
 }
 
 /// A page: an asset, never cached (it is where a new binary's assets are first seen), and never framed.
+/// Scripts only from the gateway itself; inline styles are allowed because uPlot sizes and places
+/// its chart elements with them.
 fn page(name: &str, request: &HeaderMap) -> Response<GatewayBody> {
     let mut resp = asset(name, request);
     let h = resp.headers_mut();
@@ -167,7 +183,7 @@ fn page(name: &str, request: &HeaderMap) -> Response<GatewayBody> {
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+            "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
              frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
         ),
     );
@@ -213,4 +229,25 @@ fn accepts_gzip(request: &HeaderMap) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|enc| enc.trim().split(';').next().is_some_and(|e| e.trim().eq_ignore_ascii_case("gzip")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_page_has_the_message_a_refusal_reveals() {
+        let html = switchyard_console::asset("login.html").map(|a| String::from_utf8_lossy(a.bytes).into_owned());
+        assert!(html.unwrap_or_default().contains(LOGIN_ERROR_HIDDEN));
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1; sy_console=tok.en; b=2"));
+        assert_eq!(session_cookie(&h), Some("tok.en"));
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("sy_console_other=x"));
+        assert_eq!(session_cookie(&h), None);
+    }
 }

@@ -132,6 +132,9 @@ enum Command {
         storage: String,
         #[arg(long, default_value_t = 10_000_000)]
         records: u64,
+        /// Where the generated 30 days end (unix ms); default a fixed instant, so runs repeat.
+        #[arg(long)]
+        end_ms: Option<i64>,
     },
 }
 
@@ -213,7 +216,9 @@ pub fn main() -> ExitCode {
             Command::Bench(args) => switchyard_bench::run(*args).await,
             Command::Keys(args) => crate::keys::run(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
-            Command::SeedUsage { storage, records } => crate::seed::run(&storage, records).await,
+            Command::SeedUsage { storage, records, end_ms } => {
+                crate::seed::run(&storage, records, end_ms.unwrap_or(crate::seed::END_MS)).await
+            }
         }
     });
     match result {

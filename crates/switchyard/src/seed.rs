@@ -1,7 +1,8 @@
 //! `switchyard seed-usage` (hidden): fill a database with generated usage records through the
 //! gateway's own batch path, for `switchyard bench usage-query`, which then queries them over
-//! the admin API like any client. 100 keys, 250 users, 20 teams, 10 models over 30 days ending
-//! at a fixed instant, so every run asks the same questions of the same data.
+//! the admin API and the console like any client. 100 keys, 250 users, 20 teams, 10 models over
+//! 30 days ending at a fixed instant (or `--end-ms`), so every run asks the same questions of the
+//! same data; one request in a hundred failed (502), as a request log has failures to find.
 
 use std::time::Instant;
 
@@ -14,10 +15,10 @@ const BATCH: usize = 5_000;
 /// The end of the generated span (unix ms): the bench's "last 7 days" query starts 7 days before.
 pub const END_MS: i64 = 1_790_000_000_000;
 
-pub async fn run(url: &str, records: u64) -> Result<(), String> {
+pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
     let store = Store::connect(url).await.map_err(|e| format!("cannot open {url}: {e}"))?.for_journal("bench");
     let span = DAYS * 24 * HOUR_MS;
-    let start_ms = END_MS - span;
+    let start_ms = end_ms - span;
     eprintln!(
         "  ▸ writing {records} usage records to {} ({})",
         store.kind(),
@@ -36,7 +37,7 @@ pub async fn run(url: &str, records: u64) -> Result<(), String> {
             model_requested: format!("model-{}", i % 10),
             model_served: format!("model-{}", i % 10),
             backend: Some("gpu-a".to_owned()),
-            status: 200,
+            status: if i % 100 == 99 { 502 } else { 200 },
             prompt_tokens: 100 + i % 50,
             completion_tokens: 20 + i % 30,
             total_tokens: 120 + i % 50 + i % 30,
@@ -46,7 +47,7 @@ pub async fn run(url: &str, records: u64) -> Result<(), String> {
             estimated: false,
             tool: None,
             response_bytes: None,
-            route: None,
+            route: (i % 3 == 0).then(|| "cache_aware: 3 of 4 prompt blocks cached on gpu-a".to_owned()),
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;
