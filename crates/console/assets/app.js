@@ -282,7 +282,8 @@
         y: { range: (u, min, max) => [0, isNum(max) && max > 0 ? max * 1.12 : 1] },
       },
       axes: [
-        { stroke: axisColor, font, values: timeTicks, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1, size: 4 } },
+        // space: at least 90 px per time label, so "12:02:20 PM" labels never overlap.
+        { stroke: axisColor, font, values: timeTicks, space: 90, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1, size: 4 } },
         {
           stroke: axisColor, font, labelFont: font, label: spec.unit, labelSize: 16, labelGap: 2,
           size: 52, gap: 4,
@@ -887,7 +888,7 @@
         field('Request ID', h('input', { name: 'id', value: filters.id, placeholder: 'req_…', spellcheck: 'false' })),
         field('Key ID', h('input', { name: 'key_id', value: filters.key_id, placeholder: 'k_…', spellcheck: 'false' })),
         field('Team', h('input', { name: 'team', value: filters.team })),
-        field('Model', h('input', { name: 'model', value: filters.model, placeholder: 'requested or served' })),
+        field('Model', h('input', { name: 'model', value: filters.model, placeholder: 'served model' })),
         field('Status', h('select', { name: 'status', value: filters.status }, statusOpts.map(([v, l]) => h('option', { value: v, text: l })))),
         field('From', h('input', { name: 'from', type: 'datetime-local', value: msToLocalInput(Number(filters.from) || null) })),
         field('To', h('input', { name: 'to', type: 'datetime-local', value: msToLocalInput(Number(filters.to) || null) })),
