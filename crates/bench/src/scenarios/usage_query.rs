@@ -19,21 +19,6 @@ use crate::Pinning;
 const MASTER_KEY: &str = "sk-bench-usage-query";
 const HOUR_MS: i64 = 3_600_000;
 
-/// `unix_s` as an RFC 3339 UTC time (days to a civil date: Howard Hinnant's algorithm).
-fn rfc3339(unix_s: i64) -> String {
-    let (days, secs) = (unix_s.div_euclid(86_400), unix_s.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
-}
-
 pub async fn run(records: u64, storage: Option<&str>, pin: &Pinning, report: &mut Report) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("switchyard-usage-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -41,7 +26,9 @@ pub async fn run(records: u64, storage: Option<&str>, pin: &Pinning, report: &mu
     // The span ends at the top of the next hour, so the console's "last 24 hours" holds data.
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let end_ms = (now_ms / HOUR_MS + 1) * HOUR_MS;
-    let last_7_days_from = rfc3339(end_ms / 1000 - 7 * 86_400);
+    let last_7_days_from = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + Duration::from_secs((end_ms / 1000 - 7 * 86_400).max(0) as u64),
+    );
     let fill_secs = seed(&url, records, end_ms)?;
     report.finding("usage-query", "records written", records as f64, "");
     report.finding("usage-query", "write rate through the batch path", records as f64 / fill_secs, "records/s");
@@ -202,14 +189,4 @@ fn seed(url: &str, records: u64, end_ms: i64) -> Result<f64, String> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn rfc3339_dates() {
-        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::rfc3339(1_790_000_000), "2026-09-21T14:13:20Z");
-        assert_eq!(super::rfc3339(951_825_600), "2000-02-29T12:00:00Z");
-    }
 }

@@ -41,6 +41,20 @@ async fn call(
     client.request(method, &format!("{}{path}", gw.url()), Bytes::from(body.to_owned()), headers).await.unwrap()
 }
 
+/// One chat request for `model` as `key`: its status and request id.
+async fn chat_as(client: &TestClient, gw: &RunningGateway, model: &str, key: &str) -> (u16, String) {
+    let bearer = format!("Bearer {key}");
+    let r = client
+        .post_json(
+            &format!("{}/v1/chat/completions", gw.url()),
+            chat_body(model, false).as_bytes(),
+            &[("authorization", &bearer)],
+        )
+        .await
+        .unwrap();
+    (r.status.as_u16(), r.header("x-request-id").unwrap_or_default().to_owned())
+}
+
 /// Log in with `key`; the session cookie (`name=value`) when it worked.
 async fn login(client: &TestClient, gw: &RunningGateway, key: &str) -> (TestResponse, Option<String>) {
     let form = format!("key={key}");
@@ -96,27 +110,10 @@ async fn nothing_without_a_login_and_the_session_cookie_is_guarded() {
     assert_eq!(r.status, 201, "{}", r.text());
     let secret = r.json()["key"].as_str().unwrap().to_owned();
     let id = r.json()["id"].as_str().unwrap().to_owned();
-    let bearer = format!("Bearer {secret}");
-    let used = client
-        .post_json(
-            &format!("{}/v1/chat/completions", gw.url()),
-            chat_body("m", false).as_bytes(),
-            &[("authorization", &bearer)],
-        )
-        .await
-        .unwrap();
-    assert_eq!(used.status, 200, "{}", used.text());
+    assert_eq!(chat_as(&client, &gw, "m", &secret).await.0, 200);
     let r = call(&client, &gw, Method::DELETE, &format!("/ui/api/keys/{id}"), "", &[with_cookie[0], CSRF]).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let refused = client
-        .post_json(
-            &format!("{}/v1/chat/completions", gw.url()),
-            chat_body("m", false).as_bytes(),
-            &[("authorization", &bearer)],
-        )
-        .await
-        .unwrap();
-    assert_eq!(refused.status, 401, "a revoked key still works: {}", refused.text());
+    assert_eq!(chat_as(&client, &gw, "m", &secret).await.0, 401, "a revoked key still works");
 
     // A forged or altered cookie is refused; so is a logged-out one.
     let (expires, _) = cookie.trim_start_matches("sy_console=").split_once('.').unwrap();
@@ -181,32 +178,17 @@ async fn the_request_log_finds_filters_and_pages() {
     let client = TestClient::new();
     let (_, cookie) = login(&client, &gw, MASTER).await;
     let cookie = cookie.unwrap();
-    let auth = format!("Bearer {MASTER}");
     let mut ok = Vec::new();
     for _ in 0..20 {
-        let r = client
-            .post_json(
-                &format!("{}/v1/chat/completions", gw.url()),
-                chat_body("m", false).as_bytes(),
-                &[("authorization", &auth)],
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.status, 200);
-        ok.push(r.header("x-request-id").unwrap().to_owned());
+        let (status, id) = chat_as(&client, &gw, "m", MASTER).await;
+        assert_eq!(status, 200);
+        ok.push(id);
     }
     let mut failed = Vec::new();
     for _ in 0..5 {
-        let r = client
-            .post_json(
-                &format!("{}/v1/chat/completions", gw.url()),
-                chat_body("no-such-model", false).as_bytes(),
-                &[("authorization", &auth)],
-            )
-            .await
-            .unwrap();
-        assert_eq!(r.status, 404);
-        failed.push(r.header("x-request-id").unwrap().to_owned());
+        let (status, id) = chat_as(&client, &gw, "no-such-model", MASTER).await;
+        assert_eq!(status, 404);
+        failed.push(id);
     }
     // The writer batches records into the database: wait (bounded) for all 25.
     let deadline = Instant::now() + Duration::from_secs(20);
