@@ -317,7 +317,7 @@ pub fn backends(app: &Arc<App>) -> Response<GatewayBody> {
         .collect();
     json_value(
         StatusCode::OK,
-        &json!({"backends": backends, "models": models, "routing": {"strategy": app.router.policy_name()}}),
+        &json!({"backends": backends, "models": models, "routing": {"strategy": app.config.strategy.as_str()}}),
     )
 }
 
