@@ -175,11 +175,12 @@ impl Metrics {
         self.mcp.count(server, tool, status, latency);
     }
 
-    /// Requests answered so far by status class (1xx..5xx), all endpoints together.
+    /// Model requests answered so far by status class (1xx..5xx), every model endpoint together;
+    /// not `Other` (health checks, scrapes, the admin API, the console's own polling).
     pub fn requests_by_class(&self) -> [u64; 5] {
         let mut out = [0; 5];
-        for ep in &self.requests {
-            for (class, counter) in ep.iter().enumerate() {
+        for ep in Endpoint::ALL.into_iter().filter(|ep| *ep != Endpoint::Other) {
+            for (class, counter) in self.requests[ep as usize].iter().enumerate() {
                 out[class] += counter.load(Relaxed);
             }
         }

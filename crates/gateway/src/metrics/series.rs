@@ -184,6 +184,7 @@ mod tests {
             m.duration.observe(Duration::from_millis(7));
         }
         m.count_request(crate::endpoint::Endpoint::ChatCompletions, 502);
+        m.count_request(crate::endpoint::Endpoint::Other, 200); // a scrape: not model traffic
         m.tokens.fetch_add(40, Relaxed);
         s.sample(&m, &[], 102);
         let r = s.recent(60);
