@@ -13,6 +13,7 @@ pub struct Asset {
     pub bytes: &'static [u8],
     pub content_type: &'static str,
     gzipped: OnceLock<Vec<u8>>,
+    etag: OnceLock<String>,
 }
 
 impl Asset {
@@ -21,14 +22,16 @@ impl Asset {
         self.gzipped.get_or_init(|| gzip(self.bytes))
     }
 
-    /// A validator for `ETag`/`If-None-Match`: the files change only with the binary.
-    pub fn etag(&self) -> String {
-        // FNV-1a: stable across runs and builds of the same files, and enough to tell versions apart.
-        let hash = self
-            .bytes
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
-        format!("\"{hash:016x}\"")
+    /// A validator for `ETag`/`If-None-Match` (computed once): the files change only with the binary.
+    pub fn etag(&self) -> &str {
+        self.etag.get_or_init(|| {
+            // FNV-1a: stable across runs and builds of the same files, and enough to tell versions apart.
+            let hash = self
+                .bytes
+                .iter()
+                .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+            format!("\"{hash:016x}\"")
+        })
     }
 }
 
@@ -49,6 +52,7 @@ macro_rules! assets {
                 bytes: include_bytes!(concat!("../assets/", $name)),
                 content_type: $type,
                 gzipped: OnceLock::new(),
+                etag: OnceLock::new(),
             }),*
         ];
     };

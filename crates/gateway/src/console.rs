@@ -216,7 +216,7 @@ fn asset(name: &str, request: &HeaderMap) -> Response<GatewayBody> {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    if let Ok(v) = HeaderValue::try_from(etag) {
+    if let Ok(v) = HeaderValue::from_str(etag) {
         h.insert(header::ETAG, v);
     }
     resp

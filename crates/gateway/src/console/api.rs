@@ -61,11 +61,6 @@ fn backend_json(b: &Backend) -> Value {
     })
 }
 
-/// Key id → name, for labelling groups and rows.
-async fn key_names(store: &Store) -> Result<HashMap<String, Option<String>>, GatewayError> {
-    Ok(store.list_keys().await.map_err(internal)?.into_iter().map(|k| (k.id, k.name)).collect())
-}
-
 fn group_json(g: &UsageGroup, label: Option<&str>) -> Value {
     json!({
         "name": g.name, "label": label.unwrap_or(&g.name), "requests": g.totals.requests,
@@ -84,7 +79,15 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
         store.usage_groups(GroupBy::Key, day, now_ms + HOUR_MS, 5),
     )
     .map_err(internal)?;
-    let names = if keys.is_empty() { HashMap::new() } else { key_names(store).await? };
+    // The top keys' names: at most five lookups by primary key, not the whole key table.
+    let mut top_keys = Vec::with_capacity(keys.len());
+    for g in &keys {
+        let name = store.get_key(&g.name).await.map_err(internal)?.and_then(|k| k.name);
+        top_keys.push(json!({
+            "key_id": g.name, "name": name,
+            "requests": g.totals.requests, "tokens": g.totals.total_tokens, "cost_usd": g.totals.cost_usd,
+        }));
+    }
     let today = models.iter().fold((0u64, 0u64, 0f64), |(r, t, c), g| {
         (r + g.totals.requests, t + g.totals.total_tokens, c + g.totals.cost_usd)
     });
@@ -113,10 +116,7 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
             "today": {"requests": today.0, "tokens": today.1, "cost_usd": today.2},
             "backends": app.router.backends.iter().map(|b| backend_json(b)).collect::<Vec<_>>(),
             "top_models": models.iter().take(5).map(top).collect::<Vec<_>>(),
-            "top_keys": keys.iter().map(|g| json!({
-                "key_id": g.name, "name": names.get(&g.name).cloned().flatten(),
-                "requests": g.totals.requests, "tokens": g.totals.total_tokens, "cost_usd": g.totals.cost_usd,
-            })).collect::<Vec<_>>(),
+            "top_keys": top_keys,
             "exports": exports,
         }),
     ))

@@ -34,36 +34,16 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     let api = if path.starts_with("/api/") { Api::Ollama } else { translate::client_api(endpoint) };
     let mut trace = app.telemetry.as_ref().map(|t| t.begin(req.headers(), req.method(), endpoint, path, &rid, started));
     if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
-        let result = admin_gate(&app, req).await;
-        let mut resp = result.unwrap_or_else(|e| {
-            app.metrics.count_error(e.kind());
-            error_response(&e)
-        });
-        resp.headers_mut().insert(request_id::HEADER, rid);
-        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
-        finish_trace(&app, trace, resp.status().as_u16());
-        return resp;
+        return answer_other(&app, admin_gate(&app, req).await, rid, trace);
     }
     if req.uri().path() == "/ui" || req.uri().path().starts_with("/ui/") {
-        let mut resp = console::handle(&app, req, started, &rid, &mut trace).await.unwrap_or_else(|e| {
-            app.metrics.count_error(e.kind());
-            error_response(&e)
-        });
-        resp.headers_mut().insert(request_id::HEADER, rid);
-        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
-        finish_trace(&app, trace, resp.status().as_u16());
-        return resp;
+        let result = console::handle(&app, req, started, &rid, &mut trace).await;
+        return answer_other(&app, result, rid, trace);
     }
     if req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/") {
         let path = req.uri().path().to_owned();
-        let mut resp = mcp::handle(&app, req, &path, &rid).await.unwrap_or_else(|e| {
-            app.metrics.count_error(e.kind());
-            error_response(&e)
-        });
-        resp.headers_mut().insert(request_id::HEADER, rid);
-        app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
-        finish_trace(&app, trace, resp.status().as_u16());
-        return resp;
+        let result = mcp::handle(&app, req, &path, &rid).await;
+        return answer_other(&app, result, rid, trace);
     }
     let result = match (endpoint, req.method(), path) {
         (ep, &Method::POST, _) if ep.is_proxied() => {
@@ -88,6 +68,24 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     app.metrics.count_request(endpoint, resp.status().as_u16());
     // A proxied request's trace ends with its answer (its meter has it); any other ends here.
     finish_trace(&app, trace, resp.status().as_u16());
+    resp
+}
+
+/// The answer of a handler outside the model APIs (admin, console, MCP): errors in OpenAI's shape,
+/// counted under `other`, its trace ended here.
+fn answer_other(
+    app: &App,
+    result: Result<Response<GatewayBody>, GatewayError>,
+    rid: http::HeaderValue,
+    trace: Option<crate::telemetry::Trace>,
+) -> Response<GatewayBody> {
+    let mut resp = result.unwrap_or_else(|e| {
+        app.metrics.count_error(e.kind());
+        error_response(&e)
+    });
+    resp.headers_mut().insert(request_id::HEADER, rid);
+    app.metrics.count_request(Endpoint::Other, resp.status().as_u16());
+    finish_trace(app, trace, resp.status().as_u16());
     resp
 }
 
