@@ -18,7 +18,7 @@ use object_store::client::{
     HttpService,
 };
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload, RetryConfig};
 
 use super::exports::CheckpointFile;
 use crate::config::S3Target;
@@ -47,7 +47,10 @@ impl S3Sink {
         let mut builder = AmazonS3Builder::from_env()
             .with_bucket_name(&target.bucket)
             .with_http_connector(Hyper { connect_timeout })
-            .with_client_options(ClientOptions::new().with_timeout(timeout));
+            .with_client_options(ClientOptions::new().with_timeout(timeout))
+            // The journal's writer retries a failed batch with its own backoff; object_store's
+            // retries on top would stack (minutes of hidden retrying per put while a server is down).
+            .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() });
         if let Some(region) = &target.region {
             builder = builder.with_region(region);
         }

@@ -24,7 +24,7 @@ async fn send(client: &TestClient, gw: &switchyard_gateway::RunningGateway, n: u
 /// Wait (bounded) until the hook has every id of `sent`; then it must have nothing else, nothing twice.
 async fn delivered_exactly(hook: &MockServer, sent: &[String]) {
     let want: HashSet<&String> = sent.iter().collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got = hook.control().delivered_ids();
         let have: HashSet<&String> = got.iter().collect();
@@ -180,10 +180,11 @@ impl Drop for Moto {
     }
 }
 
-/// Wait (bounded) until the bucket holds exactly `sent`'s records, each once.
+/// Wait (bounded) until the bucket holds exactly `sent`'s records, each once. The bound is past the
+/// writer's longest backoff (30 s) plus a put, so a sink that was down is tried again within it.
 async fn in_bucket_exactly(moto: &Moto, sent: &[String]) {
     let want: HashSet<&String> = sent.iter().collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got = moto.record_ids("usage");
         let have: HashSet<&String> = got.iter().collect();

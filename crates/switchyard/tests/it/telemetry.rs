@@ -346,7 +346,7 @@ async fn usage_records_reach_an_otlp_logs_sink_once_each_across_a_collector_outa
         sent.push(r.header("x-request-id").unwrap().to_owned());
     }
     let second = Collector::start(&dir, port);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got: Vec<String> = logged_ids(&[&second]);
         if sent[20..].iter().all(|id| got.contains(id)) {
