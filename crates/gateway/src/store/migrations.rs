@@ -21,6 +21,7 @@ const SQLITE: Embedded = &[
     (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/sqlite/0003_all_keys_rollup.sql")),
     (4, "0004_mcp.sql", include_str!("../../../../migrations/sqlite/0004_mcp.sql")),
     (5, "0005_request_log.sql", include_str!("../../../../migrations/sqlite/0005_request_log.sql")),
+    (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/sqlite/0006_daily_rollup.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -29,6 +30,7 @@ const POSTGRES: Embedded = &[
     (3, "0003_all_keys_rollup.sql", include_str!("../../../../migrations/postgres/0003_all_keys_rollup.sql")),
     (4, "0004_mcp.sql", include_str!("../../../../migrations/postgres/0004_mcp.sql")),
     (5, "0005_request_log.sql", include_str!("../../../../migrations/postgres/0005_request_log.sql")),
+    (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/postgres/0006_daily_rollup.sql")),
 ];
 
 #[derive(Debug)]

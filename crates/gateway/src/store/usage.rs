@@ -1,5 +1,5 @@
 //! Usage writes: one transaction per batch inserts the raw rows (duplicates by id are skipped), adds only the new
-//! ones to the hourly rollup, and moves the journal checkpoint. Also the checkpoint read and per-key spend.
+//! ones to the hourly and daily rollups, and moves the journal checkpoint. Also the checkpoint read and per-key spend.
 //!
 //! Concurrency: rollup rows are upserted in primary-key order, so two writers touching the same hours cannot
 //! deadlock each other on PostgreSQL; on SQLite writers are serialised by the database lock (busy timeout).
@@ -21,10 +21,22 @@ const ROLLUP_COLS: usize = 10;
 /// 65,535. Only full chunks become cached prepared statements; a batch's remainder is prepared once and dropped.
 const CHUNK_ROWS: usize = 500;
 
+/// One UTC day in milliseconds: the daily rollup's granularity.
+pub const DAY_MS: i64 = 86_400_000;
+
 /// Start of the UTC hour containing `ts_ms`.
 pub fn hour_floor(ts_ms: i64) -> i64 {
     ts_ms.div_euclid(HOUR_MS) * HOUR_MS
 }
+
+/// Start of the UTC day containing `ts_ms`.
+pub fn day_floor(ts_ms: i64) -> i64 {
+    ts_ms.div_euclid(DAY_MS) * DAY_MS
+}
+
+/// The two rollups: table, time column, and how a record's time maps to its row.
+const ROLLUPS: [(&str, &str, fn(i64) -> i64); 2] =
+    [("usage_hourly", "hour_ms", hour_floor), ("usage_daily", "day_ms", day_floor)];
 
 /// A record with its unsigned fields already converted, so a bad value fails the batch before anything is written.
 struct Row<'a> {
@@ -49,7 +61,7 @@ impl<'a> Row<'a> {
     }
 }
 
-/// Rollup primary key: (hour_ms, key_id, user_name, team, model), absent dimensions as "".
+/// Rollup primary key: (hour_ms or day_ms, key_id, user_name, team, model), absent dimensions as "".
 type RollupKey<'a> = (i64, &'a str, &'a str, &'a str, &'a str);
 
 #[derive(Default)]
@@ -61,13 +73,14 @@ struct Sums {
     cost: f64,
 }
 
-/// Sums the rows per rollup key; BTreeMap order is the primary-key order the upserts must follow.
-fn roll_up<'a>(rows: impl Iterator<Item = &'a Row<'a>>) -> BTreeMap<RollupKey<'a>, Sums> {
+/// Sums the rows per rollup key, time cut by `floor`; BTreeMap order is the primary-key order the upserts must
+/// follow.
+fn roll_up<'a>(rows: impl Iterator<Item = &'a Row<'a>>, floor: fn(i64) -> i64) -> BTreeMap<RollupKey<'a>, Sums> {
     let mut out: BTreeMap<RollupKey<'a>, Sums> = BTreeMap::new();
     for row in rows {
         let r = row.r;
         let key = (
-            hour_floor(r.ts_ms),
+            floor(r.ts_ms),
             r.key_id.as_deref().unwrap_or(""),
             r.user.as_deref().unwrap_or(""),
             r.team.as_deref().unwrap_or(""),
@@ -156,35 +169,37 @@ impl Store {
             }
             let inserted = new_ids.len();
             // A repeated id inside one batch: the first occurrence is the one the database kept.
-            let rollup = roll_up(rows.iter().filter(|row| new_ids.remove(row.r.id.as_str())));
-            let groups: Vec<_> = rollup.into_iter().collect();
-            for chunk in groups.chunks(CHUNK_ROWS) {
-                let sql = format!(
-                    "INSERT INTO usage_hourly (hour_ms, key_id, user_name, team, model, requests, prompt_tokens, \
-                     completion_tokens, total_tokens, cost_usd) VALUES {} \
-                     ON CONFLICT (hour_ms, key_id, user_name, team, model) DO UPDATE SET \
-                     requests = usage_hourly.requests + excluded.requests, \
-                     prompt_tokens = usage_hourly.prompt_tokens + excluded.prompt_tokens, \
-                     completion_tokens = usage_hourly.completion_tokens + excluded.completion_tokens, \
-                     total_tokens = usage_hourly.total_tokens + excluded.total_tokens, \
-                     cost_usd = usage_hourly.cost_usd + excluded.cost_usd",
-                    values_placeholders(sqlite, chunk.len(), ROLLUP_COLS)
-                );
-                let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
-                for ((hour, key_id, user, team, model), s) in chunk {
-                    q = q
-                        .bind(*hour)
-                        .bind(*key_id)
-                        .bind(*user)
-                        .bind(*team)
-                        .bind(*model)
-                        .bind(s.requests)
-                        .bind(s.prompt)
-                        .bind(s.completion)
-                        .bind(s.total)
-                        .bind(s.cost);
+            let kept: Vec<&Row> = rows.iter().filter(|row| new_ids.remove(row.r.id.as_str())).collect();
+            for (table, time, floor) in ROLLUPS {
+                let groups: Vec<_> = roll_up(kept.iter().copied(), floor).into_iter().collect();
+                for chunk in groups.chunks(CHUNK_ROWS) {
+                    let sql = format!(
+                        "INSERT INTO {table} ({time}, key_id, user_name, team, model, requests, prompt_tokens, \
+                         completion_tokens, total_tokens, cost_usd) VALUES {} \
+                         ON CONFLICT ({time}, key_id, user_name, team, model) DO UPDATE SET \
+                         requests = {table}.requests + excluded.requests, \
+                         prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, \
+                         completion_tokens = {table}.completion_tokens + excluded.completion_tokens, \
+                         total_tokens = {table}.total_tokens + excluded.total_tokens, \
+                         cost_usd = {table}.cost_usd + excluded.cost_usd",
+                        values_placeholders(sqlite, chunk.len(), ROLLUP_COLS)
+                    );
+                    let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
+                    for ((at, key_id, user, team, model), s) in chunk {
+                        q = q
+                            .bind(*at)
+                            .bind(*key_id)
+                            .bind(*user)
+                            .bind(*team)
+                            .bind(*model)
+                            .bind(s.requests)
+                            .bind(s.prompt)
+                            .bind(s.completion)
+                            .bind(s.total)
+                            .bind(s.cost);
+                    }
+                    q.execute(&mut *tx).await?;
                 }
-                q.execute(&mut *tx).await?;
             }
             sqlx::query(upsert_checkpoint).bind(&journal_id).bind(offset).execute(&mut *tx).await?;
             tx.commit().await?;

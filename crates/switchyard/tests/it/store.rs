@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use switchyard_gateway::records::{KeyRecord, UsageRecord};
-use switchyard_gateway::store::{Bucket, Store, StoreError, UsageQuery, UsageReport};
+use switchyard_gateway::store::{Bucket, GroupBy, Store, StoreError, UsageQuery, UsageReport};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 86_400_000;
@@ -302,6 +302,59 @@ async fn report_totals_buckets_and_filters() {
 
         let none = report(&store, UsageQuery { team: Some("nobody".into()), ..Default::default() }).await;
         assert_eq!(none, UsageReport::default());
+    })
+    .await;
+}
+
+/// Whole days come from the daily rollup and the ends of a range from the hourly one; both must give the
+/// same answers as summing the records themselves, whatever hour the range starts and ends in.
+#[tokio::test]
+async fn daily_and_hourly_rollups_agree_with_the_records() {
+    on_each_backend(|store, _| async move {
+        let records: Vec<UsageRecord> = (0..600)
+            .map(|i| {
+                let key = ["k1", "k2", "k3"][i % 3];
+                let model = ["m1", "m2"][i % 2];
+                let r = usage(&format!("d{i}"), BASE + i as i64 * 37 * 60_000, Some(key), None, Some("t"), model);
+                with_cost(r, i as u64, 1, (i % 7) as f64 * 0.25)
+            })
+            .collect();
+        store.write_usage_batch(&records, 1).await.unwrap();
+        let ranges = [
+            (BASE, BASE + 10 * DAY),
+            (BASE + 90 * 60_000, BASE + 9 * DAY + 5 * HOUR + 1),
+            (BASE + 3 * HOUR, BASE + 20 * HOUR),
+            (BASE + DAY - HOUR, BASE + 3 * DAY + HOUR),
+        ];
+        for (from, to) in ranges {
+            // Hour semantics: from the start of `from`'s hour, hours that start before `to`.
+            let inside: Vec<&UsageRecord> =
+                records.iter().filter(|r| r.ts_ms >= from / HOUR * HOUR && r.ts_ms / HOUR * HOUR < to).collect();
+            let q = |bucket| UsageQuery { from_ms: Some(from), to_ms: Some(to), bucket, ..Default::default() };
+            let by_day = report(&store, q(Bucket::Day)).await;
+            let by_hour = report(&store, q(Bucket::Hour)).await;
+            assert_eq!(by_day.totals.requests, inside.len() as u64, "{from}..{to}");
+            assert_eq!(by_day.totals, by_hour.totals, "{from}..{to}");
+            for day in &by_day.buckets {
+                let hours: u64 = by_hour
+                    .buckets
+                    .iter()
+                    .filter(|h| h.start_ms / DAY * DAY == day.start_ms)
+                    .map(|h| h.totals.requests)
+                    .sum();
+                assert_eq!(day.totals.requests, hours, "day {} of {from}..{to}", day.start_ms);
+            }
+            let groups = store.usage_groups(GroupBy::Key, from, to, 10).await.unwrap();
+            for g in &groups {
+                let want: Vec<&&UsageRecord> = inside.iter().filter(|r| r.key_id.as_deref() == Some(&g.name)).collect();
+                assert_eq!(g.totals.requests, want.len() as u64, "{} in {from}..{to}", g.name);
+                assert_eq!(g.totals.prompt_tokens, want.iter().map(|r| r.prompt_tokens).sum::<u64>());
+                let cost: f64 = want.iter().map(|r| r.cost_usd).sum();
+                assert!((g.totals.cost_usd - cost).abs() < 1e-9, "{} in {from}..{to}", g.name);
+            }
+            let models = store.usage_groups(GroupBy::Model, from, to, 10).await.unwrap();
+            assert_eq!(models.iter().map(|g| g.totals.requests).sum::<u64>(), inside.len() as u64);
+        }
     })
     .await;
 }
