@@ -34,9 +34,10 @@ pub fn day_floor(ts_ms: i64) -> i64 {
     ts_ms.div_euclid(DAY_MS) * DAY_MS
 }
 
-/// The two rollups: table, time column, and how a record's time maps to its row.
-const ROLLUPS: [(&str, &str, fn(i64) -> i64); 2] =
-    [("usage_hourly", "hour_ms", hour_floor), ("usage_daily", "day_ms", day_floor)];
+/// A rollup: its table, its time column, and how a record's time maps to its row.
+type Rollup = (&'static str, &'static str, fn(i64) -> i64);
+
+const ROLLUPS: [Rollup; 2] = [("usage_hourly", "hour_ms", hour_floor), ("usage_daily", "day_ms", day_floor)];
 
 /// A record with its unsigned fields already converted, so a bad value fails the batch before anything is written.
 struct Row<'a> {
