@@ -36,11 +36,15 @@ class Stack:
     def url(self) -> str:
         return self.gateway.url
 
-    def call(self, path: str, body: dict | None = None, key: str = MASTER) -> tuple[int, dict, dict]:
+    def call(
+        self, path: str, body: dict | None = None, key: str = MASTER, headers: dict | None = None
+    ) -> tuple[int, dict, dict]:
         """A request to the gateway as a client would send it: (status, headers, JSON body or {})."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method="POST" if data else "GET")
         req.add_header("authorization", f"Bearer {key}")
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         if data:
             req.add_header("content-type", "application/json")
         try:
@@ -71,6 +75,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "aliases: {fast: m}\n"
         f"prices: {{{MODEL}: {{input_per_million: 3.0, output_per_million: 15.0}}}}\n"
         f"backends:\n  - {{name: b0, url: '{mock.url}'}}\n"
+        # A stdio MCP server, so the MCP page has servers, tools and calls to show.
+        f"mcp: {{servers: [{{name: files, command: ['{sys.executable}', '{Path(__file__).with_name('mock_mcp.py')}']}}]}}\n"
     )
     gateway = start("gateway", ["serve", "--config", str(config)], logs)
     yield Stack(mock, gateway)

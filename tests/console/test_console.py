@@ -51,7 +51,7 @@ def test_logged_out_browsers_see_no_data(browser: Browser, stack: Stack) -> None
     page = context.new_page()
     page.goto(stack.url + "/ui#/requests")
     expect(page).to_have_url(re.compile(r"/ui/login"))
-    for path in ["/overview", "/requests", "/keys", "/usage?range=24h", "/backends"]:
+    for path in ["/overview", "/requests", "/keys", "/usage?range=24h", "/backends", "/mcp"]:
         status, body = api(page, path)
         assert status == 401 and "data" not in body and "backends" not in body, (path, status, body)
     page.fill("input[name=key]", "a guess")
@@ -169,6 +169,35 @@ def test_backends_page(page: Page, stack: Stack) -> None:
     expect(card).to_be_visible()
     expect(page.locator("[data-testid=models-table]")).to_contain_text("fast")
     shot(page, "backends")
+
+
+def test_the_mcp_page_shows_servers_tools_and_the_tool_call_log(page: Page, stack: Stack) -> None:
+    # One tool call through the gateway's MCP endpoint (the stateless revision: no session needed).
+    version = "2026-07-28"
+    meta = {"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "files__read_file", "arguments": {"path": "notes.txt"}, "_meta": meta},
+    }
+    headers = {"mcp-protocol-version": version, "accept": "application/json, text/event-stream"}
+    status, answer_headers, body = stack.call("/mcp", call, headers=headers)
+    assert status == 200 and body["result"]["content"][0]["text"] == "contents of notes.txt", (status, body)
+    request_id = answer_headers.get("x-request-id") or answer_headers.get("X-Request-Id")
+    assert request_id
+    wait_for_log(page, "id=" + request_id)
+
+    page.goto(stack.url + "/ui#/mcp")
+    server = page.locator("[data-testid=mcp-servers] [data-mcp-server=files]")
+    expect(server).to_be_visible()
+    expect(server).to_have_attribute("data-health", "up")
+    expect(server.locator("tr[data-tool=files__list_dir]")).to_contain_text("List the entries of a directory")
+    expect(server.locator("tr[data-tool=files__read_file] td").last).to_have_text("1")
+    log_row = page.locator(f"[data-testid=mcp-calls] tr[data-request-id='{request_id}']")
+    expect(log_row).to_contain_text("read_file")
+    expect(log_row).to_contain_text("200")
+    shot(page, "mcp")
 
 
 def test_logging_out_ends_the_session(page: Page, stack: Stack) -> None:

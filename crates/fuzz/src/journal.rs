@@ -31,6 +31,7 @@ fn record(i: usize) -> UsageRecord {
         tool: None,
         response_bytes: None,
         route: None,
+        bodies: None,
     }
 }
 

@@ -49,6 +49,8 @@ pub struct App {
     pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
     /// Where `POST /admin/reload` asks the server to reload (set while serving).
     pub reload: Option<tokio::sync::mpsc::Sender<ReloadRequest>>,
+    /// With `console.store_bodies`: what scrubs secrets from the bodies kept with each record.
+    pub redactor: Option<Arc<crate::redact::Redactor>>,
 }
 
 /// Keys are looked up in the store.
@@ -117,6 +119,7 @@ impl App {
                 (Limiter::new(memory, Some(SharedLimiter::new(shared.clone(), fallback))), Some(shared))
             }
         };
+        let redactor = redactor(&config);
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -134,6 +137,7 @@ impl App {
             exports: Arc::default(),
             telemetry: None,
             reload: None,
+            redactor,
         })
     }
 
@@ -163,6 +167,7 @@ impl App {
         }
         let router = Router::with_clock(&config, self.clock.clone())?;
         let client = upstream::build(config.timeouts.connect)?;
+        let redactor = redactor(&config);
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -180,6 +185,7 @@ impl App {
             exports: self.exports.clone(),
             telemetry: self.telemetry.clone(),
             reload: self.reload.clone(),
+            redactor,
         })
     }
 
@@ -313,4 +319,24 @@ fn redact(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// With `console.store_bodies`, the redactor for stored bodies: it knows this deployment's own
+/// secrets (master key, server secret, backends' API keys, MCP servers' headers and environment).
+fn redactor(config: &Config) -> Option<Arc<crate::redact::Redactor>> {
+    if !config.console.store_bodies {
+        return None;
+    }
+    let mut known: Vec<String> =
+        [&config.auth.master_key, &config.auth.secret].into_iter().flatten().cloned().collect();
+    known.extend(config.backends.iter().filter_map(|b| b.api_key.clone()));
+    for server in &config.mcp.servers {
+        match &server.transport {
+            crate::config::McpTransport::Http { headers, .. } => {
+                known.extend(headers.iter().filter_map(|(_, v)| v.to_str().ok().map(str::to_owned)));
+            }
+            crate::config::McpTransport::Stdio { env, .. } => known.extend(env.iter().map(|(_, v)| v.clone())),
+        }
+    }
+    Some(Arc::new(crate::redact::Redactor::new(known)))
 }

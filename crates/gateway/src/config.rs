@@ -260,18 +260,27 @@ pub struct Config {
     pub console: ConsoleConfig,
 }
 
-/// `console: {enabled, session_ttl}`.
+/// `console: {enabled, session_ttl, store_bodies, max_stored_body_bytes}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsoleConfig {
     /// Serve `/ui` (default on; behind the master key when one is set).
     pub enabled: bool,
     /// How long a console login lasts.
     pub session_ttl: Duration,
+    /// Keep request and response bodies with each request's record (off by default), secrets
+    /// redacted, each cut at `max_stored_body_bytes`.
+    pub store_bodies: bool,
+    pub max_stored_body_bytes: usize,
 }
 
 impl Default for ConsoleConfig {
     fn default() -> Self {
-        ConsoleConfig { enabled: true, session_ttl: Duration::from_secs(12 * 3600) }
+        ConsoleConfig {
+            enabled: true,
+            session_ttl: Duration::from_secs(12 * 3600),
+            store_bodies: false,
+            max_stored_body_bytes: 16 * 1024,
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! admin API's own code, the playground through the proxy as the master key.
 
 mod api;
+mod mcp;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -93,8 +94,10 @@ async fn api_route(
         (&Method::GET, "/usage") => api::usage(app, query, false).await,
         (&Method::GET, "/usage.csv") => api::usage(app, query, true).await,
         (&Method::GET, "/requests") => api::requests(app, query).await,
+        (&Method::GET, "/requests/bodies") => api::request_bodies(app, query).await,
         (&Method::GET, "/backends") => Ok(api::backends(app)),
         (&Method::GET, "/models") => Ok(crate::catalog::models(app)),
+        (&Method::GET, "/mcp") => Ok(mcp::mcp(app).await),
         (&Method::POST, "/chat/completions") => {
             // The playground: the real pipeline, as the master key.
             let (mut parts, body) = req.into_parts();
@@ -110,9 +113,11 @@ async fn api_route(
                 .await?;
             admin::handle(app, &parts.method, &format!("/admin{route}"), query, body).await
         }
-        (_, "/overview" | "/usage" | "/usage.csv" | "/requests" | "/backends" | "/models" | "/chat/completions") => {
-            Err(GatewayError::MethodNotAllowed)
-        }
+        (
+            _,
+            "/overview" | "/usage" | "/usage.csv" | "/requests" | "/requests/bodies" | "/backends" | "/models" | "/mcp"
+            | "/chat/completions",
+        ) => Err(GatewayError::MethodNotAllowed),
         _ => Err(GatewayError::RouteNotFound),
     }
 }

@@ -22,8 +22,8 @@
 //! 7. `auth`, `limit` (across a fleet through `shared`, the Redis connection), `route` (health probes and discovery run beside the pipeline, one task
 //!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`, `telemetry`
 //!    (OpenTelemetry spans, built and exported off the request path).
-//! 8. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob` — the bottom: they import no other
-//!    pipeline module (`config` and `records` nothing at all).
+//! 8. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob`, `redact` — the bottom: they import no
+//!    other pipeline module (`config` and `records` nothing at all).
 
 pub mod admin;
 pub mod app;
@@ -41,6 +41,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod proxy;
 pub mod records;
+pub mod redact;
 pub mod route;
 pub mod server;
 pub mod shared;

@@ -149,6 +149,7 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
             tool: Some(call.tool.clone()),
             response_bytes: Some(call.response_bytes as u64),
             route: None,
+            bodies: None,
         };
         if let Err(e) = journal.append(&record) {
             tracing::error!(error = %e, "could not journal an MCP tool call's usage");

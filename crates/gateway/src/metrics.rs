@@ -175,6 +175,11 @@ impl Metrics {
         self.mcp.count(server, tool, status, latency);
     }
 
+    /// MCP tool calls so far: server → tool → outcome → calls.
+    pub fn mcp_calls(&self) -> mcp::CallCounts {
+        self.mcp.calls()
+    }
+
     /// Model requests answered so far by status class (1xx..5xx), every model endpoint together;
     /// not `Other` (health checks, scrapes, the admin API, the console's own polling).
     pub fn requests_by_class(&self) -> [u64; 5] {

@@ -102,6 +102,9 @@ pub async fn forward(
             app.clock.unix_ms(),
         )
     });
+    if let (Some(m), Some(redactor)) = (meter.as_mut(), &app.redactor) {
+        m.keep_bodies(routed.body.clone(), app.config.console.max_stored_body_bytes, redactor.clone());
+    }
     if let (Some(m), Some((telemetry, mut trace))) = (meter.as_mut(), traced) {
         trace.stream = routed.stream;
         m.trace(telemetry, trace);

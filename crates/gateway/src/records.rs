@@ -96,4 +96,18 @@ pub struct UsageRecord {
     /// Why the router chose the backend (cache-aware and sticky routing explain themselves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// The request's and response's bodies, when the operator keeps them (`console.store_bodies`):
+    /// secrets redacted, each cut at the configured size. Exports carry them too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bodies: Option<Box<StoredBodies>>,
+}
+
+/// A request's bodies as stored: text (lossy UTF-8), redacted, capped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredBodies {
+    pub request: String,
+    /// What the client received (a stream as its raw events).
+    pub response: String,
+    /// Either body was longer than the cap and was cut there.
+    pub truncated: bool,
 }

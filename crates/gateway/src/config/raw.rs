@@ -53,6 +53,10 @@ pub struct RawConfig {
 struct RawConsole {
     enabled: Option<bool>,
     session_ttl: Option<String>,
+    /// Keep each request's and response's body in the request log (redacted, capped).
+    store_bodies: Option<bool>,
+    /// The cap on each stored body.
+    max_stored_body_bytes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -412,7 +416,16 @@ fn validate_console(raw: RawConsole) -> Result<super::ConsoleConfig, ConfigError
     if session_ttl < Duration::from_secs(60) {
         return Err(ConfigError::at("console.session_ttl", "must be at least 1m"));
     }
-    Ok(super::ConsoleConfig { enabled: raw.enabled.unwrap_or(defaults.enabled), session_ttl })
+    let max_stored_body_bytes = raw.max_stored_body_bytes.unwrap_or(defaults.max_stored_body_bytes);
+    if !(256..=1024 * 1024).contains(&max_stored_body_bytes) {
+        return Err(ConfigError::at("console.max_stored_body_bytes", "must be between 256 and 1048576"));
+    }
+    Ok(super::ConsoleConfig {
+        enabled: raw.enabled.unwrap_or(defaults.enabled),
+        session_ttl,
+        store_bodies: raw.store_bodies.unwrap_or(defaults.store_bodies),
+        max_stored_body_bytes,
+    })
 }
 
 fn validate_redis(raw: RawRedis) -> Result<RedisConfig, ConfigError> {

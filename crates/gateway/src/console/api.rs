@@ -284,6 +284,20 @@ pub async fn requests(app: &Arc<App>, query: Option<&str>) -> Result<Response<Ga
     Ok(json_value(StatusCode::OK, &json!({"data": rows, "next": next})))
 }
 
+/// `GET /ui/api/requests/bodies?id=…`: the bodies kept for one request (`console.store_bodies`).
+pub async fn request_bodies(app: &Arc<App>, query: Option<&str>) -> Result<Response<GatewayBody>, GatewayError> {
+    #[derive(Deserialize)]
+    struct Params {
+        id: String,
+    }
+    let p: Params = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|e| GatewayError::bad_request(format!("invalid query parameters: {e}"), Some("id")))?;
+    match store(app)?.request_bodies(&p.id).await.map_err(internal)? {
+        Some(bodies) => Ok(json_value(StatusCode::OK, &json!(bodies))),
+        None => Err(GatewayError::NotFound { message: "no bodies were kept for this request".into() }),
+    }
+}
+
 /// `GET /ui/api/backends`: each backend now and over the last minutes, and what serves each model.
 pub fn backends(app: &Arc<App>) -> Response<GatewayBody> {
     let series = &app.metrics.series;

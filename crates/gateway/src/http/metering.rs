@@ -12,7 +12,8 @@ use bytes::Bytes;
 use crate::config::Config;
 use crate::limit::{BudgetPermit, Permit};
 use crate::metrics::Metrics;
-use crate::records::UsageRecord;
+use crate::records::{StoredBodies, UsageRecord};
+use crate::redact::Redactor;
 use crate::route::backend::Backend;
 use crate::telemetry::{Outcome, Telemetry, Trace};
 use crate::usage::extract::BodyUsageTap;
@@ -26,6 +27,48 @@ enum Tap {
     Body(BodyUsageTap),
 }
 
+/// Read past the cap, so a secret that straddles it is still recognised and redacted whole.
+const CAPTURE_SLACK: usize = 256;
+
+/// Bodies kept for the request log (`console.store_bodies`).
+struct Capture {
+    redactor: Arc<Redactor>,
+    max: usize,
+    request: Bytes,
+    response: Vec<u8>,
+    response_len: usize,
+}
+
+impl Capture {
+    fn push(&mut self, frame: &[u8]) {
+        self.response_len += frame.len();
+        let room = (self.max + CAPTURE_SLACK).saturating_sub(self.response.len());
+        self.response.extend_from_slice(&frame[..frame.len().min(room)]);
+    }
+
+    fn finish(self) -> StoredBodies {
+        let (request, request_cut) = kept(&self.request, self.request.len(), self.max, &self.redactor);
+        let (response, response_cut) = kept(&self.response, self.response_len, self.max, &self.redactor);
+        StoredBodies { request, response, truncated: request_cut || response_cut }
+    }
+}
+
+/// `bytes` (the first part of a body `len` long) as redacted text of at most `max` bytes, and
+/// whether it was cut.
+fn kept(bytes: &[u8], len: usize, max: usize, redactor: &Redactor) -> (String, bool) {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(max + CAPTURE_SLACK)]);
+    let mut text = redactor.redact(&text);
+    let cut = len > max || text.len() > max;
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    (text, cut)
+}
+
 /// A request's trace and where it goes when the request ends.
 struct Traced {
     telemetry: Arc<Telemetry>,
@@ -37,6 +80,8 @@ pub struct Meter {
     journal: Option<Arc<Journal>>,
     /// Boxed: most requests carry no trace, and the meter is moved with the response body.
     traced: Option<Box<Traced>>,
+    /// Bodies being kept, when the operator opted in (boxed for the same reason).
+    capture: Option<Box<Capture>>,
     config: Arc<Config>,
     /// Where time to first token and tokens are counted, for `/metrics` and the console.
     metrics: Arc<Metrics>,
@@ -93,9 +138,11 @@ impl Meter {
                 tool: None,
                 response_bytes: None,
                 route: None,
+                bodies: None,
             },
             journal,
             traced: None,
+            capture: None,
             config,
             metrics,
             started,
@@ -109,6 +156,11 @@ impl Meter {
             earlier: None,
             recorded: false,
         }
+    }
+
+    /// Keep the request body and what the client receives with the record, redacted, each cut at `max`.
+    pub fn keep_bodies(&mut self, request: Bytes, max: usize, redactor: Arc<Redactor>) {
+        self.capture = Some(Box::new(Capture { redactor, max, request, response: Vec::new(), response_len: 0 }));
     }
 
     /// Carry the request's trace, to be handed to `telemetry` when the request ends.
@@ -200,21 +252,32 @@ impl Meter {
         if self.record.ttft_ms.is_none() && !frame.is_empty() {
             self.record.ttft_ms = Some(self.started.elapsed().as_secs_f64() * 1e3);
         }
-        match &mut self.tap {
+        let forwarded = match &mut self.tap {
             Some(Tap::Sse(tap)) => tap.push(frame),
             Some(Tap::Body(tap)) => {
                 tap.push(&frame);
                 Some(frame)
             }
             None => Some(frame),
-        }
+        };
+        self.capture_forwarded(forwarded.as_ref());
+        forwarded
     }
 
     /// The upstream body ended cleanly: bytes still held back by the tap, to forward last.
     pub fn end(&mut self) -> Option<Bytes> {
-        match &mut self.tap {
+        let forwarded = match &mut self.tap {
             Some(Tap::Sse(tap)) => tap.finish(),
             _ => None,
+        };
+        self.capture_forwarded(forwarded.as_ref());
+        forwarded
+    }
+
+    /// Kept bodies record what the client receives (without the usage chunk the gateway stripped).
+    fn capture_forwarded(&mut self, frame: Option<&Bytes>) {
+        if let (Some(capture), Some(frame)) = (self.capture.as_mut(), frame) {
+            capture.push(frame);
         }
     }
 
@@ -270,6 +333,9 @@ impl Meter {
         }
         if let Some(b) = self.budget.take() {
             b.settle(r.cost_usd);
+        }
+        if let Some(capture) = self.capture.take() {
+            r.bodies = Some(Box::new(capture.finish()));
         }
         if let Some(journal) = &self.journal {
             if let Err(e) = journal.append(r) {

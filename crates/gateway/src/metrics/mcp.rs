@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::Histogram;
 
 /// server → tool → outcome → calls.
-type CallCounts = BTreeMap<String, BTreeMap<String, BTreeMap<&'static str, u64>>>;
+pub type CallCounts = BTreeMap<String, BTreeMap<String, BTreeMap<&'static str, u64>>>;
 
 #[derive(Default)]
 pub struct McpMetrics {
@@ -38,6 +38,11 @@ impl McpMetrics {
                 None => latency_by_server.entry(server.to_owned()).or_default().observe(latency),
             }
         }
+    }
+
+    /// Every call counted so far (a copy: the console reads it now and then).
+    pub fn calls(&self) -> CallCounts {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn render(&self, out: &mut String) {

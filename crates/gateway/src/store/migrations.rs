@@ -22,6 +22,7 @@ const SQLITE: Embedded = &[
     (4, "0004_mcp.sql", include_str!("../../../../migrations/sqlite/0004_mcp.sql")),
     (5, "0005_request_log.sql", include_str!("../../../../migrations/sqlite/0005_request_log.sql")),
     (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/sqlite/0006_daily_rollup.sql")),
+    (7, "0007_request_bodies.sql", include_str!("../../../../migrations/sqlite/0007_request_bodies.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -31,6 +32,7 @@ const POSTGRES: Embedded = &[
     (4, "0004_mcp.sql", include_str!("../../../../migrations/postgres/0004_mcp.sql")),
     (5, "0005_request_log.sql", include_str!("../../../../migrations/postgres/0005_request_log.sql")),
     (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/postgres/0006_daily_rollup.sql")),
+    (7, "0007_request_bodies.sql", include_str!("../../../../migrations/postgres/0007_request_bodies.sql")),
 ];
 
 #[derive(Debug)]

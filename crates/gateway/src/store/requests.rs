@@ -7,6 +7,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{to_u64, Store, StoreError};
+use crate::records::StoredBodies;
 
 /// Which statuses to list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,10 @@ pub struct RequestRow {
     pub estimated: bool,
     pub route: Option<String>,
     pub tool: Option<String>,
+    /// Bytes sent to the client (MCP tool calls record it).
+    pub response_bytes: Option<u64>,
+    /// Whether bodies were kept for it (`console.store_bodies`).
+    pub has_bodies: bool,
 }
 
 enum Param<'a> {
@@ -110,8 +115,9 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
     let sql = format!(
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
-         r.estimated, r.route_reason, r.tool \
-         FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id{filter} \
+         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL \
+         FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
+         LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
         q.limit.clamp(1, 1000)
     );
@@ -143,6 +149,8 @@ macro_rules! decode {
             estimated: row.try_get(16)?,
             route: row.try_get(17)?,
             tool: row.try_get(18)?,
+            response_bytes: row.try_get::<Option<i64>, _>(19)?.map(|b| to_u64(b, "response_bytes")).transpose()?,
+            has_bodies: row.try_get(20)?,
         }
     }};
 }
@@ -166,6 +174,14 @@ impl Store {
             }
             Ok(out)
         })
+    }
+
+    /// The bodies kept for request `id`, if any.
+    pub async fn request_bodies(&self, id: &str) -> Result<Option<StoredBodies>, StoreError> {
+        let sql = "SELECT request, response, truncated FROM request_bodies WHERE id = $1";
+        let row: Option<(String, String, bool)> =
+            with_pool!(self, |pool| sqlx::query_as(sql).bind(id).fetch_optional(pool).await?);
+        Ok(row.map(|(request, response, truncated)| StoredBodies { request, response, truncated }))
     }
 }
 

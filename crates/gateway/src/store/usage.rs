@@ -171,6 +171,20 @@ impl Store {
             let inserted = new_ids.len();
             // A repeated id inside one batch: the first occurrence is the one the database kept.
             let kept: Vec<&Row> = rows.iter().filter(|row| new_ids.remove(row.r.id.as_str())).collect();
+            let with_bodies: Vec<_> =
+                kept.iter().filter_map(|row| row.r.bodies.as_deref().map(|b| (&row.r.id, b))).collect();
+            for chunk in with_bodies.chunks(CHUNK_ROWS) {
+                let sql = format!(
+                    "INSERT INTO request_bodies (id, request, response, truncated) VALUES {} \
+                     ON CONFLICT (id) DO NOTHING",
+                    values_placeholders(sqlite, chunk.len(), 4)
+                );
+                let mut q = sqlx::query(&sql);
+                for (id, b) in chunk {
+                    q = q.bind(*id).bind(&b.request).bind(&b.response).bind(b.truncated);
+                }
+                q.execute(&mut *tx).await?;
+            }
             for (table, time, floor) in ROLLUPS {
                 let groups: Vec<_> = roll_up(kept.iter().copied(), floor).into_iter().collect();
                 for chunk in groups.chunks(CHUNK_ROWS) {

@@ -52,6 +52,7 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         tool: None,
         response_bytes: None,
         route: None,
+        bodies: None,
     }
 }
 

@@ -212,6 +212,10 @@ async fn the_request_log_finds_filters_and_pages() {
     assert_eq!((rows[0]["id"].as_str(), rows[0]["status"].as_u64()), (Some(ok[3].as_str()), Some(200)));
     assert_eq!(rows[0]["backend"], "b0");
     assert!(rows[0]["ttft_ms"].is_number() && rows[0]["latency_ms"].is_number(), "{}", rows[0]);
+    // Bodies are not kept unless the operator opts in.
+    assert_eq!(rows[0]["has_bodies"], false);
+    let path = format!("/ui/api/requests/bodies?id={}", ok[3]);
+    assert_eq!(call(&client, &gw, Method::GET, &path, "", &[("cookie", &cookie)]).await.status, 404);
 
     let errors: HashSet<String> = all_pages(&client, &gw, &cookie, "status=error").await.into_iter().collect();
     assert_eq!(errors, failed.iter().cloned().collect());
@@ -253,5 +257,74 @@ async fn the_playground_streams_through_the_real_pipeline() {
     let (status, _, _) =
         client.post_stream(&format!("{}/ui/api/chat/completions", gw.url()), body.as_bytes(), &[CSRF]).await.unwrap();
     assert_eq!(status, 401, "the playground without a login");
+    gw.shutdown().await;
+}
+
+/// The log row of request `id` once the writer has stored it (bounded wait).
+async fn logged(client: &TestClient, gw: &RunningGateway, cookie: &str, id: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = call(client, gw, Method::GET, &format!("/ui/api/requests?id={id}"), "", &[("cookie", cookie)]).await;
+        if let Some(row) = r.json()["data"].as_array().and_then(|rows| rows.first().cloned()) {
+            return row;
+        }
+        assert!(Instant::now() < deadline, "request {id} never reached the log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_kept_on_opt_in_are_redacted_and_cut_at_the_cap() {
+    let (gw, _backend) = console_gateway("console: {store_bodies: true, max_stored_body_bytes: 1024}\n").await;
+    let client = TestClient::new();
+    let (_, cookie) = login(&client, &gw, MASTER).await;
+    let cookie = cookie.unwrap();
+    let bearer = format!("Bearer {MASTER}");
+    let secrets = ["sk-live-canary0123456789abcdef", MASTER, "hunter2-canary-password"];
+    let content = format!("my keys: {} and {}.", secrets[0], secrets[1]);
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": content, "password": secrets[2]},
+            {"role": "user", "content": "filler ".repeat(300)},
+        ],
+    });
+    for stream in [false, true] {
+        let mut body = body.clone();
+        body["stream"] = stream.into();
+        let r = client
+            .post_json(
+                &format!("{}/v1/chat/completions", gw.url()),
+                body.to_string().as_bytes(),
+                &[("authorization", &bearer)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let answer = r.text();
+        let id = r.header("x-request-id").unwrap().to_owned();
+        let row = logged(&client, &gw, &cookie, &id).await;
+        assert_eq!(row["has_bodies"], true, "{row}");
+        let path = format!("/ui/api/requests/bodies?id={id}");
+        let kept = call(&client, &gw, Method::GET, &path, "", &[("cookie", &cookie)]).await;
+        assert_eq!(kept.status, 200, "{}", kept.text());
+        let kept = kept.json();
+        let (request, response) = (kept["request"].as_str().unwrap(), kept["response"].as_str().unwrap());
+        for secret in secrets {
+            assert!(!request.contains(secret) && !response.contains(secret), "{secret} was stored: {request}");
+        }
+        assert!(request.contains("my keys: sk-[REDACTED] and [REDACTED]."), "{request}");
+        assert!(request.contains(r#""password":"[REDACTED]""#), "{request}");
+        assert!(
+            request.len() <= 1024 && kept["truncated"] == true,
+            "the request body is over the cap: {}",
+            request.len()
+        );
+        // What the client received, as it received it (a stream as its events), up to the cap.
+        assert!(answer.starts_with(response) && (response == answer || response.len() > 900), "stream: {stream}");
+        if stream {
+            assert!(response.starts_with("data: {"), "{response}");
+        }
+    }
     gw.shutdown().await;
 }

@@ -153,6 +153,7 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         tool: None,
         response_bytes: None,
         route: None,
+        bodies: None,
     }
 }
 
