@@ -1470,13 +1470,13 @@
           const d = await api(`/ui/api/requests?${q}`, { signal });
           const rows = Array.isArray(d.data) ? d.data : [];
           calls.replaceChildren(rows.length
-            ? table([{ label: 'Time', width: '110px' }, { label: 'Tool' }, { label: 'Key', width: '140px' },
+            ? table([{ label: 'Time', width: '130px' }, { label: 'Tool' }, { label: 'Key', width: '140px' },
               { label: 'Status', num: true, width: '70px' }, { label: 'Latency', num: true, width: '90px' },
               { label: 'Bytes', num: true, width: '90px' }, { label: 'Request ID', width: '120px' }],
             rows.map((r) => h('tr', { 'data-request-id': r.id },
               h('td', { text: fmtTs(r.ts_ms), title: fmtFull(r.ts_ms) }),
               h('td.mono', { text: orDash(r.tool), title: r.tool || null }),
-              h('td', { text: orDash(r.key_name || r.key_id), class: r.key_id ? null : 'muted' }),
+              h('td', { text: r.key_name || r.key_id || 'no key', class: r.key_id ? null : 'muted' }),
               h('td.num', null, h('span.status-code', { class: statusClass(r.status), text: orDash(r.status) })),
               h('td.num', { text: fmt.ms(r.latency_ms) }),
               h('td.num', { text: fmt.int(r.response_bytes) }),
