@@ -62,6 +62,7 @@ def main() -> None:
         "aliases: {fast: llama-3.1-8b, smart: llama-3.1-70b}\n"
         "prices: {llama-3.1-70b: {input_per_million: 0.9, output_per_million: 0.9}, "
         "llama-3.1-8b: {input_per_million: 0.1, output_per_million: 0.1}}\n"
+        f"mcp: {{servers: [{{name: files, command: ['{sys.executable}', '{Path(__file__).with_name('mock_mcp.py')}']}}]}}\n"
         "backends:\n"
         + "".join(f"  - {{name: gpu-{i + 1}, url: '{m.url}', max_concurrency: {8 * (i + 1)}}}\n" for i, m in enumerate(mocks))
     )
@@ -87,6 +88,22 @@ def main() -> None:
             model = rnd.choice(["fast", "llama-3.1-8b", "qwen2.5-7b", "smart", "fast", "no-such-model" if rnd.random() < 0.03 else "fast"])
             body = {"model": model, "stream": rnd.random() < 0.5, "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Question %d" % rnd.randrange(50)}]}
             post(base + "/v1/chat/completions", body, rnd.choice(keys))
+
+    def tool_call(tool: str, arguments: dict) -> None:
+        version = "2026-07-28"
+        meta = {"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}}
+        call = {"name": f"files__{tool}", "arguments": arguments, "_meta": meta}
+        req = urllib.request.Request(
+            base + "/mcp", data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}).encode()
+        )
+        for name, value in [("authorization", f"Bearer {MASTER}"), ("content-type", "application/json"),
+                            ("accept", "application/json, text/event-stream"), ("mcp-protocol-version", version)]:
+            req.add_header(name, value)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+
+    for i in range(12):
+        tool_call("read_file" if i % 3 else "list_dir", {"path": f"src/module_{i}.rs"})
 
     workers = [threading.Thread(target=traffic, daemon=True) for _ in range(4)]
     for w in workers:
@@ -115,6 +132,9 @@ def main() -> None:
             page.goto(base + "/ui#/backends")
             page.wait_for_selector("[data-testid=backends-list] [data-backend]")
             page.screenshot(path=str(OUT / "backends.png"))
+            page.goto(base + "/ui#/mcp")
+            page.wait_for_selector("[data-testid=mcp-calls] tr[data-request-id]")
+            page.screenshot(path=str(OUT / "mcp.png"))
             page.goto(base + "/ui#/playground")
             page.select_option("select[name=model]", "llama-3.1-70b")
             page.fill("textarea[name=prompt]", "Why route prompts to the backend that holds their prefix?")

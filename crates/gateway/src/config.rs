@@ -230,6 +230,10 @@ pub struct Config {
     pub strategy: Strategy,
     /// Upper bound on upstream attempts per request (first try included).
     pub max_attempts: u32,
+    /// The first wait before trying a backend again after a 429 or 503 (doubling, with jitter).
+    pub retry_backoff: Duration,
+    /// The longest `Retry-After` a request waits out; beyond it the answer goes to the client.
+    pub retry_after_max: Duration,
     /// Carry a stream whose backend failed mid-answer on at another backend (`routing.resume_streams`).
     pub resume_streams: bool,
     /// Requests that may wait for a slot when every backend of their model is at its cap, and

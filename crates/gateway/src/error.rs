@@ -43,6 +43,12 @@ pub enum GatewayError {
         model: String,
         retry_after_secs: u64,
     },
+    /// Every backend serving the model asked for a pause (a 429, or a 503 with `Retry-After`)
+    /// longer than the request may wait.
+    BackendsCooling {
+        model: String,
+        retry_after_secs: u64,
+    },
     UpstreamTimeout,
     /// The fleet's shared limits (Redis) cannot be reached and their `on_failure` is `closed`.
     LimitsUnavailable,
@@ -89,6 +95,7 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             GatewayError::NoHealthyBackend { .. }
             | GatewayError::Overloaded { .. }
+            | GatewayError::BackendsCooling { .. }
             | GatewayError::LimitsUnavailable
             | GatewayError::KeysUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -114,6 +121,7 @@ impl GatewayError {
             GatewayError::ModelNotFound { .. } => "model_not_found",
             GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
             GatewayError::Overloaded { .. } => "overloaded",
+            GatewayError::BackendsCooling { .. } => "backends_cooling",
             GatewayError::UpstreamTimeout => "upstream_timeout",
             GatewayError::LimitsUnavailable => "limits_unavailable",
             GatewayError::KeysUnavailable => "keys_unavailable",
@@ -170,6 +178,12 @@ impl GatewayError {
                 "server_error",
                 None,
                 Some("overloaded"),
+            ),
+            GatewayError::BackendsCooling { model, retry_after_secs } => (
+                format!("every backend serving `{model}` asked for a pause; retry in {retry_after_secs} s"),
+                "server_error",
+                None,
+                Some("backends_cooling"),
             ),
             GatewayError::NoHealthyBackend { model } => (
                 format!("no healthy backend is serving `{model}` right now; retry shortly"),

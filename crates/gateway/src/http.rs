@@ -60,7 +60,9 @@ pub fn error_response_in(e: &GatewayError, api: Api) -> Response<GatewayBody> {
         }
         h.extend((**headers).clone());
     }
-    if let GatewayError::Overloaded { retry_after_secs, .. } = e {
+    if let GatewayError::Overloaded { retry_after_secs, .. } | GatewayError::BackendsCooling { retry_after_secs, .. } =
+        e
+    {
         h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
     }
     if let GatewayError::LimitsUnavailable | GatewayError::KeysUnavailable = e {

@@ -11,6 +11,7 @@
 mod permits;
 mod queue;
 mod resume;
+mod retry;
 mod translation;
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -138,7 +139,14 @@ pub async fn forward(
     let mut fleet_pin = futures_util::future::OptionFuture::from(lookup).await;
     let pinned = fleet_pin.as_ref().and_then(|p| app.router.id_of(p.backend.as_deref()?));
     let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain), pinned };
-    for attempt in 0..app.config.max_attempts {
+    // Waits for a cooling backend (see proxy/retry.rs) are not attempts; they are few and each is
+    // bounded by `routing.retry_after_max` and the deadline.
+    let (mut next_attempt, mut waits) = (0, 0);
+    // How long until a cooling backend is back, when that was too long to wait.
+    let mut cooling: Option<Duration> = None;
+    while next_attempt < app.config.max_attempts {
+        let attempt = next_attempt;
+        next_attempt += 1;
         let key = principal.key().map_or("", |k| k.id.as_str());
         let selected = match queue::select(app, &routed.model, &hints, &tried, key, deadline, attempt == 0).await {
             Ok(selected) => selected,
@@ -162,7 +170,18 @@ pub async fn forward(
                 }
                 return Err(e);
             }
-            Err(SelectError::NoneAvailable | SelectError::Full) => break,
+            Err(SelectError::NoneAvailable | SelectError::Full) => {
+                match retry::wait_for_cooldown(app, &routed.model, waits, deadline).await {
+                    retry::Wait::Waited if waits < app.config.max_attempts => {
+                        (waits, next_attempt) = (waits + 1, attempt);
+                        tried.clear();
+                        continue;
+                    }
+                    retry::Wait::TooLong(left) => cooling = Some(left),
+                    _ => {}
+                }
+                break;
+            }
         };
         tried.push(backend.id);
         if let (Some(m), Some(why)) = (meter.as_mut(), &route) {
@@ -240,6 +259,7 @@ pub async fn forward(
                 } else {
                     backend.health.on_success();
                 }
+                retry::on_answer(app, &backend, status, &parts.headers, attempt);
                 let answer = Answer { parts, body, first, guard, ttfb, plan, route };
                 if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
                     held = Some(answer);
@@ -281,7 +301,14 @@ pub async fn forward(
         };
         return respond(app, answer, call, metering, &mut bodies, resume).await;
     }
-    let e = failure.unwrap_or(GatewayError::NoHealthyBackend { model: routed.model });
+    let e = match (failure, cooling) {
+        (Some(e), _) => e,
+        // Backends that are only cooling down: say when to come back.
+        (None, Some(left)) => {
+            GatewayError::BackendsCooling { model: routed.model, retry_after_secs: left.as_secs_f64().ceil() as u64 }
+        }
+        (None, None) => GatewayError::NoHealthyBackend { model: routed.model },
+    };
     // Nothing was generated: give the token reservation back (the meter settles to 0 tokens).
     if let Some(p) = permit.as_mut() {
         p.settle(0);

@@ -14,7 +14,7 @@ pub mod sticky;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
@@ -126,6 +126,16 @@ impl Router {
     /// How many backends serve `model` (healthy or not): with one, there is no choice to share.
     pub fn backends_serving(&self, model: &str) -> usize {
         self.table.load().get(model).map_or(0, Vec::len)
+    }
+
+    /// How long until the first of `model`'s backends that are only cooling down (after a 429, or
+    /// a 503 with `Retry-After`; up otherwise) takes requests again; None when none is cooling.
+    pub fn soonest_cooldown_end(&self, model: &str) -> Option<Duration> {
+        let now = self.clock.mono_ms();
+        let table = self.table.load();
+        let until =
+            table.get(model)?.iter().filter(|b| b.health.is_up()).filter_map(|b| b.health.cooling_until(now)).min()?;
+        Some(Duration::from_millis(until - now))
     }
 
     pub fn knows_model(&self, model: &str) -> bool {

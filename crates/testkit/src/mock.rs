@@ -143,6 +143,10 @@ pub struct MockControl {
     pub peak_in_flight: AtomicU64,
     fail_rate_bits: AtomicU64,
     fail_status: AtomicU16,
+    /// The next this many POSTs fail whatever the rate.
+    fail_next: AtomicU64,
+    /// Headers the injected failures carry (`Retry-After`, `retry-after-ms`).
+    fail_headers: Mutex<Vec<(&'static str, String)>>,
     latency_ns: AtomicU64,
     chunk_delay_ns: AtomicU64,
     rng: AtomicU64,
@@ -180,6 +184,8 @@ impl MockControl {
             peak_in_flight: AtomicU64::new(0),
             fail_rate_bits: AtomicU64::new(0),
             fail_status: AtomicU16::new(503),
+            fail_next: AtomicU64::new(0),
+            fail_headers: Mutex::new(Vec::new()),
             latency_ns: AtomicU64::new(0),
             chunk_delay_ns: AtomicU64::new(0),
             rng: AtomicU64::new(0x5EED),
@@ -194,6 +200,21 @@ impl MockControl {
         c.set_latency(cfg.latency);
         c.set_chunk_delay(cfg.chunk_delay);
         c
+    }
+
+    /// The next `n` POSTs fail with the fail status, whatever the fail rate.
+    pub fn set_fail_next(&self, n: u64) {
+        self.fail_next.store(n, Ordering::Relaxed);
+    }
+
+    /// Headers every injected failure carries from now on (e.g. `("retry-after", "2")`).
+    pub fn set_fail_headers(&self, headers: &[(&'static str, &str)]) {
+        *self.fail_headers.lock().unwrap_or_else(|p| p.into_inner()) =
+            headers.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    }
+
+    pub(crate) fn fail_headers(&self) -> Vec<(&'static str, String)> {
+        self.fail_headers.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Sets the fraction of POSTs answered with the fail status (clamped to 0..=1).
@@ -313,6 +334,9 @@ impl MockControl {
     /// Decides whether this request gets the injected failure.
     /// Deterministic for rates 0 and 1; otherwise a counter-based splitmix draw.
     fn should_fail(&self) -> bool {
+        if self.fail_next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+            return true;
+        }
         let rate = self.fail_rate();
         if rate <= 0.0 {
             return false;

@@ -132,6 +132,8 @@ fn default_kind() -> String {
 struct RawRouting {
     strategy: Option<String>,
     max_attempts: Option<u32>,
+    retry_backoff: Option<String>,
+    retry_after_max: Option<String>,
     resume_streams: Option<bool>,
     max_queue: Option<usize>,
     queue_timeout: Option<String>,
@@ -390,6 +392,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         backends,
         strategy,
         max_attempts,
+        retry_backoff: duration("routing.retry_backoff", &raw.routing.retry_backoff, Duration::from_millis(250))?,
+        retry_after_max: duration("routing.retry_after_max", &raw.routing.retry_after_max, Duration::from_secs(10))?,
         resume_streams: raw.routing.resume_streams.unwrap_or(true),
         max_queue: raw.routing.max_queue.unwrap_or(1000),
         queue_timeout: duration("routing.queue_timeout", &raw.routing.queue_timeout, Duration::from_secs(30))?,

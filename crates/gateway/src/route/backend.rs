@@ -207,6 +207,9 @@ pub struct HealthState {
     breaker_since_ms: AtomicU64,
     threshold: u32,
     cooldown_ms: u64,
+    /// Until when (monotonic ms) the backend asked to be left alone: a 429, or a 503 with
+    /// `Retry-After`. Requests go elsewhere meanwhile.
+    cool_until_ms: AtomicU64,
 }
 
 impl HealthState {
@@ -218,7 +221,19 @@ impl HealthState {
             breaker_since_ms: AtomicU64::new(0),
             threshold: cfg.failure_threshold,
             cooldown_ms: cfg.breaker_cooldown.as_millis() as u64,
+            cool_until_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Leave the backend alone until `until_ms` (monotonic); a later end wins over an earlier one.
+    pub fn cool_down(&self, until_ms: u64) {
+        self.cool_until_ms.fetch_max(until_ms, Relaxed);
+    }
+
+    /// When the backend's cooldown ends, if it has not yet at `now_ms`.
+    pub fn cooling_until(&self, now_ms: u64) -> Option<u64> {
+        let until = self.cool_until_ms.load(Relaxed);
+        (until > now_ms).then_some(until)
     }
 
     pub fn is_up(&self) -> bool {
@@ -237,7 +252,7 @@ impl HealthState {
     /// May a request be routed here? An open breaker past its cooldown (or a half-open trial
     /// that never reported back) counts as available; `claim` then decides who gets the trial.
     pub fn available(&self, now_ms: u64) -> bool {
-        if !self.is_up() {
+        if !self.is_up() || self.cooling_until(now_ms).is_some() {
             return false;
         }
         match self.breaker.load(Relaxed) {
@@ -330,6 +345,17 @@ mod tests {
         h.on_success();
         assert!(!h.on_server_error(0));
         assert!(!h.breaker_open());
+    }
+
+    #[test]
+    fn a_cooling_backend_is_unavailable_until_its_cooldown_ends() {
+        let h = health();
+        h.cool_down(1_000);
+        h.cool_down(500);
+        assert!(!h.available(999));
+        assert_eq!(h.cooling_until(999), Some(1_000));
+        assert!(h.available(1_000));
+        assert_eq!(h.cooling_until(1_000), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod limits;
 mod mcp;
 mod reload;
 mod resume;
+mod retry;
 mod routing;
 mod slowloris;
 mod smuggling;
