@@ -243,6 +243,12 @@ pub struct Config {
     /// Sticky sessions and cache-aware balance.
     pub affinity: AffinityConfig,
     pub aliases: HashMap<String, String>,
+    /// `fallbacks:` the models to try, in order, when a model's own backends cannot answer (keyed
+    /// by the name the client sends, alias or not).
+    pub fallbacks: HashMap<String, Vec<String>>,
+    /// `routing.fallback_statuses`: backend answers that send a request on to a fallback model
+    /// (besides no backend being able to take it at all).
+    pub fallback_statuses: Vec<u16>,
     pub health: HealthConfig,
     pub timeouts: Timeouts,
     pub max_body_bytes: usize,
@@ -353,6 +359,11 @@ impl Config {
         self.prices.get(model).map_or(0.0, |p| {
             (prompt_tokens as f64 * p.input_per_million + completion_tokens as f64 * p.output_per_million) / 1e6
         })
+    }
+
+    /// The fallback models for a request that asked for `requested` (resolved to `model`).
+    pub fn fallbacks_for(&self, requested: &str, model: &str) -> &[String] {
+        self.fallbacks.get(requested).or_else(|| self.fallbacks.get(model)).map_or(&[], Vec::as_slice)
     }
 
     /// Resolve an alias; a name that is not an alias resolves to itself.

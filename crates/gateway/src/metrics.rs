@@ -12,7 +12,7 @@ use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 22] = [
+const ERROR_KINDS: [&str; 24] = [
     "not_found",
     "unauthorized",
     "forbidden",
@@ -35,6 +35,8 @@ const ERROR_KINDS: [&str; 22] = [
     "upstream_status",
     "stream_aborted",
     "stream_idle_timeout",
+    "upstream_cooldown",
+    "backends_cooling",
 ];
 
 /// Bucket upper bounds in seconds, from 10 µs (gateway overhead) to 2 min (long generations).
@@ -141,6 +143,9 @@ pub struct Metrics {
     /// The last minutes of the figures above, read every few seconds for the console.
     pub series: series::Series,
     mcp: mcp::McpMetrics,
+    /// Requests that fell back from one model to another: (from, to) → count. Labels come from
+    /// the configured `fallbacks:`, so their number is bounded by config.
+    fallbacks: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
 }
 
 impl Default for Metrics {
@@ -160,6 +165,7 @@ impl Default for Metrics {
             tokens: AtomicU64::new(0),
             series: series::Series::default(),
             mcp: mcp::McpMetrics::default(),
+            fallbacks: std::sync::Mutex::default(),
         }
     }
 }
@@ -192,6 +198,12 @@ impl Metrics {
         out
     }
 
+    /// A request fell back from model `from` to `to`.
+    pub fn count_fallback(&self, from: &str, to: &str) {
+        let mut counts = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
+        *counts.entry((from.to_owned(), to.to_owned())).or_default() += 1;
+    }
+
     pub fn count_error(&self, kind: &str) {
         if let Some(i) = ERROR_KINDS.iter().position(|k| *k == kind) {
             self.errors[i].fetch_add(1, Relaxed);
@@ -217,6 +229,16 @@ impl Metrics {
         for (kind, counter) in ERROR_KINDS.iter().zip(&self.errors) {
             let _ = writeln!(out, "switchyard_errors_total{{kind=\"{kind}\"}} {}", counter.load(Relaxed));
         }
+        let fallbacks = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
+        if !fallbacks.is_empty() {
+            out.push_str("# HELP switchyard_fallbacks_total Requests that fell back from a model to another.\n");
+            out.push_str("# TYPE switchyard_fallbacks_total counter\n");
+            for ((from, to), n) in fallbacks.iter() {
+                let (from, to) = (mcp::escape(from), mcp::escape(to));
+                let _ = writeln!(out, "switchyard_fallbacks_total{{from=\"{from}\",to=\"{to}\"}} {n}");
+            }
+        }
+        drop(fallbacks);
         out.push_str("# HELP switchyard_retries_total Upstream attempts beyond the first.\n");
         out.push_str("# TYPE switchyard_retries_total counter\n");
         let _ = writeln!(out, "switchyard_retries_total {}", self.retries.load(Relaxed));

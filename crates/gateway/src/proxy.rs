@@ -8,6 +8,7 @@
 //! pass through when the backend speaks the client's API, else the request is translated for
 //! it (`proxy/translation.rs`) and the answer translated back.
 
+mod attempt;
 mod permits;
 mod queue;
 mod resume;
@@ -21,27 +22,29 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Frame;
-use http_body_util::{BodyExt, Full};
+
 use hyper::body::Incoming;
 
 use crate::app::App;
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::metering::Meter;
-use crate::http::parse::{parse_request, read_body};
+use crate::http::parse::{parse_request, read_body, with_model};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
 use crate::limit::Permit;
-use crate::route::backend::{Backend, InFlight};
+use crate::route::backend::InFlight;
 use crate::route::{prefix, RouteHints, SelectError};
 use crate::shared::affinity::FleetPin;
 use crate::translate::{self, Plan, StreamTranslator, Wire};
 use crate::usage::{inject_include_usage, Tokens};
+use attempt::{attempt_once, AttemptError, Headers};
 use resume::Resumption;
 use translation::{Bodies, BodyError};
 
 pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
 static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
+static MODEL_HEADER: HeaderName = HeaderName::from_static("x-switchyard-model");
 static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -59,11 +62,6 @@ struct Answer {
     route: Option<HeaderValue>,
 }
 
-enum AttemptError {
-    Transport,
-    Timeout,
-}
-
 pub async fn forward(
     app: &Arc<App>,
     endpoint: Endpoint,
@@ -77,8 +75,8 @@ pub async fn forward(
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let mut routed = parse_request(endpoint, body, &app.config)?;
     let (permit, budget) = permits::take(app, &principal, &routed).await?;
-    let client_body = routed.body.clone();
-    let mut bodies = Bodies::new(endpoint, &client_body, &routed.model);
+    let mut client_body = routed.body.clone();
+    let mut bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
     // For usage on streams the client did not ask it for, ask upstream and hide it on the way back.
     let mut strip_usage_chunk = false;
     if routed.stream && matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions) {
@@ -144,150 +142,180 @@ pub async fn forward(
     let (mut next_attempt, mut waits) = (0, 0);
     // How long until a cooling backend is back, when that was too long to wait.
     let mut cooling: Option<Duration> = None;
-    while next_attempt < app.config.max_attempts {
-        let attempt = next_attempt;
-        next_attempt += 1;
-        let key = principal.key().map_or("", |k| k.id.as_str());
-        let selected = match queue::select(app, &routed.model, &hints, &tried, key, deadline, attempt == 0).await {
-            Ok(selected) => selected,
-            Err(e) => {
-                app.metrics.count_error(e.kind());
-                if let Some(p) = permit.as_mut() {
-                    p.settle(0);
-                }
-                if let Some(m) = meter.as_mut() {
-                    m.failed(e.status().as_u16());
-                }
-                return Err(e);
-            }
-        };
-        let (backend, route, slot) = match selected {
-            Ok(s) => (s.backend, s.explain.and_then(|e| HeaderValue::try_from(e).ok()), s.slot),
-            Err(SelectError::UnknownModel) => {
-                let e = GatewayError::ModelNotFound { model: routed.model };
-                if let Some(m) = meter.as_mut() {
-                    m.failed(e.status().as_u16());
-                }
-                return Err(e);
-            }
-            Err(SelectError::NoneAvailable | SelectError::Full) => {
-                match retry::wait_for_cooldown(app, &routed.model, waits, deadline).await {
-                    retry::Wait::Waited if waits < app.config.max_attempts => {
-                        (waits, next_attempt) = (waits + 1, attempt);
-                        tried.clear();
-                        continue;
+    // The fallback models (`fallbacks:`), tried in order once the model's own backends cannot answer.
+    let mut fallbacks = app.config.fallbacks_for(&routed.requested, &routed.model).iter();
+    let mut hints = hints;
+    'models: loop {
+        while next_attempt < app.config.max_attempts {
+            let attempt = next_attempt;
+            next_attempt += 1;
+            let key = principal.key().map_or("", |k| k.id.as_str());
+            let selected = match queue::select(app, &routed.model, &hints, &tried, key, deadline, attempt == 0).await {
+                Ok(selected) => selected,
+                Err(e) => {
+                    app.metrics.count_error(e.kind());
+                    if let Some(p) = permit.as_mut() {
+                        p.settle(0);
                     }
-                    retry::Wait::TooLong(left) => cooling = Some(left),
-                    _ => {}
-                }
-                break;
-            }
-        };
-        tried.push(backend.id);
-        if let (Some(m), Some(why)) = (meter.as_mut(), &route) {
-            m.route(why);
-        }
-        if let Some(pin) = fleet_pin.as_mut() {
-            pin.went_to(backend.name());
-        }
-        let plan = translate::plan(endpoint, backend.kind());
-        let (wire, upstream_body) = match plan {
-            Plan::Pass(wire) => (wire, routed.body.clone()),
-            Plan::Translate(wire) => match bodies.encode(wire) {
-                Ok(body) => (wire, body),
-                Err(BodyError::Request(e)) => {
-                    let e = GatewayError::from_translate(&e);
                     if let Some(m) = meter.as_mut() {
                         m.failed(e.status().as_u16());
                     }
                     return Err(e);
                 }
-                Err(BodyError::Wire(e)) => {
-                    app.metrics.count_error("unsupported_feature");
-                    failure = Some(GatewayError::from_translate(&e));
-                    continue;
-                }
-            },
-            Plan::Local => {
-                if let Some(m) = meter.as_mut() {
-                    m.failed(200);
-                }
-                return translation::count_tokens_locally(&mut bodies);
-            }
-            Plan::Unsupported(feature) => {
-                app.metrics.count_error("unsupported_feature");
-                failure = Some(GatewayError::bad_request(
-                    format!("backend `{}` ({}) cannot serve {feature}", backend.name(), backend.kind().as_str()),
-                    None,
-                ));
-                continue;
-            }
-        };
-        if attempt > 0 {
-            app.metrics.retries.fetch_add(1, Relaxed);
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            failure = Some(GatewayError::UpstreamTimeout);
-            break;
-        }
-        let guard = slot;
-        backend.stats.attempts.fetch_add(1, Relaxed);
-        let sent = Instant::now();
-        let limit = remaining.min(app.config.timeouts.first_byte);
-        let trace_headers = meter.as_mut().and_then(|m| m.trace_attempt(&backend));
-        let headers = Headers { client: &parts.headers, request_id, trace: trace_headers };
-        let outcome = attempt_once(app, &backend, wire, upstream_body, headers, limit).await;
-        let ttfb = sent.elapsed();
-        upstream_wait += ttfb;
-        if let Some(m) = meter.as_mut() {
-            m.trace_outcome(match &outcome {
-                Ok((parts, _, _)) => Ok(parts.status.as_u16()),
-                Err(AttemptError::Transport) => Err("connection_error"),
-                Err(AttemptError::Timeout) => Err("timeout"),
-            });
-        }
-        match outcome {
-            Ok((parts, body, first)) => {
-                let status = parts.status;
-                if status.is_server_error() {
-                    backend.stats.failures.fetch_add(1, Relaxed);
-                    app.metrics.count_error("upstream_status");
-                    if backend.health.on_server_error(app.clock.mono_ms()) {
-                        tracing::warn!(backend = backend.name(), %status, "circuit breaker opened");
+            };
+            let (backend, route, slot) = match selected {
+                Ok(s) => (s.backend, s.explain.and_then(|e| HeaderValue::try_from(e).ok()), s.slot),
+                // No backend serves it (a dead backend's models leave the table): a fallback may.
+                Err(SelectError::UnknownModel) if fallbacks.len() > 0 => break,
+                Err(SelectError::UnknownModel) => {
+                    let e = GatewayError::ModelNotFound { model: routed.model };
+                    if let Some(m) = meter.as_mut() {
+                        m.failed(e.status().as_u16());
                     }
-                } else {
-                    backend.health.on_success();
+                    return Err(e);
                 }
-                retry::on_answer(app, &backend, status, &parts.headers, attempt);
-                let answer = Answer { parts, body, first, guard, ttfb, plan, route };
-                if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-                    held = Some(answer);
+                Err(SelectError::NoneAvailable | SelectError::Full) => {
+                    match retry::wait_for_cooldown(app, &routed.model, waits, deadline).await {
+                        retry::Wait::Waited if waits < app.config.max_attempts => {
+                            (waits, next_attempt) = (waits + 1, attempt);
+                            tried.clear();
+                            continue;
+                        }
+                        retry::Wait::TooLong(left) => cooling = Some(left),
+                        _ => {}
+                    }
+                    break;
+                }
+            };
+            tried.push(backend.id);
+            if let (Some(m), Some(why)) = (meter.as_mut(), &route) {
+                m.route(why);
+            }
+            if let Some(pin) = fleet_pin.as_mut() {
+                pin.went_to(backend.name());
+            }
+            let plan = translate::plan(endpoint, backend.kind());
+            let (wire, upstream_body) = match plan {
+                Plan::Pass(wire) => (wire, routed.body.clone()),
+                Plan::Translate(wire) => match bodies.encode(wire) {
+                    Ok(body) => (wire, body),
+                    Err(BodyError::Request(e)) => {
+                        let e = GatewayError::from_translate(&e);
+                        if let Some(m) = meter.as_mut() {
+                            m.failed(e.status().as_u16());
+                        }
+                        return Err(e);
+                    }
+                    Err(BodyError::Wire(e)) => {
+                        app.metrics.count_error("unsupported_feature");
+                        failure = Some(GatewayError::from_translate(&e));
+                        continue;
+                    }
+                },
+                Plan::Local => {
+                    if let Some(m) = meter.as_mut() {
+                        m.failed(200);
+                    }
+                    return translation::count_tokens_locally(&mut bodies);
+                }
+                Plan::Unsupported(feature) => {
+                    app.metrics.count_error("unsupported_feature");
+                    failure = Some(GatewayError::bad_request(
+                        format!("backend `{}` ({}) cannot serve {feature}", backend.name(), backend.kind().as_str()),
+                        None,
+                    ));
                     continue;
                 }
-                let metering = Metering { meter, permit, strip_usage_chunk };
-                let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
-                let resume = Resumption {
-                    tried: &tried,
-                    client_body: &client_body,
-                    model: &routed.model,
-                    headers: client_headers,
-                    attempts: attempt + 1,
-                };
-                return respond(app, answer, call, metering, &mut bodies, resume).await;
+            };
+            if attempt > 0 {
+                app.metrics.retries.fetch_add(1, Relaxed);
             }
-            Err(AttemptError::Transport) => {
-                app.metrics.count_error("upstream_connect");
-                backend.mark_failed("transport error");
-                // The backend was dead, not slow: to the client that is "no healthy backend" (503, retryable).
-                failure = None;
-            }
-            Err(AttemptError::Timeout) => {
-                app.metrics.count_error("upstream_timeout");
-                backend.mark_failed("timeout");
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
                 failure = Some(GatewayError::UpstreamTimeout);
+                break;
+            }
+            let guard = slot;
+            backend.stats.attempts.fetch_add(1, Relaxed);
+            let sent = Instant::now();
+            let limit = remaining.min(app.config.timeouts.first_byte);
+            let trace_headers = meter.as_mut().and_then(|m| m.trace_attempt(&backend));
+            let headers = Headers { client: &parts.headers, request_id, trace: trace_headers };
+            let outcome = attempt_once(app, &backend, wire, upstream_body, headers, limit).await;
+            let ttfb = sent.elapsed();
+            upstream_wait += ttfb;
+            if let Some(m) = meter.as_mut() {
+                m.trace_outcome(match &outcome {
+                    Ok((parts, _, _)) => Ok(parts.status.as_u16()),
+                    Err(AttemptError::Transport) => Err("connection_error"),
+                    Err(AttemptError::Timeout) => Err("timeout"),
+                });
+            }
+            match outcome {
+                Ok((parts, body, first)) => {
+                    let status = parts.status;
+                    if status.is_server_error() {
+                        backend.stats.failures.fetch_add(1, Relaxed);
+                        app.metrics.count_error("upstream_status");
+                        if backend.health.on_server_error(app.clock.mono_ms()) {
+                            tracing::warn!(backend = backend.name(), %status, "circuit breaker opened");
+                        }
+                    } else {
+                        backend.health.on_success();
+                    }
+                    retry::on_answer(app, &backend, status, &parts.headers, attempt);
+                    let answer = Answer { parts, body, first, guard, ttfb, plan, route };
+                    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+                        held = Some(answer);
+                        continue;
+                    }
+                    let metering = Metering { meter, permit, strip_usage_chunk };
+                    let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
+                    let resume = Resumption {
+                        tried: &tried,
+                        client_body: &client_body,
+                        model: &routed.model,
+                        headers: client_headers,
+                        attempts: attempt + 1,
+                    };
+                    return served_by(respond(app, answer, call, metering, &mut bodies, resume).await, &routed.model);
+                }
+                Err(AttemptError::Transport) => {
+                    app.metrics.count_error("upstream_connect");
+                    backend.mark_failed("transport error");
+                    // The backend was dead, not slow: to the client that is "no healthy backend" (503, retryable).
+                    failure = None;
+                }
+                Err(AttemptError::Timeout) => {
+                    app.metrics.count_error("upstream_timeout");
+                    backend.mark_failed("timeout");
+                    failure = Some(GatewayError::UpstreamTimeout);
+                }
             }
         }
+        // Fall back when nothing answered, or what answered is on `routing.fallback_statuses`.
+        let fall_back = held.as_ref().is_none_or(|a| app.config.fallback_statuses.contains(&a.parts.status.as_u16()));
+        if let Some(next) = fall_back.then(|| fallbacks.next()).flatten() {
+            let to = app.config.resolve_alias(next).to_owned();
+            let (Ok(upstream), Ok(client)) = (with_model(&routed.body, &to), with_model(&client_body, &to)) else {
+                break;
+            };
+            app.metrics.count_fallback(&routed.model, &to);
+            tracing::debug!(from = %routed.model, to = %to, "falling back to another model");
+            (routed.body, client_body) = (upstream, client);
+            bodies = Bodies::new(endpoint, client_body.clone(), to.clone());
+            if let Some(m) = meter.as_mut() {
+                m.serve(&to);
+            }
+            routed.model = to;
+            (next_attempt, waits, cooling, failure) = (0, 0, None, None);
+            tried.clear();
+            // The fleet's pin and this request's session pin name backends of the first model.
+            fleet_pin = None;
+            hints.pinned = None;
+            continue 'models;
+        }
+        break;
     }
     if let Some(answer) = held {
         let metering = Metering { meter, permit, strip_usage_chunk };
@@ -299,7 +327,7 @@ pub async fn forward(
             headers: client_headers,
             attempts: app.config.max_attempts,
         };
-        return respond(app, answer, call, metering, &mut bodies, resume).await;
+        return served_by(respond(app, answer, call, metering, &mut bodies, resume).await, &routed.model);
     }
     let e = match (failure, cooling) {
         (Some(e), _) => e,
@@ -319,63 +347,25 @@ pub async fn forward(
     Err(e)
 }
 
+/// The answer says which model served it (`x-switchyard-model`): the one asked for, what its
+/// alias resolved to, or a fallback.
+fn served_by(
+    answer: Result<Response<GatewayBody>, GatewayError>,
+    model: &str,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    answer.map(|mut resp| {
+        if let Ok(model) = HeaderValue::try_from(model) {
+            resp.headers_mut().insert(&MODEL_HEADER, model);
+        }
+        resp
+    })
+}
+
 /// What accounting travels with a response.
 struct Metering {
     meter: Option<Meter>,
     permit: Option<Permit>,
     strip_usage_chunk: bool,
-}
-
-/// What an attempt's request carries besides the body.
-struct Headers<'a> {
-    client: &'a HeaderMap,
-    request_id: &'a HeaderValue,
-    /// `traceparent` naming the attempt's span, and the caller's `tracestate` (telemetry on).
-    trace: Option<(HeaderValue, Option<HeaderValue>)>,
-}
-
-async fn attempt_once(
-    app: &App,
-    backend: &Arc<Backend>,
-    wire: Wire,
-    body: Bytes,
-    headers: Headers<'_>,
-    limit: Duration,
-) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
-    let uri = backend.target(wire).cloned().ok_or(AttemptError::Transport)?;
-    let mut req = Request::post(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(&REQUEST_ID, headers.request_id.clone());
-    if let Some(accept) = headers.client.get(header::ACCEPT) {
-        req = req.header(header::ACCEPT, accept.clone());
-    }
-    if let Some((traceparent, tracestate)) = headers.trace {
-        req = req.header(&TRACEPARENT, traceparent);
-        if let Some(state) = tracestate {
-            req = req.header(&TRACESTATE, state);
-        }
-    }
-    for (name, value) in &backend.auth_headers {
-        req = req.header(name, value.clone());
-    }
-    let req = req.body(Full::new(body)).map_err(|_| AttemptError::Transport)?;
-    let exchange = async {
-        let resp = app.client.request(req).await.map_err(|e| {
-            tracing::debug!(backend = backend.name(), error = %e, "upstream request failed");
-            AttemptError::Transport
-        })?;
-        let (parts, mut body) = resp.into_parts();
-        let first = match body.frame().await {
-            None => None,
-            Some(Ok(frame)) => Some(frame),
-            Some(Err(e)) => {
-                tracing::debug!(backend = backend.name(), error = %e, "upstream body failed before first byte");
-                return Err(AttemptError::Transport);
-            }
-        };
-        Ok((parts, body, first))
-    };
-    tokio::time::timeout(limit, exchange).await.map_err(|_| AttemptError::Timeout)?
 }
 
 /// What the response to one call needs to know about it.
@@ -394,7 +384,7 @@ async fn respond(
     answer: Answer,
     call: Call<'_>,
     metering: Metering,
-    bodies: &mut Bodies<'_>,
+    bodies: &mut Bodies,
     resumption: Resumption<'_>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let resumable = if answer.parts.status.is_success() { resumption.resumable(app, &call) } else { None };

@@ -25,6 +25,8 @@ pub struct RawConfig {
     #[serde(default)]
     aliases: HashMap<String, String>,
     #[serde(default)]
+    fallbacks: HashMap<String, Vec<String>>,
+    #[serde(default)]
     health: RawHealth,
     #[serde(default)]
     timeouts: RawTimeouts,
@@ -134,6 +136,7 @@ struct RawRouting {
     max_attempts: Option<u32>,
     retry_backoff: Option<String>,
     retry_after_max: Option<String>,
+    fallback_statuses: Option<Vec<u16>>,
     resume_streams: Option<bool>,
     max_queue: Option<usize>,
     queue_timeout: Option<String>,
@@ -268,6 +271,21 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         return Err(ConfigError::at("routing.max_attempts", "must be at least 1"));
     }
 
+    for (model, to) in &raw.fallbacks {
+        let at = || format!("fallbacks.{model}");
+        if to.is_empty() || to.iter().any(String::is_empty) {
+            return Err(ConfigError::at(at(), "list the models to fall back to, in order"));
+        }
+        if to.iter().any(|m| m == model) {
+            return Err(ConfigError::at(at(), "a model cannot fall back to itself"));
+        }
+    }
+    let fallbacks = raw.fallbacks.clone();
+    let fallback_statuses = raw.routing.fallback_statuses.clone().unwrap_or_else(|| vec![429, 500, 502, 503, 504]);
+    if fallback_statuses.iter().any(|s| !(400..=599).contains(s)) {
+        return Err(ConfigError::at("routing.fallback_statuses", "statuses must be between 400 and 599"));
+    }
+
     for (alias, target) in &raw.aliases {
         if target.is_empty() {
             return Err(ConfigError::at(format!("aliases.{alias}"), "alias target is empty"));
@@ -399,6 +417,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         queue_timeout: duration("routing.queue_timeout", &raw.routing.queue_timeout, Duration::from_secs(30))?,
         affinity,
         aliases: raw.aliases,
+        fallbacks,
+        fallback_statuses,
         health,
         timeouts,
         max_body_bytes,

@@ -185,6 +185,11 @@ impl Meter {
         }
     }
 
+    /// The request falls back to `model`: from here it is the model served.
+    pub fn serve(&mut self, model: &str) {
+        model.clone_into(&mut self.record.model_served);
+    }
+
     /// Why the router chose this attempt's backend, for the request log.
     pub fn route(&mut self, why: &http::HeaderValue) {
         self.record.route = why.to_str().ok().map(str::to_owned);

@@ -201,6 +201,18 @@ fn check_required(field: Option<&RawValue>, name: &'static str, must_be_array: b
     }
 }
 
+/// `body` asking for `model` instead (a fallback model): only the `model` value's bytes change.
+pub fn with_model(body: &Bytes, model: &str) -> Result<Bytes, GatewayError> {
+    #[derive(serde::Deserialize)]
+    struct Model<'a> {
+        #[serde(borrow)]
+        model: &'a RawValue,
+    }
+    let found: Model<'_> = serde_json::from_slice(body)
+        .map_err(|_| GatewayError::bad_request("the request body could not be routed", Some("model")))?;
+    rewrite_model(body, found.model, model)
+}
+
 /// Replace the bytes of the `model` value, found by where serde's borrowed `RawValue` points.
 fn rewrite_model(body: &Bytes, raw: &RawValue, new_model: &str) -> Result<Bytes, GatewayError> {
     let value = raw.get().as_bytes();

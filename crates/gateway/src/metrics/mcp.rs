@@ -74,6 +74,6 @@ impl McpMetrics {
 }
 
 /// A label value with `\`, `"` and newlines escaped, as the exposition format requires.
-fn escape(value: &str) -> String {
+pub(super) fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

@@ -30,24 +30,25 @@ pub enum BodyError {
 }
 
 /// The client's request as each wire needs it.
-pub struct Bodies<'a> {
+pub struct Bodies {
     endpoint: Endpoint,
     /// The client's bytes (model alias already resolved), before any splice for passthrough.
-    client: &'a Bytes,
-    model: &'a str,
+    client: Bytes,
+    model: String,
     decoded: Option<Decoded>,
     encoded: Vec<(Wire, Bytes)>,
 }
 
-impl<'a> Bodies<'a> {
-    pub fn new(endpoint: Endpoint, client: &'a Bytes, model: &'a str) -> Self {
+impl Bodies {
+    /// For `model` (a fallback model gets a `Bodies` of its own).
+    pub fn new(endpoint: Endpoint, client: Bytes, model: String) -> Self {
         Bodies { endpoint, client, model, decoded: None, encoded: Vec::new() }
     }
 
     /// The request in the internal model (decoded on first use).
     pub fn decoded(&mut self) -> Result<&Decoded, TranslateError> {
         if self.decoded.is_none() {
-            self.decoded = Some(Decoded::decode(self.endpoint, self.client, self.model)?);
+            self.decoded = Some(Decoded::decode(self.endpoint, &self.client, &self.model)?);
         }
         self.decoded.as_ref().ok_or_else(|| TranslateError::Invalid("request not decoded".to_owned()))
     }
@@ -73,7 +74,7 @@ pub fn response_context(request_id: &HeaderValue) -> ResponseContext {
 }
 
 /// `POST /v1/messages/count_tokens` for a model no Anthropic backend serves: an estimate.
-pub fn count_tokens_locally(bodies: &mut Bodies<'_>) -> Result<Response<GatewayBody>, GatewayError> {
+pub fn count_tokens_locally(bodies: &mut Bodies) -> Result<Response<GatewayBody>, GatewayError> {
     let decoded = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
     let request = decoded.chat().ok_or(GatewayError::Internal)?;
     let count = anthropic::estimate_input_tokens(request);
@@ -97,7 +98,7 @@ pub async fn translate_whole(
     body: Incoming,
     limit: Duration,
     context: &ResponseContext,
-    bodies: &mut Bodies<'_>,
+    bodies: &mut Bodies,
 ) -> Result<WholeAnswer, GatewayError> {
     let rest = tokio::time::timeout(limit, Limited::new(body, MAX_TRANSLATED_BODY).collect())
         .await

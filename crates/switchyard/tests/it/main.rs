@@ -19,6 +19,7 @@ mod drain;
 mod errors;
 mod exports;
 mod failover;
+mod fallback;
 mod fleet;
 mod keys;
 mod limits;

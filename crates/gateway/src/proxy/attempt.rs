@@ -1,0 +1,73 @@
+//! One upstream attempt: the request to a backend (its auth headers, the request id, the
+//! attempt's `traceparent`) and its answer up to the first body frame, within a time limit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Request};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+
+use super::{REQUEST_ID, TRACEPARENT, TRACESTATE};
+use crate::app::App;
+use crate::route::backend::Backend;
+use crate::translate::Wire;
+
+pub enum AttemptError {
+    Transport,
+    Timeout,
+}
+
+/// What an attempt's request carries besides the body.
+pub struct Headers<'a> {
+    pub client: &'a HeaderMap,
+    pub request_id: &'a HeaderValue,
+    /// `traceparent` naming the attempt's span, and the caller's `tracestate` (telemetry on).
+    pub trace: Option<(HeaderValue, Option<HeaderValue>)>,
+}
+
+pub async fn attempt_once(
+    app: &App,
+    backend: &Arc<Backend>,
+    wire: Wire,
+    body: Bytes,
+    headers: Headers<'_>,
+    limit: Duration,
+) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
+    let uri = backend.target(wire).cloned().ok_or(AttemptError::Transport)?;
+    let mut req = Request::post(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(&REQUEST_ID, headers.request_id.clone());
+    if let Some(accept) = headers.client.get(header::ACCEPT) {
+        req = req.header(header::ACCEPT, accept.clone());
+    }
+    if let Some((traceparent, tracestate)) = headers.trace {
+        req = req.header(&TRACEPARENT, traceparent);
+        if let Some(state) = tracestate {
+            req = req.header(&TRACESTATE, state);
+        }
+    }
+    for (name, value) in &backend.auth_headers {
+        req = req.header(name, value.clone());
+    }
+    let req = req.body(Full::new(body)).map_err(|_| AttemptError::Transport)?;
+    let exchange = async {
+        let resp = app.client.request(req).await.map_err(|e| {
+            tracing::debug!(backend = backend.name(), error = %e, "upstream request failed");
+            AttemptError::Transport
+        })?;
+        let (parts, mut body) = resp.into_parts();
+        let first = match body.frame().await {
+            None => None,
+            Some(Ok(frame)) => Some(frame),
+            Some(Err(e)) => {
+                tracing::debug!(backend = backend.name(), error = %e, "upstream body failed before first byte");
+                return Err(AttemptError::Transport);
+            }
+        };
+        Ok((parts, body, first))
+    };
+    tokio::time::timeout(limit, exchange).await.map_err(|_| AttemptError::Timeout)?
+}
