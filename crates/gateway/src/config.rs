@@ -1,6 +1,7 @@
 //! Validated configuration: what the rest of the gateway reads. Built in two stages from YAML
 //! (`config/raw.rs` → here), with `${VAR}` interpolation (`config/interpolate.rs`).
 
+mod console;
 mod duration;
 mod exports;
 mod interpolate;

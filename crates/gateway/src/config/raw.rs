@@ -47,18 +47,7 @@ pub struct RawConfig {
     #[serde(default)]
     exports: Vec<super::exports::RawExport>,
     #[serde(default)]
-    console: RawConsole,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConsole {
-    enabled: Option<bool>,
-    session_ttl: Option<String>,
-    /// Keep each request's and response's body in the request log (redacted, capped).
-    store_bodies: Option<bool>,
-    /// The cap on each stored body.
-    max_stored_body_bytes: Option<usize>,
+    console: super::console::RawConsole,
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,7 +208,7 @@ fn interpolate_tree(value: &mut yaml_serde::Value, path: String, env: &dyn Env) 
     Ok(())
 }
 
-fn duration(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+pub(super) fn duration(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
     match raw {
         None => Ok(default),
         Some(text) => parse_duration(text).map_err(|m| ConfigError::at(path, m)),
@@ -429,26 +418,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         redis: raw.redis.map(validate_redis).transpose()?,
         telemetry: super::telemetry::validate(raw.telemetry, env)?,
         exports,
-        console: validate_console(raw.console)?,
+        console: super::console::validate(raw.console)?,
         source: None,
-    })
-}
-
-fn validate_console(raw: RawConsole) -> Result<super::ConsoleConfig, ConfigError> {
-    let defaults = super::ConsoleConfig::default();
-    let session_ttl = duration("console.session_ttl", &raw.session_ttl, defaults.session_ttl)?;
-    if session_ttl < Duration::from_secs(60) {
-        return Err(ConfigError::at("console.session_ttl", "must be at least 1m"));
-    }
-    let max_stored_body_bytes = raw.max_stored_body_bytes.unwrap_or(defaults.max_stored_body_bytes);
-    if !(256..=1024 * 1024).contains(&max_stored_body_bytes) {
-        return Err(ConfigError::at("console.max_stored_body_bytes", "must be between 256 and 1048576"));
-    }
-    Ok(super::ConsoleConfig {
-        enabled: raw.enabled.unwrap_or(defaults.enabled),
-        session_ttl,
-        store_bodies: raw.store_bodies.unwrap_or(defaults.store_bodies),
-        max_stored_body_bytes,
     })
 }
 
