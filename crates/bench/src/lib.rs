@@ -91,7 +91,8 @@ pub struct BenchArgs {
     /// Failover: seconds a backend stays dead before it is restarted.
     #[arg(long, default_value_t = 2.0)]
     pub down_for: f64,
-    /// usage-query: how many generated usage records to write before querying.
+    /// usage-query: how many generated usage records to write before querying (0: query the
+    /// database `--storage` names as it is).
     #[arg(long, default_value_t = 10_000_000)]
     pub records: u64,
     /// usage-query: database URL (default: a scratch SQLite file).
