@@ -172,19 +172,32 @@ fn build(q: &UsageQuery) -> (String, Vec<Param<'_>>) {
 }
 
 impl Store {
-    /// Totals and time buckets of the usage matching `q`, from the hourly rollup.
-    pub async fn usage_report(&self, q: &UsageQuery) -> Result<UsageReport, StoreError> {
-        let (sql, params) = build(q);
-        let rows: Vec<BucketRow> = with_pool!(self, |pool| {
-            let mut query = sqlx::query_as(&sql);
-            for p in &params {
+    /// A report's rows: `sql` run with `params` bound in order.
+    async fn report_rows<T>(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<T>, StoreError>
+    where
+        T: Send
+            + Unpin
+            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        Ok(with_pool!(self, |pool| {
+            let mut query = sqlx::query_as(sql);
+            for p in params {
                 query = match p {
                     Param::Text(s) => query.bind(*s),
                     Param::Int(i) => query.bind(*i),
                 };
             }
             query.fetch_all(pool).await?
-        });
+        }))
+    }
+}
+
+impl Store {
+    /// Totals and time buckets of the usage matching `q`, from the rollups.
+    pub async fn usage_report(&self, q: &UsageQuery) -> Result<UsageReport, StoreError> {
+        let (sql, params) = build(q);
+        let rows: Vec<BucketRow> = self.report_rows(&sql, &params).await?;
         let mut report = UsageReport::default();
         for (start_ms, requests, prompt, completion, total, cost) in rows {
             let totals = UsageTotals {
@@ -260,16 +273,7 @@ impl Store {
              ORDER BY cost DESC, 2 DESC, {column} LIMIT {}",
             limit.clamp(1, 10_000)
         );
-        let rows: Vec<GroupRow> = with_pool!(self, |pool| {
-            let mut query = sqlx::query_as(&sql);
-            for p in &params {
-                query = match p {
-                    Param::Text(s) => query.bind(*s),
-                    Param::Int(i) => query.bind(*i),
-                };
-            }
-            query.fetch_all(pool).await?
-        });
+        let rows: Vec<GroupRow> = self.report_rows(&sql, &params).await?;
         rows.into_iter()
             .map(|(name, requests, prompt, completion, total, cost_usd)| {
                 Ok(UsageGroup {
