@@ -247,6 +247,9 @@ pub struct Config {
     /// `fallbacks:` the models to try, in order, when a model's own backends cannot answer (keyed
     /// by the name the client sends, alias or not).
     pub fallbacks: HashMap<String, Vec<String>>,
+    /// `context_window_fallbacks:` where a prompt too long for a model's context window goes
+    /// (models with larger windows); a model without an entry uses its `fallbacks`.
+    pub context_window_fallbacks: HashMap<String, Vec<String>>,
     /// `routing.fallback_statuses`: backend answers that send a request on to a fallback model
     /// (besides no backend being able to take it at all).
     pub fallback_statuses: Vec<u16>,
@@ -365,6 +368,12 @@ impl Config {
     /// The fallback models for a request that asked for `requested` (resolved to `model`).
     pub fn fallbacks_for(&self, requested: &str, model: &str) -> &[String] {
         self.fallbacks.get(requested).or_else(|| self.fallbacks.get(model)).map_or(&[], Vec::as_slice)
+    }
+
+    /// Where a prompt too long for `model` (asked for as `requested`) goes next.
+    pub fn context_fallbacks_for(&self, requested: &str, model: &str) -> &[String] {
+        let listed = |name: &str| self.context_window_fallbacks.get(name).or_else(|| self.fallbacks.get(name));
+        listed(model).or_else(|| listed(requested)).map_or(&[], Vec::as_slice)
     }
 
     /// Resolve an alias; a name that is not an alias resolves to itself.

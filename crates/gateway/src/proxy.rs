@@ -9,6 +9,7 @@
 //! it (`proxy/translation.rs`) and the answer translated back.
 
 mod attempt;
+mod fallback;
 mod permits;
 mod queue;
 mod resume;
@@ -264,6 +265,19 @@ pub async fn forward(
                         backend.health.on_success();
                     }
                     retry::on_answer(app, &backend, status, &parts.headers, attempt);
+                    // A prompt too long for this model's window goes to one with a larger window.
+                    let first_bytes = first.as_ref().and_then(Frame::data_ref).map_or(&[][..], |b| &b[..]);
+                    if status == StatusCode::BAD_REQUEST && fallback::context_window_exceeded(first_bytes) {
+                        let larger = app.config.context_fallbacks_for(&routed.requested, &routed.model);
+                        if !larger.is_empty() {
+                            fallbacks = larger.iter();
+                            failure = Some(GatewayError::bad_request(
+                                format!("the prompt does not fit the context window of `{}`", routed.model),
+                                Some("messages"),
+                            ));
+                            break;
+                        }
+                    }
                     let answer = Answer { parts, body, first, guard, ttfb, plan, route };
                     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
                         held = Some(answer);

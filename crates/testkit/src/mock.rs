@@ -25,6 +25,7 @@ mod tests_ollama;
 mod tests_tools;
 pub mod tokens;
 
+use bytes::Bytes;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -147,6 +148,8 @@ pub struct MockControl {
     fail_next: AtomicU64,
     /// Headers the injected failures carry (`Retry-After`, `retry-after-ms`).
     fail_headers: Mutex<Vec<(&'static str, String)>>,
+    /// The injected failures' body, instead of the API's own generic error.
+    fail_body: Mutex<Option<Bytes>>,
     latency_ns: AtomicU64,
     chunk_delay_ns: AtomicU64,
     rng: AtomicU64,
@@ -186,6 +189,7 @@ impl MockControl {
             fail_status: AtomicU16::new(503),
             fail_next: AtomicU64::new(0),
             fail_headers: Mutex::new(Vec::new()),
+            fail_body: Mutex::new(None),
             latency_ns: AtomicU64::new(0),
             chunk_delay_ns: AtomicU64::new(0),
             rng: AtomicU64::new(0x5EED),
@@ -211,6 +215,15 @@ impl MockControl {
     pub fn set_fail_headers(&self, headers: &[(&'static str, &str)]) {
         *self.fail_headers.lock().unwrap_or_else(|p| p.into_inner()) =
             headers.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    }
+
+    /// The body injected failures carry from now on (None: the API's own generic error).
+    pub fn set_fail_body(&self, body: Option<&str>) {
+        *self.fail_body.lock().unwrap_or_else(|p| p.into_inner()) = body.map(|b| Bytes::from(b.to_owned()));
+    }
+
+    pub(crate) fn fail_body(&self) -> Option<Bytes> {
+        self.fail_body.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn fail_headers(&self) -> Vec<(&'static str, String)> {

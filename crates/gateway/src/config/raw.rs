@@ -27,6 +27,8 @@ pub struct RawConfig {
     #[serde(default)]
     fallbacks: HashMap<String, Vec<String>>,
     #[serde(default)]
+    context_window_fallbacks: HashMap<String, Vec<String>>,
+    #[serde(default)]
     health: RawHealth,
     #[serde(default)]
     timeouts: RawTimeouts,
@@ -260,8 +262,11 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         return Err(ConfigError::at("routing.max_attempts", "must be at least 1"));
     }
 
-    for (model, to) in &raw.fallbacks {
-        let at = || format!("fallbacks.{model}");
+    let lists = raw.fallbacks.iter().map(|e| ("fallbacks", e));
+    for (block, (model, to)) in
+        lists.chain(raw.context_window_fallbacks.iter().map(|e| ("context_window_fallbacks", e)))
+    {
+        let at = || format!("{block}.{model}");
         if to.is_empty() || to.iter().any(String::is_empty) {
             return Err(ConfigError::at(at(), "list the models to fall back to, in order"));
         }
@@ -269,7 +274,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             return Err(ConfigError::at(at(), "a model cannot fall back to itself"));
         }
     }
-    let fallbacks = raw.fallbacks.clone();
+    let (fallbacks, context_window_fallbacks) = (raw.fallbacks.clone(), raw.context_window_fallbacks.clone());
     let fallback_statuses = raw.routing.fallback_statuses.clone().unwrap_or_else(|| vec![429, 500, 502, 503, 504]);
     if fallback_statuses.iter().any(|s| !(400..=599).contains(s)) {
         return Err(ConfigError::at("routing.fallback_statuses", "statuses must be between 400 and 599"));
@@ -407,6 +412,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         affinity,
         aliases: raw.aliases,
         fallbacks,
+        context_window_fallbacks,
         fallback_statuses,
         health,
         timeouts,

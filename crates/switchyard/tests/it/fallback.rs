@@ -26,14 +26,19 @@ fn requests(model: &str) -> Vec<(&'static str, Value)> {
 
 /// Every request for `big` answers 200 from `small`, saying so; the body carries no error.
 async fn all_served_by_the_fallback(client: &TestClient, gw: &switchyard_gateway::RunningGateway, rounds: usize) {
+    all_served_by(client, gw, rounds, "small").await;
+}
+
+/// Every request for `big`, in every API, answers 200 from `by`, saying so, with no error inside.
+async fn all_served_by(client: &TestClient, gw: &switchyard_gateway::RunningGateway, rounds: usize, by: &str) {
     for round in 0..rounds {
         for (path, body) in requests("big") {
             let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
             let what = format!("round {round}, {path}, stream {}", body["stream"]);
             assert_eq!(r.status, 200, "{what}: {}", r.text());
-            assert_eq!(r.header("x-switchyard-model"), Some("small"), "{what}");
+            assert_eq!(r.header("x-switchyard-model"), Some(by), "{what}");
             let text = r.text();
-            assert!(text.contains("small"), "{what}: the answer names the model that served it: {text}");
+            assert!(text.contains(by), "{what}: the answer names the model that served it: {text}");
             let failed = ["stream_aborted", "\"error\":{", "event: error", "\"type\":\"error\""];
             assert!(!failed.iter().any(|f| text.contains(f)), "{what}: {text}");
         }
@@ -126,4 +131,29 @@ async fn only_the_listed_statuses_fall_back_and_the_list_is_followed_in_order() 
     // A model without fallbacks still gets its backend's answer.
     let r = chat(&client, &gw, "medium").await;
     assert_eq!(r.status, 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_too_long_for_its_window_goes_to_a_larger_one_and_other_400s_do_not() {
+    let (big, small) = pair().await;
+    let huge = mock(&["huge"]).await;
+    big.control().set_fail_rate(1.0);
+    big.control().set_fail_status(400);
+    big.control().set_fail_body(Some(
+        r#"{"error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 9000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+    ));
+    let lists = "fallbacks: {big: [small]}\ncontext_window_fallbacks: {big: [huge]}";
+    let gw = gateway(&[&big, &small, &huge], lists).await;
+    let client = TestClient::new();
+    all_served_by(&client, &gw, 3, "huge").await;
+    // Without a context list, the model's fallbacks take it.
+    drop(gw);
+    let gw = gateway(&[&big, &small, &huge], "fallbacks: {big: [small]}").await;
+    all_served_by(&client, &gw, 1, "small").await;
+    // Any other 400 is the client's to see, fallbacks or not.
+    big.control()
+        .set_fail_body(Some(r#"{"error":{"message":"temperature must be at most 2","type":"invalid_request_error"}}"#));
+    let r = chat(&client, &gw, "big").await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("temperature"), "{}", r.text());
 }

@@ -187,7 +187,8 @@ pub(crate) async fn gate(state: &State, fail_body: &'static [u8]) -> Result<(), 
     if control.should_fail() {
         control.failures.fetch_add(1, Ordering::Relaxed);
         let status = StatusCode::from_u16(control.fail_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut answer = state.json(status, Bytes::from_static(fail_body));
+        let body = control.fail_body().unwrap_or_else(|| Bytes::from_static(fail_body));
+        let mut answer = state.json(status, body);
         for (name, value) in control.fail_headers() {
             if let Ok(value) = http::HeaderValue::try_from(value) {
                 answer.headers_mut().insert(name, value);
