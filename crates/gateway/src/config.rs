@@ -6,6 +6,7 @@ mod duration;
 mod exports;
 mod interpolate;
 mod mcp;
+mod presets;
 mod raw;
 mod telemetry;
 

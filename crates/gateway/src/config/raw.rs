@@ -101,9 +101,12 @@ struct RawPrice {
 #[serde(deny_unknown_fields)]
 struct RawBackend {
     name: String,
-    url: String,
-    #[serde(rename = "type", default = "default_kind")]
-    kind: String,
+    /// Optional with `provider`, which knows the URL.
+    url: Option<String>,
+    /// A hosted API by name (`super::presets`): its URL and type.
+    provider: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
     api_key: Option<String>,
     models: Option<Vec<String>>,
     priority: Option<i32>,
@@ -115,10 +118,6 @@ struct RawBackend {
 /// KV-cache capacity assumed for a backend that does not say: a few conversations of a
 /// mid-sized context.
 const DEFAULT_CACHE_TOKENS: usize = 65_536;
-
-fn default_kind() -> String {
-    "openai".to_owned()
-}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -459,8 +458,22 @@ fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Res
     if !names.insert(b.name.clone()) {
         return Err(ConfigError::at(at("name"), format!("duplicate backend name `{}`", b.name)));
     }
-    let url = b.url.trim_end_matches('/').to_owned();
-    let uri: http::Uri = url.parse().map_err(|_| ConfigError::at(at("url"), format!("`{}` is not a URL", b.url)))?;
+    let preset = match b.provider.as_deref() {
+        None => None,
+        Some(name) => Some(super::presets::find(name).ok_or_else(|| {
+            ConfigError::at(at("provider"), format!("unknown provider `{name}` ({})", super::presets::names()))
+        })?),
+    };
+    if preset.is_some() && b.api_key.as_deref().is_none_or(str::is_empty) {
+        return Err(ConfigError::at(at("api_key"), "a hosted provider needs its API key"));
+    }
+    let raw_url = match (&b.url, preset) {
+        (Some(url), _) => url.clone(),
+        (None, Some(p)) => p.url.to_owned(),
+        (None, None) => return Err(ConfigError::at(at("url"), "give the backend's `url` (or a `provider`)")),
+    };
+    let url = raw_url.trim_end_matches('/').to_owned();
+    let uri: http::Uri = url.parse().map_err(|_| ConfigError::at(at("url"), format!("`{raw_url}` is not a URL")))?;
     match uri.scheme_str() {
         Some("http") | Some("https") => {}
         _ => return Err(ConfigError::at(at("url"), "must start with http:// or https://")),
@@ -470,7 +483,8 @@ fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Res
     }
     // `/v1` is appended per request; accept a base that already ends with it.
     let url = url.strip_suffix("/v1").unwrap_or(&url).to_owned();
-    let kind = match b.kind.as_str() {
+    let kind_name = b.kind.as_deref().or(preset.map(|p| p.kind)).unwrap_or("openai");
+    let kind = match kind_name {
         "openai" => BackendKind::OpenAi,
         "ollama" => BackendKind::Ollama,
         "anthropic" => BackendKind::Anthropic,
