@@ -351,7 +351,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
     let quick = args.scenario == "quick";
     let names: Vec<&str> = match args.scenario.as_str() {
         "all" | "quick" => ALL.to_vec(),
-        one if ALL.contains(&one) || one == "endurance" => vec![one],
+        one if ALL.contains(&one) || one == "endurance" || one == "failover-fallback" => vec![one],
         // No backends: a database filled with generated records, queried through the admin API.
         "usage-query" => {
             let mut report = Report::default();
@@ -406,7 +406,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, soak, fleet, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }
@@ -452,11 +452,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             "burst" => burst(&args, &setup, &mut report).await?,
             "sustained" => sustained("sustained", args.phase(10.0), &args, &setup, &mut report).await?,
             "endurance" => sustained("endurance", args.phase(60.0), &args, &setup, &mut report).await?,
-            "failover" => failover::run(&args, pin, &mut report).await?,
+            "failover" => failover::run(&args, pin, &mut report, false).await?,
+            "failover-fallback" => failover::run(&args, pin, &mut report, true).await?,
             _ => {}
         }
         // Failover runs its own gateway and reports on it; everything else ran on `setup`'s.
-        if name != "failover" {
+        if !name.starts_with("failover") {
             if let Some(peak) = rss.finish(setup.gateway_pid).iter().map(|s| s.1).max() {
                 report.finding("memory", format!("gateway RSS peak during {name}"), mb(peak), "MB");
             }

@@ -291,6 +291,7 @@ pub async fn forward(
                         model: &routed.model,
                         headers: client_headers,
                         attempts: attempt + 1,
+                        fallbacks: fallbacks.as_slice(),
                     };
                     return served_by(respond(app, answer, call, metering, &mut bodies, resume).await, &routed.model);
                 }
@@ -340,6 +341,7 @@ pub async fn forward(
             model: &routed.model,
             headers: client_headers,
             attempts: app.config.max_attempts,
+            fallbacks: fallbacks.as_slice(),
         };
         return served_by(respond(app, answer, call, metering, &mut bodies, resume).await, &routed.model);
     }

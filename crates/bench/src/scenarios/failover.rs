@@ -4,6 +4,10 @@
 //! clients saw fail (streams included: a stream counts as failed unless it ends whole), how long until the gateway stopped routing to the dead backend (it marks it
 //! down), and how long until the restarted one took traffic again — both read from the
 //! gateway's `/metrics`, polled every 2 ms.
+//!
+//! `failover-fallback`: the killed backend is the requested model's only one, and the other serves
+//! a fallback model (`fallbacks: {MODEL: [fallback-model]}`): requests fall back while it is
+//! down, and streams it was serving carry on at the fallback model.
 
 use std::time::{Duration, Instant};
 
@@ -42,16 +46,21 @@ fn paced_mock(model: &str, port: u16, pin: &Pinning) -> Result<Proc, String> {
 }
 const POLL: Duration = Duration::from_millis(2);
 
-pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
+/// The model the other backend serves in `failover-fallback`.
+const FALLBACK_MODEL: &str = "fallback-model";
+
+pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report, fallback: bool) -> Result<(), String> {
     if args.target.is_some() {
         eprintln!("  (failover needs backends the bench can kill: skipped for --target)");
         return Ok(());
     }
     let (port_a, port_b) = (procs::free_port()?, procs::free_port()?);
-    let a = paced_mock(&args.model, port_a, pin)?;
+    let a = paced_mock(if fallback { FALLBACK_MODEL } else { &args.model }, port_a, pin)?;
     let mut b = paced_mock(&args.model, port_b, pin)?;
+    let fallbacks =
+        if fallback { format!("fallbacks: {{'{}': [{FALLBACK_MODEL}]}}\n", args.model) } else { String::new() };
     let config = format!(
-        "listen: 127.0.0.1:0\nbackends:\n  - {{name: a, url: '{}'}}\n  - {{name: b, url: '{}'}}\n",
+        "listen: 127.0.0.1:0\n{fallbacks}backends:\n  - {{name: a, url: '{}'}}\n  - {{name: b, url: '{}'}}\n",
         a.url, b.url
     );
     let gateway = start_gateway(&config, pin)?;
@@ -144,11 +153,24 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     report.finding("failover", "streams sent", st.requests as f64, "");
     report.finding("failover", "client-visible stream failures", (st.requests - st.ok) as f64, "");
     report.finding("failover", "streams resumed on the other backend", resumed.unwrap_or(0) as f64, "");
+    if fallback {
+        let fell_back = fetch(&client, &metrics_url)
+            .await
+            .lines()
+            .filter(|l| l.starts_with("switchyard_fallbacks_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+        report.finding("failover", "requests and streams served by the fallback model", fell_back as f64, "");
+    }
     report.extra.insert("failover_cycles".into(), json!(cycles));
     report.charts.push((
         "failover-timeline".into(),
         Chart {
-            title: format!("Failover: {} SIGKILLs of one of two backends under load", args.cycles),
+            title: if fallback {
+                format!("Failover: {} SIGKILLs of the model's only backend, a fallback model behind it", args.cycles)
+            } else {
+                format!("Failover: {} SIGKILLs of one of two backends under load", args.cycles)
+            },
             x_label: "seconds".into(),
             y_label: "requests/s".into(),
             series: vec![

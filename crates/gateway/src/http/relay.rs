@@ -206,6 +206,9 @@ impl Body for RelayBody {
                         this.completion.metrics.streams_resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         if let Some(meter) = this.completion.meter.as_mut() {
                             meter.resumed(resumed.guard.backend(), resumed.earlier);
+                            if let Some(model) = &resumed.model {
+                                meter.serve(model);
+                            }
                         }
                         this.inner.set(resumed.body);
                         *this.first = resumed.first;

@@ -29,6 +29,8 @@ pub struct Resumed {
     pub translator: StreamTranslator,
     /// What the attempts before this one consumed (estimated: they never reported usage).
     pub earlier: Tokens,
+    /// The fallback model that carries the answer on, when no backend of the request's own could.
+    pub model: Option<String>,
 }
 
 pub type ResumeFuture = Pin<Box<dyn Future<Output = Option<(Resumed, Box<dyn Resume>)>> + Send>>;

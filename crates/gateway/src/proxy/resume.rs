@@ -37,6 +37,8 @@ pub struct Resumer {
     /// Resumes still allowed (`routing.max_attempts` bounds attempts of every kind).
     pub resumes_left: u32,
     pub deadline: Instant,
+    /// Fallback models not yet tried (`fallbacks:`), for when no backend of `model` can carry on.
+    pub fallbacks: Vec<String>,
 }
 
 /// Whether a stream of `endpoint` can be carried on by another backend.
@@ -72,7 +74,7 @@ impl Resumer {
             return None;
         }
         self.resumes_left -= 1;
-        let decoded = match Decoded::decode(self.endpoint, &self.client_body, &self.model) {
+        let mut decoded = match Decoded::decode(self.endpoint, &self.client_body, &self.model) {
             Ok(decoded) => decoded,
             Err(e) => {
                 tracing::debug!(error = %e, "a stream could not be resumed: its request does not decode");
@@ -87,8 +89,25 @@ impl Resumer {
         let completion = estimate_tokens(emitted.generated_chars);
         let earlier = Tokens { prompt, completion, total: prompt + completion };
         let app = self.app.clone();
+        let mut fallen_back = None;
         loop {
-            let selected = app.router.select_with(&self.model, &RouteHints::default(), &self.tried).ok()?;
+            let selected = match app.router.select_with(&self.model, &RouteHints::default(), &self.tried) {
+                Ok(selected) => selected,
+                // No backend of the model can carry the answer on: the next fallback model may.
+                Err(_) => {
+                    if self.fallbacks.is_empty() {
+                        return None;
+                    }
+                    let to = app.config.resolve_alias(&self.fallbacks.remove(0)).to_owned();
+                    self.client_body = crate::http::parse::with_model(&self.client_body, &to).ok()?;
+                    decoded = Decoded::decode(self.endpoint, &self.client_body, &to).ok()?;
+                    app.metrics.count_fallback(&self.model, &to);
+                    self.model = to.clone();
+                    fallen_back = Some(to);
+                    self.tried.clear();
+                    continue;
+                }
+            };
             let (backend, guard) = (selected.backend, selected.slot);
             self.tried.push(backend.id);
             let wire = continuation_wire(backend.kind());
@@ -115,7 +134,8 @@ impl Resumer {
                         completion,
                     )?;
                     tracing::info!(backend = backend.name(), "a broken stream carries on at another backend");
-                    return Some((Resumed { body, first, guard, translator, earlier }, self));
+                    let model = fallen_back.take();
+                    return Some((Resumed { body, first, guard, translator, earlier, model }, self));
                 }
                 Ok((parts, _, _)) => {
                     app.metrics.count_error("upstream_status");
@@ -144,6 +164,8 @@ pub(super) struct Resumption<'a> {
     pub headers: &'a HeaderMap,
     /// Attempts made so far (a resume is one more, within `routing.max_attempts`).
     pub attempts: u32,
+    /// The request's fallback models not yet tried.
+    pub fallbacks: &'a [String],
 }
 
 impl Resumption<'_> {
@@ -167,6 +189,7 @@ impl Resumption<'_> {
             tried: self.tried.to_vec(),
             resumes_left,
             deadline: call.deadline,
+            fallbacks: self.fallbacks.to_vec(),
         };
         Some(Resumable::new(call.endpoint, Box::new(resumer)))
     }

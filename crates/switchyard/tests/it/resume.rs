@@ -215,3 +215,26 @@ async fn with_resume_off_the_stream_ends_in_an_error_event() {
     assert!(!text.contains("[DONE]"), "{text}");
     assert_eq!(b.control().request_count(), 0);
 }
+
+#[tokio::test]
+async fn a_stream_whose_model_has_no_other_backend_carries_on_at_its_fallback_model() {
+    let a = backend(MockApi::OpenAi).await;
+    let chunk_delay = std::time::Duration::from_millis(5);
+    let config = MockConfig { stream_chunks: CHUNKS, api: MockApi::OpenAi, chunk_delay, ..MockConfig::default() };
+    let b = mock_with(&["small"], config).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nfallbacks: {{m: [small]}}\nbackends:\n  - {{name: b0, url: '{}'}}\n  - {{name: b1, url: '{}'}}\n",
+        a.url(),
+        b.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    a.control().set_die_after_frames(3);
+    let (headers, text) = stream(&gw, "/v1/chat/completions", OPENAI_STREAM).await;
+    assert_eq!(headers["x-switchyard-backend"], "b0", "the answer began at the model's own backend");
+    let (content, roles, finishes, _) = read_openai(&text);
+    assert_eq!(content, whole_text(), "{text}");
+    assert_eq!((roles, finishes), (1, 1), "one start and one end: {text}");
+    assert_eq!(b.control().request_count(), 1, "the fallback model's backend carried it on");
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(metrics.contains("switchyard_fallbacks_total{from=\"m\",to=\"small\"} 1"), "{metrics}");
+}
