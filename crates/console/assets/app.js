@@ -364,10 +364,11 @@
   /** Backend health: "up", "down" or "breaker" (open breaker wins over up). */
   function healthOf(b) {
     if (b && b.breaker_open) return 'breaker';
+    if (b && b.up && isNum(b.cooling_ms) && b.cooling_ms > 0) return 'cooling';
     return b && b.up ? 'up' : 'down';
   }
-  const HEALTH_TEXT = { up: 'Up', down: 'Down', breaker: 'Breaker open' };
-  const HEALTH_BADGE = { up: 'ok', down: 'bad', breaker: 'warn' };
+  const HEALTH_TEXT = { up: 'Up', down: 'Down', breaker: 'Breaker open', cooling: 'Cooling down (asked to wait)' };
+  const HEALTH_BADGE = { up: 'ok', down: 'bad', breaker: 'warn', cooling: 'warn' };
   function healthDot(state) {
     return h('span.dot', { class: state, title: HEALTH_TEXT[state], 'aria-label': HEALTH_TEXT[state] });
   }

@@ -42,7 +42,8 @@ fn shown_url(url: &str) -> String {
     }
 }
 
-fn backend_json(b: &Backend) -> Value {
+/// `now_ms`: the app clock's monotonic milliseconds (what cooldowns are set in).
+fn backend_json(b: &Backend, now_ms: u64) -> Value {
     let routed = b.stats.prefix_routed.load(Relaxed);
     json!({
         "name": b.name(),
@@ -50,6 +51,8 @@ fn backend_json(b: &Backend) -> Value {
         "url": shown_url(&b.cfg.url),
         "up": b.health.is_up(),
         "breaker_open": b.health.breaker_open(),
+        // After a 429 or Retry-After: how long the backend asked to be left alone.
+        "cooling_ms": b.health.cooling_until(now_ms).map(|until| until - now_ms),
         "in_flight": b.in_flight(),
         "capacity": b.capacity(),
         "waiting": b.signals.waiting(),
@@ -114,7 +117,7 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
             "series": series.charts(),
             "current": current,
             "today": {"requests": today.0, "tokens": today.1, "cost_usd": today.2},
-            "backends": app.router.backends.iter().map(|b| backend_json(b)).collect::<Vec<_>>(),
+            "backends": app.router.backends.iter().map(|b| backend_json(b, app.clock.mono_ms())).collect::<Vec<_>>(),
             "top_models": models.iter().take(5).map(top).collect::<Vec<_>>(),
             "top_keys": top_keys,
             "exports": exports,
@@ -306,7 +309,7 @@ pub fn backends(app: &Arc<App>) -> Response<GatewayBody> {
         .backends
         .iter()
         .map(|b| {
-            let mut v = backend_json(b);
+            let mut v = backend_json(b, app.clock.mono_ms());
             v["history"] = series
                 .backend_history(b.name())
                 .into_iter()

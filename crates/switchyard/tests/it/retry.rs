@@ -75,4 +75,9 @@ async fn a_wait_past_the_cap_is_not_made_and_the_client_hears_when_to_come_back(
     assert!((55..=60).contains(&after), "retry-after {after}");
     assert_eq!(r.json()["error"]["code"], "backends_cooling", "{}", r.text());
     assert_eq!(control.failures.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // The console's backends page shows it cooling down (no master key here: the console is open).
+    let page = client.get(&format!("{}/ui/api/backends", gw.url())).await.unwrap();
+    assert_eq!(page.status, 200, "{}", page.text());
+    let cooling = page.json()["backends"][0]["cooling_ms"].as_u64().unwrap_or(0);
+    assert!((50_000..=60_000).contains(&cooling), "cooling_ms {cooling}: {}", page.text());
 }
