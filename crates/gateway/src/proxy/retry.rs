@@ -35,20 +35,21 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 /// not come back together.
 pub fn backoff(base: Duration, n: u32) -> Duration {
     let full = base.saturating_mul(1u32 << n.min(16));
-    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let unit = (splitmix(u64::from(nanos)) >> 11) as f64 / (1u64 << 53) as f64;
+    let mut random = [0u8; 8];
+    // No randomness (never seen): no jitter, the full wait.
+    let unit = match getrandom::getrandom(&mut random) {
+        Ok(()) => (u64::from_le_bytes(random) >> 11) as f64 / (1u64 << 53) as f64,
+        Err(_) => 0.0,
+    };
     full.mul_f64(1.0 - unit / 2.0)
-}
-
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The backend answered `status` with `headers`: cool it down when it asked for time.
 pub fn on_answer(app: &App, backend: &Backend, status: StatusCode, headers: &HeaderMap, retries: u32) {
+    // Every answer passes here: the headers are read only for the two statuses that ask for time.
+    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
+        return;
+    }
     let asked = retry_after(headers, SystemTime::now());
     let cooldown = match (status, asked) {
         (StatusCode::TOO_MANY_REQUESTS, asked) => asked.unwrap_or_else(|| backoff(app.config.retry_backoff, retries)),
