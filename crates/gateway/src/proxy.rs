@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body::Frame;
-
 use hyper::body::Incoming;
 
 use crate::app::App;
@@ -137,7 +136,7 @@ pub async fn forward(
     let lookup = shared.zip(sticky.or(routed.root)).map(|(shared, c)| FleetPin::lookup(shared, &routed.model, c, ttl));
     let mut fleet_pin = futures_util::future::OptionFuture::from(lookup).await;
     let pinned = fleet_pin.as_ref().and_then(|p| app.router.id_of(p.backend.as_deref()?));
-    let hints = RouteHints { session, chain: std::mem::take(&mut routed.chain), pinned };
+    let mut hints = RouteHints { session, chain: std::mem::take(&mut routed.chain), pinned };
     // Waits for a cooling backend (see proxy/retry.rs) are not attempts; they are few and each is
     // bounded by `routing.retry_after_max` and the deadline.
     let (mut next_attempt, mut waits) = (0, 0);
@@ -145,7 +144,6 @@ pub async fn forward(
     let mut cooling: Option<Duration> = None;
     // The fallback models (`fallbacks:`), tried in order once the model's own backends cannot answer.
     let mut fallbacks = app.config.fallbacks_for(&routed.requested, &routed.model).iter();
-    let mut hints = hints;
     'models: loop {
         while next_attempt < app.config.max_attempts {
             let attempt = next_attempt;
