@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::auth::{key, Auth, KeyLookup};
+use crate::cache::ResponseCache;
 use crate::clock::Clock;
 use crate::config::{Config, McpTransport};
 use crate::limit::{Budgets, Limiter, MemoryLimiter, SharedBudgets, SharedLimiter};
@@ -51,6 +52,8 @@ pub struct App {
     pub reload: Option<tokio::sync::mpsc::Sender<ReloadRequest>>,
     /// With `console.store_bodies`: what scrubs secrets from the bodies kept with each record.
     pub redactor: Option<Arc<crate::redact::Redactor>>,
+    /// The response cache (`cache:`); None: off.
+    pub cache: Option<Arc<crate::cache::ResponseCache>>,
 }
 
 /// Keys are looked up in the store.
@@ -120,6 +123,7 @@ impl App {
             }
         };
         let redactor = redactor(&config);
+        let cache = ResponseCache::new(&config.cache, shared.clone(), clock.clone());
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -138,6 +142,7 @@ impl App {
             telemetry: None,
             reload: None,
             redactor,
+            cache,
         })
     }
 
@@ -168,6 +173,11 @@ impl App {
         let router = Router::with_clock(&config, self.clock.clone())?;
         let client = upstream::build(config.timeouts.connect)?;
         let redactor = redactor(&config);
+        // Stored answers outlive a reload, unless the reload changed how they are kept.
+        let cache = match &self.cache {
+            Some(cache) if old.cache == config.cache => Some(cache.clone()),
+            _ => ResponseCache::new(&config.cache, self.shared.clone(), self.clock.clone()),
+        };
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -186,6 +196,7 @@ impl App {
             telemetry: self.telemetry.clone(),
             reload: self.reload.clone(),
             redactor,
+            cache,
         })
     }
 

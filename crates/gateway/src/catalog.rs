@@ -122,6 +122,9 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
         telemetry.render(&mut text);
     }
     app.exports.render(&mut text);
+    if let Some(cache) = &app.cache {
+        cache.render(&mut text);
+    }
     render_process(app, &mut text);
     let mut resp = Response::new(full(text));
     resp.headers_mut()

@@ -1,6 +1,7 @@
 //! Validated configuration: what the rest of the gateway reads. Built in two stages from YAML
 //! (`config/raw.rs` → here), with `${VAR}` interpolation (`config/interpolate.rs`).
 
+mod cache;
 mod console;
 mod duration;
 mod exports;
@@ -16,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+pub use cache::{CacheConfig, CacheNamespace};
 pub use duration::parse_duration;
 pub use exports::{ExportConfig, ExportSink, S3Target};
 pub use interpolate::{Env, ProcessEnv};
@@ -273,6 +275,8 @@ pub struct Config {
     pub exports: Vec<ExportConfig>,
     /// The operator's console at `/ui` (`console:`).
     pub console: ConsoleConfig,
+    /// The response cache (`cache:`); off by default.
+    pub cache: CacheConfig,
 }
 
 /// `console: {enabled, session_ttl, store_bodies, max_stored_body_bytes}`.

@@ -28,6 +28,7 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod cache;
 pub mod catalog;
 pub mod clock;
 pub mod config;

@@ -9,7 +9,9 @@
 //! it (`proxy/translation.rs`) and the answer translated back.
 
 mod attempt;
+mod cached;
 mod fallback;
+mod headers;
 mod permits;
 mod queue;
 mod resume;
@@ -21,11 +23,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body::Frame;
 use hyper::body::Incoming;
 
 use crate::app::App;
+use crate::cache;
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::metering::Meter;
@@ -39,16 +42,11 @@ use crate::shared::affinity::FleetPin;
 use crate::translate::{self, Plan, StreamTranslator, Wire};
 use crate::usage::{inject_include_usage, Tokens};
 use attempt::{attempt_once, AttemptError, Headers};
+use cached::Cached;
+pub use headers::BACKEND_HEADER;
+use headers::{header_session, is_hop_by_hop, served_by, server_timing, ROUTE_HEADER, SERVER_TIMING};
 use resume::Resumption;
 use translation::{Bodies, BodyError};
-
-pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
-static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
-static MODEL_HEADER: HeaderName = HeaderName::from_static("x-switchyard-model");
-static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
-static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// An upstream answer whose status, headers and first frame are in hand.
 struct Answer {
@@ -120,6 +118,11 @@ pub async fn forward(
         }
         None => permit,
     };
+    let cached = Cached::of(app, endpoint, &parts.headers, &principal, &client_body, routed.stream);
+    if let Some(hit) = futures_util::future::OptionFuture::from(cached.as_ref().map(|c| c.lookup(app))).await.flatten()
+    {
+        return Ok(cached::respond_hit(app, hit, meter, permit.take(), started));
+    }
     let deadline = started + app.config.timeouts.request;
     let mut tried: Vec<usize> = Vec::new();
     let mut upstream_wait = Duration::ZERO;
@@ -281,7 +284,7 @@ pub async fn forward(
                         held = Some(answer);
                         continue;
                     }
-                    let metering = Metering { meter, permit, strip_usage_chunk };
+                    let metering = Metering { meter, permit, strip_usage_chunk, cached: cached.as_ref() };
                     let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
                     let resume = Resumption {
                         tried: &tried,
@@ -331,7 +334,7 @@ pub async fn forward(
         break;
     }
     if let Some(answer) = held {
-        let metering = Metering { meter, permit, strip_usage_chunk };
+        let metering = Metering { meter, permit, strip_usage_chunk, cached: cached.as_ref() };
         let call = Call { endpoint, stream: routed.stream, started, upstream_wait, deadline, request_id };
         let resume = Resumption {
             tried: &tried,
@@ -361,25 +364,13 @@ pub async fn forward(
     Err(e)
 }
 
-/// The answer says which model served it (`x-switchyard-model`): the one asked for, what its
-/// alias resolved to, or a fallback.
-fn served_by(
-    answer: Result<Response<GatewayBody>, GatewayError>,
-    model: &str,
-) -> Result<Response<GatewayBody>, GatewayError> {
-    answer.map(|mut resp| {
-        if let Ok(model) = HeaderValue::try_from(model) {
-            resp.headers_mut().insert(&MODEL_HEADER, model);
-        }
-        resp
-    })
-}
-
 /// What accounting travels with a response.
-struct Metering {
+struct Metering<'a> {
     meter: Option<Meter>,
     permit: Option<Permit>,
     strip_usage_chunk: bool,
+    /// Set when the request uses the response cache (and missed it).
+    cached: Option<&'a Cached>,
 }
 
 /// What the response to one call needs to know about it.
@@ -397,14 +388,38 @@ async fn respond(
     app: &Arc<App>,
     answer: Answer,
     call: Call<'_>,
-    metering: Metering,
+    metering: Metering<'_>,
     bodies: &mut Bodies,
     resumption: Resumption<'_>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let cached = metering.cached;
+    let fill = cached.and_then(|c| {
+        // A translated answer reaches the client in its own API's content type.
+        let translated = matches!(answer.plan, Plan::Translate(_));
+        let content_type = translated.then(|| translation::content_type(call.endpoint, call.stream));
+        let content_type = content_type.as_ref().or(answer.parts.headers.get(header::CONTENT_TYPE));
+        c.fill(app, answer.parts.status, &answer.parts.headers, content_type, resumption.model)
+    });
+    let mut resp = respond_uncached(app, answer, call, metering, bodies, resumption, fill).await?;
+    if cached.is_some() {
+        cached::mark_miss(&mut resp);
+    }
+    Ok(resp)
+}
+
+async fn respond_uncached(
+    app: &Arc<App>,
+    answer: Answer,
+    call: Call<'_>,
+    metering: Metering<'_>,
+    bodies: &mut Bodies,
+    resumption: Resumption<'_>,
+    fill: Option<Box<cache::Fill>>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let resumable = if answer.parts.status.is_success() { resumption.resumable(app, &call) } else { None };
     let Answer { parts, body, first, guard, ttfb, plan, route } = answer;
     let Call { endpoint, stream, started, mut upstream_wait, deadline, request_id } = call;
-    let Metering { mut meter, permit, strip_usage_chunk } = metering;
+    let Metering { mut meter, permit, strip_usage_chunk, cached: _ } = metering;
     let translated = matches!(plan, Plan::Translate(_));
     let sse = stream
         || parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
@@ -426,6 +441,10 @@ async fn respond(
                     return Err(e);
                 }
             };
+            if let Some(mut fill) = fill {
+                fill.push(&whole.body);
+                fill.finish();
+            }
             let mut resp = respond_whole(app, whole, parts, guard, ttfb, started, upstream_wait, meter, permit);
             if let Some(route) = route {
                 resp.headers_mut().insert(&ROUTE_HEADER, route);
@@ -461,7 +480,7 @@ async fn respond(
     if let Some(m) = meter.as_mut() {
         m.answered(guard.backend().name(), parts.status.as_u16(), sse, strip_usage_chunk, translator.is_none());
     }
-    let completion = Completion { guard, metrics: app.metrics.clone(), started, permit, meter };
+    let completion = Completion { guard, metrics: app.metrics.clone(), started, permit, meter, cache: fill };
     let relay = RelayBody::new(body, first, app.config.timeouts.stream_idle, sse, completion)
         .with_translator(translator)
         .with_resume(resumable.filter(|_| sse));
@@ -532,51 +551,4 @@ fn respond_whole(
     drop((permit, guard));
     app.metrics.duration.observe(started.elapsed());
     resp
-}
-
-/// A session key from the headers: `x-session-id`, else any `x-…-session-id` (such as
-/// `x-claude-code-session-id`).
-fn header_session(headers: &HeaderMap) -> Option<&str> {
-    fn text(v: &HeaderValue) -> Option<&str> {
-        v.to_str().ok().filter(|s| !s.is_empty())
-    }
-    headers.get("x-session-id").and_then(text).or_else(|| {
-        headers
-            .iter()
-            .find(|(name, _)| name.as_str().starts_with("x-") && name.as_str().ends_with("-session-id"))
-            .and_then(|(_, v)| text(v))
-    })
-}
-
-/// `server-timing: gateway;dur=0.031, upstream;dur=12.204` (milliseconds).
-fn server_timing(overhead: Duration, upstream: Duration) -> HeaderValue {
-    // Integer formatting: this runs on every response, and float formatting costs several times more.
-    let (g, u) = (overhead.as_micros(), upstream.as_micros());
-    let text = format!("gateway;dur={}.{:03}, upstream;dur={}.{:03}", g / 1000, g % 1000, u / 1000, u % 1000);
-    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("gateway"))
-}
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "te" | "trailer" | "upgrade"
-    ) || name == REQUEST_ID
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_timing_is_in_milliseconds() {
-        let v = server_timing(Duration::from_micros(31), Duration::from_millis(12));
-        assert_eq!(v.to_str().unwrap(), "gateway;dur=0.031, upstream;dur=12.000");
-    }
-
-    #[test]
-    fn hop_by_hop_headers_are_not_relayed() {
-        assert!(is_hop_by_hop(&header::TRANSFER_ENCODING));
-        assert!(is_hop_by_hop(&header::CONNECTION));
-        assert!(!is_hop_by_hop(&header::CONTENT_TYPE));
-    }
 }

@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["app"],
     &["http"],
     &["auth", "limit", "metrics", "store", "telemetry"],
-    &["route", "usage", "error", "shared"],
+    &["cache", "route", "usage", "error", "shared"],
     &["translate", "upstream"],
     &["config", "records"],
     &["endpoint", "clock", "glob", "redact"],

@@ -50,6 +50,7 @@ pub struct RawConfig {
     exports: Vec<super::exports::RawExport>,
     #[serde(default)]
     console: super::console::RawConsole,
+    cache: Option<super::cache::RawCache>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -424,6 +425,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         telemetry: super::telemetry::validate(raw.telemetry, env)?,
         exports,
         console: super::console::validate(raw.console)?,
+        cache: super::cache::validate(raw.cache)?,
         source: None,
     })
 }

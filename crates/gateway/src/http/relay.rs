@@ -38,6 +38,8 @@ pub struct Completion {
     pub permit: Option<crate::limit::Permit>,
     /// Usage accounting; records on the clean end of the body, or on drop.
     pub meter: Option<Meter>,
+    /// The answer as the client receives it, stored in the response cache if it ends whole.
+    pub cache: Option<Box<crate::cache::Fill>>,
 }
 
 impl Completion {
@@ -174,6 +176,7 @@ fn fail(
     error: BoxError,
 ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
     *this.done = true;
+    this.completion.cache = None;
     report_usage(this.translator, &mut this.completion.meter);
     if let Some(meter) = this.completion.meter.as_mut() {
         // A partial event would merge with the error event into one broken event: drop it.
@@ -238,6 +241,7 @@ impl Body for RelayBody {
                         // Unreadable upstream bytes: the client has its error event; stop
                         // reading (dropping the body cancels the upstream).
                         *this.done = true;
+                        this.completion.cache = None;
                         this.completion.metrics.count_error("bad_gateway");
                         report_usage(this.translator, &mut this.completion.meter);
                         if let Some(meter) = this.completion.meter.as_mut() {
@@ -258,6 +262,15 @@ impl Body for RelayBody {
                         (_, Ok(data)) => Frame::data(data),
                         (_, Err(frame)) => frame,
                     };
+                    if let (Some(fill), Some(data)) = (this.completion.cache.as_mut(), frame.data_ref()) {
+                        fill.push(data);
+                        // A body of known length is not polled past its last byte: it is whole now.
+                        if !*this.sse && this.translator.is_none() && this.inner.is_end_stream() {
+                            if let Some(fill) = this.completion.cache.take() {
+                                fill.finish();
+                            }
+                        }
+                    }
                     return Poll::Ready(Some(Ok(frame)));
                 }
                 Poll::Ready(None) => {
@@ -267,6 +280,12 @@ impl Body for RelayBody {
                         Some(resumable) => resumable.finish(tail),
                         None => tail,
                     };
+                    if let Some(mut fill) = this.completion.cache.take() {
+                        if let Some(tail) = &tail {
+                            fill.push(tail);
+                        }
+                        fill.finish();
+                    }
                     return Poll::Ready(tail.map(|tail| Ok(Frame::data(tail))));
                 }
                 Poll::Ready(Some(Err(e))) => ("stream_aborted", "the upstream stream was interrupted", Box::new(e)),

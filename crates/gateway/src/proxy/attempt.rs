@@ -10,7 +10,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
-use super::{REQUEST_ID, TRACEPARENT, TRACESTATE};
+use super::headers::{REQUEST_ID, TRACEPARENT, TRACESTATE};
 use crate::app::App;
 use crate::route::backend::Backend;
 use crate::translate::Wire;

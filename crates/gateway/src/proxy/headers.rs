@@ -1,0 +1,79 @@
+//! The headers the proxy reads and writes: the session a client names, `server-timing`, which
+//! model and backend served an answer and why, and what is never relayed (hop-by-hop).
+
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Response};
+
+use crate::error::GatewayError;
+use crate::http::GatewayBody;
+
+pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
+pub static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
+pub static MODEL_HEADER: HeaderName = HeaderName::from_static("x-switchyard-model");
+pub static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The answer says which model served it (`x-switchyard-model`): the one asked for, what its
+/// alias resolved to, or a fallback.
+pub fn served_by(
+    answer: Result<Response<GatewayBody>, GatewayError>,
+    model: &str,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    answer.map(|mut resp| {
+        if let Ok(model) = HeaderValue::try_from(model) {
+            resp.headers_mut().insert(&MODEL_HEADER, model);
+        }
+        resp
+    })
+}
+
+/// A session key from the headers: `x-session-id`, else any `x-…-session-id` (such as
+/// `x-claude-code-session-id`).
+pub fn header_session(headers: &HeaderMap) -> Option<&str> {
+    fn text(v: &HeaderValue) -> Option<&str> {
+        v.to_str().ok().filter(|s| !s.is_empty())
+    }
+    headers.get("x-session-id").and_then(text).or_else(|| {
+        headers
+            .iter()
+            .find(|(name, _)| name.as_str().starts_with("x-") && name.as_str().ends_with("-session-id"))
+            .and_then(|(_, v)| text(v))
+    })
+}
+
+/// `server-timing: gateway;dur=0.031, upstream;dur=12.204` (milliseconds).
+pub fn server_timing(overhead: Duration, upstream: Duration) -> HeaderValue {
+    // Integer formatting: this runs on every response, and float formatting costs several times more.
+    let (g, u) = (overhead.as_micros(), upstream.as_micros());
+    let text = format!("gateway;dur={}.{:03}, upstream;dur={}.{:03}", g / 1000, g % 1000, u / 1000, u % 1000);
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("gateway"))
+}
+
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "te" | "trailer" | "upgrade"
+    ) || name == REQUEST_ID
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header;
+
+    #[test]
+    fn server_timing_is_in_milliseconds() {
+        let v = server_timing(Duration::from_micros(31), Duration::from_millis(12));
+        assert_eq!(v.to_str().unwrap(), "gateway;dur=0.031, upstream;dur=12.000");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_not_relayed() {
+        assert!(is_hop_by_hop(&header::TRANSFER_ENCODING));
+        assert!(is_hop_by_hop(&header::CONNECTION));
+        assert!(!is_hop_by_hop(&header::CONTENT_TYPE));
+    }
+}
