@@ -4,6 +4,7 @@
 
 mod abuse;
 mod affinity;
+mod cache;
 mod code_mode;
 mod failover;
 mod fleet;
@@ -370,6 +371,12 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
             fleet::run(args, pin, &mut report).await?;
             return Ok(report);
         }
+        // The response cache: hits against a backend round trip.
+        "cache" => {
+            let mut report = Report::default();
+            cache::run(args, pin, &mut report).await?;
+            return Ok(report);
+        }
         // The same build with OpenTelemetry traces off and on.
         "telemetry" => {
             let mut report = Report::default();
@@ -406,7 +413,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }
