@@ -8,6 +8,7 @@ mod exports;
 mod interpolate;
 mod mcp;
 mod presets;
+mod prices;
 mod raw;
 mod telemetry;
 
@@ -221,6 +222,8 @@ pub struct StorageConfig {
 pub struct Price {
     pub input_per_million: f64,
     pub output_per_million: f64,
+    /// Prompt tokens read from the provider's prompt cache; None: billed as input.
+    pub cached_input_per_million: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -363,10 +366,22 @@ impl Config {
         Config::from_yaml("{}", &ProcessEnv)
     }
 
-    /// Cost in USD of a request to `model`.
-    pub fn cost(&self, model: &str, prompt_tokens: u64, completion_tokens: u64) -> f64 {
-        self.prices.get(model).map_or(0.0, |p| {
-            (prompt_tokens as f64 * p.input_per_million + completion_tokens as f64 * p.output_per_million) / 1e6
+    /// The price of `model`: its own entry, else that of its name without a provider prefix or
+    /// date suffix (`openai/gpt-4o-2024-08-06` is priced as `gpt-4o`).
+    pub fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.get(model).or_else(|| self.prices.get(prices::normalized(model)?))
+    }
+
+    /// Cost in USD of a request to `model`: `prompt_tokens` of which `cached_tokens` were read
+    /// from the provider's prompt cache, and `completion_tokens`.
+    pub fn cost(&self, model: &str, prompt_tokens: u64, cached_tokens: u64, completion_tokens: u64) -> f64 {
+        self.price(model).map_or(0.0, |p| {
+            let cached = cached_tokens.min(prompt_tokens);
+            let cached_price = p.cached_input_per_million.unwrap_or(p.input_per_million);
+            ((prompt_tokens - cached) as f64 * p.input_per_million
+                + cached as f64 * cached_price
+                + completion_tokens as f64 * p.output_per_million)
+                / 1e6
         })
     }
 

@@ -538,11 +538,7 @@ fn respond_whole(
     headers.insert(&SERVER_TIMING, server_timing(overhead, upstream_wait));
     if let Some(m) = meter.as_mut() {
         m.answered(guard.backend().name(), whole.status.as_u16(), false, false, false);
-        let tokens = whole.usage.map(|u| Tokens {
-            prompt: u.prompt_tokens,
-            completion: u.completion_tokens,
-            total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
-        });
+        let tokens = whole.usage.as_ref().map(Tokens::from);
         m.report_usage(tokens, 0);
         // Recorded before the client sees the answer, like a relayed body's end.
         m.record_now();

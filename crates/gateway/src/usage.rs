@@ -121,9 +121,24 @@ impl UsageCounters {
 /// Token counts of one request, as the backend reported them (or as estimated).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tokens {
+    /// Every prompt token, those read from the provider's prompt cache included.
     pub prompt: u64,
     pub completion: u64,
     pub total: u64,
+    /// Prompt tokens read from the provider's prompt cache (billed at its cached-input price).
+    pub cached: u64,
+}
+
+impl From<&switchyard_protocol::chat::Usage> for Tokens {
+    /// The counts a translator read in any API's spelling.
+    fn from(u: &switchyard_protocol::chat::Usage) -> Tokens {
+        Tokens {
+            prompt: u.prompt_tokens,
+            completion: u.completion_tokens,
+            total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
+            cached: u.cached_prompt_tokens.unwrap_or(0),
+        }
+    }
 }
 
 /// Tokens for `chars` characters of text when the backend reported none: about four characters

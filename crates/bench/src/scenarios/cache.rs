@@ -46,7 +46,12 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
             let own = sg.reported_overhead.value_at_quantile(0.5);
             let own_p99 = sg.reported_overhead.value_at_quantile(0.99);
             let sg = report.row("cache", phase, "gateway", &sg);
-            report.finding("cache", format!("{kind}, {label}: gateway's own time p50 (server-timing)"), own as f64, "µs");
+            report.finding(
+                "cache",
+                format!("{kind}, {label}: gateway's own time p50 (server-timing)"),
+                own as f64,
+                "µs",
+            );
             report.finding("cache", format!("{kind}, {label}: gateway's own time p99"), own_p99 as f64, "µs");
             report.finding("cache", format!("{kind}, {label}: client latency p50"), sg.p50 as f64, "µs");
             report.finding("cache", format!("{kind}: backend directly, latency p50"), sd.p50 as f64, "µs");

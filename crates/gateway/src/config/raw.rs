@@ -96,6 +96,7 @@ struct RawStorage {
 struct RawPrice {
     input_per_million: f64,
     output_per_million: f64,
+    cached_input_per_million: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -381,15 +382,20 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         url,
         record_usage: raw.storage.record_usage.unwrap_or(true),
     };
-    let mut prices = HashMap::new();
+    // The shipped table (config/prices.rs), then the configured prices over it.
+    let mut prices: HashMap<String, Price> = super::prices::shipped().collect();
     for (model, p) in raw.prices {
-        for (field, v) in [("input_per_million", p.input_per_million), ("output_per_million", p.output_per_million)] {
+        let cached = ("cached_input_per_million", p.cached_input_per_million.unwrap_or(0.0));
+        for (field, v) in
+            [("input_per_million", p.input_per_million), ("output_per_million", p.output_per_million), cached]
+        {
             if !v.is_finite() || v < 0.0 {
                 return Err(ConfigError::at(format!("prices.{model}.{field}"), "must be a non-negative number"));
             }
         }
-        prices
-            .insert(model, Price { input_per_million: p.input_per_million, output_per_million: p.output_per_million });
+        let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
+        let cached_input_per_million = p.cached_input_per_million;
+        prices.insert(model, Price { input_per_million, output_per_million, cached_input_per_million });
     }
     let exports = super::exports::validate(raw.exports)?;
     if !exports.is_empty() && !storage.record_usage {

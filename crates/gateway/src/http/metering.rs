@@ -249,6 +249,7 @@ impl Meter {
             prompt: sum.prompt + earlier.prompt,
             completion: sum.completion + earlier.completion,
             total: sum.total + earlier.total,
+            cached: sum.cached + earlier.cached,
         });
     }
 
@@ -314,13 +315,14 @@ impl Meter {
                 _ => 0,
             };
             let prompt = if answered { self.prompt_estimate } else { 0 };
-            Tokens { prompt, completion, total: prompt + completion }
+            Tokens { prompt, completion, total: prompt + completion, cached: 0 }
         });
         let mut tokens = tokens;
         if let Some(earlier) = self.earlier {
             tokens.prompt += earlier.prompt;
             tokens.completion += earlier.completion;
             tokens.total += earlier.total;
+            tokens.cached += earlier.cached;
         }
         let r = &mut self.record;
         r.estimated = (!had_usage && answered) || self.earlier.is_some();
@@ -328,7 +330,7 @@ impl Meter {
         r.completion_tokens = tokens.completion;
         r.total_tokens = tokens.total.max(tokens.prompt + tokens.completion);
         r.latency_ms = self.started.elapsed().as_secs_f64() * 1e3;
-        r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, r.completion_tokens);
+        r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, tokens.cached, r.completion_tokens);
         if let Some(p) = self.permit.as_mut() {
             p.settle(r.total_tokens);
         }

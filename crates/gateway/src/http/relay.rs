@@ -124,11 +124,7 @@ fn translate_frame(translator: &mut Option<StreamTranslator>, frame: Frame<Bytes
 /// Hand the translator's view of the usage to the meter (before it records).
 fn report_usage(translator: &Option<StreamTranslator>, meter: &mut Option<Meter>) {
     if let (Some(t), Some(m)) = (translator, meter.as_mut()) {
-        let tokens = t.usage().map(|u| Tokens {
-            prompt: u.prompt_tokens,
-            completion: u.completion_tokens,
-            total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
-        });
+        let tokens = t.usage().as_ref().map(Tokens::from);
         m.report_usage(tokens, t.text_chars());
     }
 }

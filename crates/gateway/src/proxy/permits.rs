@@ -50,7 +50,7 @@ async fn reserve_budget(
         }
     };
     let prompt = (routed.body.len() as u64).div_ceil(4);
-    let estimate = app.config.cost(&routed.model, prompt, routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE));
+    let estimate = app.config.cost(&routed.model, prompt, 0, routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE));
     let over_budget = |committed: f64| {
         let retry_after_secs = period_end(period, start).map_or(0, |end| ((end - now).max(1000) / 1000) as u64);
         GatewayError::RateLimited {

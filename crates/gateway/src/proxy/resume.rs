@@ -87,7 +87,7 @@ impl Resumer {
         };
         let prompt = (self.client_body.len() as u64).div_ceil(4);
         let completion = estimate_tokens(emitted.generated_chars);
-        let earlier = Tokens { prompt, completion, total: prompt + completion };
+        let earlier = Tokens { prompt, completion, total: prompt + completion, cached: 0 };
         let app = self.app.clone();
         let mut fallen_back = None;
         loop {

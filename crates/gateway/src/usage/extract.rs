@@ -21,17 +21,39 @@ pub(crate) struct WireUsage {
     completion_tokens: Option<u64>,
     #[serde(default)]
     total_tokens: Option<u64>,
+    /// OpenAI's cached prompt tokens (`input_tokens_details` in the Responses API).
+    #[serde(default, alias = "input_tokens_details")]
+    prompt_tokens_details: Option<PromptDetails>,
+    /// Anthropic counts prompt-cache reads and writes apart from `input_tokens`.
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 impl WireUsage {
-    /// `None` when it carries no count at all; a missing total is prompt + completion.
+    /// `None` when it carries no count at all; a missing total is prompt + completion. Prompt
+    /// tokens include cached ones, in every API's spelling.
     pub(crate) fn tokens(&self) -> Option<Tokens> {
         if self.prompt_tokens.is_none() && self.completion_tokens.is_none() && self.total_tokens.is_none() {
             return None;
         }
-        let prompt = self.prompt_tokens.unwrap_or(0);
+        let (read, written) =
+            (self.cache_read_input_tokens.unwrap_or(0), self.cache_creation_input_tokens.unwrap_or(0));
+        let prompt = self.prompt_tokens.unwrap_or(0).saturating_add(read).saturating_add(written);
         let completion = self.completion_tokens.unwrap_or(0);
-        Some(Tokens { prompt, completion, total: self.total_tokens.unwrap_or(prompt.saturating_add(completion)) })
+        let cached = self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(read);
+        let total = match self.total_tokens {
+            Some(total) if read + written == 0 => total,
+            _ => prompt.saturating_add(completion),
+        };
+        Some(Tokens { prompt, completion, total, cached })
     }
 }
 
@@ -61,7 +83,7 @@ pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
         (None, None, None) => None,
         (None, prompt, completion) => {
             let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
-            Some(Tokens { prompt, completion, total: prompt.saturating_add(completion) })
+            Some(Tokens { prompt, completion, total: prompt.saturating_add(completion), cached: 0 })
         }
     }
 }
@@ -210,7 +232,7 @@ mod tests {
 
     #[test]
     fn usage_of_chat_completions_and_embeddings() {
-        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total });
+        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total, cached: 0 });
         assert_eq!(usage_from_response(CHAT.as_bytes()), t(12, 7, 19));
         assert_eq!(usage_from_response(COMPLETION.as_bytes()), t(3, 1, 4));
         assert_eq!(usage_from_response(EMBEDDINGS.as_bytes()), t(8, 0, 8));
@@ -222,8 +244,21 @@ mod tests {
     }
 
     #[test]
+    fn cached_prompt_tokens_are_read_in_each_api_spelling() {
+        let cached = |body: &str| usage_from_response(body.as_bytes()).map(|t| (t.prompt, t.cached, t.total));
+        let openai = r#"{"usage":{"prompt_tokens":100,"completion_tokens":5,"total_tokens":105,"prompt_tokens_details":{"cached_tokens":64}}}"#;
+        assert_eq!(cached(openai), Some((100, 64, 105)));
+        let responses =
+            r#"{"usage":{"input_tokens":100,"output_tokens":5,"input_tokens_details":{"cached_tokens":32}}}"#;
+        assert_eq!(cached(responses), Some((100, 32, 105)));
+        // Anthropic counts cache reads and writes apart from input_tokens: the prompt is all three.
+        let anthropic = r#"{"usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":80,"cache_creation_input_tokens":20}}"#;
+        assert_eq!(cached(anthropic), Some((110, 80, 115)));
+    }
+
+    #[test]
     fn usage_is_read_in_place_and_text_or_odd_values_cannot_fool_it() {
-        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total });
+        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total, cached: 0 });
         for body in [CHAT, COMPLETION, EMBEDDINGS] {
             assert!(usage_in_place(body.as_bytes()).is_some(), "{body}");
         }
@@ -243,7 +278,7 @@ mod tests {
     fn usage_of_a_real_llama_server_answer() {
         let body =
             std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llama-server/response.json")).unwrap();
-        assert_eq!(usage_from_response(&body), Some(Tokens { prompt: 36, completion: 12, total: 48 }));
+        assert_eq!(usage_from_response(&body), Some(Tokens { prompt: 36, completion: 12, total: 48, cached: 0 }));
     }
 
     #[test]

@@ -217,3 +217,38 @@ async fn a_database_server_down_at_start_up_does_not_stop_the_gateway() {
     let journal = std::fs::read_dir(dir.join("usage")).unwrap().count();
     assert!(journal > 0);
 }
+
+/// No `prices:`: a hosted model's name finds the shipped price, and the tokens its backend read
+/// from its prompt cache are billed at the cached-input price.
+#[tokio::test]
+async fn hosted_models_are_priced_from_the_shipped_table_with_cached_tokens_at_their_price() {
+    let kv = switchyard_testkit::KvCacheConfig { prefill_us_per_token: 0, ..Default::default() };
+    let a = mock_with(&["gpt-4o-mini"], MockConfig { kv_cache: Some(kv), ..MockConfig::default() }).await;
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\nbackends:\n{1}",
+        dir.display(),
+        backends_yaml(&[&a])
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let prompt = "The same long system prompt, read from the cache the second time. ".repeat(30);
+    let body = serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}]});
+    let mut expected = 0.0;
+    let mut cached_seen = 0;
+    for _ in 0..2 {
+        let r = client.post_json(&format!("{}/v1/chat/completions", gw.url()), body.to_string().as_bytes(), &[]).await;
+        let u = r.unwrap().json()["usage"].clone();
+        let (p, c) = (u["prompt_tokens"].as_f64().unwrap(), u["completion_tokens"].as_f64().unwrap());
+        let cached = u["prompt_tokens_details"]["cached_tokens"].as_f64().unwrap_or(0.0);
+        cached_seen += cached as u64;
+        // gpt-4o-mini: $0.15 input, $0.075 cached input, $0.60 output per million.
+        expected += ((p - cached) * 0.15 + cached * 0.075 + c * 0.60) / 1e6;
+    }
+    assert!(cached_seen > 0, "the second request read its prompt from the cache");
+    records(&db, 2).await;
+    let report = client.get(&format!("{}/admin/usage?model=gpt-4o-mini", gw.url())).await.unwrap().json();
+    let cost = report["totals"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
+}

@@ -1,0 +1,137 @@
+//! The shipped price table: list prices of the common hosted models, in USD per million tokens
+//! (input, output, cached input), so spend and budgets are right without typing prices. Entries
+//! in `prices:` override these. A model is found by its exact name, else with a provider prefix
+//! (`openai/gpt-4o`) or a date suffix (`claude-sonnet-4-5-20250929`, `gpt-4o-2024-08-06`) taken off.
+//!
+//! The figures are the vendors' published list prices as of October 2025 (standard tier, prompts
+//! within the base context tier); vendors change them, so a deployment that bills on them should
+//! pin its own in `prices:`.
+
+use super::Price;
+
+/// (model, input, output, cached input) per million tokens.
+const SHIPPED: &[(&str, f64, f64, Option<f64>)] = &[
+    // OpenAI
+    ("gpt-5", 1.25, 10.0, Some(0.125)),
+    ("gpt-5-mini", 0.25, 2.0, Some(0.025)),
+    ("gpt-5-nano", 0.05, 0.40, Some(0.005)),
+    ("gpt-4.1", 2.0, 8.0, Some(0.50)),
+    ("gpt-4.1-mini", 0.40, 1.60, Some(0.10)),
+    ("gpt-4.1-nano", 0.10, 0.40, Some(0.025)),
+    ("gpt-4o", 2.50, 10.0, Some(1.25)),
+    ("gpt-4o-mini", 0.15, 0.60, Some(0.075)),
+    ("o1", 15.0, 60.0, Some(7.50)),
+    ("o3", 2.0, 8.0, Some(0.50)),
+    ("o3-mini", 1.10, 4.40, Some(0.55)),
+    ("o4-mini", 1.10, 4.40, Some(0.275)),
+    ("text-embedding-3-small", 0.02, 0.0, None),
+    ("text-embedding-3-large", 0.13, 0.0, None),
+    // Anthropic (cached input: cache reads)
+    ("claude-opus-4-1", 15.0, 75.0, Some(1.50)),
+    ("claude-opus-4", 15.0, 75.0, Some(1.50)),
+    ("claude-sonnet-4-5", 3.0, 15.0, Some(0.30)),
+    ("claude-sonnet-4", 3.0, 15.0, Some(0.30)),
+    ("claude-3-7-sonnet", 3.0, 15.0, Some(0.30)),
+    ("claude-haiku-4-5", 1.0, 5.0, Some(0.10)),
+    ("claude-3-5-haiku", 0.80, 4.0, Some(0.08)),
+    // Google
+    ("gemini-2.5-pro", 1.25, 10.0, Some(0.125)),
+    ("gemini-2.5-flash", 0.30, 2.50, Some(0.03)),
+    ("gemini-2.5-flash-lite", 0.10, 0.40, Some(0.01)),
+    ("gemini-2.0-flash", 0.10, 0.40, Some(0.025)),
+    // Mistral
+    ("mistral-large-latest", 2.0, 6.0, None),
+    ("mistral-medium-latest", 0.40, 2.0, None),
+    ("mistral-small-latest", 0.10, 0.30, None),
+    ("codestral-latest", 0.30, 0.90, None),
+    // DeepSeek (cached input: cache hits)
+    ("deepseek-chat", 0.28, 0.42, Some(0.028)),
+    ("deepseek-reasoner", 0.28, 0.42, Some(0.028)),
+    // Groq
+    ("llama-3.3-70b-versatile", 0.59, 0.79, None),
+    ("llama-3.1-8b-instant", 0.05, 0.08, None),
+];
+
+/// The shipped table as `prices:` entries.
+pub fn shipped() -> impl Iterator<Item = (String, Price)> {
+    SHIPPED.iter().map(|&(model, input, output, cached)| {
+        (
+            model.to_owned(),
+            Price { input_per_million: input, output_per_million: output, cached_input_per_million: cached },
+        )
+    })
+}
+
+/// `model` without a provider prefix (`openai/`) or a trailing date (`-20250929`, `-2024-08-06`);
+/// None when it has neither.
+pub fn normalized(model: &str) -> Option<&str> {
+    let bare = model.rsplit_once('/').map_or(model, |(_, name)| name);
+    let undated = strip_date(bare);
+    (undated.len() != model.len()).then_some(undated)
+}
+
+fn strip_date(name: &str) -> &str {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // -YYYYMMDD
+    if let Some((head, tail)) = name.rsplit_once('-') {
+        if tail.len() == 8 && digits(tail) && tail.starts_with("20") {
+            return head;
+        }
+    }
+    // -YYYY-MM-DD
+    if name.len() > 11 {
+        let (head, tail) = name.split_at(name.len() - 11);
+        let b = tail.as_bytes();
+        if b[0] == b'-'
+            && b[5] == b'-'
+            && b[8] == b'-'
+            && digits(&tail[1..5])
+            && digits(&tail[6..8])
+            && digits(&tail[9..])
+        {
+            return head;
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dated_and_prefixed_names_find_their_model() {
+        assert_eq!(normalized("claude-sonnet-4-5-20250929"), Some("claude-sonnet-4-5"));
+        assert_eq!(normalized("gpt-4o-2024-08-06"), Some("gpt-4o"));
+        assert_eq!(normalized("openai/gpt-4o-mini"), Some("gpt-4o-mini"));
+        assert_eq!(normalized("anthropic/claude-3-5-haiku-20241022"), Some("claude-3-5-haiku"));
+        assert_eq!(normalized("gpt-4o"), None);
+        assert_eq!(normalized("llama3.1:8b"), None);
+        assert_eq!(normalized("model-12345678"), None, "not a date");
+    }
+
+    #[test]
+    fn hosted_models_are_priced_without_configuration_and_prices_override() {
+        let c = crate::config::Config::from_yaml(
+            "prices: {gpt-4o: {input_per_million: 1.0, output_per_million: 2.0}}",
+            &std::collections::HashMap::new(),
+        )
+        .unwrap();
+        // Shipped: 1M prompt tokens of which half cached, and 1M completion tokens.
+        let sonnet = c.cost("claude-sonnet-4-5-20250929", 1_000_000, 500_000, 1_000_000);
+        assert!((sonnet - (1.5 + 0.15 + 15.0)).abs() < 1e-9, "{sonnet}");
+        assert!((c.cost("openai/gpt-4o-mini", 1_000_000, 0, 0) - 0.15).abs() < 1e-9);
+        // Configured: no cached price, so cached tokens are billed as input.
+        assert!((c.cost("gpt-4o", 1_000_000, 1_000_000, 1_000_000) - 3.0).abs() < 1e-9);
+        assert_eq!(c.cost("llama3.1:8b", 1_000_000, 0, 1_000_000), 0.0, "self-hosted models cost nothing");
+    }
+
+    #[test]
+    fn every_shipped_price_is_sane() {
+        for (model, p) in shipped() {
+            assert!(p.input_per_million > 0.0 && p.output_per_million >= 0.0, "{model}");
+            assert!(p.cached_input_per_million.is_none_or(|c| c < p.input_per_million), "{model}");
+            assert!(normalized(&model).is_none(), "{model} is stored under its plain name");
+        }
+    }
+}
