@@ -1,6 +1,7 @@
 //! Validated configuration: what the rest of the gateway reads. Built in two stages from YAML
 //! (`config/raw.rs` → here), with `${VAR}` interpolation (`config/interpolate.rs`).
 
+mod backend;
 mod cache;
 mod console;
 mod duration;
@@ -60,6 +61,9 @@ pub enum BackendKind {
     /// The Anthropic Messages API (`x-api-key` + `anthropic-version`); every other API is
     /// translated to it.
     Anthropic,
+    /// Azure OpenAI: the OpenAI API under `/openai/v1` (or, with `api_version`, under
+    /// `/openai/deployments/{model}/...?api-version=`), authenticated by `api-key`.
+    Azure,
 }
 
 impl BackendKind {
@@ -68,14 +72,17 @@ impl BackendKind {
             BackendKind::OpenAi => "openai",
             BackendKind::Ollama => "ollama",
             BackendKind::Anthropic => "anthropic",
+            BackendKind::Azure => "azure",
         }
     }
-    /// The path probed for health, which also lists the backend's models.
+    /// The path probed for health, which also lists the backend's models (Azure's lists base
+    /// models; its deployments are configured).
     pub fn discovery_path(self) -> &'static str {
         match self {
             BackendKind::OpenAi => "/v1/models",
             BackendKind::Ollama => "/api/tags",
             BackendKind::Anthropic => "/v1/models",
+            BackendKind::Azure => "/openai/v1/models",
         }
     }
 }
@@ -123,6 +130,8 @@ pub struct BackendConfig {
     /// Requests sent to it at once; more wait in the model's queue. `None`: the slots it
     /// reports (llama.cpp), else no cap.
     pub max_concurrency: Option<usize>,
+    /// Azure OpenAI: deployment-style URLs with this `api-version`; None: the v1 API.
+    pub api_version: Option<String>,
 }
 
 /// Keeping a conversation where its KV cache is warm, without pinning everyone to one backend.

@@ -58,7 +58,9 @@ impl Wire {
     /// Whether `kind` of backend speaks this wire.
     pub fn spoken_by(self, kind: BackendKind) -> bool {
         match kind {
-            BackendKind::OpenAi => matches!(self, Wire::OpenAiChat | Wire::OpenAiCompletions | Wire::OpenAiEmbeddings),
+            BackendKind::OpenAi | BackendKind::Azure => {
+                matches!(self, Wire::OpenAiChat | Wire::OpenAiCompletions | Wire::OpenAiEmbeddings)
+            }
             // Ollama serves its native API and an OpenAI-compatible one under /v1.
             BackendKind::Ollama => !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
             BackendKind::Anthropic => matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),

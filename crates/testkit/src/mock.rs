@@ -2,6 +2,7 @@
 //! control knobs and the server lifecycle (bind, accept loop, kill, restart).
 
 mod anthropic;
+mod azure;
 mod body;
 mod frames;
 mod handlers;
@@ -82,6 +83,10 @@ pub enum MockApi {
     Anthropic,
     /// Ollama's native `/api/*` plus its OpenAI-compatible `/v1/*`, as Ollama serves both.
     Ollama,
+    /// Azure OpenAI: the OpenAI API under `/openai/v1/*`, and under
+    /// `/openai/deployments/{deployment}/*?api-version=` with `/openai/models?api-version=`;
+    /// `api-key` authentication.
+    Azure,
 }
 
 impl MockApi {
@@ -90,6 +95,7 @@ impl MockApi {
             MockApi::OpenAi => "openai",
             MockApi::Anthropic => "anthropic",
             MockApi::Ollama => "ollama",
+            MockApi::Azure => "azure",
         }
     }
 }
@@ -108,7 +114,8 @@ impl std::str::FromStr for MockApi {
             "openai" => Ok(MockApi::OpenAi),
             "anthropic" => Ok(MockApi::Anthropic),
             "ollama" => Ok(MockApi::Ollama),
-            other => Err(format!("unknown API `{other}` (expected openai, anthropic or ollama)")),
+            "azure" => Ok(MockApi::Azure),
+            other => Err(format!("unknown API `{other}` (expected openai, anthropic, ollama or azure)")),
         }
     }
 }
@@ -164,6 +171,8 @@ pub struct MockControl {
     otlp_exports: AtomicU64,
     /// Ids of the records webhook deliveries (`POST /hooks/...`) carried, in arrival order.
     delivered: Mutex<Vec<String>>,
+    /// Azure API only: the path and query of every POST, in arrival order.
+    azure_paths: Mutex<Vec<String>>,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -198,6 +207,7 @@ impl MockControl {
             ledger: Mutex::new(None),
             otlp_exports: AtomicU64::new(0),
             delivered: Mutex::new(Vec::new()),
+            azure_paths: Mutex::new(Vec::new()),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -290,6 +300,15 @@ impl MockControl {
     pub fn ledger(&self) -> Vec<String> {
         let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         ledger.iter().flatten().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// Azure API only: the path and query of every POST so far.
+    pub fn azure_paths(&self) -> Vec<String> {
+        self.azure_paths.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub(crate) fn saw_azure_path(&self, path: String) {
+        self.azure_paths.lock().unwrap_or_else(PoisonError::into_inner).push(path);
     }
 
     /// The `traceparent` header of every POST in the ledger ("-" when it had none).

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
-    AffinityConfig, AuthConfig, BackendConfig, BackendKind, Config, ConfigError, FailurePolicy, HealthConfig,
-    ListenerLimits, Price, RedisConfig, StorageConfig, Strategy, Timeouts, TlsConfig,
+    AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, HealthConfig, ListenerLimits, Price, RedisConfig,
+    StorageConfig, Strategy, Timeouts, TlsConfig,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -19,7 +19,7 @@ use super::{
 pub struct RawConfig {
     listen: Option<String>,
     #[serde(default)]
-    backends: Vec<RawBackend>,
+    backends: Vec<super::backend::RawBackend>,
     #[serde(default)]
     routing: RawRouting,
     #[serde(default)]
@@ -98,28 +98,6 @@ struct RawPrice {
     output_per_million: f64,
     cached_input_per_million: Option<f64>,
 }
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawBackend {
-    name: String,
-    /// Optional with `provider`, which knows the URL.
-    url: Option<String>,
-    /// A hosted API by name (`super::presets`): its URL and type.
-    provider: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    api_key: Option<String>,
-    models: Option<Vec<String>>,
-    priority: Option<i32>,
-    weight: Option<u32>,
-    cache_tokens: Option<usize>,
-    max_concurrency: Option<usize>,
-}
-
-/// KV-cache capacity assumed for a backend that does not say: a few conversations of a
-/// mid-sized context.
-const DEFAULT_CACHE_TOKENS: usize = 65_536;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -227,7 +205,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let mut names = HashSet::new();
     let mut backends = Vec::with_capacity(raw.backends.len());
     for (i, b) in raw.backends.into_iter().enumerate() {
-        backends.push(validate_backend(i, b, &mut names)?);
+        backends.push(super::backend::validate_backend(i, b, &mut names)?);
     }
 
     let strategy = match raw.routing.strategy.as_deref().unwrap_or("least-connections") {
@@ -455,76 +433,6 @@ fn validate_redis(raw: RawRedis) -> Result<RedisConfig, ConfigError> {
         timeout,
         rate_policy: policy("redis.on_failure.rate", raw.on_failure.rate)?,
         parallel_policy: policy("redis.on_failure.parallel", raw.on_failure.parallel)?,
-    })
-}
-
-fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Result<BackendConfig, ConfigError> {
-    let at = |field: &str| format!("backends[{i}].{field}");
-    if b.name.is_empty() || !b.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(ConfigError::at(at("name"), "use letters, digits, '-', '_' or '.'"));
-    }
-    if !names.insert(b.name.clone()) {
-        return Err(ConfigError::at(at("name"), format!("duplicate backend name `{}`", b.name)));
-    }
-    let preset = match b.provider.as_deref() {
-        None => None,
-        Some(name) => Some(super::presets::find(name).ok_or_else(|| {
-            ConfigError::at(at("provider"), format!("unknown provider `{name}` ({})", super::presets::names()))
-        })?),
-    };
-    if preset.is_some() && b.api_key.as_deref().is_none_or(str::is_empty) {
-        return Err(ConfigError::at(at("api_key"), "a hosted provider needs its API key"));
-    }
-    let raw_url = match (&b.url, preset) {
-        (Some(url), _) => url.clone(),
-        (None, Some(p)) => p.url.to_owned(),
-        (None, None) => return Err(ConfigError::at(at("url"), "give the backend's `url` (or a `provider`)")),
-    };
-    let url = raw_url.trim_end_matches('/').to_owned();
-    let uri: http::Uri = url.parse().map_err(|_| ConfigError::at(at("url"), format!("`{raw_url}` is not a URL")))?;
-    match uri.scheme_str() {
-        Some("http") | Some("https") => {}
-        _ => return Err(ConfigError::at(at("url"), "must start with http:// or https://")),
-    }
-    if uri.host().is_none() || uri.query().is_some() {
-        return Err(ConfigError::at(at("url"), "must be a base URL like http://host:port"));
-    }
-    // `/v1` is appended per request; accept a base that already ends with it.
-    let url = url.strip_suffix("/v1").unwrap_or(&url).to_owned();
-    let kind_name = b.kind.as_deref().or(preset.map(|p| p.kind)).unwrap_or("openai");
-    let kind = match kind_name {
-        "openai" => BackendKind::OpenAi,
-        "ollama" => BackendKind::Ollama,
-        "anthropic" => BackendKind::Anthropic,
-        other => {
-            return Err(ConfigError::at(
-                at("type"),
-                format!("unknown backend type `{other}` (openai, ollama, anthropic)"),
-            ))
-        }
-    };
-    let weight = b.weight.unwrap_or(1);
-    if weight == 0 {
-        return Err(ConfigError::at(at("weight"), "must be at least 1"));
-    }
-    if let Some(models) = &b.models {
-        if let Some(pos) = models.iter().position(|m| m.is_empty()) {
-            return Err(ConfigError::at(format!("backends[{i}].models[{pos}]"), "empty model name"));
-        }
-    }
-    Ok(BackendConfig {
-        name: b.name,
-        url,
-        kind,
-        api_key: b.api_key.filter(|k| !k.is_empty()),
-        models: b.models,
-        priority: b.priority.unwrap_or(0),
-        weight,
-        cache_tokens: b.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS).max(1),
-        max_concurrency: match b.max_concurrency {
-            Some(0) => return Err(ConfigError::at(at("max_concurrency"), "must be at least 1")),
-            n => n,
-        },
     })
 }
 

@@ -22,6 +22,8 @@ pub enum AttemptError {
 
 /// What an attempt's request carries besides the body.
 pub struct Headers<'a> {
+    /// The model asked for (an Azure deployment URL names it).
+    pub model: &'a str,
     pub client: &'a HeaderMap,
     pub request_id: &'a HeaderValue,
     /// `traceparent` naming the attempt's span, and the caller's `tracestate` (telemetry on).
@@ -36,7 +38,7 @@ pub async fn attempt_once(
     headers: Headers<'_>,
     limit: Duration,
 ) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
-    let uri = backend.target(wire).cloned().ok_or(AttemptError::Transport)?;
+    let uri = backend.target_for(wire, headers.model).ok_or(AttemptError::Transport)?;
     let mut req = Request::post(uri)
         .header(header::CONTENT_TYPE, "application/json")
         .header(&REQUEST_ID, headers.request_id.clone());

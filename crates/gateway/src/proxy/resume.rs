@@ -58,7 +58,7 @@ fn continuation_wire(kind: BackendKind) -> Wire {
     match kind {
         BackendKind::Anthropic => Wire::Anthropic,
         BackendKind::Ollama => Wire::OllamaChat,
-        BackendKind::OpenAi => Wire::OpenAiChat,
+        BackendKind::OpenAi | BackendKind::Azure => Wire::OpenAiChat,
     }
 }
 
@@ -119,7 +119,8 @@ impl Resumer {
             app.metrics.retries.fetch_add(1, Relaxed);
             backend.stats.attempts.fetch_add(1, Relaxed);
             let limit = remaining.min(app.config.timeouts.first_byte);
-            let headers = Headers { client: &self.headers, request_id: &self.request_id, trace: None };
+            let headers =
+                Headers { model: &self.model, client: &self.headers, request_id: &self.request_id, trace: None };
             match attempt_once(&app, &backend, wire, body, headers, limit).await {
                 Ok((parts, body, first)) if parts.status.is_success() => {
                     backend.health.on_success();

@@ -56,11 +56,17 @@ impl Backend {
         let uri = |path: &str| -> Result<Uri, String> {
             format!("{}{path}", cfg.url).parse().map_err(|_| format!("backend {}: bad URL {}", cfg.name, cfg.url))
         };
+        // Azure's v1 API is OpenAI's under `/openai`; its deployment-style URLs name the model
+        // (`deployment_target`), so they are made per request.
+        let prefix = if cfg.kind == BackendKind::Azure { "/openai" } else { "" };
         let targets = Wire::ALL
             .iter()
-            .map(|w| if w.spoken_by(cfg.kind) { uri(w.path()).map(Some) } else { Ok(None) })
+            .map(|w| if w.spoken_by(cfg.kind) { uri(&format!("{prefix}{}", w.path())).map(Some) } else { Ok(None) })
             .collect::<Result<Vec<_>, _>>()?;
-        let discovery_uri = uri(cfg.kind.discovery_path())?;
+        let discovery_uri = match (&cfg.api_version, cfg.kind) {
+            (Some(version), BackendKind::Azure) => uri(&format!("/openai/models?api-version={version}"))?,
+            _ => uri(cfg.kind.discovery_path())?,
+        };
         let name_header =
             HeaderValue::from_str(&cfg.name).map_err(|_| format!("backend name {} is not a header value", cfg.name))?;
         let secret = |text: String| {
@@ -77,6 +83,9 @@ impl Backend {
                 }
                 auth_headers
                     .push((HeaderName::from_static("anthropic-version"), HeaderValue::from_static(ANTHROPIC_VERSION)));
+            }
+            (BackendKind::Azure, Some(key)) => {
+                auth_headers.push((HeaderName::from_static("api-key"), secret(key.clone())?))
             }
             (_, Some(key)) => auth_headers.push((http::header::AUTHORIZATION, secret(format!("Bearer {key}"))?)),
             (_, None) => {}
@@ -107,6 +116,21 @@ impl Backend {
     pub fn target(&self, wire: Wire) -> Option<&Uri> {
         let i = Wire::ALL.iter().position(|w| *w == wire)?;
         self.targets.get(i)?.as_ref()
+    }
+
+    /// Where a request for `model` on `wire` goes: `target`, or for an Azure backend with an
+    /// `api_version`, its deployment's URL (`/openai/deployments/{model}/chat/completions?api-version=`).
+    pub fn target_for(&self, wire: Wire, model: &str) -> Option<Uri> {
+        let target = self.target(wire)?;
+        let Some(version) = self.cfg.api_version.as_deref().filter(|_| self.cfg.kind == BackendKind::Azure) else {
+            return Some(target.clone());
+        };
+        let operation = wire.path().strip_prefix("/v1")?;
+        // A deployment name is one path segment; anything else would change the path.
+        if model.is_empty() || !model.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+            return None;
+        }
+        format!("{}/openai/deployments/{model}{operation}?api-version={version}", self.cfg.url).parse().ok()
     }
 
     pub fn kind(&self) -> BackendKind {

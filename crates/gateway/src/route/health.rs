@@ -44,7 +44,7 @@ pub async fn probe(client: &UpstreamClient, backend: &Backend, timeout: Duration
 fn parse_models(kind: BackendKind, body: &[u8]) -> Vec<String> {
     match kind {
         // Anthropic's model list has the same `data[].id` as OpenAI's.
-        BackendKind::OpenAi | BackendKind::Anthropic => serde_json::from_slice::<ModelList>(body)
+        BackendKind::OpenAi | BackendKind::Anthropic | BackendKind::Azure => serde_json::from_slice::<ModelList>(body)
             .map(|l| l.data.into_iter().map(|m| m.id).collect())
             .unwrap_or_default(),
         BackendKind::Ollama => serde_json::from_slice::<TagList>(body)
@@ -152,7 +152,7 @@ async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Durat
                 backend.signals.record_loaded(list.models.into_iter().map(|m| m.name).collect());
             }
         }
-        BackendKind::Anthropic => {}
+        BackendKind::Anthropic | BackendKind::Azure => {}
     }
 }
 

@@ -229,5 +229,6 @@ fn provider(kind: BackendKind) -> &'static str {
         BackendKind::OpenAi => "openai",
         BackendKind::Anthropic => "anthropic",
         BackendKind::Ollama => "ollama",
+        BackendKind::Azure => "azure.ai.openai",
     }
 }

@@ -25,6 +25,7 @@ mod fleet;
 mod keys;
 mod limits;
 mod mcp;
+mod providers;
 mod reload;
 mod resume;
 mod retry;

@@ -1,0 +1,69 @@
+//! Hosted-provider backends against mocks built from their published API references: Azure
+//! OpenAI's v1 API and its deployment-style URLs (`api-version`, `api-key`), reached from every
+//! inbound API, plain and streamed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use crate::common::*;
+use serde_json::{json, Value};
+use switchyard_testkit::{MockApi, MockConfig, TestClient};
+
+/// (path, body) for `model` in each inbound API, plain and streamed.
+fn requests(model: &str) -> Vec<(&'static str, Value)> {
+    let mut out = Vec::new();
+    for stream in [false, true] {
+        let messages = json!([{"role": "user", "content": "hello"}]);
+        out.push(("/v1/chat/completions", json!({"model": model, "stream": stream, "messages": messages})));
+        out.push(("/v1/responses", json!({"model": model, "stream": stream, "input": "hello"})));
+        out.push(("/v1/messages", json!({"model": model, "stream": stream, "max_tokens": 32, "messages": messages})));
+        out.push(("/api/chat", json!({"model": model, "stream": stream, "messages": messages})));
+    }
+    out
+}
+
+async fn azure_mock() -> switchyard_testkit::MockServer {
+    let cfg = MockConfig { api: MockApi::Azure, api_key: Some("az-key".into()), ..MockConfig::default() };
+    mock_with(&["gpt-4o-prod"], cfg).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_v1_and_deployment_urls_serve_every_inbound_api() {
+    for (api_version, expected_path) in [
+        ("", "/openai/v1/chat/completions?"),
+        (", api_version: 2024-10-21", "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"),
+    ] {
+        let azure = azure_mock().await;
+        let yaml = format!(
+            "listen: 127.0.0.1:0\nbackends:\n  - {{name: az, type: azure, url: '{}/openai/v1', api_key: az-key, models: [gpt-4o-prod]{api_version}}}\n",
+            azure.url()
+        );
+        let gw = gateway_yaml(&yaml).await;
+        let client = TestClient::new();
+        for (path, body) in requests("gpt-4o-prod") {
+            let what = format!("{path}, stream {}{api_version}", body["stream"]);
+            let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+            assert_eq!(r.status, 200, "{what}: {}", r.text());
+            let text = r.text();
+            assert!(text.contains("tok0"), "{what}: {text}");
+            let failed = ["stream_aborted", "\"error\":{", "event: error", "\"type\":\"error\""];
+            assert!(!failed.iter().any(|f| text.contains(f)), "{what}: {text}");
+        }
+        let paths = azure.control().azure_paths();
+        assert_eq!(paths.len(), 8, "{paths:?}");
+        assert!(paths.iter().all(|p| p == expected_path), "{paths:?}");
+        // The health probe found it up through Azure's own model list (with its key).
+        let models = client.get(&format!("{}/v1/models", gw.url())).await.unwrap().json();
+        assert_eq!(models["data"][0]["id"], "gpt-4o-prod");
+    }
+}
+
+#[test]
+fn azure_backends_need_their_deployments_and_only_they_take_an_api_version() {
+    let load = |yaml: &str| switchyard_gateway::Config::from_yaml(yaml, &std::collections::HashMap::new());
+    let e = load("backends: [{name: a, type: azure, url: 'https://r.openai.azure.com', api_key: k}]").unwrap_err();
+    assert!(e.to_string().starts_with("backends[0].models"), "{e}");
+    let e = load("backends: [{name: a, url: 'http://x:1', api_version: 2024-10-21}]").unwrap_err();
+    assert!(e.to_string().starts_with("backends[0].api_version"), "{e}");
+    let bad = "backends: [{name: a, type: azure, url: 'https://r.openai.azure.com', models: ['a/b'], api_version: v1}]";
+    assert!(load(bad).unwrap_err().to_string().starts_with("backends[0].models[0]"));
+}
