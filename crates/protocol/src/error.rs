@@ -155,6 +155,7 @@ impl ApiError {
         if let Some(mut decoded) = crate::openai_chat::decode_error(body)
             .or_else(|| crate::anthropic::decode_error(body))
             .or_else(|| crate::ollama::decode_error(body))
+            .or_else(|| crate::gemini::decode_error(body))
         {
             // A body's own type is only a hint; the status is what the backend meant.
             if status >= 400 && decoded.kind.status() != status {

@@ -6,6 +6,7 @@ pub mod chat;
 pub mod embed;
 pub mod error;
 pub mod frames;
+pub mod gemini;
 mod json;
 pub mod ollama;
 pub mod openai;
