@@ -64,6 +64,9 @@ pub enum BackendKind {
     /// Azure OpenAI: the OpenAI API under `/openai/v1` (or, with `api_version`, under
     /// `/openai/deployments/{model}/...?api-version=`), authenticated by `api-key`.
     Azure,
+    /// Google's Gemini API (`/v1beta/models/{model}:generateContent`), authenticated by
+    /// `x-goog-api-key`; every other API is translated to it.
+    Gemini,
 }
 
 impl BackendKind {
@@ -73,6 +76,7 @@ impl BackendKind {
             BackendKind::Ollama => "ollama",
             BackendKind::Anthropic => "anthropic",
             BackendKind::Azure => "azure",
+            BackendKind::Gemini => "gemini",
         }
     }
     /// The path probed for health, which also lists the backend's models (Azure's lists base
@@ -83,6 +87,7 @@ impl BackendKind {
             BackendKind::Ollama => "/api/tags",
             BackendKind::Anthropic => "/v1/models",
             BackendKind::Azure => "/openai/v1/models",
+            BackendKind::Gemini => "/v1beta/models?pageSize=1000",
         }
     }
 }

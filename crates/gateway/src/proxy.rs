@@ -242,7 +242,13 @@ pub async fn forward(
             let sent = Instant::now();
             let limit = remaining.min(app.config.timeouts.first_byte);
             let trace_headers = meter.as_mut().and_then(|m| m.trace_attempt(&backend));
-            let headers = Headers { model: &routed.model, client: &parts.headers, request_id, trace: trace_headers };
+            let headers = Headers {
+                model: &routed.model,
+                stream: routed.stream,
+                client: &parts.headers,
+                request_id,
+                trace: trace_headers,
+            };
             let outcome = attempt_once(app, &backend, wire, upstream_body, headers, limit).await;
             let ttfb = sent.elapsed();
             upstream_wait += ttfb;

@@ -27,10 +27,13 @@ pub enum Wire {
     OllamaChat,
     OllamaGenerate,
     OllamaEmbed,
+    /// Gemini's `generateContent` (`streamGenerateContent?alt=sse` for streams); the URL names
+    /// the model (`Backend::target_for`).
+    Gemini,
 }
 
 impl Wire {
-    pub const ALL: [Wire; 8] = [
+    pub const ALL: [Wire; 9] = [
         Wire::OpenAiChat,
         Wire::OpenAiCompletions,
         Wire::OpenAiEmbeddings,
@@ -39,6 +42,7 @@ impl Wire {
         Wire::OllamaChat,
         Wire::OllamaGenerate,
         Wire::OllamaEmbed,
+        Wire::Gemini,
     ];
 
     /// Path under the backend's base URL.
@@ -52,6 +56,7 @@ impl Wire {
             Wire::OllamaChat => "/api/chat",
             Wire::OllamaGenerate => "/api/generate",
             Wire::OllamaEmbed => "/api/embed",
+            Wire::Gemini => "/v1beta/models",
         }
     }
 
@@ -61,8 +66,9 @@ impl Wire {
             BackendKind::OpenAi | BackendKind::Azure => {
                 matches!(self, Wire::OpenAiChat | Wire::OpenAiCompletions | Wire::OpenAiEmbeddings)
             }
+            BackendKind::Gemini => self == Wire::Gemini,
             // Ollama serves its native API and an OpenAI-compatible one under /v1.
-            BackendKind::Ollama => !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
+            BackendKind::Ollama => !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens | Wire::Gemini),
             BackendKind::Anthropic => matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
         }
     }
@@ -101,7 +107,11 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
     if let Some(wire) = Wire::of(endpoint).filter(|w| w.spoken_by(kind)) {
         return Plan::Pass(wire);
     }
-    let chat = if kind == BackendKind::Anthropic { Wire::Anthropic } else { Wire::OpenAiChat };
+    let chat = match kind {
+        BackendKind::Anthropic => Wire::Anthropic,
+        BackendKind::Gemini => Wire::Gemini,
+        _ => Wire::OpenAiChat,
+    };
     match endpoint {
         Endpoint::ChatCompletions
         | Endpoint::Responses
@@ -109,7 +119,9 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::OllamaChat
         | Endpoint::OllamaGenerate => Plan::Translate(chat),
         Endpoint::CountTokens => Plan::Local,
-        Endpoint::Embeddings | Endpoint::OllamaEmbed if kind != BackendKind::Anthropic => {
+        Endpoint::Embeddings | Endpoint::OllamaEmbed
+            if !matches!(kind, BackendKind::Anthropic | BackendKind::Gemini) =>
+        {
             Plan::Translate(Wire::OpenAiEmbeddings)
         }
         Endpoint::Embeddings | Endpoint::OllamaEmbed => Plan::Unsupported("embeddings"),
@@ -158,5 +170,8 @@ mod tests {
         assert_eq!(plan(Endpoint::OllamaEmbed, OpenAi), Plan::Translate(Wire::OpenAiEmbeddings));
         assert!(matches!(plan(Endpoint::Embeddings, Anthropic), Plan::Unsupported(_)));
         assert!(matches!(plan(Endpoint::Completions, Anthropic), Plan::Unsupported(_)));
+        assert_eq!(plan(Endpoint::ChatCompletions, Gemini), Plan::Translate(Wire::Gemini));
+        assert_eq!(plan(Endpoint::OllamaChat, Gemini), Plan::Translate(Wire::Gemini));
+        assert!(matches!(plan(Endpoint::Embeddings, Gemini), Plan::Unsupported(_)));
     }
 }

@@ -5,6 +5,7 @@ mod anthropic;
 mod azure;
 mod body;
 mod frames;
+mod gemini;
 mod handlers;
 mod kv;
 mod ollama;
@@ -87,6 +88,9 @@ pub enum MockApi {
     /// `/openai/deployments/{deployment}/*?api-version=` with `/openai/models?api-version=`;
     /// `api-key` authentication.
     Azure,
+    /// Google's Gemini API: `/v1beta/models`, `/v1beta/models/{model}:generateContent` and
+    /// `:streamGenerateContent?alt=sse`; `x-goog-api-key` authentication.
+    Gemini,
 }
 
 impl MockApi {
@@ -96,6 +100,7 @@ impl MockApi {
             MockApi::Anthropic => "anthropic",
             MockApi::Ollama => "ollama",
             MockApi::Azure => "azure",
+            MockApi::Gemini => "gemini",
         }
     }
 }
@@ -115,7 +120,8 @@ impl std::str::FromStr for MockApi {
             "anthropic" => Ok(MockApi::Anthropic),
             "ollama" => Ok(MockApi::Ollama),
             "azure" => Ok(MockApi::Azure),
-            other => Err(format!("unknown API `{other}` (expected openai, anthropic, ollama or azure)")),
+            "gemini" => Ok(MockApi::Gemini),
+            other => Err(format!("unknown API `{other}` (expected openai, anthropic, ollama, azure or gemini)")),
         }
     }
 }

@@ -64,7 +64,7 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
     }
     // `/v1` is appended per request; accept a base that already ends with it (and, for Azure,
     // with `/openai` or `/openai/v1`, which are appended too).
-    let url = url.strip_suffix("/v1").unwrap_or(&url);
+    let url = url.strip_suffix("/v1").or_else(|| url.strip_suffix("/v1beta")).unwrap_or(&url);
     let url = if b.kind.as_deref() == Some("azure") { url.strip_suffix("/openai").unwrap_or(url) } else { url };
     let url = url.to_owned();
     let kind_name = b.kind.as_deref().or(preset.map(|p| p.kind)).unwrap_or("openai");
@@ -73,10 +73,11 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
         "ollama" => BackendKind::Ollama,
         "anthropic" => BackendKind::Anthropic,
         "azure" => BackendKind::Azure,
+        "gemini" => BackendKind::Gemini,
         other => {
             return Err(ConfigError::at(
                 at("type"),
-                format!("unknown backend type `{other}` (openai, ollama, anthropic, azure)"),
+                format!("unknown backend type `{other}` (openai, ollama, anthropic, azure, gemini)"),
             ))
         }
     };
@@ -91,12 +92,14 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
         if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             return Err(ConfigError::at(at("api_version"), "expected a version such as 2024-10-21"));
         }
-        // Each model is a deployment named in the URL's path.
+    }
+    // Gemini's and Azure deployments' URLs name the model: one path segment.
+    if kind == BackendKind::Gemini || b.api_version.is_some() {
         let segment = |m: &String| m.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if let Some(pos) = b.models.iter().flatten().position(|m| !segment(m)) {
             return Err(ConfigError::at(
                 format!("backends[{i}].models[{pos}]"),
-                "a deployment name: letters, digits, '-', '_' or '.'",
+                "named in the URL: letters, digits, '-', '_' or '.'",
             ));
         }
     }

@@ -1,6 +1,6 @@
 //! Hosted APIs by name (`backends[].provider`), so a user writes a name and a key, not a URL:
 //! each preset is the provider's documented base URL (the gateway appends `/v1/...`) and the API
-//! it speaks. Every one of these lists its models at `/v1/models`, so discovery works as for a
+//! it speaks. Every one of these lists its models (at `/v1/models`, Gemini's at `/v1beta/models`), so discovery works as for a
 //! self-hosted server.
 
 pub struct Preset {
@@ -19,6 +19,7 @@ const PRESETS: &[Preset] = &[
     Preset { name: "openrouter", url: "https://openrouter.ai/api", kind: "openai" },
     Preset { name: "together", url: "https://api.together.xyz", kind: "openai" },
     Preset { name: "fireworks", url: "https://api.fireworks.ai/inference", kind: "openai" },
+    Preset { name: "gemini", url: "https://generativelanguage.googleapis.com", kind: "gemini" },
 ];
 
 pub fn find(name: &str) -> Option<&'static Preset> {

@@ -22,8 +22,10 @@ pub enum AttemptError {
 
 /// What an attempt's request carries besides the body.
 pub struct Headers<'a> {
-    /// The model asked for (an Azure deployment URL names it).
+    /// The model asked for, and whether the answer streams (Gemini's and Azure deployments' URLs
+    /// say so).
     pub model: &'a str,
+    pub stream: bool,
     pub client: &'a HeaderMap,
     pub request_id: &'a HeaderValue,
     /// `traceparent` naming the attempt's span, and the caller's `tracestate` (telemetry on).
@@ -38,7 +40,7 @@ pub async fn attempt_once(
     headers: Headers<'_>,
     limit: Duration,
 ) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
-    let uri = backend.target_for(wire, headers.model).ok_or(AttemptError::Transport)?;
+    let uri = backend.target_for(wire, headers.model, headers.stream).ok_or(AttemptError::Transport)?;
     let mut req = Request::post(uri)
         .header(header::CONTENT_TYPE, "application/json")
         .header(&REQUEST_ID, headers.request_id.clone());

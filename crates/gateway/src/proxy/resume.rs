@@ -59,6 +59,7 @@ fn continuation_wire(kind: BackendKind) -> Wire {
         BackendKind::Anthropic => Wire::Anthropic,
         BackendKind::Ollama => Wire::OllamaChat,
         BackendKind::OpenAi | BackendKind::Azure => Wire::OpenAiChat,
+        BackendKind::Gemini => Wire::Gemini,
     }
 }
 
@@ -119,8 +120,13 @@ impl Resumer {
             app.metrics.retries.fetch_add(1, Relaxed);
             backend.stats.attempts.fetch_add(1, Relaxed);
             let limit = remaining.min(app.config.timeouts.first_byte);
-            let headers =
-                Headers { model: &self.model, client: &self.headers, request_id: &self.request_id, trace: None };
+            let headers = Headers {
+                model: &self.model,
+                stream: true,
+                client: &self.headers,
+                request_id: &self.request_id,
+                trace: None,
+            };
             match attempt_once(&app, &backend, wire, body, headers, limit).await {
                 Ok((parts, body, first)) if parts.status.is_success() => {
                     backend.health.on_success();

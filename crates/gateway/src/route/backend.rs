@@ -87,6 +87,9 @@ impl Backend {
             (BackendKind::Azure, Some(key)) => {
                 auth_headers.push((HeaderName::from_static("api-key"), secret(key.clone())?))
             }
+            (BackendKind::Gemini, Some(key)) => {
+                auth_headers.push((HeaderName::from_static("x-goog-api-key"), secret(key.clone())?))
+            }
             (_, Some(key)) => auth_headers.push((http::header::AUTHORIZATION, secret(format!("Bearer {key}"))?)),
             (_, None) => {}
         }
@@ -118,10 +121,16 @@ impl Backend {
         self.targets.get(i)?.as_ref()
     }
 
-    /// Where a request for `model` on `wire` goes: `target`, or for an Azure backend with an
-    /// `api_version`, its deployment's URL (`/openai/deployments/{model}/chat/completions?api-version=`).
-    pub fn target_for(&self, wire: Wire, model: &str) -> Option<Uri> {
+    /// Where a request for `model` on `wire` goes: `target`; for Gemini, the model's method
+    /// (`/v1beta/models/{model}:generateContent`, or `:streamGenerateContent?alt=sse`); for an
+    /// Azure backend with an `api_version`, its deployment's URL
+    /// (`/openai/deployments/{model}/chat/completions?api-version=`).
+    pub fn target_for(&self, wire: Wire, model: &str, stream: bool) -> Option<Uri> {
         let target = self.target(wire)?;
+        if wire == Wire::Gemini {
+            let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+            return format!("{target}/{model}:{method}").parse().ok();
+        }
         let Some(version) = self.cfg.api_version.as_deref().filter(|_| self.cfg.kind == BackendKind::Azure) else {
             return Some(target.clone());
         };

@@ -50,6 +50,10 @@ fn parse_models(kind: BackendKind, body: &[u8]) -> Vec<String> {
         BackendKind::Ollama => serde_json::from_slice::<TagList>(body)
             .map(|l| l.models.into_iter().map(|m| m.name).collect())
             .unwrap_or_default(),
+        // Gemini names its models `models/gemini-2.5-flash`; requests name them without the prefix.
+        BackendKind::Gemini => serde_json::from_slice::<TagList>(body)
+            .map(|l| l.models.into_iter().map(|m| m.name.trim_start_matches("models/").to_owned()).collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -152,7 +156,7 @@ async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Durat
                 backend.signals.record_loaded(list.models.into_iter().map(|m| m.name).collect());
             }
         }
-        BackendKind::Anthropic | BackendKind::Azure => {}
+        BackendKind::Anthropic | BackendKind::Azure | BackendKind::Gemini => {}
     }
 }
 

@@ -230,5 +230,6 @@ fn provider(kind: BackendKind) -> &'static str {
         BackendKind::Anthropic => "anthropic",
         BackendKind::Ollama => "ollama",
         BackendKind::Azure => "azure.ai.openai",
+        BackendKind::Gemini => "gcp.gemini",
     }
 }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use switchyard_protocol::chat::{ChatRequest, Message, Part, Role, TranslateError};
 use switchyard_protocol::embed::EmbedRequest;
 use switchyard_protocol::responses::Echo;
-use switchyard_protocol::{anthropic, ollama, openai_chat, openai_embeddings, responses};
+use switchyard_protocol::{anthropic, gemini, ollama, openai_chat, openai_embeddings, responses};
 
 use super::Wire;
 use crate::endpoint::Endpoint;
@@ -46,6 +46,7 @@ impl Decoded {
             (Decoded::Chat(req), Wire::Anthropic) => anthropic::encode_request(req)?,
             (Decoded::Chat(req), Wire::OllamaChat) => ollama::encode_chat_request(req)?,
             (Decoded::Chat(req), Wire::OllamaGenerate) => ollama::encode_generate_request(req)?,
+            (Decoded::Chat(req), Wire::Gemini) => gemini::encode_request(req)?,
             (Decoded::Embed(req), Wire::OpenAiEmbeddings) => openai_embeddings::encode_request(req)?,
             (Decoded::Embed(req), Wire::OllamaEmbed) => ollama::encode_embed_request(req)?,
             _ => return Err(TranslateError::Invalid("no translation between these APIs".to_owned())),
@@ -63,6 +64,10 @@ impl Decoded {
         let Decoded::Chat(request) = self else {
             return Err(TranslateError::Invalid("only a chat answer can be continued".to_owned()));
         };
+        if wire == Wire::Gemini {
+            // Gemini documents no assistant prefill: a final model turn is not continued.
+            return Err(TranslateError::Invalid("Gemini cannot continue a started answer".to_owned()));
+        }
         let mut request = request.clone();
         request.stream = true;
         request.include_usage = true;

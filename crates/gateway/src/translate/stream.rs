@@ -9,7 +9,7 @@ use bytes::Bytes;
 use switchyard_protocol::chat::{
     ApiError, ErrorKind, ResponseContext, StreamDecoder, StreamEncoder, StreamEvent, TranslateError, Usage,
 };
-use switchyard_protocol::{anthropic, ollama, openai_chat, responses};
+use switchyard_protocol::{anthropic, gemini, ollama, openai_chat, responses};
 
 use super::{Decoded, Wire};
 use crate::endpoint::Endpoint;
@@ -150,6 +150,7 @@ fn decoder(wire: Wire, context: ResponseContext) -> Option<Box<dyn StreamDecoder
         Wire::OpenAiChat => Box::new(openai_chat::SseDecoder::new(context)),
         Wire::Anthropic => Box::new(anthropic::SseDecoder::new(context)),
         Wire::OllamaChat | Wire::OllamaGenerate => Box::new(ollama::NdjsonDecoder::new(context)),
+        Wire::Gemini => Box::new(gemini::SseDecoder::new(context)),
         _ => return None,
     })
 }

@@ -67,3 +67,56 @@ fn azure_backends_need_their_deployments_and_only_they_take_an_api_version() {
     let bad = "backends: [{name: a, type: azure, url: 'https://r.openai.azure.com', models: ['a/b'], api_version: v1}]";
     assert!(load(bad).unwrap_err().to_string().starts_with("backends[0].models[0]"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_serves_every_inbound_api_with_tools_and_streams() {
+    let cfg = MockConfig { api: MockApi::Gemini, api_key: Some("g-key".into()), ..MockConfig::default() };
+    let gemini = mock_with(&["gemini-2.5-flash"], cfg).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nbackends:\n  - {{name: g, type: gemini, url: '{}', api_key: g-key}}\n",
+        gemini.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    // Discovered through Gemini's own model list (`models/` prefix taken off).
+    let models = client.get(&format!("{}/v1/models", gw.url())).await.unwrap().json();
+    assert_eq!(models["data"][0]["id"], "gemini-2.5-flash", "{models}");
+    for (path, body) in requests("gemini-2.5-flash") {
+        let what = format!("{path}, stream {}", body["stream"]);
+        let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+        assert_eq!(r.status, 200, "{what}: {}", r.text());
+        let text = r.text();
+        assert!(text.contains("tok0") && text.contains("tok4"), "{what}: {text}");
+        let failed = ["stream_aborted", "\"error\":{", "event: error", "\"type\":\"error\""];
+        assert!(!failed.iter().any(|f| text.contains(f)), "{what}: {text}");
+    }
+    // A tool round trip through OpenAI Chat: the call, then its result.
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"location": {"type": "string"}}}}}]);
+    for stream in [false, true] {
+        let ask = json!({"model": "gemini-2.5-flash", "stream": stream, "tools": tools,
+            "messages": [{"role": "user", "content": "Weather in Paris?"}]});
+        let r = client.post_json(&format!("{}/v1/chat/completions", gw.url()), ask.to_string().as_bytes(), &[]).await;
+        let text = r.unwrap().text();
+        assert!(text.contains("get_weather") && text.contains("Paris"), "stream {stream}: {text}");
+        assert!(text.contains("tool_calls"), "stream {stream}: {text}");
+    }
+    let answer = json!({"model": "gemini-2.5-flash", "tools": tools, "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"}]});
+    let r = client.post_json(&format!("{}/v1/chat/completions", gw.url()), answer.to_string().as_bytes(), &[]).await;
+    let r = r.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "Tool result: 18C and sunny");
+    // Gemini's own errors reach the client in its API's shape, with their status.
+    gemini.control().set_fail_next(1);
+    gemini.control().set_fail_status(400);
+    let r = client
+        .post_json(&format!("{}/v1/messages", gw.url()), requests("gemini-2.5-flash")[2].1.to_string().as_bytes(), &[])
+        .await;
+    let r = r.unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["type"], "error", "{}", r.text());
+}
