@@ -1,5 +1,5 @@
 //! Client authentication: the master key (admin and full access) and virtual keys (`sy-…`)
-//! presented as `Authorization: Bearer` or `x-api-key`. Key lookups go through a small cache
+//! presented as `Authorization: Bearer`, `x-api-key` or `x-goog-api-key`. Key lookups go through a small cache
 //! with negative entries; revocation through this process evicts at once, so a revoked key is
 //! refused on its very next request.
 
@@ -75,7 +75,8 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
         let token = v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")).unwrap_or(v);
         return Some(token.trim());
     }
-    headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim)
+    // Anthropic's clients send `x-api-key`, Google's `x-goog-api-key`.
+    headers.get("x-api-key").or_else(|| headers.get("x-goog-api-key")).and_then(|v| v.to_str().ok()).map(str::trim)
 }
 
 fn unauthorized(message: &str, code: &'static str) -> GatewayError {

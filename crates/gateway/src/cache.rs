@@ -361,6 +361,7 @@ fn complete(endpoint: Endpoint, stream: bool, body: &[u8]) -> bool {
         Endpoint::Messages => b"message_stop",
         Endpoint::Responses => b"response.completed",
         Endpoint::OllamaChat | Endpoint::OllamaGenerate => b"\"done\":true",
+        Endpoint::GeminiStream => b"\"finishReason\"",
         _ => return false,
     };
     // The last event may carry the whole answer (`response.completed`): search from the end.

@@ -17,11 +17,15 @@ pub enum Endpoint {
     OllamaChat,
     OllamaGenerate,
     OllamaEmbed,
+    /// Gemini `POST /v1beta/models/{model}:generateContent` (the model is in the path).
+    GeminiGenerate,
+    /// Gemini `POST /v1beta/models/{model}:streamGenerateContent` (`?alt=sse`).
+    GeminiStream,
     Other,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 11] = [
+    pub const ALL: [Endpoint; 13] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -32,6 +36,8 @@ impl Endpoint {
         Endpoint::OllamaChat,
         Endpoint::OllamaGenerate,
         Endpoint::OllamaEmbed,
+        Endpoint::GeminiGenerate,
+        Endpoint::GeminiStream,
         Endpoint::Other,
     ];
 
@@ -47,6 +53,8 @@ impl Endpoint {
             Endpoint::OllamaChat => "ollama_chat",
             Endpoint::OllamaGenerate => "ollama_generate",
             Endpoint::OllamaEmbed => "ollama_embed",
+            Endpoint::GeminiGenerate => "gemini_generate",
+            Endpoint::GeminiStream => "gemini_stream",
             Endpoint::Other => "other",
         }
     }
@@ -65,8 +73,25 @@ impl Endpoint {
             "/api/chat" => Endpoint::OllamaChat,
             "/api/generate" => Endpoint::OllamaGenerate,
             "/api/embed" => Endpoint::OllamaEmbed,
-            _ => Endpoint::Other,
+            _ => match Endpoint::gemini_model(path) {
+                Some((_, true)) => Endpoint::GeminiStream,
+                Some((_, false)) => Endpoint::GeminiGenerate,
+                None => Endpoint::Other,
+            },
         }
+    }
+
+    /// The model a Gemini path names (`/v1beta/models/{model}:generateContent`, or
+    /// `:streamGenerateContent`; `/v1/models/...` as given without `/v1`), and whether it streams.
+    pub fn gemini_model(path: &str) -> Option<(&str, bool)> {
+        let rest = ["/v1beta/models/", "/v1/models/", "/models/"].iter().find_map(|p| path.strip_prefix(p))?;
+        let (model, method) = rest.split_once(':')?;
+        let stream = match method {
+            "generateContent" => false,
+            "streamGenerateContent" => true,
+            _ => return None,
+        };
+        (!model.is_empty() && !model.contains('/')).then_some((model, stream))
     }
 
     /// The route as clients write it (`/v1/chat/completions`), for span names; None for `Other`.
@@ -82,6 +107,8 @@ impl Endpoint {
             Endpoint::OllamaChat => "/api/chat",
             Endpoint::OllamaGenerate => "/api/generate",
             Endpoint::OllamaEmbed => "/api/embed",
+            Endpoint::GeminiGenerate => "/v1beta/models/{model}:generateContent",
+            Endpoint::GeminiStream => "/v1beta/models/{model}:streamGenerateContent",
             Endpoint::Other => return None,
         })
     }

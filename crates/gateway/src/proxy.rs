@@ -32,7 +32,7 @@ use crate::cache;
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::metering::Meter;
-use crate::http::parse::{parse_request, read_body, with_model};
+use crate::http::parse::{parse_request_at, read_body, with_model};
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
 use crate::limit::Permit;
@@ -71,7 +71,8 @@ pub async fn forward(
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
-    let mut routed = parse_request(endpoint, body, &app.config)?;
+    let path_model = Endpoint::gemini_model(parts.uri.path()).map(|(model, _)| model);
+    let mut routed = parse_request_at(endpoint, path_model, body, &app.config)?;
     let (permit, budget) = permits::take(app, &principal, &routed).await?;
     let mut client_body = routed.body.clone();
     let mut bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
@@ -118,7 +119,7 @@ pub async fn forward(
         }
         None => permit,
     };
-    let cached = Cached::of(app, endpoint, &parts.headers, &principal, &client_body, routed.stream);
+    let cached = Cached::of(app, endpoint, &parts.headers, &principal, &client_body, &routed.requested, routed.stream);
     if let Some(hit) = futures_util::future::OptionFuture::from(cached.as_ref().map(|c| c.lookup(app))).await.flatten()
     {
         return Ok(cached::respond_hit(app, hit, meter, permit.take(), started));
@@ -319,7 +320,10 @@ pub async fn forward(
         let fall_back = held.as_ref().is_none_or(|a| app.config.fallback_statuses.contains(&a.parts.status.as_u16()));
         if let Some(next) = fall_back.then(|| fallbacks.next()).flatten() {
             let to = app.config.resolve_alias(next).to_owned();
-            let (Ok(upstream), Ok(client)) = (with_model(&routed.body, &to), with_model(&client_body, &to)) else {
+            // A Gemini request's model is in its path, not its body.
+            let splice =
+                |body: &bytes::Bytes| if path_model.is_some() { Ok(body.clone()) } else { with_model(body, &to) };
+            let (Ok(upstream), Ok(client)) = (splice(&routed.body), splice(&client_body)) else {
                 break;
             };
             app.metrics.count_fallback(&routed.model, &to);
@@ -478,7 +482,7 @@ async fn respond_uncached(
             StreamTranslator::translate(endpoint, wire, translation::response_context(request_id), decoded)
         }
         // Same API but not OpenAI's: read the stream's usage without touching it.
-        Plan::Pass(wire @ (Wire::Anthropic | Wire::OllamaChat | Wire::OllamaGenerate)) if stream => {
+        Plan::Pass(wire @ (Wire::Anthropic | Wire::OllamaChat | Wire::OllamaGenerate | Wire::Gemini)) if stream => {
             StreamTranslator::observe(wire, translation::response_context(request_id))
         }
         _ => None,

@@ -11,7 +11,7 @@ pub use response::{translate_error, translate_response};
 pub use stream::{read_emitted, Emitted, StreamTranslator};
 
 use switchyard_protocol::chat::{Api, ApiError};
-use switchyard_protocol::{anthropic, ollama, openai_chat};
+use switchyard_protocol::{anthropic, gemini, ollama, openai_chat};
 
 use crate::config::BackendKind;
 use crate::endpoint::Endpoint;
@@ -85,6 +85,7 @@ impl Wire {
             Endpoint::OllamaChat => Wire::OllamaChat,
             Endpoint::OllamaGenerate => Wire::OllamaGenerate,
             Endpoint::OllamaEmbed => Wire::OllamaEmbed,
+            Endpoint::GeminiGenerate | Endpoint::GeminiStream => Wire::Gemini,
             Endpoint::Responses | Endpoint::Models | Endpoint::Other => return None,
         })
     }
@@ -117,7 +118,9 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::Responses
         | Endpoint::Messages
         | Endpoint::OllamaChat
-        | Endpoint::OllamaGenerate => Plan::Translate(chat),
+        | Endpoint::OllamaGenerate
+        | Endpoint::GeminiGenerate
+        | Endpoint::GeminiStream => Plan::Translate(chat),
         Endpoint::CountTokens => Plan::Local,
         Endpoint::Embeddings | Endpoint::OllamaEmbed
             if !matches!(kind, BackendKind::Anthropic | BackendKind::Gemini) =>
@@ -136,6 +139,7 @@ pub fn client_api(endpoint: Endpoint) -> Api {
         Endpoint::Responses => Api::Responses,
         Endpoint::Messages | Endpoint::CountTokens => Api::Anthropic,
         Endpoint::OllamaChat | Endpoint::OllamaGenerate | Endpoint::OllamaEmbed => Api::Ollama,
+        Endpoint::GeminiGenerate | Endpoint::GeminiStream => Api::Gemini,
         _ => Api::OpenAiChat,
     }
 }
@@ -146,6 +150,7 @@ pub fn encode_error(api: Api, error: &ApiError) -> Vec<u8> {
         Api::OpenAiChat | Api::Responses => openai_chat::encode_error(error),
         Api::Anthropic => anthropic::encode_error(error),
         Api::Ollama => ollama::encode_error(error),
+        Api::Gemini => gemini::encode_error(error),
     }
 }
 

@@ -15,6 +15,7 @@ pub enum Api {
     Responses,
     Anthropic,
     Ollama,
+    Gemini,
 }
 
 impl Api {
@@ -25,6 +26,7 @@ impl Api {
             Api::Responses => "OpenAI Responses",
             Api::Anthropic => "Anthropic Messages",
             Api::Ollama => "Ollama",
+            Api::Gemini => "Gemini",
         }
     }
 }

@@ -1,16 +1,22 @@
-//! Google's Gemini API (`models/{model}:generateContent`, and `:streamGenerateContent?alt=sse`):
-//! requests encoded from the internal model, responses and SSE streams decoded into it, and its
-//! error bodies. Built from the API reference (`GenerateContentRequest`,
+//! Google's Gemini API (`models/{model}:generateContent`, and `:streamGenerateContent?alt=sse`),
+//! both ways: requests encoded for a Gemini backend and its responses and SSE streams decoded,
+//! and a Gemini client's requests decoded and answered (responses, streams, errors). Built from the API reference (`GenerateContentRequest`,
 //! `GenerateContentResponse`, `FunctionCall`/`FunctionResponse`, `UsageMetadata`, the `google.rpc`
 //! error shape). The model is named in the URL, not in the body.
 
 mod request;
+mod request_decode;
 mod response;
+mod response_encode;
 mod stream_decode;
+mod stream_encode;
 
 pub use request::encode_request;
+pub use request_decode::decode_request;
 pub use response::decode_response;
+pub use response_encode::{encode_error, encode_response};
 pub use stream_decode::SseDecoder;
+pub use stream_encode::SseEncoder;
 
 use serde::Deserialize;
 

@@ -17,6 +17,9 @@ pub struct RoutingFields<'a> {
     pub prompt: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub input: Option<&'a RawValue>,
+    /// Gemini's turns.
+    #[serde(borrow, default)]
+    pub contents: Option<&'a RawValue>,
     /// Upper bound of completion tokens, for rate-limit reservations (either spelling).
     #[serde(default)]
     pub max_tokens: Option<serde_json::Value>,

@@ -20,6 +20,8 @@ const IGNORED: [&str; 7] =
 /// What besides the body tells two requests apart.
 pub struct KeyParts<'a> {
     pub namespace: &'a str,
+    /// The model as asked for (Gemini names it in the path, not the body).
+    pub model: &'a str,
     pub endpoint: Endpoint,
     pub stream: bool,
     /// The `anthropic-beta` header, when sent.
@@ -32,7 +34,7 @@ pub fn digest(parts: &KeyParts<'_>, body: &[u8]) -> Option<Digest> {
     let mut canonical = Vec::with_capacity(body.len() + 64);
     // Version 1 of this form; a change to it changes every key rather than mixing two forms.
     canonical.extend_from_slice(b"switchyard-cache-1\0");
-    for part in [parts.namespace.as_bytes(), parts.endpoint.as_str().as_bytes(), parts.beta] {
+    for part in [parts.namespace.as_bytes(), parts.model.as_bytes(), parts.endpoint.as_str().as_bytes(), parts.beta] {
         canonical.extend_from_slice(&(part.len() as u32).to_le_bytes());
         canonical.extend_from_slice(part);
     }
@@ -111,7 +113,7 @@ mod tests {
     }
 
     fn key_in(namespace: &str, body: &str) -> Digest {
-        let parts = KeyParts { namespace, endpoint: Endpoint::ChatCompletions, stream: false, beta: b"" };
+        let parts = KeyParts { namespace, model: "m", endpoint: Endpoint::ChatCompletions, stream: false, beta: b"" };
         digest(&parts, body.as_bytes()).unwrap()
     }
 
@@ -141,9 +143,10 @@ mod tests {
         assert_ne!(plain, key(r#"{"model":"m","messages":[{"role":"user","content":"hi!"}]}"#));
         assert_ne!(plain, key(r#"{"model":"n","messages":[{"role":"user","content":"hi"}]}"#));
         assert_ne!(plain, key_in("k2", &format!("{base}}}")));
-        let streamed = KeyParts { namespace: "k1", endpoint: Endpoint::ChatCompletions, stream: true, beta: b"" };
+        let streamed =
+            KeyParts { namespace: "k1", model: "m", endpoint: Endpoint::ChatCompletions, stream: true, beta: b"" };
         assert_ne!(plain, digest(&streamed, format!("{base}}}").as_bytes()).unwrap());
-        let messages = KeyParts { namespace: "k1", endpoint: Endpoint::Messages, stream: false, beta: b"" };
+        let messages = KeyParts { namespace: "k1", model: "m", endpoint: Endpoint::Messages, stream: false, beta: b"" };
         assert_ne!(plain, digest(&messages, format!("{base}}}").as_bytes()).unwrap());
     }
 
@@ -158,7 +161,8 @@ mod tests {
 
     #[test]
     fn only_objects_have_keys() {
-        let parts = KeyParts { namespace: "", endpoint: Endpoint::ChatCompletions, stream: false, beta: b"" };
+        let parts =
+            KeyParts { namespace: "", model: "m", endpoint: Endpoint::ChatCompletions, stream: false, beta: b"" };
         assert!(digest(&parts, b"[1]").is_none());
         assert!(digest(&parts, b"{").is_none());
     }

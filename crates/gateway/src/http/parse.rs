@@ -67,6 +67,18 @@ pub struct RoutedRequest {
 }
 
 pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result<RoutedRequest, GatewayError> {
+    parse_request_at(endpoint, None, body, config)
+}
+
+/// `parse_request` for a request whose path names the model (Gemini's
+/// `/v1beta/models/{model}:generateContent`): `path_model`, not the body's, is routed, and an
+/// alias is resolved without touching the body.
+pub fn parse_request_at(
+    endpoint: Endpoint,
+    path_model: Option<&str>,
+    body: Bytes,
+    config: &Config,
+) -> Result<RoutedRequest, GatewayError> {
     // serde would also accept a JSON array as a struct in sequence form; only objects are requests.
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(GatewayError::bad_request("the request body must be a JSON object", None));
@@ -76,16 +88,28 @@ pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result
             if e.is_data() { "the request body must be a JSON object" } else { "the request body is not valid JSON" };
         GatewayError::bad_request(format!("{what}: {e}"), None)
     })?;
-    let raw_model =
-        fields.model.ok_or_else(|| GatewayError::bad_request("you must provide a model parameter", Some("model")))?;
-    let model: Cow<str> = serde_json::from_str(raw_model.get())
-        .map_err(|_| GatewayError::bad_request("`model` must be a string", Some("model")))?;
+    let raw_model = match path_model {
+        Some(_) => None,
+        None => Some(
+            fields
+                .model
+                .ok_or_else(|| GatewayError::bad_request("you must provide a model parameter", Some("model")))?,
+        ),
+    };
+    let model: Cow<str> = match (path_model, raw_model) {
+        (Some(model), _) => Cow::Borrowed(model),
+        (None, Some(raw)) => serde_json::from_str(raw.get())
+            .map_err(|_| GatewayError::bad_request("`model` must be a string", Some("model")))?,
+        (None, None) => return Err(GatewayError::bad_request("you must provide a model parameter", Some("model"))),
+    };
     if model.is_empty() {
         return Err(GatewayError::bad_request("`model` must not be empty", Some("model")));
     }
     // Ollama streams unless told not to; every other API only when asked.
     let stream_default = matches!(endpoint, Endpoint::OllamaChat | Endpoint::OllamaGenerate);
     let stream = match &fields.stream {
+        // Gemini streams by path, not by a field.
+        _ if path_model.is_some() => endpoint == Endpoint::GeminiStream,
         None | Some(serde_json::Value::Null) => stream_default,
         Some(serde_json::Value::Bool(b)) => *b,
         Some(_) => return Err(GatewayError::bad_request("`stream` must be a boolean", Some("stream"))),
@@ -96,6 +120,7 @@ pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result
         }
         Endpoint::Completions => (fields.prompt, "prompt", false),
         Endpoint::Embeddings | Endpoint::OllamaEmbed | Endpoint::Responses => (fields.input, "input", false),
+        Endpoint::GeminiGenerate | Endpoint::GeminiStream => (fields.contents, "contents", true),
         // Ollama's generate may come without a prompt (it loads the model).
         Endpoint::OllamaGenerate | Endpoint::Models | Endpoint::Other => (None, "", false),
     };
@@ -108,7 +133,10 @@ pub fn parse_request(endpoint: Endpoint, body: Bytes, config: &Config) -> Result
         .then(|| conversation_root(endpoint, &fields))
         .flatten();
     let resolved = config.resolve_alias(&model).to_owned();
-    let body = if resolved != model { rewrite_model(&body, raw_model, &resolved)? } else { body.clone() };
+    let body = match raw_model {
+        Some(raw) if resolved != model => rewrite_model(&body, raw, &resolved)?,
+        _ => body.clone(),
+    };
     let max_tokens = [&fields.max_tokens, &fields.max_completion_tokens, &fields.max_output_tokens]
         .into_iter()
         .flatten()

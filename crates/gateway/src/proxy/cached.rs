@@ -80,6 +80,8 @@ fn cacheable(endpoint: Endpoint) -> bool {
             | Endpoint::OllamaChat
             | Endpoint::OllamaGenerate
             | Endpoint::OllamaEmbed
+            | Endpoint::GeminiGenerate
+            | Endpoint::GeminiStream
     )
 }
 
@@ -91,6 +93,7 @@ impl Cached {
         headers: &HeaderMap,
         principal: &Principal,
         body: &[u8],
+        model: &str,
         stream: bool,
     ) -> Option<Cached> {
         app.cache.as_ref()?;
@@ -123,7 +126,7 @@ impl Cached {
             CacheNamespace::Global => String::new(),
         };
         let beta = headers.get("anthropic-beta").map_or(&[][..], HeaderValue::as_bytes);
-        let parts = KeyParts { namespace: &namespace, endpoint, stream, beta };
+        let parts = KeyParts { namespace: &namespace, model, endpoint, stream, beta };
         let digest = cache::digest(&parts, body)?;
         let max_age = d.max_age;
         let read = !d.no_cache && max_age != Some(Duration::ZERO);

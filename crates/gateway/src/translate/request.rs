@@ -28,6 +28,11 @@ impl Decoded {
             Endpoint::OllamaGenerate => Decoded::Chat(Box::new(ollama::decode_generate_request(body)?)),
             Endpoint::Embeddings => Decoded::Embed(openai_embeddings::decode_request(body)?),
             Endpoint::OllamaEmbed => Decoded::Embed(ollama::decode_embed_request(body)?),
+            Endpoint::GeminiGenerate | Endpoint::GeminiStream => {
+                let mut req = gemini::decode_request(body)?;
+                req.stream = endpoint == Endpoint::GeminiStream;
+                Decoded::Chat(Box::new(req))
+            }
             Endpoint::Completions | Endpoint::Models | Endpoint::Other => {
                 return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned()))
             }

@@ -44,6 +44,7 @@ pub fn translate_response(
         }
         Endpoint::OllamaChat => ollama::encode_response(&response, ollama::Endpoint::Chat)?,
         Endpoint::OllamaGenerate => ollama::encode_response(&response, ollama::Endpoint::Generate)?,
+        Endpoint::GeminiGenerate => gemini::encode_response(&response)?,
         _ => return Err(TranslateError::Invalid("no translation for this answer".to_owned())),
     };
     Ok((out, response.usage))

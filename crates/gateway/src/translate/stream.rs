@@ -169,12 +169,13 @@ impl StreamTranslator {
             Endpoint::Responses => Box::new(responses::SseEncoder::new(request.echo()?)),
             Endpoint::OllamaChat => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Chat)),
             Endpoint::OllamaGenerate => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Generate)),
+            Endpoint::GeminiStream => Box::new(gemini::SseEncoder::new()),
             _ => return None,
         };
         Some(StreamTranslator::new(decoder(wire, context)?, Some(encoder)))
     }
 
-    /// Read the usage of a `wire` stream that passes through unchanged (Anthropic, Ollama).
+    /// Read the usage of a `wire` stream that passes through unchanged (Anthropic, Ollama, Gemini).
     pub fn observe(wire: Wire, context: ResponseContext) -> Option<StreamTranslator> {
         Some(StreamTranslator::new(decoder(wire, context)?, None))
     }

@@ -71,8 +71,9 @@ pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
     // Built once: making a searcher per call cost more than searching a typical answer.
     static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
     static EVAL_COUNT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"eval_count\""));
+    static GEMINI: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usageMetadata\""));
     if USAGE.find(body).is_none() && EVAL_COUNT.find(body).is_none() {
-        return None;
+        return GEMINI.find(body).and_then(|_| gemini_usage(body));
     }
     if let Some(tokens) = usage_in_place(body) {
         return Some(tokens);
@@ -86,6 +87,30 @@ pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
             Some(Tokens { prompt, completion, total: prompt.saturating_add(completion), cached: 0 })
         }
     }
+}
+
+/// Gemini's `usageMetadata` (thinking tokens are output; cached content is cached input).
+fn gemini_usage(body: &[u8]) -> Option<Tokens> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Metadata {
+        #[serde(default)]
+        prompt_token_count: u64,
+        #[serde(default)]
+        candidates_token_count: u64,
+        #[serde(default)]
+        thoughts_token_count: u64,
+        #[serde(default)]
+        cached_content_token_count: u64,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Envelope {
+        usage_metadata: Option<Metadata>,
+    }
+    let m = serde_json::from_slice::<Envelope>(body).ok()?.usage_metadata?;
+    let (prompt, completion) = (m.prompt_token_count, m.candidates_token_count + m.thoughts_token_count);
+    Some(Tokens { prompt, completion, total: prompt + completion, cached: m.cached_content_token_count })
 }
 
 /// The `usage` object read where it stands, without parsing the rest of the answer (which took
@@ -241,6 +266,12 @@ mod tests {
         let ollama = br#"{"model":"m","response":"hi","done":true,"prompt_eval_count":9,"eval_count":4}"#;
         assert_eq!(usage_from_response(ollama), t(9, 4, 13));
         assert_eq!(usage_from_response(br#"{"model":"m","embeddings":[[0.1]],"prompt_eval_count":6}"#), t(6, 0, 6));
+    }
+
+    #[test]
+    fn gemini_usage_metadata_is_read() {
+        let body = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":6,"thoughtsTokenCount":4,"cachedContentTokenCount":2}}"#;
+        assert_eq!(usage_from_response(body), Some(Tokens { prompt: 8, completion: 10, total: 18, cached: 2 }));
     }
 
     #[test]

@@ -120,3 +120,50 @@ async fn gemini_serves_every_inbound_api_with_tools_and_streams() {
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["type"], "error", "{}", r.text());
 }
+
+/// Gemini's own API inbound: the model in the path, answered by a Gemini backend as it is (its
+/// usage read from `usageMetadata`) and by an OpenAI-compatible one through translation; errors
+/// in Gemini's shape; and the cache keeps two models' answers apart though their bodies match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_clients_reach_every_backend_and_are_metered() {
+    let cfg = MockConfig { api: MockApi::Gemini, api_key: Some("g-key".into()), ..MockConfig::default() };
+    let gemini = mock_with(&["gemini-2.5-flash"], cfg).await;
+    let openai = mock(&["llama"]).await;
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\ncache: {{}}\nbackends:\n  - {{name: g, type: gemini, url: '{}', api_key: g-key}}\n  - {{name: o, url: '{}'}}\n",
+        dir.display(),
+        gemini.url(),
+        openai.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}).to_string();
+    let mut answers = Vec::new();
+    for model in ["gemini-2.5-flash", "llama"] {
+        for method in [":generateContent", ":streamGenerateContent?alt=sse"] {
+            let url = format!("{}/v1beta/models/{model}{method}", gw.url());
+            let r = client.post_json(&url, body.as_bytes(), &[("x-goog-api-key", "client-key")]).await.unwrap();
+            let what = format!("{model}{method}");
+            assert_eq!(r.status, 200, "{what}: {}", r.text());
+            assert_eq!(r.header("x-switchyard-cache"), Some("miss"), "{what}: two models, two answers");
+            let text = r.text();
+            assert!(text.contains("tok4") && text.contains("\"finishReason\":\"STOP\""), "{what}: {text}");
+            assert!(text.contains("usageMetadata"), "{what}: {text}");
+            answers.push(text);
+        }
+    }
+    // Both models answered with metered usage: the Gemini backend's as it reported it.
+    let rows = records(&db, 4).await;
+    assert!(rows.iter().all(|r| r.1 == 200 && r.3 == 5 && !r.5), "{rows:?}");
+    // An unknown model is a 404 in Gemini's shape.
+    let url = format!("{}/v1beta/models/nope:generateContent", gw.url());
+    let r = client.post_json(&url, body.as_bytes(), &[]).await.unwrap();
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"]["status"], "NOT_FOUND", "{}", r.text());
+    // A body without contents is the client's error.
+    let url = format!("{}/v1beta/models/llama:generateContent", gw.url());
+    let r = client.post_json(&url, b"{}", &[]).await.unwrap();
+    assert_eq!((r.status.as_u16(), r.json()["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")));
+}

@@ -1,0 +1,115 @@
+"""The official Google Gen AI Python SDK (`google-genai`), pointed at the gateway's Gemini API
+(`/v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`), against every
+backend type: OpenAI-compatible, Anthropic and Ollama reached by translation, and a Gemini
+backend reached as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+from google import genai
+from google.genai import types
+
+from conftest import ANTHROPIC_BACKEND_KEY, CONTENT, COMPLETION_TOKENS, TOOL_ARGUMENTS, Proc, _wait_for_models, start_gateway, start_mock, write_config
+
+GE_MODEL = "gemini-2.5-flash"
+GEMINI_BACKEND_KEY = "gemini-test-key"
+MODELS = ["oa-model", "an-model", "ol-model", GE_MODEL]
+WEATHER = types.Tool(
+    function_declarations=[
+        types.FunctionDeclaration(
+            name="get_weather",
+            description="Current weather in a city.",
+            parameters=types.Schema(
+                type="OBJECT",
+                properties={
+                    "location": types.Schema(type="STRING", description="City name"),
+                    "unit": types.Schema(type="STRING", enum=["celsius", "fahrenheit"]),
+                },
+                required=["location"],
+            ),
+        )
+    ]
+)
+NO_AUTO_CALLS = types.AutomaticFunctionCallingConfig(disable=True)
+
+
+@pytest.fixture(scope="module")
+def url(backend_mocks: dict[str, Proc], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log_dir = tmp_path_factory.mktemp("gemini")
+    gemini = start_mock("mock-gemini", [GE_MODEL], log_dir, "--api", "gemini", "--api-key", GEMINI_BACKEND_KEY)
+    backends = [
+        ("oa", backend_mocks["oa"].url, "openai"),
+        ("an", backend_mocks["an"].url, "anthropic", ANTHROPIC_BACKEND_KEY),
+        ("ol", backend_mocks["ol"].url, "ollama"),
+        ("ge", gemini.url, "gemini", GEMINI_BACKEND_KEY),
+    ]
+    config = write_config(log_dir / "gemini.yaml", backends)
+    gateway = start_gateway("gemini-gateway", config, log_dir)
+    try:
+        _wait_for_models(gateway, MODELS)
+        yield gateway.url
+    finally:
+        gateway.stop()
+        gemini.stop()
+
+
+@pytest.fixture
+def client(url: str) -> genai.Client:
+    return genai.Client(api_key="unused", http_options=types.HttpOptions(base_url=url, api_version="v1beta"))
+
+
+@pytest.fixture(params=MODELS, ids=["openai-backend", "anthropic-backend", "ollama-backend", "gemini-backend"])
+def model(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_generate_content(client: genai.Client, model: str) -> None:
+    r = client.models.generate_content(model=model, contents="Say hello.")
+    assert r.text == CONTENT
+    assert r.candidates[0].finish_reason == types.FinishReason.STOP
+    assert r.usage_metadata.candidates_token_count == COMPLETION_TOKENS
+    assert r.usage_metadata.prompt_token_count > 0
+
+
+def test_generate_content_stream(client: genai.Client, model: str) -> None:
+    chunks = list(client.models.generate_content_stream(model=model, contents="Say hello."))
+    assert "".join(c.text or "" for c in chunks) == CONTENT
+    assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
+    assert chunks[-1].usage_metadata.candidates_token_count == COMPLETION_TOKENS
+
+
+def test_system_instruction_and_config(client: genai.Client, model: str) -> None:
+    config = types.GenerateContentConfig(system_instruction="Be brief.", temperature=0.2, max_output_tokens=64)
+    r = client.models.generate_content(model=model, contents="Say hello.", config=config)
+    assert r.text == CONTENT
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_function_call_then_its_response(client: genai.Client, model: str, stream: bool) -> None:
+    config = types.GenerateContentConfig(tools=[WEATHER], automatic_function_calling=NO_AUTO_CALLS)
+    question = types.Content(role="user", parts=[types.Part(text="What is the weather in Paris?")])
+    if stream:
+        chunks = list(client.models.generate_content_stream(model=model, contents=[question], config=config))
+        calls = [call for c in chunks for call in (c.function_calls or [])]
+        turn = types.Content(role="model", parts=[types.Part(function_call=calls[0])])
+    else:
+        r = client.models.generate_content(model=model, contents=[question], config=config)
+        calls = r.function_calls
+        turn = r.candidates[0].content
+    assert len(calls) == 1
+    assert calls[0].name == "get_weather"
+    assert calls[0].args == TOOL_ARGUMENTS
+    result = types.Part.from_function_response(name="get_weather", response={"result": "18C and sunny"})
+    answer = client.models.generate_content(
+        model=model, contents=[question, turn, types.Content(role="user", parts=[result])], config=config
+    )
+    assert "18C and sunny" in answer.text
+
+
+def test_errors_arrive_as_the_sdk_expects(client: genai.Client) -> None:
+    with pytest.raises(genai.errors.ClientError) as caught:
+        client.models.generate_content(model="no-such-model", contents="Say hello.")
+    assert caught.value.code == 404
