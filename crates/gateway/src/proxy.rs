@@ -146,6 +146,8 @@ pub async fn forward(
     let (mut next_attempt, mut waits) = (0, 0);
     // How long until a cooling backend is back, when that was too long to wait.
     let mut cooling: Option<Duration> = None;
+    // This request found a backend unreachable (connection refused or reset).
+    let mut refused = false;
     // The fallback models (`fallbacks:`), tried in order once the model's own backends cannot answer.
     let mut fallbacks = app.config.fallbacks_for(&routed.requested, &routed.model).iter();
     'models: loop {
@@ -178,13 +180,25 @@ pub async fn forward(
                     return Err(e);
                 }
                 Err(SelectError::NoneAvailable | SelectError::Full) => {
+                    let more = waits < app.config.max_attempts;
                     match retry::wait_for_cooldown(app, &routed.model, waits, deadline).await {
-                        retry::Wait::Waited if waits < app.config.max_attempts => {
+                        retry::Wait::Waited if more => {
                             (waits, next_attempt) = (waits + 1, attempt);
                             tried.clear();
                             continue;
                         }
                         retry::Wait::TooLong(left) => cooling = Some(left),
+                        // Unreachable backends and no fallback: a backoff for one to come back.
+                        retry::Wait::Nothing
+                            if refused
+                                && more
+                                && fallbacks.len() == 0
+                                && retry::wait_backoff(app, waits, deadline).await =>
+                        {
+                            (waits, next_attempt) = (waits + 1, attempt);
+                            tried.clear();
+                            continue;
+                        }
                         _ => {}
                     }
                     break;
@@ -306,6 +320,7 @@ pub async fn forward(
                 Err(AttemptError::Transport) => {
                     app.metrics.count_error("upstream_connect");
                     backend.mark_failed("transport error");
+                    refused = true;
                     // The backend was dead, not slow: to the client that is "no healthy backend" (503, retryable).
                     failure = None;
                 }

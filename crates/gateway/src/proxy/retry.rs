@@ -4,7 +4,9 @@
 //! request whose every backend is cooling waits for the first to come back — at least the
 //! backoff (doubling from `routing.retry_backoff`, with jitter), at most `routing.retry_after_max`
 //! and never past its deadline — instead of failing; when that is too long, the backend's own
-//! answer (with its `Retry-After`) goes to the client at once.
+//! answer (with its `Retry-After`) goes to the client at once. A request that found its backends
+//! unreachable (a connection error) and has no fallback left waits the same backoff for one to
+//! come back (a restart) before it fails.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -82,6 +84,18 @@ pub async fn wait_for_cooldown(app: &App, model: &str, waits: u32, deadline: Ins
     }
     tokio::time::sleep(wait).await;
     Wait::Waited
+}
+
+/// After a connection error, when no backend of the model is left: wait the backoff (doubling
+/// from `routing.retry_backoff`, with jitter) so a restarting backend can come back, if that fits
+/// `routing.retry_after_max` and the deadline. Whether it waited.
+pub async fn wait_backoff(app: &App, waits: u32, deadline: Instant) -> bool {
+    let wait = backoff(app.config.retry_backoff, waits);
+    if wait > app.config.retry_after_max || Instant::now() + wait >= deadline {
+        return false;
+    }
+    tokio::time::sleep(wait).await;
+    true
 }
 
 #[cfg(test)]

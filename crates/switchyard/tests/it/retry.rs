@@ -81,3 +81,32 @@ async fn a_wait_past_the_cap_is_not_made_and_the_client_hears_when_to_come_back(
     let cooling = page.json()["backends"][0]["cooling_ms"].as_u64().unwrap_or(0);
     assert!((50_000..=60_000).contains(&cooling), "cooling_ms {cooling}: {}", page.text());
 }
+
+/// A connection error with no other backend and no fallback is not the end: the request waits the
+/// backoff for the backend to come back (a restart), then is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_refusing_connections_gets_a_backoff_to_come_back() {
+    let mut backend = mock(&["m"]).await;
+    let gw = gateway(&[&backend], "routing: {retry_backoff: 1s}").await;
+    let client = TestClient::new();
+    assert_eq!(chat(&client, &gw, "m").await.status, 200);
+    backend.kill();
+    let (url, body) = (format!("{}/v1/chat/completions", gw.url()), chat_body("m", false));
+    let started = Instant::now();
+    let request = tokio::spawn(async move { TestClient::new().post_json(&url, body.as_bytes(), &[]).await.unwrap() });
+    // The request has met the refused connection (and is waiting) once the gateway counted it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+        if metrics.contains("switchyard_errors_total{kind=\"upstream_connect\"} 1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the request never reached the dead backend");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    backend.restart().await.unwrap();
+    let r = request.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(500), "served after {took:?}: no backoff was waited");
+}
