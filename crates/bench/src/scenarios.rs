@@ -226,6 +226,48 @@ pub enum Mode {
 }
 
 /// Warm up (discarded), then measure.
+/// A counter's value from a gateway's `/metrics` (0 when it has none).
+pub async fn counter(url: &str, name: &str) -> Result<u64, String> {
+    let client = switchyard_testkit::TestClient::new();
+    let text = client.get(&format!("{url}/metrics")).await.map_err(|e| e.to_string())?.text();
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+/// Plain requests at 16 connections through `gateway` (after a warm-up): its throughput and its
+/// CPU per request, as a row and two findings of `scenario`; any failed request is an error.
+pub async fn loaded_rps_and_cpu(
+    scenario: &'static str,
+    label: &str,
+    setup: &Setup,
+    gateway: &Proc,
+    body: &str,
+    args: &BenchArgs,
+    report: &mut Report,
+) -> Result<(f64, f64), String> {
+    let (d, w) = (args.phase(5.0), args.warmup());
+    let (_, through) = setup.pair(body, false)?;
+    let _ = measure(&format!("{label} warm-up"), &through, Mode::Closed(16), w, Duration::from_millis(1)).await;
+    let cpu_before = fleet::cpu_us(gateway.pid());
+    let stats = measure(&format!("{label}, 16 connections"), &through, Mode::Closed(16), Duration::ZERO, d).await;
+    let cpu_after = fleet::cpu_us(gateway.pid());
+    report.row(scenario, format!("closed c=16, {label}"), "gateway", &stats);
+    if stats.total() != stats.ok {
+        return Err(format!("{label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
+    }
+    let cpu = match (cpu_before, cpu_after) {
+        (Some(a), Some(b)) if stats.ok > 0 => b.saturating_sub(a) as f64 / stats.ok as f64,
+        _ => f64::NAN,
+    };
+    let rps = stats.ok as f64 / d.as_secs_f64();
+    report.finding(scenario, format!("throughput at 16 connections, {label}"), rps, "req/s");
+    report.finding(scenario, format!("gateway CPU per request at 16 connections, {label}"), cpu, "µs");
+    Ok((rps, cpu))
+}
+
 pub async fn measure(label: &str, spec: &Arc<RequestSpec>, mode: Mode, warmup: Duration, duration: Duration) -> Stats {
     let bar = progress(label, warmup + duration);
     let run = |d: Duration| {

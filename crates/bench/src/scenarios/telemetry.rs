@@ -6,23 +6,11 @@
 
 use std::time::Duration;
 
-use super::fleet::cpu_us;
-use super::{chat_body, measure, own_setup, start_gateway, start_mock, Mode};
+use super::{chat_body, counter, loaded_rps_and_cpu, measure, own_setup, start_gateway, start_mock, Mode};
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
 const ROUNDS: usize = 2;
-
-/// A counter's value from a gateway's `/metrics`.
-async fn counter(url: &str, name: &str) -> Result<u64, String> {
-    let client = switchyard_testkit::TestClient::new();
-    let text = client.get(&format!("{url}/metrics")).await.map_err(|e| e.to_string())?.text();
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0))
-}
 
 /// The variants measured: a label and the configuration that turns it on.
 fn variants(mock: &str) -> Vec<(&'static str, String)> {
@@ -91,23 +79,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     let mut loaded = Vec::new();
     for (label, gateway) in &gateways {
         let setup = own_setup(gateway, &mock, &args.model);
-        let (_, through) = setup.pair(&body, false)?;
-        let _ = measure(&format!("{label} warm-up"), &through, Mode::Closed(16), w, Duration::from_millis(1)).await;
-        let cpu_before = cpu_us(gateway.pid());
-        let stats = measure(&format!("{label}, 16 connections"), &through, Mode::Closed(16), Duration::ZERO, d).await;
-        let cpu_after = cpu_us(gateway.pid());
-        report.row("telemetry", format!("closed c=16, {label}"), "gateway", &stats);
-        if stats.total() != stats.ok {
-            return Err(format!("{label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
-        }
-        let cpu = match (cpu_before, cpu_after) {
-            (Some(a), Some(b)) if stats.ok > 0 => b.saturating_sub(a) as f64 / stats.ok as f64,
-            _ => f64::NAN,
-        };
-        let rps = stats.ok as f64 / d.as_secs_f64();
-        report.finding("telemetry", format!("throughput at 16 connections, {label}"), rps, "req/s");
-        report.finding("telemetry", format!("gateway CPU per request at 16 connections, {label}"), cpu, "µs");
-        loaded.push((rps, cpu));
+        loaded.push(loaded_rps_and_cpu("telemetry", label, &setup, gateway, &body, args, report).await?);
     }
     if let Some(&(rps_off, cpu_off)) = loaded.first() {
         for ((label, _), (rps, cpu)) in gateways.iter().zip(&loaded).skip(1) {

@@ -14,18 +14,14 @@ use http::Method;
 use serde_json::{json, Map, Value};
 use switchyard_testkit::{TestClient, TestResponse};
 
-/// (path, body) in each inbound API, plain and streamed.
+/// (path, body) in each inbound API, plain and streamed; the chat request with a sampling
+/// parameter, so rewriting its number is tested too.
 fn requests(model: &str, text: &str) -> Vec<(&'static str, Value)> {
-    let mut out = Vec::new();
-    for stream in [false, true] {
-        let messages = json!([{"role": "user", "content": text}]);
-        out.push((
-            "/v1/chat/completions",
-            json!({"model": model, "stream": stream, "temperature": 0.5, "messages": messages}),
-        ));
-        out.push(("/v1/responses", json!({"model": model, "stream": stream, "input": text})));
-        out.push(("/v1/messages", json!({"model": model, "stream": stream, "max_tokens": 32, "messages": messages})));
-        out.push(("/api/chat", json!({"model": model, "stream": stream, "messages": messages})));
+    let mut out = every_api(model, text);
+    for (path, body) in &mut out {
+        if *path == "/v1/chat/completions" {
+            body["temperature"] = json!(0.5);
+        }
     }
     out
 }

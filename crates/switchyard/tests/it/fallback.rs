@@ -8,20 +8,12 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use switchyard_testkit::{MockServer, TestClient};
 
 /// (path, body) for `model` in each inbound API, plain and streamed.
 fn requests(model: &str) -> Vec<(&'static str, Value)> {
-    let mut out = Vec::new();
-    for stream in [false, true] {
-        let messages = json!([{"role": "user", "content": "hello"}]);
-        out.push(("/v1/chat/completions", json!({"model": model, "stream": stream, "messages": messages})));
-        out.push(("/v1/responses", json!({"model": model, "stream": stream, "input": "hello"})));
-        out.push(("/v1/messages", json!({"model": model, "stream": stream, "max_tokens": 32, "messages": messages})));
-        out.push(("/api/chat", json!({"model": model, "stream": stream, "messages": messages})));
-    }
-    out
+    every_api(model, "hello")
 }
 
 /// Every request for `big` answers 200 from `small`, saying so; the body carries no error.

@@ -10,15 +10,7 @@ use switchyard_testkit::{MockApi, MockConfig, TestClient};
 
 /// (path, body) for `model` in each inbound API, plain and streamed.
 fn requests(model: &str) -> Vec<(&'static str, Value)> {
-    let mut out = Vec::new();
-    for stream in [false, true] {
-        let messages = json!([{"role": "user", "content": "hello"}]);
-        out.push(("/v1/chat/completions", json!({"model": model, "stream": stream, "messages": messages})));
-        out.push(("/v1/responses", json!({"model": model, "stream": stream, "input": "hello"})));
-        out.push(("/v1/messages", json!({"model": model, "stream": stream, "max_tokens": 32, "messages": messages})));
-        out.push(("/api/chat", json!({"model": model, "stream": stream, "messages": messages})));
-    }
-    out
+    every_api(model, "hello")
 }
 
 async fn azure_mock() -> switchyard_testkit::MockServer {

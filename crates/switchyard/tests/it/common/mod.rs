@@ -169,3 +169,18 @@ pub async fn metered_gateway(
     );
     (gateway_yaml(&yaml).await, db)
 }
+
+/// (path, body) for `model` in each inbound API — OpenAI Chat, Responses, Anthropic Messages,
+/// Ollama chat — plain, then streamed, asking `text`.
+pub fn every_api(model: &str, text: &str) -> Vec<(&'static str, serde_json::Value)> {
+    use serde_json::json;
+    let mut out = Vec::new();
+    for stream in [false, true] {
+        let messages = json!([{"role": "user", "content": text}]);
+        out.push(("/v1/chat/completions", json!({"model": model, "stream": stream, "messages": messages})));
+        out.push(("/v1/responses", json!({"model": model, "stream": stream, "input": text})));
+        out.push(("/v1/messages", json!({"model": model, "stream": stream, "max_tokens": 32, "messages": messages})));
+        out.push(("/api/chat", json!({"model": model, "stream": stream, "messages": messages})));
+    }
+    out
+}
