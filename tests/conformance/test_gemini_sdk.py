@@ -113,3 +113,12 @@ def test_errors_arrive_as_the_sdk_expects(client: genai.Client) -> None:
     with pytest.raises(genai.errors.ClientError) as caught:
         client.models.generate_content(model="no-such-model", contents="Say hello.")
     assert caught.value.code == 404
+
+
+def test_models_are_listed_and_found(client: genai.Client) -> None:
+    names = {m.name for m in client.models.list()}
+    assert {f"models/{m}" for m in MODELS} <= names
+    assert client.models.get(model=GE_MODEL).name == f"models/{GE_MODEL}"
+    with pytest.raises(genai.errors.ClientError) as caught:
+        client.models.get(model="no-such-model")
+    assert caught.value.code == 404

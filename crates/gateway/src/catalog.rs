@@ -47,6 +47,31 @@ pub fn models(app: &App) -> Response<GatewayBody> {
     json_value(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
+/// Gemini's `GET /v1beta/models` (the same catalogue, as `models/{id}` entries) and
+/// `GET /v1beta/models/{id}` (one, or a 404 in Gemini's error shape).
+pub fn gemini_models(app: &App, path: &str) -> Response<GatewayBody> {
+    let catalogue = app.router.catalogue();
+    let mut ids: Vec<&str> = catalogue.keys().map(String::as_str).collect();
+    ids.extend(app.config.aliases.iter().filter(|(_, t)| catalogue.contains_key(*t)).map(|(a, _)| a.as_str()));
+    ids.sort_unstable();
+    ids.dedup();
+    let entry = |id: &str| {
+        json!({"name": format!("models/{id}"), "displayName": id,
+               "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]})
+    };
+    match path.trim_end_matches('/').strip_prefix("/v1beta/models").unwrap_or("") {
+        "" => json_value(StatusCode::OK, &json!({ "models": ids.iter().map(|id| entry(id)).collect::<Vec<_>>() })),
+        one => match one.strip_prefix('/').filter(|id| ids.contains(id)) {
+            Some(id) => json_value(StatusCode::OK, &entry(id)),
+            None => {
+                let message = format!("models{one} is not found for API version v1beta");
+                let body = json!({"error": {"code": 404, "message": message, "status": "NOT_FOUND"}});
+                json_value(StatusCode::NOT_FOUND, &body)
+            }
+        },
+    }
+}
+
 pub fn health() -> Response<GatewayBody> {
     json_value(StatusCode::OK, &json!({"status": "ok"}))
 }

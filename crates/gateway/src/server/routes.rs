@@ -53,6 +53,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
         (Endpoint::Other, &Method::GET, "/api/tags" | "/api/ps" | "/api/version") => {
             catalog::ollama(&app, req.headers(), path).await
         }
+        (Endpoint::Other, &Method::GET, p) if p == "/v1beta/models" || p.starts_with("/v1beta/models/") => {
+            Ok(catalog::gemini_models(&app, p))
+        }
         (Endpoint::Other, &Method::GET, "/health") => Ok(catalog::health()),
         (Endpoint::Other, &Method::GET, "/ready") => Ok(catalog::ready(&app)),
         (Endpoint::Other, &Method::GET, "/metrics") => Ok(catalog::metrics(&app)),
