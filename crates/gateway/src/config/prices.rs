@@ -71,26 +71,25 @@ pub fn normalized(model: &str) -> Option<&str> {
 }
 
 fn strip_date(name: &str) -> &str {
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // Bytes, not chars: a client may name a model in any script, and only ASCII dates are cut
+    // (every cut lands before an ASCII `-`, so on a character boundary).
+    let b = name.as_bytes();
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    let n = b.len();
     // -YYYYMMDD
-    if let Some((head, tail)) = name.rsplit_once('-') {
-        if tail.len() == 8 && digits(tail) && tail.starts_with("20") {
-            return head;
-        }
+    if n > 9 && b[n - 9] == b'-' && digits(&b[n - 8..]) && b[n - 8..].starts_with(b"20") {
+        return &name[..n - 9];
     }
     // -YYYY-MM-DD
-    if name.len() > 11 {
-        let (head, tail) = name.split_at(name.len() - 11);
-        let b = tail.as_bytes();
-        if b[0] == b'-'
-            && b[5] == b'-'
-            && b[8] == b'-'
-            && digits(&tail[1..5])
-            && digits(&tail[6..8])
-            && digits(&tail[9..])
-        {
-            return head;
-        }
+    if n > 11
+        && b[n - 11] == b'-'
+        && b[n - 6] == b'-'
+        && b[n - 3] == b'-'
+        && digits(&b[n - 10..n - 6])
+        && digits(&b[n - 5..n - 3])
+        && digits(&b[n - 2..])
+    {
+        return &name[..n - 11];
     }
     name
 }
@@ -108,6 +107,11 @@ mod tests {
         assert_eq!(normalized("gpt-4o"), None);
         assert_eq!(normalized("llama3.1:8b"), None);
         assert_eq!(normalized("model-12345678"), None, "not a date");
+        // Any script, any length: never a cut inside a character.
+        for name in ["модель-2025-08-06", "模型模型模型模型", "ééééééééééé", "x-éé-éé-é", "é-20250929"] {
+            let _ = normalized(name);
+        }
+        assert_eq!(normalized("модель-2025-08-06"), Some("модель"));
     }
 
     #[test]
