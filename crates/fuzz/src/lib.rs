@@ -11,7 +11,7 @@ pub use http::http_requests;
 pub use journal::journal_recovery;
 
 use switchyard_protocol::chat::{ChatRequest, ResponseContext, StreamDecoder};
-use switchyard_protocol::{anthropic, ollama, openai_chat, responses};
+use switchyard_protocol::{anthropic, gemini, ollama, openai_chat, responses};
 
 /// A fuzz target: the bytes libFuzzer (or a corpus file) gives it.
 pub type Target = fn(&[u8]);
@@ -50,11 +50,12 @@ fn decoders() -> Vec<(&'static str, Box<dyn StreamDecoder>)> {
         ("openai", Box::new(openai_chat::SseDecoder::new(c.clone()))),
         ("anthropic", Box::new(anthropic::SseDecoder::new(c.clone()))),
         ("responses", Box::new(responses::SseDecoder::new(c.clone()))),
-        ("ollama", Box::new(ollama::NdjsonDecoder::new(c))),
+        ("ollama", Box::new(ollama::NdjsonDecoder::new(c.clone()))),
+        ("gemini", Box::new(gemini::SseDecoder::new(c))),
     ]
 }
 
-/// Every stream decoder (OpenAI, Anthropic and Responses SSE; Ollama NDJSON) reads the bytes
+/// Every stream decoder (OpenAI, Anthropic, Responses and Gemini SSE; Ollama NDJSON) reads the bytes
 /// after the first as a stream, whole and cut where the first byte says: any chunking of a
 /// stream must decode to the same events and the same outcome, and nothing may panic.
 pub fn stream_decoders(data: &[u8]) {
@@ -141,6 +142,11 @@ pub fn request_parsers(data: &[u8]) {
         ("ollama", ollama::decode_chat_request, ollama::encode_chat_request),
     ];
     let _ = ollama::decode_generate_request(data);
+    // Gemini's decoder is held to not panicking (its model is in the URL, so it has no place in
+    // the cross-API round trips below).
+    if let Ok(request) = gemini::decode_request(data) {
+        let _ = gemini::encode_request(&request);
+    }
     for (name, decode, encode) in apis {
         let Ok(request) = decode(data) else { continue };
         if let Ok(bytes) = encode(&request) {
