@@ -294,17 +294,18 @@ pub struct Fill {
 }
 
 impl Fill {
-    #[allow(clippy::too_many_arguments)]
+    /// `stream`: the answer is a stream of `endpoint`'s API, stored for `config.ttl` if it stays
+    /// within `config.max_entry_bytes`.
     pub fn new(
         cache: Arc<ResponseCache>,
         digest: Digest,
         endpoint: Endpoint,
         stream: bool,
-        ttl: Duration,
-        max: usize,
+        config: &CacheConfig,
         content_type: Bytes,
         model: &str,
     ) -> Fill {
+        let (ttl, max) = (config.ttl, config.max_entry_bytes);
         Fill {
             cache,
             digest,

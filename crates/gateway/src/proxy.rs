@@ -44,7 +44,9 @@ use crate::usage::{inject_include_usage, Tokens};
 use attempt::{attempt_once, AttemptError, Headers};
 use cached::Cached;
 pub use headers::BACKEND_HEADER;
-use headers::{header_session, is_hop_by_hop, served_by, server_timing, ROUTE_HEADER, SERVER_TIMING};
+use headers::{
+    header_session, insert_limit_headers, is_hop_by_hop, served_by, server_timing, ROUTE_HEADER, SERVER_TIMING,
+};
 use resume::Resumption;
 use translation::{Bodies, BodyError};
 
@@ -71,7 +73,9 @@ pub async fn forward(
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
-    let path_model = Endpoint::gemini_model(parts.uri.path()).map(|(model, _)| model);
+    // Gemini names the model in the path; every other API in the body.
+    let gemini = matches!(endpoint, Endpoint::GeminiGenerate | Endpoint::GeminiStream);
+    let path_model = gemini.then(|| Endpoint::gemini_model(parts.uri.path())).flatten().map(|(model, _)| model);
     let mut routed = parse_request_at(endpoint, path_model, body, &app.config)?;
     let (permit, budget) = permits::take(app, &principal, &routed).await?;
     let mut client_body = routed.body.clone();
@@ -486,11 +490,7 @@ async fn respond_uncached(
     // Room for everything below at once (upstream's headers, ours, six rate-limit ones): growing
     // the map midway rehashes it.
     resp.headers_mut().reserve(parts.headers.len() + 10);
-    match (&meter, &permit) {
-        (Some(m), _) => m.insert_permit_headers(resp.headers_mut()),
-        (None, Some(p)) => p.snapshot.insert_into(resp.headers_mut()),
-        (None, None) => {}
-    }
+    insert_limit_headers(resp.headers_mut(), &meter, &permit);
     let translator = match plan {
         Plan::Translate(wire) => {
             let decoded = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
@@ -554,11 +554,7 @@ fn respond_whole(
             headers.append(name, value.clone());
         }
     }
-    match (&meter, &permit) {
-        (Some(m), _) => m.insert_permit_headers(headers),
-        (None, Some(p)) => p.snapshot.insert_into(headers),
-        (None, None) => {}
-    }
+    insert_limit_headers(headers, &meter, &permit);
     headers.insert(&BACKEND_HEADER, guard.backend().name_header.clone());
     headers.insert(&SERVER_TIMING, server_timing(overhead, upstream_wait));
     if let Some(m) = meter.as_mut() {

@@ -108,7 +108,8 @@ mod tests {
         assert_eq!(normalized("llama3.1:8b"), None);
         assert_eq!(normalized("model-12345678"), None, "not a date");
         // Any script, any length: never a cut inside a character.
-        for name in ["модель-2025-08-06", "模型模型模型模型", "ééééééééééé", "x-éé-éé-é", "é-20250929"] {
+        for name in ["модель-2025-08-06", "模型模型模型模型", "ééééééééééé", "x-éé-éé-é", "é-20250929"]
+        {
             let _ = normalized(name);
         }
         assert_eq!(normalized("модель-2025-08-06"), Some("модель"));

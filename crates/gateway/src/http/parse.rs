@@ -88,19 +88,17 @@ pub fn parse_request_at(
             if e.is_data() { "the request body must be a JSON object" } else { "the request body is not valid JSON" };
         GatewayError::bad_request(format!("{what}: {e}"), None)
     })?;
-    let raw_model = match path_model {
-        Some(_) => None,
-        None => Some(
-            fields
+    // The body's `model` (kept raw for an alias's splice), or the one the path names.
+    let (model, raw_model): (Cow<str>, Option<&RawValue>) = match path_model {
+        Some(model) => (Cow::Borrowed(model), None),
+        None => {
+            let raw = fields
                 .model
-                .ok_or_else(|| GatewayError::bad_request("you must provide a model parameter", Some("model")))?,
-        ),
-    };
-    let model: Cow<str> = match (path_model, raw_model) {
-        (Some(model), _) => Cow::Borrowed(model),
-        (None, Some(raw)) => serde_json::from_str(raw.get())
-            .map_err(|_| GatewayError::bad_request("`model` must be a string", Some("model")))?,
-        (None, None) => return Err(GatewayError::bad_request("you must provide a model parameter", Some("model"))),
+                .ok_or_else(|| GatewayError::bad_request("you must provide a model parameter", Some("model")))?;
+            let model = serde_json::from_str(raw.get())
+                .map_err(|_| GatewayError::bad_request("`model` must be a string", Some("model")))?;
+            (model, Some(raw))
+        }
     };
     if model.is_empty() {
         return Err(GatewayError::bad_request("`model` must not be empty", Some("model")));

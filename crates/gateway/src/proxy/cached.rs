@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::headers::{server_timing, MODEL_HEADER, SERVER_TIMING};
+use super::headers::{insert_limit_headers, server_timing, MODEL_HEADER, SERVER_TIMING};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::cache::{self, Entry, Fill, KeyParts, Source};
@@ -162,17 +162,9 @@ impl Cached {
         }
         let content_type = content_type
             .map_or_else(|| Bytes::from_static(b"application/json"), |v| Bytes::copy_from_slice(v.as_bytes()));
-        let config = &app.config.cache;
-        Some(Box::new(Fill::new(
-            cache.clone(),
-            self.digest,
-            self.endpoint,
-            self.stream,
-            config.ttl,
-            config.max_entry_bytes,
-            content_type,
-            model,
-        )))
+        let fill =
+            Fill::new(cache.clone(), self.digest, self.endpoint, self.stream, &app.config.cache, content_type, model);
+        Some(Box::new(fill))
     }
 }
 
@@ -199,11 +191,7 @@ pub fn respond_hit(
     if source == Source::Shared {
         headers.insert("x-switchyard-cache-source", HeaderValue::from_static("redis"));
     }
-    match (&meter, &permit) {
-        (Some(m), _) => m.insert_permit_headers(headers),
-        (None, Some(p)) => p.snapshot.insert_into(headers),
-        (None, None) => {}
-    }
+    insert_limit_headers(headers, &meter, &permit);
     if let Some(mut m) = meter {
         m.answered("cache", 200, false, false, false);
         m.serve(&entry.model);

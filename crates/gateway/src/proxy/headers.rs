@@ -6,7 +6,9 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
 use crate::error::GatewayError;
+use crate::http::metering::Meter;
 use crate::http::GatewayBody;
+use crate::limit::Permit;
 
 pub static BACKEND_HEADER: HeaderName = HeaderName::from_static("x-switchyard-backend");
 pub static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
@@ -28,6 +30,16 @@ pub fn served_by(
         }
         resp
     })
+}
+
+/// The key's rate-limit state as of admission (`x-ratelimit-*`), from the meter that holds the
+/// permit, or from the permit itself when the request is not metered.
+pub fn insert_limit_headers(headers: &mut HeaderMap, meter: &Option<Meter>, permit: &Option<Permit>) {
+    match (meter, permit) {
+        (Some(m), _) => m.insert_permit_headers(headers),
+        (None, Some(p)) => p.snapshot.insert_into(headers),
+        (None, None) => {}
+    }
 }
 
 /// A session key from the headers: `x-session-id`, else any `x-…-session-id` (such as
