@@ -182,9 +182,18 @@ pub async fn start(
         }
         // ... and their records are in the journal: deliver them to the export sinks, and flush it.
         exports.shutdown(grace).await;
-        let Some(writer) = writer else { return };
-        if !writer.shutdown(grace).await {
-            tracing::warn!("usage writer did not catch up before shutdown; the journal replays the rest at next start");
+        if let Some(writer) = writer {
+            if !writer.shutdown(grace).await {
+                tracing::warn!(
+                    "usage writer did not catch up before shutdown; the journal replays the rest at next start"
+                );
+            }
+        }
+        // A sink past its grace may still hold the journal: cut its file now, not when it lets go.
+        if let Some(journal) = &server_app.journal {
+            if let Err(e) = journal.close() {
+                tracing::warn!(error = %e, "could not cut the usage journal's file to its data");
+            }
         }
     });
     Ok(RunningGateway { addr, app, current, reload, stop: Some(stop), server: Some(server), probers, fleet })

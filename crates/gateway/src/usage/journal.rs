@@ -101,6 +101,8 @@ pub struct Journal {
 
 struct Active {
     segment: Segment,
+    /// Set by [`Journal::close`]: the file is cut to its data and takes no more lines.
+    closed: bool,
     generation: u64,
     /// Try the next rotation at this length (pushed back after a failed rotation).
     rotate_at: u64,
@@ -132,7 +134,7 @@ impl Journal {
         let rotate_bytes = options.rotate_bytes.clamp(1, MAX_OFFSET / 2);
         Ok(Arc::new(Journal {
             synced_marker: AtomicBool::new(dir.join(SYNCED_MARKER).exists()),
-            active: Mutex::new(Active { segment, generation, rotate_at: rotate_bytes }),
+            active: Mutex::new(Active { segment, generation, rotate_at: rotate_bytes, closed: false }),
             generation: AtomicU64::new(generation),
             written_end: AtomicU64::new(Checkpoint { generation, offset: 0 }.encode()),
             start_generation: generation,
@@ -185,6 +187,9 @@ impl Journal {
 
     fn write_line(&self, line: &[u8]) -> io::Result<()> {
         let mut active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
+        if active.closed {
+            return Err(io::Error::other("usage journal is closed (the gateway is shutting down)"));
+        }
         if active.segment.len() >= active.rotate_at {
             if let Err(e) = self.rotate(&mut active) {
                 let len = active.segment.len();
@@ -218,6 +223,16 @@ impl Journal {
         self.written_end.store(Checkpoint { generation: next, offset: 0 }.encode(), Ordering::Release);
         self.generation.store(next, Ordering::Release);
         Ok(())
+    }
+
+    /// Cut the current file to its data now and take no more lines. Called at shutdown, once
+    /// requests have drained: readers (an export sink still retrying past the grace period) may
+    /// hold the journal for a while yet, and the next gateway on this directory must find the
+    /// file already cut rather than have it cut under it when the last reader lets go.
+    pub fn close(&self) -> io::Result<()> {
+        let mut active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
+        active.closed = true;
+        active.segment.seal()
     }
 
     /// Just past the last complete line of the current generation. Lines below a sealed

@@ -152,7 +152,18 @@ pub fn trim_zero_tail(path: &Path) -> io::Result<()> {
         let from = end.saturating_sub(buf.len() as u64);
         let chunk = &mut buf[..(end - from) as usize];
         file.seek(SeekFrom::Start(from))?;
-        file.read_exact(chunk)?;
+        if let Err(e) = file.read_exact(chunk) {
+            if e.kind() != io::ErrorKind::UnexpectedEof {
+                return Err(e);
+            }
+            // Cut shorter meanwhile (its writer sealed it): start again from its new end.
+            let len = file.metadata()?.len();
+            if len >= end {
+                return Err(e);
+            }
+            end = len;
+            continue;
+        }
         match chunk.iter().rposition(|&b| b != 0) {
             Some(i) => {
                 end = from + i as u64 + 1;

@@ -271,3 +271,25 @@ fn sync_flushes_every_generation() {
     journal.sync().unwrap();
     journal.sync().unwrap();
 }
+
+#[test]
+fn a_closed_journal_is_cut_to_its_data_takes_no_more_lines_and_reopens_beside_a_reader() {
+    let dir = TempDir::new("close");
+    let journal = open(&dir, 1 << 20);
+    journal.append(&record("a")).unwrap();
+    let data = journal.written_end().offset;
+    // A reader still holds the journal (an export sink past its grace period)...
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    journal.close().unwrap();
+    assert_eq!(std::fs::metadata(journal.path(0)).unwrap().len(), data, "cut to its data at close");
+    assert!(journal.append(&record("b")).is_err(), "a closed journal takes no more lines");
+    // ...while the next gateway opens the directory: it finds the file whole and starts the next one.
+    let next = open(&dir, 1 << 20);
+    assert_eq!(next.generation(), 1);
+    assert_eq!(std::fs::metadata(journal.path(0)).unwrap().len(), data);
+    let read: Vec<String> = read_all(&mut reader).into_iter().map(|(_, r)| r.id).collect();
+    assert_eq!(read, ["a"]);
+    drop(reader);
+    drop(journal);
+    assert_eq!(std::fs::metadata(next.path(0)).unwrap().len(), data, "the last reader letting go cuts nothing more");
+}
