@@ -156,6 +156,7 @@ impl ApiError {
             .or_else(|| crate::anthropic::decode_error(body))
             .or_else(|| crate::ollama::decode_error(body))
             .or_else(|| crate::gemini::decode_error(body))
+            .or_else(|| crate::bedrock::decode_error(body))
         {
             // A body's own type is only a hint; the status is what the backend meant.
             if status >= 400 && decoded.kind.status() != status {

@@ -1,7 +1,8 @@
 //! Wire types of the APIs Switchyard speaks, and pure translations between them through one
-//! internal model of a chat exchange (`chat`). Serde only: no runtime, no I/O.
+//! internal model of a chat exchange (`chat`). Pure: no runtime, no I/O.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod chat;
 pub mod embed;
 pub mod error;
