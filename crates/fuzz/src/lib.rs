@@ -45,7 +45,7 @@ pub fn redaction(data: &[u8]) {
 }
 
 fn decoders() -> Vec<(&'static str, Box<dyn StreamDecoder>)> {
-    let c = ResponseContext { created: 1, id: "fuzz".to_owned() };
+    let c = ResponseContext { created: 1, id: "fuzz".to_owned(), ..ResponseContext::default() };
     vec![
         ("openai", Box::new(openai_chat::SseDecoder::new(c.clone()))),
         ("anthropic", Box::new(anthropic::SseDecoder::new(c.clone()))),

@@ -67,6 +67,10 @@ pub enum BackendKind {
     /// Google's Gemini API (`/v1beta/models/{model}:generateContent`), authenticated by
     /// `x-goog-api-key`; every other API is translated to it.
     Gemini,
+    /// Amazon Bedrock's Converse API (`/model/{modelId}/converse`, `/converse-stream`), with a
+    /// Bedrock API key as a bearer token or SigV4-signed with access keys; every other API is
+    /// translated to it.
+    Bedrock,
 }
 
 impl BackendKind {
@@ -77,6 +81,7 @@ impl BackendKind {
             BackendKind::Anthropic => "anthropic",
             BackendKind::Azure => "azure",
             BackendKind::Gemini => "gemini",
+            BackendKind::Bedrock => "bedrock",
         }
     }
     /// The path probed for health, which also lists the backend's models (Azure's lists base
@@ -88,6 +93,8 @@ impl BackendKind {
             BackendKind::Anthropic => "/v1/models",
             BackendKind::Azure => "/openai/v1/models",
             BackendKind::Gemini => "/v1beta/models?pageSize=1000",
+            // ListFoundationModels, on the control-plane endpoint (`Backend::new` picks the host).
+            BackendKind::Bedrock => "/foundation-models",
         }
     }
 }
@@ -137,6 +144,27 @@ pub struct BackendConfig {
     pub max_concurrency: Option<usize>,
     /// Azure OpenAI: deployment-style URLs with this `api-version`; None: the v1 API.
     pub api_version: Option<String>,
+    /// Bedrock: the access keys requests are SigV4-signed with (when no `api_key` is given), and
+    /// the region they are signed for.
+    pub aws: Option<AwsKeys>,
+}
+
+/// AWS credentials of a Bedrock backend.
+#[derive(Clone)]
+pub struct AwsKeys {
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl fmt::Debug for AwsKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AwsKeys")
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Keeping a conversation where its KV cache is warm, without pinning everyone to one backend.

@@ -85,7 +85,8 @@ impl Endpoint {
     /// `:streamGenerateContent`; `/v1/models/...` as given without `/v1`), and whether it streams.
     pub fn gemini_model(path: &str) -> Option<(&str, bool)> {
         let rest = ["/v1beta/models/", "/v1/models/", "/models/"].iter().find_map(|p| path.strip_prefix(p))?;
-        let (model, method) = rest.split_once(':')?;
+        // The method follows the last colon: model ids may hold colons (`...-v1:0` on Bedrock).
+        let (model, method) = rest.rsplit_once(':')?;
         let stream = match method {
             "generateContent" => false,
             "streamGenerateContent" => true,

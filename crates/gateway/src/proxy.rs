@@ -457,7 +457,7 @@ async fn respond_uncached(
         if !stream || !parts.status.is_success() {
             let waiting = Instant::now();
             let limit = deadline.saturating_duration_since(waiting);
-            let context = translation::response_context(request_id);
+            let context = translation::response_context(request_id, bodies.model());
             let read = translation::translate_whole(endpoint, wire, parts.status, first, body, limit, &context, bodies);
             let result = read.await;
             upstream_wait += waiting.elapsed();
@@ -493,12 +493,13 @@ async fn respond_uncached(
     insert_limit_headers(resp.headers_mut(), &meter, &permit);
     let translator = match plan {
         Plan::Translate(wire) => {
+            let context = translation::response_context(request_id, bodies.model());
             let decoded = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
-            StreamTranslator::translate(endpoint, wire, translation::response_context(request_id), decoded)
+            StreamTranslator::translate(endpoint, wire, context, decoded)
         }
         // Same API but not OpenAI's: read the stream's usage without touching it.
         Plan::Pass(wire @ (Wire::Anthropic | Wire::OllamaChat | Wire::OllamaGenerate | Wire::Gemini)) if stream => {
-            StreamTranslator::observe(wire, translation::response_context(request_id))
+            StreamTranslator::observe(wire, translation::response_context(request_id, bodies.model()))
         }
         _ => None,
     };

@@ -30,10 +30,13 @@ pub enum Wire {
     /// Gemini's `generateContent` (`streamGenerateContent?alt=sse` for streams); the URL names
     /// the model (`Backend::target_for`).
     Gemini,
+    /// Bedrock's `Converse` (`ConverseStream` for streams); the URL names the model
+    /// (`Backend::target_for`).
+    Bedrock,
 }
 
 impl Wire {
-    pub const ALL: [Wire; 9] = [
+    pub const ALL: [Wire; 10] = [
         Wire::OpenAiChat,
         Wire::OpenAiCompletions,
         Wire::OpenAiEmbeddings,
@@ -43,6 +46,7 @@ impl Wire {
         Wire::OllamaGenerate,
         Wire::OllamaEmbed,
         Wire::Gemini,
+        Wire::Bedrock,
     ];
 
     /// Path under the backend's base URL.
@@ -57,6 +61,7 @@ impl Wire {
             Wire::OllamaGenerate => "/api/generate",
             Wire::OllamaEmbed => "/api/embed",
             Wire::Gemini => "/v1beta/models",
+            Wire::Bedrock => "/model",
         }
     }
 
@@ -67,6 +72,7 @@ impl Wire {
                 matches!(self, Wire::OpenAiChat | Wire::OpenAiCompletions | Wire::OpenAiEmbeddings)
             }
             BackendKind::Gemini => self == Wire::Gemini,
+            BackendKind::Bedrock => self == Wire::Bedrock,
             // Ollama serves its native API and an OpenAI-compatible one under /v1.
             BackendKind::Ollama => !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens | Wire::Gemini),
             BackendKind::Anthropic => matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
@@ -111,6 +117,7 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
     let chat = match kind {
         BackendKind::Anthropic => Wire::Anthropic,
         BackendKind::Gemini => Wire::Gemini,
+        BackendKind::Bedrock => Wire::Bedrock,
         _ => Wire::OpenAiChat,
     };
     match endpoint {
@@ -123,7 +130,7 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::GeminiStream => Plan::Translate(chat),
         Endpoint::CountTokens => Plan::Local,
         Endpoint::Embeddings | Endpoint::OllamaEmbed
-            if !matches!(kind, BackendKind::Anthropic | BackendKind::Gemini) =>
+            if !matches!(kind, BackendKind::Anthropic | BackendKind::Gemini | BackendKind::Bedrock) =>
         {
             Plan::Translate(Wire::OpenAiEmbeddings)
         }

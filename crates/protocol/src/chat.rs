@@ -331,13 +331,16 @@ pub enum StreamEvent {
 }
 
 /// Values a decoded response gets where its source API has none: a creation time (Anthropic,
-/// Ollama) and an id (Ollama responses and tool calls).
+/// Ollama), an id (Ollama responses and tool calls) and a model name (Bedrock).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ResponseContext {
     /// Unix seconds, normally now.
     pub created: u64,
     /// Letters, digits, `-` and `_` only (Anthropic accepts no other characters in tool call ids).
     pub id: String,
+    /// The model the request went to: what an answer names where the backend's names none
+    /// (Bedrock never does; Gemini without `modelVersion`).
+    pub model: String,
 }
 
 /// Turns a backend's stream bytes, as they arrive, into events.

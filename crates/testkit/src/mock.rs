@@ -3,6 +3,7 @@
 
 mod anthropic;
 mod azure;
+mod bedrock;
 mod body;
 mod frames;
 mod gemini;
@@ -91,6 +92,9 @@ pub enum MockApi {
     /// Google's Gemini API: `/v1beta/models`, `/v1beta/models/{model}:generateContent` and
     /// `:streamGenerateContent?alt=sse`; `x-goog-api-key` authentication.
     Gemini,
+    /// Amazon Bedrock: `/foundation-models`, `/model/{modelId}/converse` and `/converse-stream`
+    /// (AWS event stream); a bearer API key or a SigV4 `Authorization`.
+    Bedrock,
 }
 
 impl MockApi {
@@ -101,6 +105,7 @@ impl MockApi {
             MockApi::Ollama => "ollama",
             MockApi::Azure => "azure",
             MockApi::Gemini => "gemini",
+            MockApi::Bedrock => "bedrock",
         }
     }
 }
@@ -121,7 +126,10 @@ impl std::str::FromStr for MockApi {
             "ollama" => Ok(MockApi::Ollama),
             "azure" => Ok(MockApi::Azure),
             "gemini" => Ok(MockApi::Gemini),
-            other => Err(format!("unknown API `{other}` (expected openai, anthropic, ollama, azure or gemini)")),
+            "bedrock" => Ok(MockApi::Bedrock),
+            other => {
+                Err(format!("unknown API `{other}` (expected openai, anthropic, ollama, azure, gemini or bedrock)"))
+            }
         }
     }
 }
@@ -177,8 +185,8 @@ pub struct MockControl {
     otlp_exports: AtomicU64,
     /// Ids of the records webhook deliveries (`POST /hooks/...`) carried, in arrival order.
     delivered: Mutex<Vec<String>>,
-    /// Azure API only: the path and query of every POST, in arrival order.
-    azure_paths: Mutex<Vec<String>>,
+    /// Azure and Bedrock APIs only: the path (and query) of every POST, in arrival order.
+    posted_paths: Mutex<Vec<String>>,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -213,7 +221,7 @@ impl MockControl {
             ledger: Mutex::new(None),
             otlp_exports: AtomicU64::new(0),
             delivered: Mutex::new(Vec::new()),
-            azure_paths: Mutex::new(Vec::new()),
+            posted_paths: Mutex::new(Vec::new()),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -308,13 +316,13 @@ impl MockControl {
         ledger.iter().flatten().map(|(id, _)| id.clone()).collect()
     }
 
-    /// Azure API only: the path and query of every POST so far.
-    pub fn azure_paths(&self) -> Vec<String> {
-        self.azure_paths.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    /// Azure and Bedrock APIs only: the path (and query) of every POST so far.
+    pub fn posted_paths(&self) -> Vec<String> {
+        self.posted_paths.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    pub(crate) fn saw_azure_path(&self, path: String) {
-        self.azure_paths.lock().unwrap_or_else(PoisonError::into_inner).push(path);
+    pub(crate) fn saw_posted_path(&self, path: String) {
+        self.posted_paths.lock().unwrap_or_else(PoisonError::into_inner).push(path);
     }
 
     /// The `traceparent` header of every POST in the ledger ("-" when it had none).

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 
-use super::{BackendConfig, BackendKind, ConfigError};
+use super::{AwsKeys, BackendConfig, BackendKind, ConfigError};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,6 +25,12 @@ pub struct RawBackend {
     max_concurrency: Option<usize>,
     /// Azure OpenAI: use the deployment-style URLs with this `api-version` (else the v1 API).
     api_version: Option<String>,
+    /// Bedrock: the AWS region (the endpoint's and the signature's).
+    region: Option<String>,
+    /// Bedrock: access keys to SigV4-sign requests with, when no `api_key` is given.
+    aws_access_key_id: Option<String>,
+    aws_secret_access_key: Option<String>,
+    aws_session_token: Option<String>,
 }
 
 /// KV-cache capacity assumed for a backend that does not say: a few conversations of a
@@ -48,10 +54,23 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
     if preset.is_some() && b.api_key.as_deref().is_none_or(str::is_empty) {
         return Err(ConfigError::at(at("api_key"), "a hosted provider needs its API key"));
     }
-    let raw_url = match (&b.url, preset) {
-        (Some(url), _) => url.clone(),
-        (None, Some(p)) => p.url.to_owned(),
-        (None, None) => return Err(ConfigError::at(at("url"), "give the backend's `url` (or a `provider`)")),
+    let bedrock = b.kind.as_deref() == Some("bedrock");
+    if let Some(region) = &b.region {
+        if !bedrock {
+            return Err(ConfigError::at(at("region"), "only bedrock backends take a region"));
+        }
+        if region.is_empty() || !region.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+            return Err(ConfigError::at(at("region"), "expected an AWS region such as us-east-1"));
+        }
+    }
+    let raw_url = match (&b.url, preset, &b.region) {
+        (Some(url), _, _) => url.clone(),
+        (None, Some(p), _) => p.url.to_owned(),
+        (None, None, Some(region)) if bedrock => format!("https://bedrock-runtime.{region}.amazonaws.com"),
+        (None, None, _) if bedrock => {
+            return Err(ConfigError::at(at("region"), "a bedrock backend needs its `region`"))
+        }
+        (None, None, _) => return Err(ConfigError::at(at("url"), "give the backend's `url` (or a `provider`)")),
     };
     let url = raw_url.trim_end_matches('/').to_owned();
     let uri: http::Uri = url.parse().map_err(|_| ConfigError::at(at("url"), format!("`{raw_url}` is not a URL")))?;
@@ -74,13 +93,19 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
         "anthropic" => BackendKind::Anthropic,
         "azure" => BackendKind::Azure,
         "gemini" => BackendKind::Gemini,
+        "bedrock" => BackendKind::Bedrock,
         other => {
             return Err(ConfigError::at(
                 at("type"),
-                format!("unknown backend type `{other}` (openai, ollama, anthropic, azure, gemini)"),
+                format!("unknown backend type `{other}` (openai, ollama, anthropic, azure, gemini, bedrock)"),
             ))
         }
     };
+    let aws = bedrock_keys(&b, &at)?;
+    if kind == BackendKind::Bedrock && b.models.is_none() {
+        // Requests name model ids and inference profiles, which no one list holds.
+        return Err(ConfigError::at(at("models"), "a bedrock backend needs its model ids listed in `models`"));
+    }
     if kind == BackendKind::Azure && b.models.is_none() {
         // Azure lists base models, not a resource's deployments, which are what requests name.
         return Err(ConfigError::at(at("models"), "an azure backend needs its deployments listed in `models`"));
@@ -93,7 +118,8 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
             return Err(ConfigError::at(at("api_version"), "expected a version such as 2024-10-21"));
         }
     }
-    // Gemini's and Azure deployments' URLs name the model: one path segment.
+    // Gemini's and Azure deployments' URLs name the model: one path segment (Bedrock's are
+    // percent-encoded into theirs).
     if kind == BackendKind::Gemini || b.api_version.is_some() {
         let segment = |m: &String| m.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if let Some(pos) = b.models.iter().flatten().position(|m| !segment(m)) {
@@ -126,5 +152,35 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
             n => n,
         },
         api_version: b.api_version,
+        aws,
     })
+}
+
+/// A Bedrock backend's access keys: both or neither, and not beside an `api_key` (a Bedrock API
+/// key, sent as a bearer token). Other kinds take none.
+fn bedrock_keys(b: &RawBackend, at: &dyn Fn(&str) -> String) -> Result<Option<AwsKeys>, ConfigError> {
+    let given = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+    let (id, secret, token) =
+        (given(&b.aws_access_key_id), given(&b.aws_secret_access_key), given(&b.aws_session_token));
+    if b.kind.as_deref() != Some("bedrock") {
+        if id.is_some() || secret.is_some() || token.is_some() {
+            return Err(ConfigError::at(at("aws_access_key_id"), "only bedrock backends take AWS access keys"));
+        }
+        return Ok(None);
+    }
+    let region = b.region.clone().unwrap_or_default();
+    match (id, secret) {
+        (Some(access_key_id), Some(secret_access_key)) => {
+            if b.api_key.as_deref().is_some_and(|k| !k.is_empty()) {
+                return Err(ConfigError::at(at("api_key"), "give either a Bedrock API key or access keys, not both"));
+            }
+            if region.is_empty() {
+                return Err(ConfigError::at(at("region"), "SigV4 signing needs the backend's `region`"));
+            }
+            Ok(Some(AwsKeys { region, access_key_id, secret_access_key, session_token: token }))
+        }
+        (None, None) if token.is_none() => Ok(None),
+        (None, _) => Err(ConfigError::at(at("aws_access_key_id"), "give the access key id with its secret")),
+        (Some(_), None) => Err(ConfigError::at(at("aws_secret_access_key"), "give the secret with its access key id")),
+    }
 }

@@ -56,7 +56,11 @@ pub async fn attempt_once(
     for (name, value) in &backend.auth_headers {
         req = req.header(name, value.clone());
     }
-    let req = req.body(Full::new(body)).map_err(|_| AttemptError::Transport)?;
+    let mut req = req.body(Full::new(body.clone())).map_err(|_| AttemptError::Transport)?;
+    backend.sign(&mut req, &body).map_err(|e| {
+        tracing::warn!(backend = backend.name(), error = %e, "could not sign the upstream request");
+        AttemptError::Transport
+    })?;
     let exchange = async {
         let resp = app.client.request(req).await.map_err(|e| {
             tracing::debug!(backend = backend.name(), error = %e, "upstream request failed");

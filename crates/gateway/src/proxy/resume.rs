@@ -60,6 +60,7 @@ fn continuation_wire(kind: BackendKind) -> Wire {
         BackendKind::Ollama => Wire::OllamaChat,
         BackendKind::OpenAi | BackendKind::Azure => Wire::OpenAiChat,
         BackendKind::Gemini => Wire::Gemini,
+        BackendKind::Bedrock => Wire::Bedrock,
     }
 }
 
@@ -130,7 +131,7 @@ impl Resumer {
             match attempt_once(&app, &backend, wire, body, headers, limit).await {
                 Ok((parts, body, first)) if parts.status.is_success() => {
                     backend.health.on_success();
-                    let context = translation::response_context(&self.request_id);
+                    let context = translation::response_context(&self.request_id, &self.model);
                     let translator = StreamTranslator::continuation(
                         self.endpoint,
                         wire,

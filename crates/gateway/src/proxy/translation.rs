@@ -45,6 +45,11 @@ impl Bodies {
         Bodies { endpoint, client, model, decoded: None, encoded: Vec::new() }
     }
 
+    /// The model these bodies are for.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
     /// The request in the internal model (decoded on first use).
     pub fn decoded(&mut self) -> Result<&Decoded, TranslateError> {
         if self.decoded.is_none() {
@@ -65,12 +70,13 @@ impl Bodies {
     }
 }
 
-/// Values a translated answer uses where the backend gives none (Ollama sends no id).
-pub fn response_context(request_id: &HeaderValue) -> ResponseContext {
+/// Values a translated answer uses where the backend gives none (Ollama sends no id, Bedrock no
+/// model name).
+pub fn response_context(request_id: &HeaderValue, model: &str) -> ResponseContext {
     let created = crate::clock::unix_ms().max(0) as u64 / 1000;
     let id: String =
         request_id.to_str().unwrap_or_default().chars().filter(|c| c.is_ascii_alphanumeric()).take(32).collect();
-    ResponseContext { created, id }
+    ResponseContext { created, id, model: model.to_owned() }
 }
 
 /// `POST /v1/messages/count_tokens` for a model no Anthropic backend serves: an estimate.

@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use super::admission::Admission;
 use crate::config::{BackendConfig, BackendKind, HealthConfig};
 use crate::translate::Wire;
+use crate::upstream::sigv4::SigV4;
 
 /// The Messages API version sent to Anthropic backends.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -44,6 +45,8 @@ pub struct Backend {
     pub signals: super::signals::BackendSignals,
     /// Told when a slot frees, so a request waiting for one gets it.
     admission: Arc<Admission>,
+    /// Bedrock with access keys: every request is SigV4-signed just before it goes.
+    signer: Option<SigV4>,
 }
 
 impl Backend {
@@ -65,6 +68,12 @@ impl Backend {
             .collect::<Result<Vec<_>, _>>()?;
         let discovery_uri = match (&cfg.api_version, cfg.kind) {
             (Some(version), BackendKind::Azure) => uri(&format!("/openai/models?api-version={version}"))?,
+            // The model list is on Bedrock's control-plane endpoint, beside the runtime one.
+            (_, BackendKind::Bedrock) => {
+                format!("{}{}", cfg.url.replacen("bedrock-runtime", "bedrock", 1), cfg.kind.discovery_path())
+                    .parse()
+                    .map_err(|_| format!("backend {}: bad URL {}", cfg.name, cfg.url))?
+            }
             _ => uri(cfg.kind.discovery_path())?,
         };
         let name_header =
@@ -94,6 +103,9 @@ impl Backend {
             (_, None) => {}
         }
         let models = cfg.models.clone().unwrap_or_default();
+        let signer = cfg.aws.as_ref().map(|aws| {
+            SigV4::new(&aws.access_key_id, &aws.secret_access_key, aws.session_token.as_deref(), &aws.region)
+        });
         Ok(Backend {
             id,
             name_header,
@@ -107,8 +119,17 @@ impl Backend {
             wake: Notify::new(),
             signals: Default::default(),
             admission,
+            signer,
             cfg,
         })
+    }
+
+    /// Sign `req` (whose body is `body`) when this backend takes SigV4; otherwise nothing.
+    pub fn sign<B>(&self, req: &mut http::Request<B>, body: &[u8]) -> Result<(), String> {
+        match &self.signer {
+            Some(signer) => signer.sign(req, body, std::time::SystemTime::now()),
+            None => Ok(()),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -121,12 +142,18 @@ impl Backend {
         self.targets.get(i)?.as_ref()
     }
 
-    /// Where a request for `model` on `wire` goes: `target`; for Gemini, the model's method
+    /// Where a request for `model` on `wire` goes: `target`; for Bedrock, the model's
+    /// `/model/{modelId}/converse` (or `/converse-stream`), the id percent-encoded as the AWS SDKs
+    /// do (`anthropic.claude-3-5-sonnet-20240620-v1%3A0`, an ARN's `/` too); for Gemini, the model's method
     /// (`/v1beta/models/{model}:generateContent`, or `:streamGenerateContent?alt=sse`); for an
     /// Azure backend with an `api_version`, its deployment's URL
     /// (`/openai/deployments/{model}/chat/completions?api-version=`).
     pub fn target_for(&self, wire: Wire, model: &str, stream: bool) -> Option<Uri> {
         let target = self.target(wire)?;
+        if wire == Wire::Bedrock {
+            let operation = if stream { "converse-stream" } else { "converse" };
+            return format!("{target}/{}/{operation}", percent_encode(model)).parse().ok();
+        }
         if wire == Wire::Gemini {
             let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
             return format!("{target}/{model}:{method}").parse().ok();
@@ -330,6 +357,20 @@ impl HealthState {
         }
         false
     }
+}
+
+/// `text` as one URI path segment: RFC 3986's unreserved characters as they are, every other byte
+/// as `%XX`.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -25,9 +25,15 @@ pub async fn probe(client: &UpstreamClient, backend: &Backend, timeout: Duration
     for (name, value) in &backend.auth_headers {
         req = req.header(name, value.clone());
     }
-    let req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+    let mut req = req.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+    backend.sign(&mut req, b"")?;
     let fetch = async {
         let resp = client.request(req).await.map_err(|e| format!("probe failed: {e}"))?;
+        if backend.cfg.kind == BackendKind::Bedrock && resp.status().is_client_error() {
+            // Bedrock's model list is another action (and endpoint) than Converse: credentials
+            // allowed to converse but not to list still mean the service is there.
+            return Ok(Vec::new());
+        }
         if !resp.status().is_success() {
             return Err(format!("probe answered {}", resp.status()));
         }
@@ -54,7 +60,24 @@ fn parse_models(kind: BackendKind, body: &[u8]) -> Vec<String> {
         BackendKind::Gemini => serde_json::from_slice::<TagList>(body)
             .map(|l| l.models.into_iter().map(|m| m.name.trim_start_matches("models/").to_owned()).collect())
             .unwrap_or_default(),
+        // ListFoundationModels; requests use the configured ids (which may be inference profiles).
+        BackendKind::Bedrock => serde_json::from_slice::<FoundationModels>(body)
+            .map(|l| l.model_summaries.into_iter().map(|m| m.model_id).collect())
+            .unwrap_or_default(),
     }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FoundationModels {
+    #[serde(default)]
+    model_summaries: Vec<FoundationModel>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FoundationModel {
+    model_id: String,
 }
 
 /// Apply a probe result to the backend; returns true when its model list changed.
@@ -156,7 +179,7 @@ async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Durat
                 backend.signals.record_loaded(list.models.into_iter().map(|m| m.name).collect());
             }
         }
-        BackendKind::Anthropic | BackendKind::Azure | BackendKind::Gemini => {}
+        BackendKind::Anthropic | BackendKind::Azure | BackendKind::Gemini | BackendKind::Bedrock => {}
     }
 }
 

@@ -80,6 +80,7 @@ pub(crate) mod test_support {
             cache_tokens: 65_536,
             max_concurrency: None,
             api_version: None,
+            aws: None,
         };
         let health = Config::empty().unwrap().health;
         let admission = Arc::new(crate::route::admission::Admission::new(1, std::time::Duration::from_secs(1)));

@@ -231,5 +231,6 @@ fn provider(kind: BackendKind) -> &'static str {
         BackendKind::Ollama => "ollama",
         BackendKind::Azure => "azure.ai.openai",
         BackendKind::Gemini => "gcp.gemini",
+        BackendKind::Bedrock => "aws.bedrock",
     }
 }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use switchyard_protocol::chat::{ChatRequest, Message, Part, Role, TranslateError};
 use switchyard_protocol::embed::EmbedRequest;
 use switchyard_protocol::responses::Echo;
-use switchyard_protocol::{anthropic, gemini, ollama, openai_chat, openai_embeddings, responses};
+use switchyard_protocol::{anthropic, bedrock, gemini, ollama, openai_chat, openai_embeddings, responses};
 
 use super::Wire;
 use crate::endpoint::Endpoint;
@@ -52,6 +52,7 @@ impl Decoded {
             (Decoded::Chat(req), Wire::OllamaChat) => ollama::encode_chat_request(req)?,
             (Decoded::Chat(req), Wire::OllamaGenerate) => ollama::encode_generate_request(req)?,
             (Decoded::Chat(req), Wire::Gemini) => gemini::encode_request(req)?,
+            (Decoded::Chat(req), Wire::Bedrock) => bedrock::encode_request(req)?,
             (Decoded::Embed(req), Wire::OpenAiEmbeddings) => openai_embeddings::encode_request(req)?,
             (Decoded::Embed(req), Wire::OllamaEmbed) => ollama::encode_embed_request(req)?,
             _ => return Err(TranslateError::Invalid("no translation between these APIs".to_owned())),
@@ -78,7 +79,8 @@ impl Decoded {
         request.include_usage = true;
         let mut trimmed = false;
         let mut text = prefill;
-        if wire == Wire::Anthropic {
+        // Claude (on Bedrock too) refuses a final assistant turn that ends in whitespace.
+        if matches!(wire, Wire::Anthropic | Wire::Bedrock) {
             text = prefill.trim_end();
             trimmed = text.len() != prefill.len();
         }

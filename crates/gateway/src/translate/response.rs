@@ -3,7 +3,7 @@
 
 use switchyard_protocol::chat::{ApiError, ChatResponse, ResponseContext, TranslateError, Usage};
 use switchyard_protocol::embed::EmbedResponse;
-use switchyard_protocol::{anthropic, gemini, ollama, openai_chat, openai_embeddings, responses};
+use switchyard_protocol::{anthropic, bedrock, gemini, ollama, openai_chat, openai_embeddings, responses};
 
 use super::{client_api, encode_error, Decoded, Wire};
 use crate::endpoint::Endpoint;
@@ -33,6 +33,7 @@ pub fn translate_response(
         Wire::Anthropic => anthropic::decode_response(body, context)?,
         Wire::OllamaChat | Wire::OllamaGenerate => ollama::decode_response(body, context)?,
         Wire::Gemini => gemini::decode_response(body, context)?,
+        Wire::Bedrock => bedrock::decode_response(body, context)?,
         _ => return Err(TranslateError::Invalid("no translation for this answer".to_owned())),
     };
     let out = match endpoint {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use switchyard_protocol::chat::{
     ApiError, ErrorKind, ResponseContext, StreamDecoder, StreamEncoder, StreamEvent, TranslateError, Usage,
 };
-use switchyard_protocol::{anthropic, gemini, ollama, openai_chat, responses};
+use switchyard_protocol::{anthropic, bedrock, gemini, ollama, openai_chat, responses};
 
 use super::{Decoded, Wire};
 use crate::endpoint::Endpoint;
@@ -151,6 +151,7 @@ fn decoder(wire: Wire, context: ResponseContext) -> Option<Box<dyn StreamDecoder
         Wire::Anthropic => Box::new(anthropic::SseDecoder::new(context)),
         Wire::OllamaChat | Wire::OllamaGenerate => Box::new(ollama::NdjsonDecoder::new(context)),
         Wire::Gemini => Box::new(gemini::SseDecoder::new(context)),
+        Wire::Bedrock => Box::new(bedrock::EventStreamDecoder::new(context)),
         _ => return None,
     })
 }

@@ -1,6 +1,6 @@
 //! A Bedrock `Converse` answer as a `ChatResponse`: the output message's `text` and `toolUse`
 //! blocks (reasoning left out), its `stopReason`, and `usage`. Converse answers carry no id or
-//! model name: the id is the request's.
+//! model name: the id is the request's, the model the one it was sent for.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -76,7 +76,7 @@ pub fn decode_response(body: &[u8], context: &ResponseContext) -> Result<ChatRes
         wire.stop_reason.as_ref().map_or(StopReason::EndTurn.or_tool_use(has_calls), |r| stop_reason_of(r.as_str()));
     Ok(ChatResponse {
         id: context.id.clone(),
-        model: String::new(),
+        model: context.model.clone(),
         created: context.created,
         content,
         stop_reason,
@@ -91,7 +91,7 @@ mod tests {
     use crate::chat::Usage;
 
     fn context() -> ResponseContext {
-        ResponseContext { created: 1_700_000_000, id: "req1".into() }
+        ResponseContext { created: 1_700_000_000, id: "req1".into(), ..ResponseContext::default() }
     }
 
     /// The API reference's answer shape: an output message, a stop reason, usage and metrics.

@@ -115,7 +115,7 @@ impl EventStreamDecoder {
             self.started = true;
             events.push(StreamEvent::Start {
                 id: self.context.id.clone(),
-                model: String::new(),
+                model: self.context.model.clone(),
                 created: self.context.created,
             });
         }
@@ -267,7 +267,8 @@ pub(crate) mod tests {
     }
 
     fn decode(bytes: &[u8], chunk: usize) -> Result<Vec<StreamEvent>, TranslateError> {
-        let mut decoder = EventStreamDecoder::new(ResponseContext { created: 5, id: "req1".into() });
+        let mut decoder =
+            EventStreamDecoder::new(ResponseContext { created: 5, id: "req1".into(), ..ResponseContext::default() });
         let mut events = Vec::new();
         for piece in bytes.chunks(chunk) {
             decoder.feed(piece, &mut events)?;

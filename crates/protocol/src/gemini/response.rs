@@ -131,7 +131,7 @@ pub fn decode_response(body: &[u8], context: &ResponseContext) -> Result<ChatRes
     };
     Ok(ChatResponse {
         id: wire.response_id.map_or_else(|| context.id.clone(), Text::into_owned),
-        model: wire.model_version.map(Text::into_owned).unwrap_or_default(),
+        model: wire.model_version.map_or_else(|| context.model.clone(), Text::into_owned),
         created: context.created,
         content,
         stop_reason,
@@ -164,7 +164,7 @@ mod tests {
     }"#;
 
     fn context() -> ResponseContext {
-        ResponseContext { created: 1_700_000_000, id: "req1".into() }
+        ResponseContext { created: 1_700_000_000, id: "req1".into(), ..ResponseContext::default() }
     }
 
     #[test]

@@ -97,7 +97,11 @@ mod tests {
             usage: Usage::new(3, 4),
         };
         let body = encode_response(&response).unwrap();
-        let back = super::super::decode_response(&body, &ResponseContext { created: 1, id: String::new() }).unwrap();
+        let back = super::super::decode_response(
+            &body,
+            &ResponseContext { created: 1, id: String::new(), ..ResponseContext::default() },
+        )
+        .unwrap();
         assert_eq!(back, response);
         let error = ApiError::new(ErrorKind::RateLimited, "slow down");
         assert_eq!(super::super::decode_error(&encode_error(&error)), Some(error));

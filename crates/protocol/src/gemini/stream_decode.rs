@@ -69,7 +69,10 @@ impl State {
             self.started = true;
             events.push(StreamEvent::Start {
                 id: chunk.response_id.as_ref().map_or_else(|| self.context.id.clone(), |id| id.as_str().to_owned()),
-                model: chunk.model_version.as_ref().map(|m| m.as_str().to_owned()).unwrap_or_default(),
+                model: chunk
+                    .model_version
+                    .as_ref()
+                    .map_or_else(|| self.context.model.clone(), |m| m.as_str().to_owned()),
                 created: self.context.created,
             });
         }
@@ -134,7 +137,7 @@ mod tests {
 data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"lo\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 9,\"candidatesTokenCount\": 2,\"totalTokenCount\": 11},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"r1\"}\r\n\r\n";
 
     fn decode(chunks: &[&[u8]]) -> Result<Vec<StreamEvent>, TranslateError> {
-        let mut d = SseDecoder::new(ResponseContext { created: 7, id: "ctx".into() });
+        let mut d = SseDecoder::new(ResponseContext { created: 7, id: "ctx".into(), ..ResponseContext::default() });
         let mut events = Vec::new();
         for c in chunks {
             d.feed(c, &mut events)?;

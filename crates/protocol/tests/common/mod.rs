@@ -24,7 +24,7 @@ pub enum Api {
 pub const ALL: [Api; 5] = [Api::OpenAiChat, Api::Anthropic, Api::Responses, Api::Ollama, Api::OllamaGenerate];
 
 pub fn context() -> ResponseContext {
-    ResponseContext { created: 1_700_000_000, id: "req123".to_owned() }
+    ResponseContext { created: 1_700_000_000, id: "req123".to_owned(), ..ResponseContext::default() }
 }
 
 impl Api {

@@ -20,7 +20,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or("");
     if parts.method == http::Method::POST {
-        state.control.saw_azure_path(format!("{path}?{query}"));
+        state.control.saw_posted_path(format!("{path}?{query}"));
     }
     let versioned = query.split('&').any(|p| p.strip_prefix("api-version=").is_some_and(|v| !v.is_empty()));
     let openai_path = if let Some(rest) = path.strip_prefix("/openai/v1/") {

@@ -146,6 +146,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
         MockApi::Ollama => super::ollama::handle(state, req).await,
         MockApi::Azure => super::azure::handle(state, req).await,
         MockApi::Gemini => super::gemini::handle(state, req).await,
+        MockApi::Bedrock => super::bedrock::handle(state, req).await,
     };
     if matches!(resp.body(), MockBody::Full(_)) {
         return resp;
