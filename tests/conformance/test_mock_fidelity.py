@@ -106,3 +106,53 @@ def test_openai_sdk_tools_against_the_openai_mock(backend_mocks: dict[str, Proc]
         ]
         answer = client.chat.completions.create(model=OA_MODEL, messages=follow_up, tools=[tool])
         assert answer.choices[0].message.content == TOOL_RESULT_PREFIX + "18C"
+
+
+def test_botocore_against_the_bedrock_mock(tmp_path) -> None:
+    """botocore's own bedrock-runtime client (its service model, SigV4 signer, JSON and event-stream
+    parsers) against the Bedrock mock: Converse, ConverseStream, and a tool call both ways."""
+    import botocore.session
+
+    from conftest import start_mock
+
+    model = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    mock = start_mock("mock-bedrock", [model], tmp_path, "--api", "bedrock")
+    try:
+        client = botocore.session.get_session().create_client(
+            "bedrock-runtime", region_name="us-east-1", endpoint_url=mock.url,
+            aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
+        )
+        messages = [{"role": "user", "content": [{"text": "Say hello."}]}]
+        r = client.converse(modelId=model, messages=messages, inferenceConfig={"maxTokens": 32})
+        assert r["output"]["message"]["content"][0]["text"] == CONTENT
+        assert r["stopReason"] == "end_turn"
+        assert r["usage"]["outputTokens"] == COMPLETION_TOKENS
+        events = list(client.converse_stream(modelId=model, messages=messages)["stream"])
+        text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+        assert text == CONTENT
+        assert events[-2]["messageStop"]["stopReason"] == "end_turn"
+        assert events[-1]["metadata"]["usage"]["outputTokens"] == COMPLETION_TOKENS
+        tools = {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": SCHEMA}}}]}
+        r = client.converse(modelId=model, messages=QUESTION_BLOCKS, toolConfig=tools)
+        call = r["output"]["message"]["content"][0]["toolUse"]
+        assert (call["name"], call["input"], r["stopReason"]) == ("get_weather", TOOL_ARGUMENTS, "tool_use")
+        events = list(client.converse_stream(modelId=model, messages=QUESTION_BLOCKS, toolConfig=tools)["stream"])
+        start = next(e["contentBlockStart"]["start"]["toolUse"] for e in events if "contentBlockStart" in e)
+        pieces = "".join(e["contentBlockDelta"]["delta"]["toolUse"]["input"] for e in events if "contentBlockDelta" in e)
+        assert start["name"] == "get_weather" and json.loads(pieces) == TOOL_ARGUMENTS
+        answered = QUESTION_BLOCKS + [
+            {"role": "assistant", "content": [{"toolUse": {"toolUseId": call["toolUseId"], "name": "get_weather", "input": TOOL_ARGUMENTS}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": call["toolUseId"], "content": [{"text": "18C"}]}}]},
+        ]
+        r = client.converse(modelId=model, messages=answered, toolConfig=tools)
+        assert r["output"]["message"]["content"][0]["text"] == TOOL_RESULT_PREFIX + "18C"
+        # The mock refuses what Bedrock refuses, in Bedrock's error shape.
+        with pytest.raises(client.exceptions.ValidationException):
+            client.converse(modelId=model, messages=[{"role": "assistant", "content": [{"text": "hi"}]}])
+        with pytest.raises(client.exceptions.ResourceNotFoundException):
+            client.converse(modelId="no-such-model", messages=messages)
+    finally:
+        mock.stop()
+
+
+QUESTION_BLOCKS = [{"role": "user", "content": [{"text": "What is the weather in Paris?"}]}]
