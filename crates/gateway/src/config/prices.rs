@@ -1,7 +1,8 @@
 //! The shipped price table: list prices of the common hosted models, in USD per million tokens
 //! (input, output, cached input), so spend and budgets are right without typing prices. Entries
 //! in `prices:` override these. A model is found by its exact name, else with a provider prefix
-//! (`openai/gpt-4o`) or a date suffix (`claude-sonnet-4-5-20250929`, `gpt-4o-2024-08-06`) taken off.
+//! (`openai/gpt-4o`) or a date suffix (`claude-sonnet-4-5-20250929`, `gpt-4o-2024-08-06`) taken off,
+//! and a Bedrock id as the model it names (`us.anthropic.claude-sonnet-4-20250514-v1:0`).
 //!
 //! The figures are the vendors' published list prices as of October 2025 (standard tier, prompts
 //! within the base context tier); vendors change them, so a deployment that bills on them should
@@ -62,12 +63,25 @@ pub fn shipped() -> impl Iterator<Item = (String, Price)> {
     })
 }
 
-/// `model` without a provider prefix (`openai/`) or a trailing date (`-20250929`, `-2024-08-06`);
-/// None when it has neither.
+/// `model` without a provider prefix (`openai/`), Bedrock's wrapping (`[geo.]vendor.` and
+/// `-vN:M`) or a trailing date (`-20250929`, `-2024-08-06`); None when it has none of them.
 pub fn normalized(model: &str) -> Option<&str> {
     let bare = model.rsplit_once('/').map_or(model, |(_, name)| name);
-    let undated = strip_date(bare);
+    let undated = strip_date(strip_bedrock(bare));
     (undated.len() != model.len()).then_some(undated)
+}
+
+/// A Bedrock model id, `[geo.]vendor.name-vN[:M]`, as `name` (ids without the version suffix are
+/// left alone: a dot alone says nothing).
+fn strip_bedrock(name: &str) -> &str {
+    let Some((head, version)) = name.rsplit_once("-v") else { return name };
+    let numbers = version.split(':').collect::<Vec<_>>();
+    let versioned =
+        numbers.len() <= 2 && numbers.iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    match head.rsplit_once('.') {
+        Some((_, model)) if versioned && !model.is_empty() => model,
+        _ => name,
+    }
 }
 
 fn strip_date(name: &str) -> &str {
@@ -104,6 +118,10 @@ mod tests {
         assert_eq!(normalized("gpt-4o-2024-08-06"), Some("gpt-4o"));
         assert_eq!(normalized("openai/gpt-4o-mini"), Some("gpt-4o-mini"));
         assert_eq!(normalized("anthropic/claude-3-5-haiku-20241022"), Some("claude-3-5-haiku"));
+        assert_eq!(normalized("anthropic.claude-3-5-haiku-20241022-v1:0"), Some("claude-3-5-haiku"));
+        assert_eq!(normalized("us.anthropic.claude-sonnet-4-20250514-v1:0"), Some("claude-sonnet-4"));
+        assert_eq!(normalized("mistral.mistral-large-2402-v1:0"), Some("mistral-large-2402"));
+        assert_eq!(normalized("my.model-version"), None, "not a Bedrock version");
         assert_eq!(normalized("gpt-4o"), None);
         assert_eq!(normalized("llama3.1:8b"), None);
         assert_eq!(normalized("model-12345678"), None, "not a date");

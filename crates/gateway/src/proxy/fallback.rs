@@ -4,7 +4,8 @@
 
 /// How servers say it: OpenAI and vLLM (`context_length_exceeded`, "maximum context length"),
 /// llama.cpp ("exceeds the available context size"), Anthropic ("prompt is too long"), Gemini
-/// ("exceeds the maximum number of tokens"), and the generic phrasings.
+/// ("exceeds the maximum number of tokens"), Bedrock ("Input is too long for requested model"),
+/// and the generic phrasings.
 const MARKERS: &[&str] = &[
     "context_length_exceeded",
     "maximum context length",
@@ -14,6 +15,7 @@ const MARKERS: &[&str] = &[
     "prompt is too long",
     "exceeds the maximum number of tokens",
     "exceed_context_size",
+    "input is too long",
 ];
 
 /// Whether an error answer's first bytes say the prompt did not fit the model's context window.
@@ -33,6 +35,7 @@ mod tests {
             r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#,
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208000 tokens > 200000 maximum"}}"#,
             r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
+            r#"{"message":"Input is too long for requested model."}"#,
         ] {
             assert!(context_window_exceeded(body.as_bytes()), "{body}");
         }
