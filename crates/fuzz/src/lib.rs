@@ -11,7 +11,7 @@ pub use http::http_requests;
 pub use journal::journal_recovery;
 
 use switchyard_protocol::chat::{ChatRequest, ResponseContext, StreamDecoder};
-use switchyard_protocol::{anthropic, gemini, ollama, openai_chat, responses};
+use switchyard_protocol::{anthropic, bedrock, gemini, ollama, openai_chat, responses};
 
 /// A fuzz target: the bytes libFuzzer (or a corpus file) gives it.
 pub type Target = fn(&[u8]);
@@ -51,11 +51,13 @@ fn decoders() -> Vec<(&'static str, Box<dyn StreamDecoder>)> {
         ("anthropic", Box::new(anthropic::SseDecoder::new(c.clone()))),
         ("responses", Box::new(responses::SseDecoder::new(c.clone()))),
         ("ollama", Box::new(ollama::NdjsonDecoder::new(c.clone()))),
-        ("gemini", Box::new(gemini::SseDecoder::new(c))),
+        ("gemini", Box::new(gemini::SseDecoder::new(c.clone()))),
+        ("bedrock", Box::new(bedrock::EventStreamDecoder::new(c))),
     ]
 }
 
-/// Every stream decoder (OpenAI, Anthropic, Responses and Gemini SSE; Ollama NDJSON) reads the bytes
+/// Every stream decoder (OpenAI, Anthropic, Responses and Gemini SSE; Ollama NDJSON; Bedrock's AWS
+/// event stream) reads the bytes
 /// after the first as a stream, whole and cut where the first byte says: any chunking of a
 /// stream must decode to the same events and the same outcome, and nothing may panic.
 pub fn stream_decoders(data: &[u8]) {
@@ -154,6 +156,10 @@ pub fn request_parsers(data: &[u8]) {
             let twice = encode(&again).unwrap_or_else(|e| panic!("{name}: re-encoding failed: {e}"));
             let third = decode(&twice).unwrap_or_else(|e| panic!("{name}: second encoding does not decode: {e}"));
             assert_eq!(again, third, "{name}: encode/decode is not a fixed point");
+        }
+        // Bedrock has no inbound API: its encoder is held to not panicking and to writing JSON.
+        if let Ok(bytes) = bedrock::encode_request(&request) {
+            assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok(), "{name} → bedrock: not JSON");
         }
         let gist = Gist::of(&request);
         for (other, other_decode, other_encode) in apis {

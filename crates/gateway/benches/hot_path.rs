@@ -11,6 +11,9 @@
 //! * `parse_request/<case>/<size>`: `parse_request` of a realistic chat body (~1 KB, ~100 KB);
 //!   `passthrough` keeps the model (zero-copy body), `alias` resolves `fast` → `real-model` and
 //!   splices the new model into a fresh body. Throughput is in body bytes.
+//! * `bedrock/{encode,sign}/1KB`: what a request to a Bedrock backend adds: translating a ~1 KB
+//!   OpenAI chat body to a Converse body (decode + encode), and SigV4-signing the result
+//!   (`aws-sigv4`: a SHA-256 of the body, the canonical request, four HMACs).
 //! * `sse_relay/{direct,gateway}/<chunks>`: one whole streamed chat completion (`"stream": true`)
 //!   over keep-alive HTTP/1.1 on loopback, straight to the mock backend (`direct`) or through an
 //!   in-process gateway (`gateway`), with the mock streaming 1 or 200 content chunks back to back
@@ -221,6 +224,30 @@ fn parse(c: &mut Criterion) {
     group.finish();
 }
 
+fn bedrock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("bedrock");
+    group.sample_size(30).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    let body = chat_body("anthropic.claude-3-5-haiku-20241022-v1:0", 1024);
+    group.bench_function("encode/1KB", |b| {
+        b.iter(|| {
+            let request = switchyard_protocol::openai_chat::decode_request(black_box(&body)).unwrap();
+            switchyard_protocol::bedrock::encode_request(&request).unwrap()
+        })
+    });
+    let request = switchyard_protocol::openai_chat::decode_request(&body).unwrap();
+    let converse = switchyard_protocol::bedrock::encode_request(&request).unwrap();
+    let signer = switchyard_gateway::upstream::sigv4::SigV4::new("AKIDEXAMPLE", "secret", Some("token"), "us-east-1");
+    let uri = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/converse";
+    group.bench_function("sign/1KB", |b| {
+        b.iter(|| {
+            let mut req = http::Request::post(uri).header("content-type", "application/json").body(()).unwrap();
+            signer.sign(&mut req, black_box(&converse), std::time::SystemTime::now()).unwrap();
+            req
+        })
+    });
+    group.finish();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. SSE relay, end to end in-process
 
@@ -263,5 +290,5 @@ fn sse_relay(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, route_select, route_cache_aware, parse, sse_relay);
+criterion_group!(benches, route_select, route_cache_aware, parse, bedrock, sse_relay);
 criterion_main!(benches);

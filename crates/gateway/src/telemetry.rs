@@ -2,7 +2,7 @@
 //! caller's `traceparent`, and a client span per upstream attempt named and attributed per the
 //! GenAI semantic conventions. The request path only fills in a `Trace` (ids, clock reads) and
 //! hands it over with one non-blocking send; spans are built and exported in batches on the
-//! export task (`telemetry/export.rs`). A full queue drops the trace and counts it: telemetry never
+//! export thread (`telemetry/export.rs`), at the lowest CPU priority. A full queue drops the trace and counts it: telemetry never
 //! slows or fails a request.
 
 mod export;
@@ -22,7 +22,6 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::{oneshot, Notify};
-use tokio::task::JoinHandle;
 
 use crate::config::{Sampler, TelemetryConfig};
 use crate::endpoint::Endpoint;
@@ -79,10 +78,11 @@ pub struct Telemetry {
     counters: Arc<Counters>,
 }
 
-/// The export task; `shutdown` sends what is queued before it ends.
+/// The export thread; `shutdown` sends what is queued before it ends.
 pub struct Exporting {
     stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+    /// Resolves when the thread's loop has ended.
+    task: oneshot::Receiver<()>,
 }
 
 impl Exporting {
@@ -95,7 +95,7 @@ impl Exporting {
 }
 
 impl Telemetry {
-    /// Build the exporter and start its task (on the current Tokio runtime).
+    /// Build the exporter and start its thread.
     pub fn start(config: &TelemetryConfig, connect_timeout: Duration) -> Result<(Arc<Telemetry>, Exporting), String> {
         let exporter = export::exporter(config, connect_timeout)?;
         let queue = Arc::new(Queue {
@@ -106,7 +106,22 @@ impl Telemetry {
         });
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(export::run(exporter, queue.clone(), counters.clone(), config.clone(), stopped));
+        let (done, task) = oneshot::channel();
+        let (waiting, counted, config_for_task) = (queue.clone(), counters.clone(), config.clone());
+        // Its own thread at the lowest priority, as the export sinks have: building, encoding and
+        // posting spans never takes CPU from requests. Below saturation it keeps up; at
+        // saturation it falls behind, the queue fills and traces are dropped and counted.
+        std::thread::Builder::new()
+            .name("telemetry-export".to_owned())
+            .spawn(move || {
+                crate::usage::priority::lower_this_thread();
+                match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime.block_on(export::run(exporter, waiting, counted, config_for_task, stopped)),
+                    Err(e) => tracing::error!(error = %e, "telemetry export could not start its runtime"),
+                }
+                let _ = done.send(());
+            })
+            .map_err(|e| format!("telemetry: cannot start the export thread: {e}"))?;
         tracing::info!(endpoint = %config.traces_url, "exporting OpenTelemetry traces");
         let telemetry = Telemetry { queue, ids: RandomIdGenerator::default(), sampler: config.sampler, counters };
         Ok((Arc::new(telemetry), Exporting { stop, task }))

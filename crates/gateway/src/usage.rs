@@ -25,7 +25,7 @@ use crate::records::UsageRecord;
 
 pub mod extract;
 pub mod journal;
-mod priority;
+pub(crate) mod priority;
 pub mod reader;
 mod segment;
 pub mod sse;
