@@ -237,7 +237,8 @@ fn bedrock(c: &mut Criterion) {
     let request = switchyard_protocol::openai_chat::decode_request(&body).unwrap();
     let converse = switchyard_protocol::bedrock::encode_request(&request).unwrap();
     let signer = switchyard_gateway::upstream::sigv4::SigV4::new("AKIDEXAMPLE", "secret", Some("token"), "us-east-1");
-    let uri = "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/converse";
+    let uri =
+        "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/converse";
     group.bench_function("sign/1KB", |b| {
         b.iter(|| {
             let mut req = http::Request::post(uri).header("content-type", "application/json").body(()).unwrap();
