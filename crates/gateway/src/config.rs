@@ -21,7 +21,7 @@ use std::time::Duration;
 
 pub use cache::{CacheConfig, CacheNamespace};
 pub use duration::parse_duration;
-pub use exports::{ExportConfig, ExportSink, S3Target};
+pub use exports::{ExportConfig, ExportSink, ObjectFormat, S3Target};
 pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
 pub use telemetry::{Sampler, TelemetryConfig};

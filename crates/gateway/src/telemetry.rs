@@ -8,6 +8,7 @@
 mod export;
 pub mod exports;
 mod otlp_logs;
+mod parquet_file;
 mod s3;
 pub mod trace;
 mod webhook;

@@ -27,6 +27,8 @@ pub struct RawExport {
     region: Option<String>,
     access_key_id: Option<String>,
     secret_access_key: Option<String>,
+    /// `s3`: `jsonl` (the default) or `parquet`.
+    format: Option<String>,
     batch_size: Option<usize>,
     /// How long a partial batch waits for more records.
     batch_delay: Option<String>,
@@ -39,8 +41,26 @@ pub enum ExportSink {
     Webhook { url: String, headers: Vec<(String, String)> },
     /// One OTLP log record per usage record, to `url` (the collector's `/v1/logs`).
     OtlpLogs { url: String, headers: Vec<(String, String)> },
-    /// A JSON Lines object per batch in an S3-compatible bucket.
+    /// A JSON Lines (or Parquet) object per batch in an S3-compatible bucket.
     S3(S3Target),
+}
+
+/// How the S3 sink writes a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectFormat {
+    /// One JSON object per line (`.jsonl`).
+    JsonLines,
+    /// One Parquet file, Snappy-compressed (`.parquet`).
+    Parquet,
+}
+
+impl ObjectFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            ObjectFormat::JsonLines => "jsonl",
+            ObjectFormat::Parquet => "parquet",
+        }
+    }
 }
 
 #[derive(Clone, PartialEq)]
@@ -53,6 +73,7 @@ pub struct S3Target {
     pub region: Option<String>,
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
+    pub format: ObjectFormat,
 }
 
 #[derive(Clone, PartialEq)]
@@ -122,6 +143,16 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
                 if e.access_key_id.is_some() != e.secret_access_key.is_some() {
                     return Err(ConfigError::at(at("access_key_id"), "give both access_key_id and secret_access_key"));
                 }
+                let format = match e.format.as_deref() {
+                    None | Some("jsonl") => ObjectFormat::JsonLines,
+                    Some("parquet") => ObjectFormat::Parquet,
+                    Some(other) => {
+                        return Err(ConfigError::at(
+                            at("format"),
+                            format!("`{other}` is not a format (jsonl, parquet)"),
+                        ))
+                    }
+                };
                 let prefix = e.prefix.clone().unwrap_or_else(|| "switchyard/".to_owned());
                 let prefix = if prefix.is_empty() || prefix.ends_with('/') { prefix } else { format!("{prefix}/") };
                 ExportSink::S3(S3Target {
@@ -131,6 +162,7 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
                     region: e.region.clone(),
                     access_key_id: e.access_key_id.clone(),
                     secret_access_key: e.secret_access_key.clone(),
+                    format,
                 })
             }
             other => {

@@ -1,10 +1,10 @@
-//! The S3 export sink: each batch of usage records is one JSON Lines object in an S3-compatible
+//! The S3 export sink: each batch of usage records is one JSON Lines (or Parquet) object in an S3-compatible
 //! bucket (AWS S3, MinIO, GCS's S3 API), written with `object_store` over the gateway's hyper
 //! client. An object is named after where its batch starts in this journal, so a batch sent again
 //! after a crash (which starts at the same stored checkpoint) replaces its object instead of
 //! duplicating its records: every record is in the bucket exactly once.
 //!
-//! Key: `{prefix}dt=YYYY-MM-DD/{journal id}-{start checkpoint, 20 digits}.jsonl`.
+//! Key: `{prefix}dt=YYYY-MM-DD/{journal id}-{start checkpoint, 20 digits}.jsonl` (`.parquet`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload, RetryConfig};
 
 use super::exports::CheckpointFile;
-use crate::config::S3Target;
+use crate::config::{ObjectFormat, S3Target};
 use crate::records::UsageRecord;
 use crate::upstream::UpstreamClient;
 use crate::usage::UsageSink;
@@ -29,6 +29,7 @@ use crate::usage::UsageSink;
 pub struct S3Sink {
     store: AmazonS3,
     prefix: String,
+    format: ObjectFormat,
     journal_id: String,
     checkpoint: CheckpointFile,
     /// Where the next batch starts: the stored checkpoint.
@@ -65,25 +66,39 @@ impl S3Sink {
             builder = builder.with_access_key_id(id).with_secret_access_key(secret);
         }
         let store = builder.build().map_err(|e| format!("S3 sink: {e}"))?;
-        Ok(S3Sink { store, prefix: target.prefix.clone(), journal_id, checkpoint, start: AtomicU64::new(0) })
+        Ok(S3Sink {
+            store,
+            prefix: target.prefix.clone(),
+            format: target.format,
+            journal_id,
+            checkpoint,
+            start: AtomicU64::new(0),
+        })
     }
 
     fn key(&self, first: &UsageRecord, start: u64) -> Path {
         let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(first.ts_ms).unwrap_or(0));
         let day = humantime::format_rfc3339_seconds(at).to_string();
         let day = day.get(..10).unwrap_or("1970-01-01");
-        Path::from(format!("{}dt={day}/{}-{start:020}.jsonl", self.prefix, self.journal_id))
+        let extension = self.format.extension();
+        Path::from(format!("{}dt={day}/{}-{start:020}.{extension}", self.prefix, self.journal_id))
     }
 }
 
 impl UsageSink for S3Sink {
     async fn write_batch(&self, records: &[UsageRecord], checkpoint: u64) -> Result<u64, String> {
         let Some(first) = records.first() else { return Ok(0) };
-        let mut body = Vec::with_capacity(records.len() * 320);
-        for record in records {
-            serde_json::to_writer(&mut body, record).map_err(|e| format!("encoding records: {e}"))?;
-            body.push(b'\n');
-        }
+        let body = match self.format {
+            ObjectFormat::JsonLines => {
+                let mut body = Vec::with_capacity(records.len() * 320);
+                for record in records {
+                    serde_json::to_writer(&mut body, record).map_err(|e| format!("encoding records: {e}"))?;
+                    body.push(b'\n');
+                }
+                body
+            }
+            ObjectFormat::Parquet => super::parquet_file::encode(records)?,
+        };
         let key = self.key(first, self.start.load(Relaxed));
         self.store.put(&key, PutPayload::from(body)).await.map_err(|e| format!("S3 put {key}: {e}"))?;
         self.checkpoint.store(checkpoint)?;

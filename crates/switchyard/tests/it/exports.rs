@@ -148,18 +148,27 @@ impl Moto {
     }
 
     /// Every key in `bucket` and the ids of the records in each object, read with boto3 (moto's
-    /// own dependency, beside it in its virtualenv): an independent S3 client, signing as AWS does.
+    /// own dependency, beside it in its virtualenv): an independent S3 client, signing as AWS does;
+    /// Parquet objects with pyarrow, which also checks their types and a few columns.
     fn objects(&self, bucket: &str) -> Vec<(String, Vec<String>)> {
         let python = moto_binary().with_file_name("python");
         let script = r#"
-import boto3, json, sys
+import boto3, io, json, sys
 s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
                   aws_access_key_id="test", aws_secret_access_key="test")
 out = []
 for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sys.argv[2]):
     for obj in page.get("Contents", []):
-        body = s3.get_object(Bucket=sys.argv[2], Key=obj["Key"])["Body"].read().decode()
-        out.append([obj["Key"], [json.loads(l)["id"] for l in body.splitlines() if l]])
+        body = s3.get_object(Bucket=sys.argv[2], Key=obj["Key"])["Body"].read()
+        if obj["Key"].endswith(".parquet"):
+            import pyarrow.parquet as pq
+            table = pq.read_table(io.BytesIO(body))
+            rows = table.to_pylist()
+            assert table.schema.field("ts_ms").type.unit == "ms", table.schema
+            assert all(r["status"] == 200 and r["model_served"] == "m" and r["total_tokens"] > 0 for r in rows), rows[:2]
+            out.append([obj["Key"], [r["id"] for r in rows]])
+        else:
+            out.append([obj["Key"], [json.loads(l)["id"] for l in body.decode().splitlines() if l]])
 print(json.dumps(out))
 "#;
         let out = std::process::Command::new(python).args(["-c", script, &self.url(), bucket]).output().unwrap();
@@ -237,4 +246,35 @@ async fn every_record_lands_in_an_s3_bucket_once_across_a_frozen_server_and_a_re
     moto.signal("-CONT");
     in_bucket_exactly(&moto, &sent).await;
     drop(gw);
+}
+
+/// `format: parquet`: each batch is one Parquet object that an independent reader (pyarrow) reads
+/// back with the records' columns and types; every record once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_sink_in_parquet_writes_objects_pyarrow_reads_every_record_of_once() {
+    let moto = Moto::start();
+    let client = TestClient::new();
+    let made =
+        client.request(http::Method::PUT, &format!("{}/usage", moto.url()), bytes::Bytes::new(), &[]).await.unwrap();
+    assert_eq!(made.status, 200, "{}", made.text());
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}\n\
+         exports:\n  - {{name: lake, type: s3, format: parquet, bucket: usage, endpoint: '{1}', region: us-east-1, \
+         access_key_id: test, secret_access_key: test, batch_size: 16, batch_delay: 20ms}}\n\
+         backends:\n  - {{name: b0, url: '{2}'}}\n",
+        dir.display(),
+        moto.url(),
+        backend.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let sent = send(&client, &gw, 40).await;
+    in_bucket_exactly(&moto, &sent).await;
+    let keys: Vec<String> = moto.objects("usage").into_iter().map(|(key, _)| key).collect();
+    assert!(keys.iter().all(|k| k.starts_with("switchyard/dt=20") && k.ends_with(".parquet")), "{keys:?}");
+    let bad = "exports:\n  - {name: l, type: s3, bucket: b, format: csv}\n";
+    let e = switchyard_gateway::Config::from_yaml(bad, &test_env(bad)).unwrap_err();
+    assert_eq!(e.path, "exports[0].format");
 }
