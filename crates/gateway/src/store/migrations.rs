@@ -23,6 +23,7 @@ const SQLITE: Embedded = &[
     (5, "0005_request_log.sql", include_str!("../../../../migrations/sqlite/0005_request_log.sql")),
     (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/sqlite/0006_daily_rollup.sql")),
     (7, "0007_request_bodies.sql", include_str!("../../../../migrations/sqlite/0007_request_bodies.sql")),
+    (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/sqlite/0008_request_log_failures.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -33,6 +34,7 @@ const POSTGRES: Embedded = &[
     (5, "0005_request_log.sql", include_str!("../../../../migrations/postgres/0005_request_log.sql")),
     (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/postgres/0006_daily_rollup.sql")),
     (7, "0007_request_bodies.sql", include_str!("../../../../migrations/postgres/0007_request_bodies.sql")),
+    (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/postgres/0008_request_log_failures.sql")),
 ];
 
 #[derive(Debug)]
