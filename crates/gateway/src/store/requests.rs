@@ -1,7 +1,7 @@
 //! The request log: raw `usage_records` rows, newest first, filtered in SQL and paged by keyset
 //! (`ts_ms`, `id`) so page 1,000 costs what page 1 does. Every filter has an index ending in
-//! `ts_ms` (migrations 0005), a request id is a primary-key lookup, and failures (status >= 400)
-//! have a partial index of their own.
+//! `ts_ms` (migration 0005), a request id is a primary-key lookup, and failures (status >= 400)
+//! have partial indexes of their own, alone and per key, team and model (0005, 0008).
 
 use serde::Serialize;
 use sqlx::Row;
