@@ -85,9 +85,9 @@ impl Exports {
                     })
                 }
                 ExportSink::S3(target) => {
-                    let target = target.clone();
+                    let (target, batch_max) = (target.clone(), export.batch_size);
                     spawn_sink(journal, &export.name, config, move || {
-                        super::s3::S3Sink::new(&target, timeout, connect_timeout, journal_id, checkpoint)
+                        super::s3::S3Sink::new(&target, timeout, connect_timeout, journal_id, checkpoint, batch_max)
                     })
                 }
                 ExportSink::OtlpLogs { url, headers } => {

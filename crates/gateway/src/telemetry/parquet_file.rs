@@ -66,6 +66,13 @@ fn int64(records: &[UsageRecord], get: impl Fn(&UsageRecord) -> u64) -> Column {
     Column::Int64(records.iter().map(|r| i64::try_from(get(r)).unwrap_or(i64::MAX)).collect(), None)
 }
 
+/// How many rows a Parquet file holds (from its footer).
+pub fn rows(file: bytes::Bytes) -> Result<usize, String> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(file).map_err(|e| format!("reading a Parquet object: {e}"))?;
+    usize::try_from(reader.metadata().file_metadata().num_rows()).map_err(|e| format!("reading a Parquet object: {e}"))
+}
+
 /// The file's bytes.
 pub fn encode(records: &[UsageRecord]) -> Result<Vec<u8>, String> {
     encode_columns(records).map_err(|e| format!("encoding records as Parquet: {e}"))
@@ -197,8 +204,10 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_batch_is_a_valid_file() {
+    fn an_empty_batch_is_a_valid_file_and_rows_are_counted_from_the_footer() {
         let reader = SerializedFileReader::new(Bytes::from(encode(&[]).unwrap())).unwrap();
         assert_eq!(reader.metadata().file_metadata().num_rows(), 0);
+        assert_eq!(rows(Bytes::from(encode(&[record("a", true), record("b", false)]).unwrap())), Ok(2));
+        assert!(rows(Bytes::from_static(b"not parquet")).is_err());
     }
 }

@@ -1,10 +1,13 @@
 //! The S3 export sink: each batch of usage records is one JSON Lines (or Parquet) object in an S3-compatible
 //! bucket (AWS S3, MinIO, GCS's S3 API), written with `object_store` over the gateway's hyper
-//! client. An object is named after where its batch starts in this journal, so a batch sent again
-//! after a crash (which starts at the same stored checkpoint) replaces its object instead of
-//! duplicating its records: every record is in the bucket exactly once.
+//! client. An object is named after where its batch starts in this journal and is only ever
+//! created, never replaced (`If-None-Match: *`). A batch sent again (after a failure, a crash, or
+//! a restart) starts at the same stored checkpoint, so it meets the object an earlier try made:
+//! that object holds the first records from there (an earlier try may even have timed out here
+//! and still reached the server, later), so this try counts them and writes only the rest, under
+//! `{start}.{records before it}`. Every record is in the bucket exactly once.
 //!
-//! Key: `{prefix}dt=YYYY-MM-DD/{journal id}-{start checkpoint, 20 digits}.jsonl` (`.parquet`).
+//! Key: `{prefix}dt=YYYY-MM-DD/{journal id}-{start checkpoint, 20 digits}[.{n}].jsonl` (`.parquet`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -12,13 +15,14 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use object_store::aws::S3ConditionalPut;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{
     ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResponseBody,
     HttpService,
 };
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutPayload, RetryConfig};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 
 use super::exports::CheckpointFile;
 use crate::config::{ObjectFormat, S3Target};
@@ -34,6 +38,8 @@ pub struct S3Sink {
     checkpoint: CheckpointFile,
     /// Where the next batch starts: the stored checkpoint.
     start: AtomicU64,
+    /// Records per batch at most (the export's `batch_size`).
+    batch_max: usize,
 }
 
 impl S3Sink {
@@ -43,6 +49,7 @@ impl S3Sink {
         connect_timeout: Duration,
         journal_id: String,
         checkpoint: CheckpointFile,
+        batch_max: usize,
     ) -> Result<S3Sink, String> {
         // AWS_* variables first (credentials, region, session token), then what the config names.
         let mut builder = AmazonS3Builder::from_env()
@@ -51,7 +58,8 @@ impl S3Sink {
             .with_client_options(ClientOptions::new().with_timeout(timeout))
             // The journal's writer retries a failed batch with its own backoff; object_store's
             // retries on top would stack (minutes of hidden retrying per put while a server is down).
-            .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() });
+            .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() })
+            .with_conditional_put(S3ConditionalPut::ETagMatch);
         if let Some(region) = &target.region {
             builder = builder.with_region(region);
         }
@@ -73,34 +81,75 @@ impl S3Sink {
             journal_id,
             checkpoint,
             start: AtomicU64::new(0),
+            batch_max,
         })
     }
 
-    fn key(&self, first: &UsageRecord, start: u64) -> Path {
+    /// The object for the records of the batch starting at `start` from the `skip`th on.
+    fn key(&self, first: &UsageRecord, start: u64, skip: usize) -> Path {
         let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(first.ts_ms).unwrap_or(0));
         let day = humantime::format_rfc3339_seconds(at).to_string();
         let day = day.get(..10).unwrap_or("1970-01-01");
         let extension = self.format.extension();
-        Path::from(format!("{}dt={day}/{}-{start:020}.{extension}", self.prefix, self.journal_id))
+        let part = if skip == 0 { String::new() } else { format!(".{skip}") };
+        Path::from(format!("{}dt={day}/{}-{start:020}{part}.{extension}", self.prefix, self.journal_id))
     }
-}
 
-impl UsageSink for S3Sink {
-    async fn write_batch(&self, records: &[UsageRecord], checkpoint: u64) -> Result<u64, String> {
-        let Some(first) = records.first() else { return Ok(0) };
-        let body = match self.format {
+    fn encode(&self, records: &[UsageRecord]) -> Result<Vec<u8>, String> {
+        match self.format {
             ObjectFormat::JsonLines => {
                 let mut body = Vec::with_capacity(records.len() * 320);
                 for record in records {
                     serde_json::to_writer(&mut body, record).map_err(|e| format!("encoding records: {e}"))?;
                     body.push(b'\n');
                 }
-                body
+                Ok(body)
             }
-            ObjectFormat::Parquet => super::parquet_file::encode(records)?,
-        };
-        let key = self.key(first, self.start.load(Relaxed));
-        self.store.put(&key, PutPayload::from(body)).await.map_err(|e| format!("S3 put {key}: {e}"))?;
+            ObjectFormat::Parquet => super::parquet_file::encode(records),
+        }
+    }
+
+    /// How many records the object at `key` holds (an earlier try's).
+    async fn records_in(&self, key: &Path) -> Result<usize, String> {
+        let body = self.store.get(key).await.map_err(|e| format!("S3 get {key}: {e}"))?;
+        let bytes = body.bytes().await.map_err(|e| format!("S3 get {key}: {e}"))?;
+        match self.format {
+            ObjectFormat::JsonLines => Ok(bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count()),
+            ObjectFormat::Parquet => super::parquet_file::rows(bytes),
+        }
+    }
+}
+
+impl UsageSink for S3Sink {
+    async fn write_batch(&self, records: &[UsageRecord], checkpoint: u64) -> Result<u64, String> {
+        let Some(first) = records.first() else { return Ok(0) };
+        let start = self.start.load(Relaxed);
+        let mut done = 0;
+        while done < records.len() {
+            let key = self.key(first, start, done);
+            let body = PutPayload::from(self.encode(&records[done..])?);
+            match self.store.put_opts(&key, body, PutOptions::from(PutMode::Create)).await {
+                Ok(_) => done = records.len(),
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    let held = self.records_in(&key).await?;
+                    if held == 0 {
+                        return Err(format!("S3 object {key} exists but holds no records"));
+                    }
+                    if done + held > records.len() {
+                        if records.len() < self.batch_max {
+                            // An earlier try held more than this batch: try again once the batch
+                            // has grown to cover it (its records are in the journal already).
+                            return Err(format!("S3 object {key} holds {held} records, more than this batch"));
+                        }
+                        // A full batch still short of it (batch_size was lowered): what follows
+                        // is written again, so those records are in the bucket twice.
+                        tracing::warn!(%key, held, "an S3 object from an earlier try holds more than a whole batch");
+                    }
+                    done += held;
+                }
+                Err(e) => return Err(format!("S3 put {key}: {e}")),
+            }
+        }
         self.checkpoint.store(checkpoint)?;
         self.start.store(checkpoint, Relaxed);
         Ok(records.len() as u64)

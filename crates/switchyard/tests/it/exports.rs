@@ -281,3 +281,64 @@ async fn an_s3_sink_in_parquet_writes_objects_pyarrow_reads_every_record_of_once
     let e = switchyard_gateway::Config::from_yaml(bad, &test_env(bad)).unwrap_err();
     assert_eq!(e.path, "exports[0].format");
 }
+
+/// Today's UTC date, `YYYY-MM-DD` (the S3 sink's `dt=` partition).
+fn utc_day() -> String {
+    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 / 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// An earlier try of a batch reached the bucket (say, a PUT that timed out here and was applied by
+/// the server later): its object is never replaced; the sink counts what it holds and writes only
+/// the rest of the batch, under the next key. Standing in for that try, an object of three
+/// records at the key the first batch will take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_an_earlier_try_left_is_kept_and_only_the_rest_of_its_batch_is_written() {
+    let moto = Moto::start();
+    let client = TestClient::new();
+    let made =
+        client.request(http::Method::PUT, &format!("{}/usage", moto.url()), bytes::Bytes::new(), &[]).await.unwrap();
+    assert_eq!(made.status, 200, "{}", made.text());
+    let dir = scratch_dir();
+    std::fs::create_dir_all(dir.join("usage")).unwrap();
+    std::fs::write(dir.join("usage/journal.id"), "0123456789abcdef").unwrap();
+    let first = format!("switchyard/dt={}/0123456789abcdef-{:020}.jsonl", utc_day(), 0);
+    let earlier = "{\"id\":\"earlier-1\"}\n{\"id\":\"earlier-2\"}\n{\"id\":\"earlier-3\"}\n";
+    let put = client
+        .request(http::Method::PUT, &format!("{}/usage/{first}", moto.url()), bytes::Bytes::from(earlier), &[])
+        .await
+        .unwrap();
+    assert_eq!(put.status, 200, "{}", put.text());
+    let backend = mock(&["m"]).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}\n\
+         exports:\n  - {{name: lake, type: s3, bucket: usage, endpoint: '{1}', region: us-east-1, \
+         access_key_id: test, secret_access_key: test, batch_size: 20, batch_delay: 20ms}}\n\
+         backends:\n  - {{name: b0, url: '{2}'}}\n",
+        dir.display(),
+        moto.url(),
+        backend.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let sent = send(&client, &gw, 12).await;
+    // The earlier object stands for the first three records; every later one arrives once.
+    let mut expected: Vec<String> = ["earlier-1", "earlier-2", "earlier-3"].map(String::from).to_vec();
+    expected.extend(sent[3..].iter().cloned());
+    in_bucket_exactly(&moto, &expected).await;
+    let objects = moto.objects("usage");
+    let kept = objects.iter().find(|(key, _)| *key == first).expect("the earlier object is still there");
+    assert_eq!(kept.1, ["earlier-1", "earlier-2", "earlier-3"], "{objects:?}");
+    let rest = first.replace(".jsonl", ".3.jsonl");
+    assert!(objects.iter().any(|(key, ids)| *key == rest && ids.first() == Some(&sent[3])), "{objects:?}");
+}
