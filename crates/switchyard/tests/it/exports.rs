@@ -215,25 +215,38 @@ async fn in_bucket_exactly(moto: &Moto, sent: &[String]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_record_lands_in_an_s3_bucket_once_across_a_frozen_server_and_a_restart() {
+/// A moto server with an empty bucket `usage`.
+async fn moto_with_bucket(client: &TestClient) -> Moto {
     let moto = Moto::start();
-    let client = TestClient::new();
     let made =
         client.request(http::Method::PUT, &format!("{}/usage", moto.url()), bytes::Bytes::new(), &[]).await.unwrap();
     assert_eq!(made.status, 200, "{}", made.text());
-    let backend = mock(&["m"]).await;
-    let dir = scratch_dir();
-    let yaml = format!(
+    moto
+}
+
+/// A gateway's config with its storage in `dir`, one backend, and an S3 sink `lake` writing to
+/// moto's bucket `usage`, with `sink` added to the sink's settings.
+fn s3_yaml(dir: &std::path::Path, moto: &Moto, backend: &MockServer, sink: &str) -> String {
+    format!(
         "listen: 127.0.0.1:0\nshutdown_grace: 1s\n\
          storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}\n\
          exports:\n  - {{name: lake, type: s3, bucket: usage, endpoint: '{1}', region: us-east-1, \
-         access_key_id: test, secret_access_key: test, batch_size: 20, batch_delay: 20ms, timeout: 1s}}\n\
+         access_key_id: test, secret_access_key: test, batch_delay: 20ms, {3}}}\n\
          backends:\n  - {{name: b0, url: '{2}'}}\n",
         dir.display(),
         moto.url(),
-        backend.url()
-    );
+        backend.url(),
+        sink
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_lands_in_an_s3_bucket_once_across_a_frozen_server_and_a_restart() {
+    let client = TestClient::new();
+    let moto = moto_with_bucket(&client).await;
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let yaml = s3_yaml(&dir, &moto, &backend, "batch_size: 20, timeout: 1s");
     let gw = gateway_yaml(&yaml).await;
     let mut sent = send(&client, &gw, 45).await;
     in_bucket_exactly(&moto, &sent).await;
@@ -255,23 +268,11 @@ async fn every_record_lands_in_an_s3_bucket_once_across_a_frozen_server_and_a_re
 /// back with the records' columns and types; every record once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_s3_sink_in_parquet_writes_objects_pyarrow_reads_every_record_of_once() {
-    let moto = Moto::start();
     let client = TestClient::new();
-    let made =
-        client.request(http::Method::PUT, &format!("{}/usage", moto.url()), bytes::Bytes::new(), &[]).await.unwrap();
-    assert_eq!(made.status, 200, "{}", made.text());
+    let moto = moto_with_bucket(&client).await;
     let backend = mock(&["m"]).await;
     let dir = scratch_dir();
-    let yaml = format!(
-        "listen: 127.0.0.1:0\n\
-         storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}\n\
-         exports:\n  - {{name: lake, type: s3, format: parquet, bucket: usage, endpoint: '{1}', region: us-east-1, \
-         access_key_id: test, secret_access_key: test, batch_size: 16, batch_delay: 20ms}}\n\
-         backends:\n  - {{name: b0, url: '{2}'}}\n",
-        dir.display(),
-        moto.url(),
-        backend.url()
-    );
+    let yaml = s3_yaml(&dir, &moto, &backend, "format: parquet, batch_size: 16");
     let gw = gateway_yaml(&yaml).await;
     let sent = send(&client, &gw, 40).await;
     in_bucket_exactly(&moto, &sent).await;
@@ -284,18 +285,8 @@ async fn an_s3_sink_in_parquet_writes_objects_pyarrow_reads_every_record_of_once
 
 /// Today's UTC date, `YYYY-MM-DD` (the S3 sink's `dt=` partition).
 fn utc_day() -> String {
-    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 / 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    let out = std::process::Command::new("date").args(["-u", "+%F"]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 /// An earlier try of a batch reached the bucket (say, a PUT that timed out here and was applied by
@@ -304,11 +295,8 @@ fn utc_day() -> String {
 /// records at the key the first batch will take.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_an_earlier_try_left_is_kept_and_only_the_rest_of_its_batch_is_written() {
-    let moto = Moto::start();
     let client = TestClient::new();
-    let made =
-        client.request(http::Method::PUT, &format!("{}/usage", moto.url()), bytes::Bytes::new(), &[]).await.unwrap();
-    assert_eq!(made.status, 200, "{}", made.text());
+    let moto = moto_with_bucket(&client).await;
     let dir = scratch_dir();
     std::fs::create_dir_all(dir.join("usage")).unwrap();
     std::fs::write(dir.join("usage/journal.id"), "0123456789abcdef").unwrap();
@@ -320,17 +308,7 @@ async fn an_object_an_earlier_try_left_is_kept_and_only_the_rest_of_its_batch_is
         .unwrap();
     assert_eq!(put.status, 200, "{}", put.text());
     let backend = mock(&["m"]).await;
-    let yaml = format!(
-        "listen: 127.0.0.1:0\n\
-         storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}\n\
-         exports:\n  - {{name: lake, type: s3, bucket: usage, endpoint: '{1}', region: us-east-1, \
-         access_key_id: test, secret_access_key: test, batch_size: 20, batch_delay: 20ms}}\n\
-         backends:\n  - {{name: b0, url: '{2}'}}\n",
-        dir.display(),
-        moto.url(),
-        backend.url()
-    );
-    let gw = gateway_yaml(&yaml).await;
+    let gw = gateway_yaml(&s3_yaml(&dir, &moto, &backend, "batch_size: 20")).await;
     let sent = send(&client, &gw, 12).await;
     // The earlier object stands for the first three records; every later one arrives once.
     let mut expected: Vec<String> = ["earlier-1", "earlier-2", "earlier-3"].map(String::from).to_vec();
