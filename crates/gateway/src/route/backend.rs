@@ -152,7 +152,8 @@ impl Backend {
         let target = self.target(wire)?;
         if wire == Wire::Bedrock {
             let operation = if stream { "converse-stream" } else { "converse" };
-            return format!("{target}/{}/{operation}", percent_encode(model)).parse().ok();
+            let model = percent_encoding::utf8_percent_encode(model, PATH_SEGMENT);
+            return format!("{target}/{model}/{operation}").parse().ok();
         }
         if wire == Wire::Gemini {
             let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
@@ -359,19 +360,10 @@ impl HealthState {
     }
 }
 
-/// `text` as one URI path segment: RFC 3986's unreserved characters as they are, every other byte
-/// as `%XX`.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// What a model id keeps of itself in a URI path segment: RFC 3986's unreserved characters; every
+/// other byte (`:` of `...-v1:0`, `/` of an ARN) is percent-encoded, as the AWS SDKs do.
+const PATH_SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::body::MockBody;
 use super::handlers::{gate, read_body, State};
-use super::reply::TOOL_ARGUMENTS;
+use super::reply::{tool_arguments, Reply, TOOL_ARGUMENT_FRAGMENTS};
 
 const EVENT_STREAM: HeaderValue = HeaderValue::from_static("application/vnd.amazon.eventstream");
 const TOKENS: usize = 5;
@@ -101,7 +101,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
         return error(state, StatusCode::NOT_FOUND, "UnknownOperationException", "Unknown operation");
     }
     state.control.saw_posted_path(path.clone());
-    let model = percent_decode(model);
+    let model = percent_encoding::percent_decode_str(model).decode_utf8_lossy();
     if !state.models.iter().any(|m| m.name == model) {
         return error(
             state,
@@ -127,14 +127,14 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     let input_tokens = (bytes.len() / 4).max(1);
     let usage = |output: usize| json!({"inputTokens": input_tokens, "outputTokens": output, "totalTokens": input_tokens + output});
     match (reply(&request), stream) {
-        (Reply::Call(name), false) => {
-            let call = json!({"toolUse": {"toolUseId": "tooluse_mock1", "name": name, "input": serde_json::from_str::<Value>(TOOL_ARGUMENTS).unwrap_or_default()}});
+        (Reply::ToolCall(name), false) => {
+            let call = json!({"toolUse": {"toolUseId": "tooluse_mock1", "name": name, "input": tool_arguments()}});
             let answer = json!({"output": {"message": {"role": "assistant", "content": [call]}}, "stopReason": "tool_use",
                                 "usage": usage(TOKENS), "metrics": {"latencyMs": 1}});
             state.json(StatusCode::OK, answer.to_string())
         }
-        (Reply::Text(text), false) => {
-            let answer = json!({"output": {"message": {"role": "assistant", "content": [{"text": text}]}}, "stopReason": "end_turn",
+        (Reply::Text(pieces), false) => {
+            let answer = json!({"output": {"message": {"role": "assistant", "content": [{"text": pieces.concat()}]}}, "stopReason": "end_turn",
                                 "usage": usage(TOKENS), "metrics": {"latencyMs": 1}});
             state.json(StatusCode::OK, answer.to_string())
         }
@@ -142,14 +142,13 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
             let mut out = Vec::new();
             event(&mut out, "messageStart", json!({"role": "assistant"}));
             let stop = match reply {
-                Reply::Call(name) => {
+                Reply::ToolCall(name) => {
                     event(
                         &mut out,
                         "contentBlockStart",
                         json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tooluse_mock1", "name": name}}}),
                     );
-                    let (a, b) = TOOL_ARGUMENTS.split_at(TOOL_ARGUMENTS.len() / 2);
-                    for piece in [a, b] {
+                    for piece in TOOL_ARGUMENT_FRAGMENTS {
                         event(
                             &mut out,
                             "contentBlockDelta",
@@ -158,9 +157,9 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
                     }
                     "tool_use"
                 }
-                Reply::Text(text) => {
-                    for word in text.split_inclusive(' ') {
-                        event(&mut out, "contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": word}}));
+                Reply::Text(pieces) => {
+                    for piece in pieces {
+                        event(&mut out, "contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": piece}}));
                     }
                     "end_turn"
                 }
@@ -185,37 +184,8 @@ fn event(out: &mut Vec<u8>, event_type: &str, mut payload: Value) {
     }
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-enum Reply {
-    Text(String),
-    /// Call the first declared tool.
-    Call(String),
-}
-
-/// A call to the first declared tool, unless the conversation ends with a tool's result (then the
-/// result, prefixed); else the default five tokens.
+/// The mock's usual reply (`reply.rs`), from what a Converse request offers and ends with: the
+/// first declared tool, and a `toolResult` in the last message (its text, or its JSON).
 fn reply(request: &Value) -> Reply {
     let last = request["messages"].as_array().and_then(|m| m.last());
     let result = last.and_then(|m| m["content"].as_array()).and_then(|blocks| {
@@ -224,14 +194,8 @@ fn reply(request: &Value) -> Reply {
             Some(content.get("text").and_then(Value::as_str).map_or_else(|| content["json"].to_string(), str::to_owned))
         })
     });
-    if let Some(result) = result {
-        return Reply::Text(format!("Tool result: {result}"));
-    }
     let declared = request["toolConfig"]["tools"].as_array().and_then(|t| t.first()?["toolSpec"]["name"].as_str());
-    match declared {
-        Some(name) => Reply::Call(name.to_owned()),
-        None => Reply::Text((0..TOKENS).map(|i| format!("tok{i} ")).collect()),
-    }
+    Reply::decide(declared.map(str::to_owned), result, TOKENS)
 }
 
 /// The reference's rules a request breaks, as Bedrock words them.
