@@ -632,11 +632,13 @@
         exportsCard.hidden = list.length === 0;
         if (!list.length) { exportsBox.replaceChildren(); return; }
         exportsBox.replaceChildren(table([
-          { label: 'Sink' }, { label: 'Delivered', num: true }, { label: 'Failures', num: true }, { label: 'Last delivery', num: true },
+          { label: 'Sink' }, { label: 'Delivered', num: true }, { label: 'Failures', num: true },
+          { label: 'Dropped', num: true }, { label: 'Last delivery', num: true },
         ], list.map((x) => h('tr', { 'data-sink': x.sink },
           h('td.mono', { text: orDash(x.sink) }),
           h('td.num', { text: fmt.int(x.delivered) }),
           h('td.num', null, h('span', { class: x.failures > 0 ? 'status-code s5' : null, text: fmt.int(x.failures) })),
+          h('td.num', null, h('span', { class: x.dropped > 0 ? 'status-code s5' : null, text: fmt.int(x.dropped || 0) })),
           h('td.num', { text: x.last_delivery_ms == null ? 'never' : `${fmtTs(x.last_delivery_ms)} (${ago(x.last_delivery_ms)})` })))));
       }
 

@@ -206,9 +206,11 @@ impl App {
     pub async fn open(config: Config) -> Result<(App, Option<UsageWriter>, Exports), String> {
         let store = open_store(&config.storage.url).await?;
         let (journal, writer, exports) = if config.storage.record_usage {
-            let journal = Journal::open(&config.storage.journal_dir, JournalOptions::default()).map_err(|e| {
-                format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display())
-            })?;
+            let journal = Journal::open(
+                &config.storage.journal_dir,
+                JournalOptions { rotate_bytes: config.storage.journal_file_bytes },
+            )
+            .map_err(|e| format!("cannot open the usage journal in {}: {e}", config.storage.journal_dir.display()))?;
             let consumers = Exports::consumers(&journal, &config.exports);
             let writer = spawn_writer(&config.storage.url, &store, &journal)?;
             let exports = Exports::start(&journal, &config.exports, &consumers, config.timeouts.connect)?;

@@ -26,6 +26,10 @@ pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
 pub use telemetry::{Sampler, TelemetryConfig};
 
+/// A map looked up on every request (models, aliases, prices, keys): foldhash, seeded per
+/// process, instead of std's SipHash, which cost about 200 instructions per short key.
+pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Where a configuration problem is, and what it is. `path` is the YAML key path (`backends[1].url`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -254,6 +258,9 @@ pub struct StorageConfig {
     pub url: String,
     /// Where the usage journal lives (append-only files replayed into the database).
     pub journal_dir: std::path::PathBuf,
+    /// A new journal file is started once the current one is this large (64 MiB); files are the
+    /// unit in which they are deleted, and in which an export sink past `max_backlog` drops records.
+    pub journal_file_bytes: u64,
     /// Record a usage row per request (default). Off, nothing is journaled or written and key
     /// budgets cannot be enforced: for a pure proxy, and to measure the core alone.
     pub record_usage: bool,
@@ -273,7 +280,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub storage: StorageConfig,
     /// Model → price; unpriced models cost 0 (self-hosted).
-    pub prices: HashMap<String, Price>,
+    pub prices: FastMap<String, Price>,
     pub listen: SocketAddr,
     pub backends: Vec<BackendConfig>,
     pub strategy: Strategy,
@@ -291,13 +298,13 @@ pub struct Config {
     pub queue_timeout: Duration,
     /// Sticky sessions and cache-aware balance.
     pub affinity: AffinityConfig,
-    pub aliases: HashMap<String, String>,
+    pub aliases: FastMap<String, String>,
     /// `fallbacks:` the models to try, in order, when a model's own backends cannot answer (keyed
     /// by the name the client sends, alias or not).
-    pub fallbacks: HashMap<String, Vec<String>>,
+    pub fallbacks: FastMap<String, Vec<String>>,
     /// `context_window_fallbacks:` where a prompt too long for a model's context window goes
     /// (models with larger windows); a model without an entry uses its `fallbacks`.
-    pub context_window_fallbacks: HashMap<String, Vec<String>>,
+    pub context_window_fallbacks: FastMap<String, Vec<String>>,
     /// `routing.fallback_statuses`: backend answers that send a request on to a fallback model
     /// (besides no backend being able to take it at all).
     pub fallback_statuses: Vec<u16>,

@@ -89,6 +89,8 @@ pub struct UsageCounters {
     pub append_failed: AtomicU64,
     /// Batches the sink refused or could not take (each retried).
     pub batches_failed: AtomicU64,
+    /// Records an export sink never delivered because it fell more than its `max_backlog` behind.
+    pub dropped: AtomicU64,
     /// Unix seconds of the last batch the sink took (0: none yet).
     pub last_written_unix: AtomicU64,
 }

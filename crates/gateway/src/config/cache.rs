@@ -106,7 +106,7 @@ pub fn validate(raw: Option<RawCache>) -> Result<CacheConfig, ConfigError> {
     })
 }
 
-fn size(path: &str, raw: Option<RawSize>, default: usize) -> Result<usize, ConfigError> {
+pub(super) fn size(path: &str, raw: Option<RawSize>, default: usize) -> Result<usize, ConfigError> {
     let bytes = match raw {
         None => return Ok(default),
         Some(RawSize::Bytes(n)) => n,

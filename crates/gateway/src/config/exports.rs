@@ -33,6 +33,8 @@ pub struct RawExport {
     /// How long a partial batch waits for more records.
     batch_delay: Option<String>,
     timeout: Option<String>,
+    /// Most journal bytes the sink may fall behind before its oldest records are dropped.
+    max_backlog: Option<super::cache::RawSize>,
 }
 
 #[derive(Clone, PartialEq)]
@@ -83,7 +85,13 @@ pub struct ExportConfig {
     pub batch_size: usize,
     pub batch_delay: Duration,
     pub timeout: Duration,
+    /// How far (journal bytes) the sink may fall behind before its oldest records are dropped
+    /// and counted: a sink down for days must not fill the disk.
+    pub max_backlog: u64,
 }
+
+/// `max_backlog` when the configuration gives none: about ten million records.
+pub const DEFAULT_MAX_BACKLOG: u64 = 4 << 30;
 
 impl fmt::Debug for ExportConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -180,7 +188,12 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
         if !(1..=10_000).contains(&batch_size) {
             return Err(ConfigError::at(at("batch_size"), "must be 1–10000"));
         }
+        let max_backlog = super::cache::size(&at("max_backlog"), e.max_backlog, DEFAULT_MAX_BACKLOG as usize)? as u64;
+        if max_backlog == 0 {
+            return Err(ConfigError::at(at("max_backlog"), "must be more than 0"));
+        }
         exports.push(ExportConfig {
+            max_backlog,
             name: e.name,
             sink,
             batch_size,

@@ -88,6 +88,8 @@ struct RawAuth {
 struct RawStorage {
     url: Option<String>,
     usage_journal_dir: Option<String>,
+    /// Start a new journal file once the current one is this large.
+    usage_journal_file_bytes: Option<super::cache::RawSize>,
     record_usage: Option<bool>,
 }
 
@@ -355,8 +357,14 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(ConfigError::at("storage.url", "use sqlite://PATH or postgres://USER:PASS@HOST/DB"));
     }
+    let journal_file_bytes =
+        super::cache::size("storage.usage_journal_file_bytes", raw.storage.usage_journal_file_bytes, 64 << 20)?;
+    if journal_file_bytes < 4096 {
+        return Err(ConfigError::at("storage.usage_journal_file_bytes", "must be at least 4KiB"));
+    }
     let storage = StorageConfig {
         journal_dir: raw.storage.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into(),
+        journal_file_bytes: journal_file_bytes as u64,
         url,
         record_usage: raw.storage.record_usage.unwrap_or(true),
     };
@@ -383,7 +391,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     Ok(Config {
         auth,
         storage,
-        prices,
+        prices: prices.into_iter().collect(),
         listen,
         backends,
         strategy,
@@ -394,9 +402,9 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         max_queue: raw.routing.max_queue.unwrap_or(1000),
         queue_timeout: duration("routing.queue_timeout", &raw.routing.queue_timeout, Duration::from_secs(30))?,
         affinity,
-        aliases: raw.aliases,
-        fallbacks,
-        context_window_fallbacks,
+        aliases: raw.aliases.into_iter().collect(),
+        fallbacks: fallbacks.into_iter().collect(),
+        context_window_fallbacks: context_window_fallbacks.into_iter().collect(),
         fallback_statuses,
         health,
         timeouts,

@@ -106,6 +106,7 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
         .map(|(sink, c)| {
             let last = c.last_written_unix.load(Relaxed);
             json!({"sink": sink, "delivered": c.written.load(Relaxed), "failures": c.batches_failed.load(Relaxed),
+                   "dropped": c.dropped.load(Relaxed),
                    "last_delivery_ms": (last > 0).then_some(last * 1000)})
         })
         .collect();

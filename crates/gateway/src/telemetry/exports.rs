@@ -70,6 +70,7 @@ impl Exports {
                 backoff_max: Duration::from_secs(30),
                 consumer,
                 counters: Some(counters.clone()),
+                max_backlog: Some(export.max_backlog),
                 ..WriterConfig::default()
             };
             let checkpoint = CheckpointFile(dir.join(format!("{}.checkpoint", export.name)));
@@ -138,7 +139,7 @@ impl ExportCounters {
         if self.0.is_empty() {
             return;
         }
-        out.push_str("# HELP switchyard_export_records_total Usage records per export sink, by state: delivered, spilled (waiting while the sink fails), replayed (delivered late), corrupt.\n");
+        out.push_str("# HELP switchyard_export_records_total Usage records per export sink, by state: delivered, spilled (waiting while the sink fails), replayed (delivered late), corrupt, dropped (never delivered: the sink fell more than its max_backlog behind).\n");
         out.push_str("# TYPE switchyard_export_records_total counter\n");
         for (name, counters) in &self.0 {
             for (state, counter) in [
@@ -146,6 +147,7 @@ impl ExportCounters {
                 ("spilled", &counters.spilled),
                 ("replayed", &counters.replayed),
                 ("corrupt", &counters.corrupt),
+                ("dropped", &counters.dropped),
             ] {
                 let _ = writeln!(
                     out,

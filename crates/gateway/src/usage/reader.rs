@@ -139,6 +139,51 @@ impl JournalReader {
         read
     }
 
+    /// Keep this reader at most `max` bytes of journal behind the end of what is written: when it
+    /// is further behind, move it forward over whole files, oldest first (never into the file
+    /// being written), until what is left to read fits. Returns how many lines it skipped, or
+    /// `None` when it was within `max` and stayed where it is. For an export sink that has been
+    /// down so long that keeping all it missed would fill the disk.
+    pub fn skip_backlog(&mut self, max: u64) -> io::Result<Option<u64>> {
+        let end = self.journal.written_end();
+        if end.generation <= self.generation {
+            return Ok(None);
+        }
+        // The sealed files from this reader's on, each with what is left to read in it.
+        let mut files = Vec::new();
+        for generation in self.journal.generations()? {
+            if generation < self.generation || generation >= end.generation {
+                continue;
+            }
+            let len = std::fs::metadata(self.journal.path(generation))?.len();
+            let from = if generation == self.generation { self.offset.min(len) } else { 0 };
+            files.push((generation, from, len - from));
+        }
+        let mut behind = end.offset + files.iter().map(|f| f.2).sum::<u64>();
+        if behind <= max {
+            return Ok(None);
+        }
+        let mut skipped = 0;
+        let mut next = end.generation;
+        for (i, &(generation, from, left)) in files.iter().enumerate() {
+            if behind <= max {
+                next = generation;
+                break;
+            }
+            skipped += count_lines(&self.journal.path(generation), from)?;
+            behind -= left;
+            if i + 1 == files.len() {
+                next = end.generation;
+            }
+        }
+        self.file = File::open(self.journal.path(next))?;
+        self.generation = next;
+        self.offset = 0;
+        self.buf.clear();
+        self.start = 0;
+        Ok(Some(skipped))
+    }
+
     /// Move past an exhausted, sealed generation. False if there is no later file (cannot
     /// happen while the journal is open, as the current generation's file exists).
     fn advance(&mut self) -> io::Result<bool> {
@@ -154,5 +199,22 @@ impl JournalReader {
         self.generation = next;
         self.offset = 0;
         Ok(true)
+    }
+}
+
+/// Complete lines in the file at `path` from byte `from` on.
+fn count_lines(path: &std::path::Path, from: u64) -> io::Result<u64> {
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut lines = 0;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => return Ok(lines),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        lines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
     }
 }

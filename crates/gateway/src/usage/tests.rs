@@ -293,3 +293,33 @@ fn a_closed_journal_is_cut_to_its_data_takes_no_more_lines_and_reopens_beside_a_
     drop(journal);
     assert_eq!(std::fs::metadata(next.path(0)).unwrap().len(), data, "the last reader letting go cuts nothing more");
 }
+
+#[test]
+fn a_reader_past_its_backlog_skips_whole_files_oldest_first_and_counts_their_lines() {
+    let dir = TempDir::new("backlog");
+    // About 300 bytes a line: a new file every 4 lines.
+    let journal = open(&dir, 1000);
+    let consumer = journal.add_consumer();
+    let mut reader = JournalReader::open_as(journal.clone(), 0, consumer).unwrap();
+    for i in 0..3 {
+        journal.append(&record(&format!("r{i}"))).unwrap();
+    }
+    // Take one line; within any backlog the reader stays put.
+    let mut first = Vec::new();
+    reader.read(1, |_, line| first.push(line.to_vec())).unwrap();
+    assert_eq!(reader.skip_backlog(0).unwrap(), None, "nothing sealed yet");
+    for i in 3..40 {
+        journal.append(&record(&format!("r{i}"))).unwrap();
+    }
+    assert_eq!(reader.skip_backlog(u64::MAX).unwrap(), None);
+    let line = serde_json::to_vec(&record("r10")).unwrap().len() as u64 + 1;
+    // Room for about 12 lines: the files before it go, counted line by line.
+    let skipped = reader.skip_backlog(12 * line).unwrap().expect("over the backlog");
+    let rest: Vec<String> = read_all(&mut reader).into_iter().map(|(_, r)| r.id).collect();
+    assert_eq!(skipped as usize + rest.len(), 39, "skipped {skipped}, then read {rest:?}");
+    assert!(rest.len() <= 12 && !rest.is_empty(), "{rest:?}");
+    // What is left is the newest records, in order, from the start of a file.
+    let expected: Vec<String> = (40 - rest.len()..40).map(|i| format!("r{i}")).collect();
+    assert_eq!(rest, expected);
+    assert_eq!(reader.position().generation, journal.generation());
+}

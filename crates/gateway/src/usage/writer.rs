@@ -5,7 +5,9 @@
 //! `write_batch(records, checkpoint after them)`. Idle, it sleeps until an `append` wakes it.
 //! When the sink fails the batch is kept (its records are in the journal anyway) and retried
 //! with exponential backoff; records read during the outage count as `spilled`, and as
-//! `replayed` once written. Files whose records are all stored are deleted.
+//! `replayed` once written. Files whose records are all stored are deleted. An export sink has a
+//! `max_backlog`: a sink that falls further behind loses its oldest records, counted as `dropped`,
+//! rather than letting the journal grow until the disk is full.
 //!
 //! Start-up: read the sink's checkpoint (retrying while the sink is down — appends carry on
 //! meanwhile) and replay from there; see `reader.rs` for why replaying too much is harmless.
@@ -44,6 +46,10 @@ pub struct WriterConfig {
     pub consumer: usize,
     /// Counters of its own (an export sink's); `None`: the journal's, for the database writer.
     pub counters: Option<Arc<UsageCounters>>,
+    /// Most bytes of journal this consumer may fall behind (an export sink's `max_backlog`):
+    /// past it, its oldest undelivered records are dropped, a file at a time, and counted.
+    /// `None` (the database writer): it keeps everything.
+    pub max_backlog: Option<u64>,
 }
 
 impl Default for WriterConfig {
@@ -59,6 +65,7 @@ impl Default for WriterConfig {
             fsync_every: None,
             consumer: 0,
             counters: None,
+            max_backlog: None,
         }
     }
 }
@@ -187,6 +194,7 @@ struct Tail {
     mark_synced: bool,
     consumer: usize,
     counters: Arc<UsageCounters>,
+    max_backlog: Option<u64>,
 }
 
 impl Tail {
@@ -196,6 +204,7 @@ impl Tail {
             self.journal.mark_synced()?;
             self.mark_synced = false;
         }
+        self.shed()?;
         let counters: &UsageCounters = &self.counters;
         let start_generation = self.journal.start_generation();
         let (records, fresh, replay, outage) = (&mut self.records, &mut self.fresh, &mut self.replay, self.outage);
@@ -226,6 +235,26 @@ impl Tail {
             self.journal.release(self.consumer, self.end.generation)?;
             self.removed_below = self.end.generation;
         }
+        Ok(())
+    }
+
+    /// Past `max_backlog`: drop the oldest records not yet delivered (the batch in hand, which is
+    /// older still, with them) so that a sink down for days cannot fill the disk (blocking).
+    /// Cheap while the reader is in the file being written: nothing is listed then.
+    fn shed(&mut self) -> io::Result<()> {
+        let Some(max) = self.max_backlog else { return Ok(()) };
+        if self.reader.position().generation >= self.journal.generation() {
+            return Ok(());
+        }
+        let Some(skipped) = self.reader.skip_backlog(max)? else { return Ok(()) };
+        let dropped = skipped + self.records.len() as u64;
+        UsageCounters::add(&self.counters.dropped, dropped);
+        tracing::warn!(dropped, max_backlog = max, "export sink too far behind; its oldest records are dropped");
+        self.records.clear();
+        (self.fresh, self.replay) = (0, 0);
+        self.end = self.reader.position();
+        self.journal.release(self.consumer, self.end.generation)?;
+        self.removed_below = self.end.generation;
         Ok(())
     }
 
@@ -301,10 +330,10 @@ async fn start<S: UsageSink>(
     journal: &Arc<Journal>,
     sink: &S,
     backoff: &mut Backoff,
-    batch_max: usize,
-    consumer: usize,
+    cfg: &WriterConfig,
     counters: Arc<UsageCounters>,
 ) -> Option<Tail> {
+    let (batch_max, consumer) = (cfg.batch_max.max(1), cfg.consumer);
     let mut outage = false;
     let checkpoint = loop {
         match sink.checkpoint().await {
@@ -343,6 +372,7 @@ async fn start<S: UsageSink>(
         mark_synced: false,
         consumer,
         counters,
+        max_backlog: cfg.max_backlog,
     })
 }
 
@@ -350,7 +380,7 @@ async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mu
     let counters = cfg.counters.clone().unwrap_or_else(|| journal.counters().clone());
     let batch_max = cfg.batch_max.max(1);
     let mut backoff = Backoff { next: cfg.backoff_min, min: cfg.backoff_min, max: cfg.backoff_max };
-    let started = start(&journal, &sink, &mut backoff, batch_max, cfg.consumer, counters.clone()).await;
+    let started = start(&journal, &sink, &mut backoff, &cfg, counters.clone()).await;
     let Some(mut tail) = started else { return false };
     let mut draining = false;
     let mut linger_until: Option<Instant> = None;
@@ -414,6 +444,13 @@ async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mu
                 tokio::select! {
                     _ = backoff.wait() => {}
                     changed = stop.changed() => if changed.is_err() { return false },
+                }
+                // A full batch is retried without reading on: the backlog is checked here too.
+                if tail.max_backlog.is_some() {
+                    tail = match blocking(tail, Tail::shed).await {
+                        Some(tail) => tail,
+                        None => return false,
+                    };
                 }
             }
         }

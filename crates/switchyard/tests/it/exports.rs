@@ -92,6 +92,80 @@ async fn every_record_reaches_the_webhook_once_across_an_outage_and_a_restart() 
     );
 }
 
+/// A sink down long enough to fall more than `max_backlog` behind loses its oldest records, whole
+/// journal files at a time, and counts them; the journal on disk stays bounded; everything newer
+/// is delivered once when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_past_its_max_backlog_drops_its_oldest_records_and_counts_them() {
+    let backend = mock(&["m"]).await;
+    let hook = mock(&[]).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nshutdown_grace: 1s\n\
+         storage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage', usage_journal_file_bytes: 8KiB}}\n\
+         exports:\n  - {{name: hook, type: webhook, url: '{1}/hooks/usage', batch_size: 20, batch_delay: 20ms, max_backlog: 32KiB}}\n\
+         backends:\n  - {{name: b0, url: '{2}'}}\n",
+        dir.display(),
+        hook.url(),
+        backend.url()
+    );
+    let client = TestClient::new();
+    let gw = gateway_yaml(&yaml).await;
+    let mut sent = send(&client, &gw, 10).await;
+    delivered_exactly(&hook, &sent).await;
+
+    hook.control().set_fail_rate(1.0);
+    let outage = send(&client, &gw, 400).await;
+    sent.extend(outage.iter().cloned());
+    let dropped_metric = "switchyard_export_records_total{sink=\"hook\",state=\"dropped\"} ";
+    // Sealed journal files (all but the newest, which is being written and mapped ahead).
+    let sealed_bytes = || {
+        let mut files: Vec<_> = std::fs::read_dir(dir.join("usage"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".journal"))
+            .map(|e| (e.file_name(), e.metadata().map_or(0, |m| m.len())))
+            .collect();
+        files.sort();
+        files.pop();
+        files.iter().map(|f| f.1).sum::<u64>()
+    };
+    // Dropped and counted, and the journal on disk back within max_backlog (plus one file).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+        let (dropped, on_disk) = (metric(&text, dropped_metric), sealed_bytes());
+        if dropped > 0 && on_disk <= (32 + 8) * 1024 {
+            assert!(dropped < outage.len() as u64, "dropped {dropped} of {}", outage.len());
+            break;
+        }
+        assert!(Instant::now() < deadline, "{dropped} dropped, {on_disk} bytes of sealed journal:\n{text}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // Back: everything not dropped arrives once; what was dropped is the oldest of the outage, in
+    // one run, and exactly as many as the counter says.
+    hook.control().set_fail_rate(0.0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+        let dropped = metric(&text, dropped_metric);
+        let got = hook.control().delivered_ids();
+        let have: HashSet<&String> = got.iter().collect();
+        assert_eq!(got.len(), have.len(), "a record was delivered twice");
+        let missing: Vec<usize> = (0..sent.len()).filter(|&i| !have.contains(&sent[i])).collect();
+        if missing.len() as u64 == dropped {
+            assert!(have.iter().all(|id| sent.contains(id)), "records that were never sent were delivered");
+            let (first, last) = (missing[0], missing[missing.len() - 1]);
+            assert_eq!(last - first + 1, missing.len(), "the dropped records are not one run: {missing:?}");
+            assert!(first >= 10 && last < sent.len() - 20, "dropped {first}..={last} of {}", sent.len());
+            break;
+        }
+        assert!(Instant::now() < deadline, "{} missing, {dropped} dropped", missing.len());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 #[test]
 fn exports_need_the_usage_journal() {
     let yaml = "storage: {record_usage: false}\nexports:\n  - {name: h, type: webhook, url: 'http://127.0.0.1:1/x'}\n";
