@@ -6,7 +6,6 @@
 pub mod key;
 pub mod session;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::pin::Pin;
@@ -60,7 +59,7 @@ pub struct Auth {
     master_key: Option<String>,
     hasher: Hasher,
     store: Arc<dyn KeyLookup>,
-    cache: Mutex<HashMap<String, CacheEntry>>,
+    cache: Mutex<crate::config::FastMap<String, CacheEntry>>,
     /// Keys the tags of verified secrets: SipHash under a random per-process key, so a repeat
     /// request skips the HMAC (a forged secret would need a 64-bit collision under an unknown key).
     tags: RandomState,
@@ -89,7 +88,7 @@ impl Auth {
             master_key: master_key.filter(|k| !k.is_empty()),
             hasher,
             store,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::default(),
             tags: RandomState::new(),
             sessions: session::Sessions::default(),
         }
@@ -244,6 +243,7 @@ pub fn model_allowed(globs: &[String], model: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     struct MapStore(Mutex<HashMap<String, KeyRecord>>);
 

@@ -71,7 +71,7 @@ pub async fn handle(
                     code: "csrf",
                 });
             }
-            api_route(app, req, &path, started, rid, trace).await
+            Box::pin(api_route(app, req, &path, started, rid, trace)).await
         }
         (_, "/ui" | "/ui/" | "/ui/login" | "/ui/logout") => Err(GatewayError::MethodNotAllowed),
         _ => Err(GatewayError::RouteNotFound),

@@ -25,6 +25,11 @@
 //! 8. `upstream`, `config`, `records`, `endpoint`, `clock`, `glob`, `redact` — the bottom: they import no
 //!    other pipeline module (`config` and `records` nothing at all).
 
+// A future awaited by value is copied with every move of the future that awaits it, and hyper
+// moves the request's future into place for every request: big ones are boxed (see
+// `server/routes.rs`), and this keeps new ones from creeping in (`future-size-threshold` in clippy.toml).
+#![warn(clippy::large_futures)]
+
 pub mod admin;
 pub mod app;
 pub mod auth;

@@ -77,7 +77,9 @@ pub async fn forward(
     let gemini = matches!(endpoint, Endpoint::GeminiGenerate | Endpoint::GeminiStream);
     let path_model = gemini.then(|| Endpoint::gemini_model(parts.uri.path())).flatten().map(|(model, _)| model);
     let mut routed = parse_request_at(endpoint, path_model, body, &app.config)?;
-    let (permit, budget) = permits::take(app, &principal, &routed).await?;
+    // Boxed, as `respond` is below: kept inline, their kilobytes of state would be copied with
+    // this future on each move, also on the paths that never await them.
+    let (permit, budget) = Box::pin(permits::take(app, &principal, &routed)).await?;
     let mut client_body = routed.body.clone();
     let mut bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
     // For usage on streams the client did not ask it for, ask upstream and hide it on the way back.
@@ -90,8 +92,10 @@ pub async fn forward(
     }
     // With telemetry on, a request is metered even when usage is not recorded: its trace ends with it.
     let traced = app.telemetry.clone().zip(trace.take());
+    // Boxed: the meter rides with the answer's body, which is moved several times on its way to
+    // the client; a pointer is cheaper to move than the meter's ~800 bytes.
     let mut meter = (app.journal.is_some() || traced.is_some()).then(|| {
-        Meter::new(
+        Box::new(Meter::new(
             app.journal.clone(),
             app.config.clone(),
             app.metrics.clone(),
@@ -102,7 +106,7 @@ pub async fn forward(
             routed.body.len(),
             started,
             app.clock.unix_ms(),
-        )
+        ))
     });
     if let (Some(m), Some(redactor)) = (meter.as_mut(), &app.redactor) {
         m.keep_bodies(routed.body.clone(), app.config.console.max_stored_body_bytes, redactor.clone());
@@ -395,7 +399,7 @@ pub async fn forward(
 
 /// What accounting travels with a response.
 struct Metering<'a> {
-    meter: Option<Meter>,
+    meter: Option<Box<Meter>>,
     permit: Option<Permit>,
     strip_usage_chunk: bool,
     /// Set when the request uses the response cache (and missed it).
@@ -429,14 +433,63 @@ async fn respond(
         let content_type = content_type.as_ref().or(answer.parts.headers.get(header::CONTENT_TYPE));
         c.fill(app, answer.parts.status, &answer.parts.headers, content_type, resumption.model)
     });
-    let mut resp = respond_uncached(app, answer, call, metering, bodies, resumption, fill).await?;
+    // Only a translated answer that is not a stream is waited for here (read whole). That wait is
+    // boxed so the relayed path, every stream and every pass-through answer, keeps this future small.
+    let mut resp = match answer.plan {
+        Plan::Translate(wire) if !(call.stream && answer.parts.status.is_success()) => {
+            Box::pin(respond_translated_whole(app, wire, answer, call, metering, bodies, fill)).await?
+        }
+        _ => respond_relayed(app, answer, call, metering, bodies, resumption, fill)?,
+    };
     if cached.is_some() {
         cached::mark_miss(&mut resp);
     }
     Ok(resp)
 }
 
-async fn respond_uncached(
+/// A translated answer that is not a stream (or is an error): read whole, translated back and
+/// sent as one body.
+async fn respond_translated_whole(
+    app: &Arc<App>,
+    wire: Wire,
+    answer: Answer,
+    call: Call<'_>,
+    metering: Metering<'_>,
+    bodies: &mut Bodies,
+    fill: Option<Box<cache::Fill>>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let Answer { parts, body, first, guard, ttfb, plan: _, route } = answer;
+    let Call { endpoint, stream: _, started, mut upstream_wait, deadline, request_id } = call;
+    let Metering { mut meter, permit, strip_usage_chunk: _, cached: _ } = metering;
+    let waiting = Instant::now();
+    let limit = deadline.saturating_duration_since(waiting);
+    let context = translation::response_context(request_id, bodies.model());
+    let read = translation::translate_whole(endpoint, wire, parts.status, first, body, limit, &context, bodies);
+    let result = read.await;
+    upstream_wait += waiting.elapsed();
+    let whole = match result {
+        Ok(whole) => whole,
+        Err(e) => {
+            if let Some(m) = meter.as_mut() {
+                m.failed(e.status().as_u16());
+            }
+            return Err(e);
+        }
+    };
+    if let Some(mut fill) = fill {
+        fill.push(&whole.body);
+        fill.finish();
+    }
+    let mut resp = respond_whole(app, whole, parts, guard, ttfb, started, upstream_wait, meter, permit);
+    if let Some(route) = route {
+        resp.headers_mut().insert(&ROUTE_HEADER, route);
+    }
+    Ok(resp)
+}
+
+/// Every other answer is relayed as it arrives: passed through, observed for usage, or
+/// translated event by event.
+fn respond_relayed(
     app: &Arc<App>,
     answer: Answer,
     call: Call<'_>,
@@ -447,40 +500,11 @@ async fn respond_uncached(
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let resumable = if answer.parts.status.is_success() { resumption.resumable(app, &call) } else { None };
     let Answer { parts, body, first, guard, ttfb, plan, route } = answer;
-    let Call { endpoint, stream, started, mut upstream_wait, deadline, request_id } = call;
+    let Call { endpoint, stream, started, upstream_wait, deadline: _, request_id } = call;
     let Metering { mut meter, permit, strip_usage_chunk, cached: _ } = metering;
     let translated = matches!(plan, Plan::Translate(_));
     let sse = stream
         || parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    // A translated answer that is not a stream (or is an error) is read whole and re-rendered.
-    if let Plan::Translate(wire) = plan {
-        if !stream || !parts.status.is_success() {
-            let waiting = Instant::now();
-            let limit = deadline.saturating_duration_since(waiting);
-            let context = translation::response_context(request_id, bodies.model());
-            let read = translation::translate_whole(endpoint, wire, parts.status, first, body, limit, &context, bodies);
-            let result = read.await;
-            upstream_wait += waiting.elapsed();
-            let whole = match result {
-                Ok(whole) => whole,
-                Err(e) => {
-                    if let Some(m) = meter.as_mut() {
-                        m.failed(e.status().as_u16());
-                    }
-                    return Err(e);
-                }
-            };
-            if let Some(mut fill) = fill {
-                fill.push(&whole.body);
-                fill.finish();
-            }
-            let mut resp = respond_whole(app, whole, parts, guard, ttfb, started, upstream_wait, meter, permit);
-            if let Some(route) = route {
-                resp.headers_mut().insert(&ROUTE_HEADER, route);
-            }
-            return Ok(resp);
-        }
-    }
     let overhead = started.elapsed().saturating_sub(upstream_wait);
     app.metrics.overhead.observe(overhead);
     app.metrics.upstream_ttfb.observe(ttfb);
@@ -542,7 +566,7 @@ fn respond_whole(
     ttfb: Duration,
     started: Instant,
     upstream_wait: Duration,
-    mut meter: Option<Meter>,
+    mut meter: Option<Box<Meter>>,
     permit: Option<Permit>,
 ) -> Response<GatewayBody> {
     let overhead = started.elapsed().saturating_sub(upstream_wait);

@@ -11,7 +11,7 @@ pub mod prefix;
 pub mod signals;
 pub mod sticky;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,7 +35,7 @@ pub struct Selected {
     pub slot: InFlight,
 }
 
-type ModelTable = HashMap<String, Vec<Arc<Backend>>>;
+type ModelTable = crate::config::FastMap<String, Vec<Arc<Backend>>>;
 
 /// Routing decisions over which "requests routed lately" halves.
 const RECENT_WINDOW: usize = 1024;
@@ -94,7 +94,7 @@ impl Router {
             recent: (0..backends.len()).map(|_| AtomicU64::new(0)).collect(),
             backends,
             clock,
-            table: ArcSwap::from_pointee(HashMap::new()),
+            table: ArcSwap::from_pointee(ModelTable::default()),
             rebuild_lock: Mutex::new(()),
             admission,
         };
@@ -109,7 +109,7 @@ impl Router {
     /// Recompute model → backends from every backend's current model list.
     pub fn rebuild_table(&self) {
         let _serialised = self.rebuild_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut table: ModelTable = HashMap::new();
+        let mut table = ModelTable::default();
         for b in &self.backends {
             for m in b.models().iter() {
                 table.entry(m.clone()).or_default().push(b.clone());
@@ -321,6 +321,7 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn router(yaml: &str) -> Router {
         let cfg = Config::from_yaml(yaml, &HashMap::<String, String>::new()).unwrap();

@@ -37,7 +37,7 @@ pub struct Completion {
     /// until the response ends. (A metered request's permit lives in its meter.)
     pub permit: Option<crate::limit::Permit>,
     /// Usage accounting; records on the clean end of the body, or on drop.
-    pub meter: Option<Meter>,
+    pub meter: Option<Box<Meter>>,
     /// The answer as the client receives it, stored in the response cache if it ends whole.
     pub cache: Option<Box<crate::cache::Fill>>,
 }
@@ -122,7 +122,7 @@ fn translate_frame(translator: &mut Option<StreamTranslator>, frame: Frame<Bytes
 }
 
 /// Hand the translator's view of the usage to the meter (before it records).
-fn report_usage(translator: &Option<StreamTranslator>, meter: &mut Option<Meter>) {
+fn report_usage(translator: &Option<StreamTranslator>, meter: &mut Option<Box<Meter>>) {
     if let (Some(t), Some(m)) = (translator, meter.as_mut()) {
         let tokens = t.usage().as_ref().map(Tokens::from);
         m.report_usage(tokens, t.text_chars());
@@ -130,7 +130,7 @@ fn report_usage(translator: &Option<StreamTranslator>, meter: &mut Option<Meter>
 }
 
 /// Pass a frame through the meter, if any; non-data frames (trailers) go as they are.
-fn meter_frame(meter: &mut Option<Meter>, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
+fn meter_frame(meter: &mut Option<Box<Meter>>, frame: Frame<Bytes>) -> Option<Frame<Bytes>> {
     let Some(meter) = meter.as_mut() else { return Some(frame) };
     match frame.into_data() {
         Ok(data) => meter.frame(data).map(Frame::data),
@@ -140,7 +140,7 @@ fn meter_frame(meter: &mut Option<Meter>, frame: Frame<Bytes>) -> Option<Frame<B
 
 /// The backend's stream ended cleanly: the translator's last events, the meter's held-back tail
 /// (recorded before the client sees the end).
-fn finish(translator: &mut Option<StreamTranslator>, meter: &mut Option<Meter>) -> Option<Bytes> {
+fn finish(translator: &mut Option<StreamTranslator>, meter: &mut Option<Box<Meter>>) -> Option<Bytes> {
     let translated_tail = match translator.as_mut() {
         Some(t) if t.translates() => Some(t.finish()).filter(|b| !b.is_empty()),
         Some(t) => {

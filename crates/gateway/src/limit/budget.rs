@@ -4,7 +4,6 @@
 //! read from the store once per key and period, then kept up to date in memory by settlements
 //! (one gateway per database; a fleet keeps its counters in Redis: `limit/shared_budget.rs`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 const DAY_MS: i64 = 86_400_000;
@@ -65,7 +64,7 @@ struct KeySpend {
 
 #[derive(Default)]
 pub struct Budgets {
-    keys: Mutex<HashMap<String, KeySpend>>,
+    keys: Mutex<crate::config::FastMap<String, KeySpend>>,
 }
 
 /// A refusal: the budget, and what is spent or reserved against it.

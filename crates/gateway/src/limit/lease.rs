@@ -20,7 +20,6 @@
 //! puts it back when it ends, with no round trip. Slots that stayed idle for a whole heartbeat
 //! go back to Redis.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -188,7 +187,7 @@ pub struct Miss {
 
 #[derive(Default)]
 pub struct Leases {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<crate::config::FastMap<String, Entry>>,
     /// Bumped (under the lock) when the pools are forgotten: older slots are not pooled again.
     generation: AtomicU64,
 }

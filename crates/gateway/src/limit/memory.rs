@@ -8,7 +8,6 @@
 //! are O(1) per request and ~1 KB per key. An admission counts for 60 to 61 s (until its second's
 //! bucket leaves the window), so no rolling 60-second span ever admits more than the limit.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,7 +86,7 @@ impl KeyWindow {
 
 pub struct MemoryLimiter {
     clock: Clock,
-    keys: Mutex<HashMap<String, Box<KeyWindow>>>,
+    keys: Mutex<crate::config::FastMap<String, Box<KeyWindow>>>,
 }
 
 impl Default for MemoryLimiter {
@@ -118,7 +117,7 @@ const SWEEP_ABOVE: usize = 4096;
 impl MemoryLimiter {
     /// A limiter whose windows move with `clock`.
     pub fn new(clock: Clock) -> MemoryLimiter {
-        MemoryLimiter { clock, keys: Mutex::new(HashMap::new()) }
+        MemoryLimiter { clock, keys: Mutex::default() }
     }
 
     fn now_ms(&self) -> u64 {

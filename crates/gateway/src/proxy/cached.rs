@@ -173,7 +173,7 @@ impl Cached {
 pub fn respond_hit(
     app: &App,
     (entry, source): (Arc<Entry>, Source),
-    meter: Option<Meter>,
+    meter: Option<Box<Meter>>,
     permit: Option<Permit>,
     started: Instant,
 ) -> Response<GatewayBody> {

@@ -37,9 +37,9 @@ impl Activity {
 /// and executor bounds in crate-private traits.
 macro_rules! drive {
     ($conn:expr, $draining:expr, $activity:expr, $idle:expr) => {{
-        let (conn, mut draining, activity, idle) = ($conn, $draining, $activity, $idle);
+        // The connection boxed: its future is kilobytes, and the spawn would copy them all.
+        let (mut conn, mut draining, activity, idle) = (Box::pin($conn), $draining, $activity, $idle);
         async move {
-            tokio::pin!(conn);
             let timer = tokio::time::sleep(idle);
             tokio::pin!(timer);
             let mut closing = false;

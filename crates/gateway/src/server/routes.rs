@@ -34,20 +34,22 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     let api = if path.starts_with("/api/") { Api::Ollama } else { translate::client_api(endpoint) };
     let mut trace = app.telemetry.as_ref().map(|t| t.begin(req.headers(), req.method(), endpoint, path, &rid, started));
     if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
-        return answer_other(&app, admin_gate(&app, req).await, rid, trace);
+        return answer_other(&app, Box::pin(admin_gate(&app, req)).await, rid, trace);
     }
     if req.uri().path() == "/ui" || req.uri().path().starts_with("/ui/") {
-        let result = console::handle(&app, req, started, &rid, &mut trace).await;
+        let result = Box::pin(console::handle(&app, req, started, &rid, &mut trace)).await;
         return answer_other(&app, result, rid, trace);
     }
     if req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/") {
         let path = req.uri().path().to_owned();
-        let result = mcp::handle(&app, req, &path, &rid).await;
+        let result = Box::pin(mcp::handle(&app, req, &path, &rid)).await;
         return answer_other(&app, result, rid, trace);
     }
+    // Each handler's future is boxed: they are kilobytes (the proxy's ~10 KB), and hyper moves
+    // this future into place for every request; inline, every such move copied all of them.
     let result = match (endpoint, req.method(), path) {
         (ep, &Method::POST, _) if ep.is_proxied() => {
-            proxy::forward(&app, endpoint, req, started, &rid, &mut trace).await
+            Box::pin(proxy::forward(&app, endpoint, req, started, &rid, &mut trace)).await
         }
         (Endpoint::Models, &Method::GET, _) => Ok(catalog::models(&app)),
         (Endpoint::Other, &Method::GET, "/api/tags" | "/api/ps" | "/api/version") => {
