@@ -2,8 +2,8 @@
 //! caller's `traceparent`, and a client span per upstream attempt named and attributed per the
 //! GenAI semantic conventions. The request path only fills in a `Trace` (ids, clock reads) and
 //! hands it over with one non-blocking send; spans are built and exported in batches on the
-//! export thread (`telemetry/export.rs`), at the lowest CPU priority. A full queue drops the trace and counts it: telemetry never
-//! slows or fails a request.
+//! export thread (`telemetry/export.rs`), under SCHED_IDLE. A full queue drops the trace and
+//! counts it: telemetry never slows or fails a request.
 
 mod export;
 pub mod exports;
@@ -109,13 +109,14 @@ impl Telemetry {
         let (stop, stopped) = oneshot::channel();
         let (done, task) = oneshot::channel();
         let (waiting, counted, config_for_task) = (queue.clone(), counters.clone(), config.clone());
-        // Its own thread at the lowest priority, as the export sinks have: building, encoding and
-        // posting spans never takes CPU from requests. Below saturation it keeps up; at
-        // saturation it falls behind, the queue fills and traces are dropped and counted.
+        // Its own thread under SCHED_IDLE: building, encoding and posting spans only ever uses
+        // CPU that requests leave. Below saturation it keeps up; at saturation it gets next to
+        // nothing, the queue fills and traces are dropped and counted. (The export sinks run at
+        // nice 19 instead: their records must all arrive, so they keep a small share.)
         std::thread::Builder::new()
             .name("telemetry-export".to_owned())
             .spawn(move || {
-                crate::usage::priority::lower_this_thread();
+                crate::usage::priority::idle_this_thread();
                 match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime.block_on(export::run(exporter, waiting, counted, config_for_task, stopped)),
                     Err(e) => tracing::error!(error = %e, "telemetry export could not start its runtime"),

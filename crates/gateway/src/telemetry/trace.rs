@@ -124,9 +124,24 @@ impl Trace {
 
     /// `traceparent` naming `span_id` as the parent, for a request this one makes.
     pub fn traceparent(&self, span_id: SpanId) -> HeaderValue {
-        let flags = if self.sampled { "01" } else { "00" };
-        let text = format!("00-{}-{}-{flags}", self.trace_id, span_id);
-        HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+        // `00-<trace id>-<span id>-<flags>`, written by hand (once per attempt; `format!` of the
+        // ids' Display cost more than building the rest of the trace).
+        let mut text = [0u8; 55];
+        text[..3].copy_from_slice(b"00-");
+        write_hex(&self.trace_id.to_bytes(), &mut text[3..35]);
+        text[35] = b'-';
+        write_hex(&span_id.to_bytes(), &mut text[36..52]);
+        text[52..].copy_from_slice(if self.sampled { b"-01" } else { b"-00" });
+        HeaderValue::from_bytes(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+}
+
+/// `bytes` as lower-case hex into `out` (twice as long).
+fn write_hex(bytes: &[u8], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
     }
 }
 
@@ -145,6 +160,32 @@ fn status_error(status: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_traceparent_sent_upstream_names_the_trace_and_the_attempt() {
+        let mut trace = Trace {
+            trace_id: TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            span_id: SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            parent: None,
+            sampled: true,
+            tracestate: None,
+            start: SystemTime::now(),
+            started: Instant::now(),
+            method: http::Method::POST,
+            endpoint: crate::endpoint::Endpoint::ChatCompletions,
+            path: None,
+            request_id: HeaderValue::from_static("r"),
+            stream: false,
+            attempts: Vec::new(),
+        };
+        let attempt = SpanId::from_hex("0a0b0c0d0e0f1011").unwrap();
+        let value = trace.traceparent(attempt);
+        assert_eq!(value, "00-4bf92f3577b34da6a3ce929d0e0e4736-0a0b0c0d0e0f1011-01");
+        let parsed = parse_traceparent(value.as_bytes()).unwrap();
+        assert_eq!((parsed.trace_id, parsed.span_id), (trace.trace_id, attempt));
+        trace.sampled = false;
+        assert_eq!(trace.traceparent(attempt), "00-4bf92f3577b34da6a3ce929d0e0e4736-0a0b0c0d0e0f1011-00");
+    }
 
     #[test]
     fn traceparent_follows_the_w3c_rules() {

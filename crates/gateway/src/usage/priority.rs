@@ -17,3 +17,18 @@ pub fn lower_this_thread() {
         tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower the usage writer's priority");
     }
 }
+
+/// Run the calling thread under SCHED_IDLE: it gets the CPU only when nothing else wants it (for
+/// work that may be dropped, such as exporting traces, which at saturation should yield the
+/// core entirely rather than take even a niced thread's share). Falls back to
+/// [`lower_this_thread`] where the policy is refused.
+pub fn idle_this_thread() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads the one `sched_param` we pass by reference for the
+    // duration of the call; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_IDLE refused; lowering the priority instead");
+        lower_this_thread();
+    }
+}
