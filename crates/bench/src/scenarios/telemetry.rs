@@ -103,7 +103,14 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         }
         for sink in ["hook", "logs"] {
             let line = format!("switchyard_export_records_total{{sink=\"{sink}\",state=\"delivered\"}}");
-            let delivered = counter(&gateway.url, &line).await?;
+            // A sink that fell behind under the load catches up now (every gateway's at once, on
+            // a shared core): wait for it, up to a minute, before counting what arrived.
+            let waiting = std::time::Instant::now();
+            let mut delivered = counter(&gateway.url, &line).await?;
+            while delivered > 0 && delivered < queued && waiting.elapsed() < Duration::from_secs(60) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                delivered = counter(&gateway.url, &line).await?;
+            }
             if delivered > 0 {
                 report.finding(
                     "telemetry",
