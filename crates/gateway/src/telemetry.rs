@@ -111,8 +111,8 @@ impl Telemetry {
         let (waiting, counted, config_for_task) = (queue.clone(), counters.clone(), config.clone());
         // Its own thread under SCHED_IDLE: building, encoding and posting spans only ever uses
         // CPU that requests leave. Below saturation it keeps up; at saturation it gets next to
-        // nothing, the queue fills and traces are dropped and counted. (The export sinks run at
-        // nice 19 instead: their records must all arrive, so they keep a small share.)
+        // nothing, the queue fills and traces are dropped and counted. (The export sinks run
+        // under SCHED_IDLE too, but drop nothing: their records wait in the journal.)
         std::thread::Builder::new()
             .name("telemetry-export".to_owned())
             .spawn(move || {

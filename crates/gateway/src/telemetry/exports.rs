@@ -71,6 +71,7 @@ impl Exports {
                 consumer,
                 counters: Some(counters.clone()),
                 max_backlog: Some(export.max_backlog),
+                idle: true,
                 ..WriterConfig::default()
             };
             let checkpoint = CheckpointFile(dir.join(format!("{}.checkpoint", export.name)));

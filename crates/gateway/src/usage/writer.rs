@@ -50,6 +50,10 @@ pub struct WriterConfig {
     /// past it, its oldest undelivered records are dropped, a file at a time, and counted.
     /// `None` (the database writer): it keeps everything.
     pub max_backlog: Option<u64>,
+    /// Run under SCHED_IDLE rather than nice 19 (`spawn_on_own_thread`): for an export sink,
+    /// whose records wait safely in the journal while requests want the CPU. The database
+    /// writer keeps its small share: limits and budgets read what it writes.
+    pub idle: bool,
 }
 
 impl Default for WriterConfig {
@@ -66,6 +70,7 @@ impl Default for WriterConfig {
             consumer: 0,
             counters: None,
             max_backlog: None,
+            idle: false,
         }
     }
 }
@@ -113,8 +118,13 @@ impl UsageWriter {
     ) -> io::Result<UsageWriter> {
         let (stop, stop_rx) = watch::channel(Stop::Run);
         let (done, done_rx) = oneshot::channel();
+        let idle = config.idle;
         std::thread::Builder::new().name("usage-writer".to_owned()).spawn(move || {
-            super::priority::lower_this_thread();
+            if idle {
+                super::priority::idle_this_thread();
+            } else {
+                super::priority::lower_this_thread();
+            }
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(e) => {
