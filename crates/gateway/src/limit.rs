@@ -160,8 +160,8 @@ impl Snapshot {
     }
 }
 
-/// `n` in decimal, without the formatting machinery.
-fn put_decimal(buf: &mut BytesMut, mut n: u64) {
+/// `n` in decimal, without the formatting machinery (rate-limit headers, `server-timing`).
+pub(crate) fn put_decimal(buf: &mut impl bytes::BufMut, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
@@ -172,7 +172,7 @@ fn put_decimal(buf: &mut BytesMut, mut n: u64) {
             break;
         }
     }
-    buf.extend_from_slice(&digits[at..]);
+    buf.put_slice(&digits[at..]);
 }
 
 fn insert(headers: &mut HeaderMap, name: &HeaderName, value: BytesMut) {

@@ -455,6 +455,26 @@ mod tests {
     }
 
     #[test]
+    fn a_sinks_backlog_and_the_journal_file_size_are_checked() {
+        let hook = "  - {name: h, type: webhook, url: 'http://127.0.0.1:9/h'";
+        let base = "backends:\n  - {name: b, url: 'http://127.0.0.1:9'}\n";
+        let with = |extra: &str, storage: &str| load(&format!("{base}{storage}exports:\n{hook}{extra}}}\n"));
+        let c = with(", max_backlog: 256MiB", "").unwrap();
+        assert_eq!(c.exports[0].max_backlog, 256 << 20);
+        assert_eq!(with("", "").unwrap().exports[0].max_backlog, 4 << 30);
+        for (extra, field) in [(", max_backlog: 0", "max_backlog"), (", max_backlog: lots", "max_backlog")] {
+            let e = with(extra, "").unwrap_err();
+            assert!(e.contains(&format!("exports[0].{field}")), "{e}");
+        }
+        let storage = |size: &str| format!("storage: {{usage_journal_file_bytes: {size}}}\n");
+        assert_eq!(with("", &storage("8KiB")).unwrap().storage.journal_file_bytes, 8 << 10);
+        for bad in ["1000", "big"] {
+            let e = with("", &storage(bad)).unwrap_err();
+            assert!(e.contains("storage.usage_journal_file_bytes"), "{e}");
+        }
+    }
+
+    #[test]
     fn issue_example_parses() {
         let c = load(
             r#"

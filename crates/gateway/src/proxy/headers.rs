@@ -71,18 +71,8 @@ pub fn server_timing(overhead: Duration, upstream: Duration) -> HeaderValue {
 /// `d` in milliseconds with three decimals (`12.345`).
 fn push_millis(out: &mut Vec<u8>, d: Duration) {
     let micros = d.as_micros();
-    let (mut whole, frac) = ((micros / 1000).min(u128::from(u64::MAX)) as u64, (micros % 1000) as u16);
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (whole % 10) as u8;
-        whole /= 10;
-        if whole == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+    let (whole, frac) = ((micros / 1000).min(u128::from(u64::MAX)) as u64, (micros % 1000) as u16);
+    crate::limit::put_decimal(out, whole);
     out.extend_from_slice(&[b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8]);
 }
 
