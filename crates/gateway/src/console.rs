@@ -105,7 +105,16 @@ async fn api_route(
             if let Some(bearer) = app.auth.master_bearer() {
                 parts.headers.insert(header::AUTHORIZATION, bearer);
             }
-            proxy::forward(app, Endpoint::ChatCompletions, Request::from_parts(parts, body), started, rid, trace).await
+            // Boxed, as the API routes box it: the pipeline's future is large.
+            Box::pin(proxy::forward(
+                app,
+                Endpoint::ChatCompletions,
+                Request::from_parts(parts, body),
+                started,
+                rid,
+                trace,
+            ))
+            .await
         }
         (_, r) if r == "/keys" || r.starts_with("/keys/") => {
             let (parts, body) = req.into_parts();

@@ -40,6 +40,7 @@ use crate::route::backend::InFlight;
 use crate::route::{prefix, RouteHints, SelectError};
 use crate::shared::affinity::FleetPin;
 use crate::translate::{self, Plan, StreamTranslator, Wire};
+use crate::upstream::pool::UpstreamBody;
 use crate::usage::{inject_include_usage, Tokens};
 use attempt::{attempt_once, AttemptError, Headers};
 use cached::Cached;
@@ -53,7 +54,7 @@ use translation::{Bodies, BodyError};
 /// An upstream answer whose status, headers and first frame are in hand.
 struct Answer {
     parts: http::response::Parts,
-    body: Incoming,
+    body: UpstreamBody,
     first: Option<Frame<Bytes>>,
     guard: InFlight,
     ttfb: Duration,

@@ -80,7 +80,9 @@ impl Router {
             .backends
             .iter()
             .enumerate()
-            .map(|(i, b)| Backend::new(i, b.clone(), &config.health, admission.clone()).map(Arc::new))
+            .map(|(i, b)| {
+                Backend::new(i, b.clone(), &config.health, admission.clone(), config.timeouts.connect).map(Arc::new)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let affinity = config.affinity.clone();
         let router = Router {

@@ -1,6 +1,7 @@
 //! The pooled keep-alive client used for every upstream call: hyper-util's client over an
 //! HTTP connector (TCP_NODELAY, connect timeout) wrapped in rustls for https backends.
 
+pub mod pool;
 pub mod sigv4;
 
 use std::time::Duration;

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::upstream::pool::UpstreamBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
@@ -59,7 +59,7 @@ pin_project! {
     #[project = RelayBodyProj]
     pub struct RelayBody {
         #[pin]
-        inner: Incoming,
+        inner: UpstreamBody,
         // Read before the response was committed, so a failure there could still be retried.
         first: Option<Frame<Bytes>>,
         #[pin]
@@ -77,7 +77,7 @@ pin_project! {
 
 impl RelayBody {
     pub fn new(
-        inner: Incoming,
+        inner: UpstreamBody,
         first: Option<Frame<Bytes>>,
         idle_timeout: Duration,
         sse: bool,

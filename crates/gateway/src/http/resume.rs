@@ -8,9 +8,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::upstream::pool::UpstreamBody;
 use bytes::{Bytes, BytesMut};
 use http_body::Frame;
-use hyper::body::Incoming;
 
 use crate::endpoint::Endpoint;
 use crate::route::backend::InFlight;
@@ -22,7 +22,7 @@ pub const MAX_RESUME_LOG: usize = 1024 * 1024;
 
 /// Another backend carrying on an answer.
 pub struct Resumed {
-    pub body: Incoming,
+    pub body: UpstreamBody,
     pub first: Option<Frame<Bytes>>,
     pub guard: InFlight,
     /// Turns the new backend's stream into the rest of the client's.

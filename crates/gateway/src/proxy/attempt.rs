@@ -8,12 +8,12 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request};
 use http_body::Frame;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 
 use super::headers::{REQUEST_ID, TRACEPARENT, TRACESTATE};
 use crate::app::App;
 use crate::route::backend::Backend;
 use crate::translate::Wire;
+use crate::upstream::pool::UpstreamBody;
 
 pub enum AttemptError {
     Transport,
@@ -39,7 +39,7 @@ pub async fn attempt_once(
     body: Bytes,
     headers: Headers<'_>,
     limit: Duration,
-) -> Result<(http::response::Parts, Incoming, Option<Frame<Bytes>>), AttemptError> {
+) -> Result<(http::response::Parts, UpstreamBody, Option<Frame<Bytes>>), AttemptError> {
     let uri = backend.target_for(wire, headers.model, headers.stream).ok_or(AttemptError::Transport)?;
     let mut req = Request::post(uri)
         .header(header::CONTENT_TYPE, "application/json")
@@ -62,10 +62,14 @@ pub async fn attempt_once(
         AttemptError::Transport
     })?;
     let exchange = async {
-        let resp = app.client.request(req).await.map_err(|e| {
+        let failed = |e: &dyn std::fmt::Display| {
             tracing::debug!(backend = backend.name(), error = %e, "upstream request failed");
             AttemptError::Transport
-        })?;
+        };
+        let resp = match &backend.pool {
+            Some(pool) => pool.send(req).await.map_err(|e| failed(&e))?,
+            None => app.client.request(req).await.map_err(|e| failed(&e))?.map(UpstreamBody::unpooled),
+        };
         let (parts, mut body) = resp.into_parts();
         let first = match body.frame().await {
             None => None,

@@ -8,7 +8,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use switchyard_protocol::anthropic;
 use switchyard_protocol::chat::{ResponseContext, TranslateError};
 
@@ -16,6 +15,7 @@ use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::{json_response, GatewayBody};
 use crate::translate::{translate_error, translate_response, Decoded, Wire};
+use crate::upstream::pool::UpstreamBody;
 
 /// Largest backend answer read whole for translation (a streamed one is never read whole).
 const MAX_TRANSLATED_BODY: usize = 64 * 1024 * 1024;
@@ -101,7 +101,7 @@ pub async fn translate_whole(
     wire: Wire,
     status: StatusCode,
     first: Option<Frame<Bytes>>,
-    body: Incoming,
+    body: UpstreamBody,
     limit: Duration,
     context: &ResponseContext,
     bodies: &mut Bodies,

@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use super::admission::Admission;
 use crate::config::{BackendConfig, BackendKind, HealthConfig};
 use crate::translate::Wire;
+use crate::upstream::pool::H1Pool;
 use crate::upstream::sigv4::SigV4;
 
 /// The Messages API version sent to Anthropic backends.
@@ -47,6 +48,9 @@ pub struct Backend {
     admission: Arc<Admission>,
     /// Bedrock with access keys: every request is SigV4-signed just before it goes.
     signer: Option<SigV4>,
+    /// Its own keep-alive connections when it is plain http (https goes through hyper-util's
+    /// client: TLS, HTTP/2).
+    pub pool: Option<Arc<H1Pool>>,
 }
 
 impl Backend {
@@ -55,6 +59,7 @@ impl Backend {
         cfg: BackendConfig,
         health: &HealthConfig,
         admission: Arc<Admission>,
+        connect_timeout: std::time::Duration,
     ) -> Result<Backend, String> {
         let uri = |path: &str| -> Result<Uri, String> {
             format!("{}{path}", cfg.url).parse().map_err(|_| format!("backend {}: bad URL {}", cfg.name, cfg.url))
@@ -106,6 +111,7 @@ impl Backend {
         let signer = cfg.aws.as_ref().map(|aws| {
             SigV4::new(&aws.access_key_id, &aws.secret_access_key, aws.session_token.as_deref(), &aws.region)
         });
+        let pool = cfg.url.parse::<Uri>().ok().and_then(|url| H1Pool::for_url(&url, connect_timeout));
         Ok(Backend {
             id,
             name_header,
@@ -120,6 +126,7 @@ impl Backend {
             signals: Default::default(),
             admission,
             signer,
+            pool,
             cfg,
         })
     }

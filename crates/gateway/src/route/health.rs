@@ -142,6 +142,9 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
         if backend.health.is_up() {
             read_signals(&client, &backend, cfg.timeout).await;
         }
+        if let Some(pool) = &backend.pool {
+            pool.evict_idle();
+        }
     }
 }
 

@@ -84,7 +84,7 @@ pub(crate) mod test_support {
         };
         let health = Config::empty().unwrap().health;
         let admission = Arc::new(crate::route::admission::Admission::new(1, std::time::Duration::from_secs(1)));
-        Arc::new(Backend::new(id, cfg, &health, admission).unwrap())
+        Arc::new(Backend::new(id, cfg, &health, admission, std::time::Duration::from_secs(1)).unwrap())
     }
 
     /// Pick `n` times and count picks per candidate index.

@@ -37,4 +37,5 @@ mod streaming;
 mod telemetry;
 mod tls;
 mod translation;
+mod upstream;
 mod usage;

@@ -1,0 +1,252 @@
+//! Keep-alive HTTP/1.1 connections to one plain-`http` backend, the LLM path's own pool.
+//!
+//! hyper-util's pool, which https backends keep (TLS, HTTP/2), hashes its (scheme, authority)
+//! key with SipHash a byte at a time on every checkout and return, boxes a request future of
+//! several kilobytes, and spawns a task per request to wait until the connection is free again:
+//! about 6,000 instructions a request (callgrind) that a pool owned by one backend needs none
+//! of. Here a connection goes back on the backend's idle stack when its answer has been read
+//! to the end, and comes off it (last in, first out) for the next request.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::TrySendError;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+type Sender = SendRequest<Full<Bytes>>;
+
+/// A connection idle this long is closed (what hyper-util's pool did for every backend).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Idle connections kept per backend; one coming back past this is closed.
+const MAX_IDLE: usize = 1024;
+/// TCP keep-alive probes after this much silence, so a backend host that vanished is noticed.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+pub struct H1Pool {
+    host: String,
+    port: u16,
+    /// The address itself when the URL names an IP: no lookup per connection.
+    addr: Option<SocketAddr>,
+    /// `host[:port]`, the port only when it is not 80 (as hyper-util wrote it).
+    host_header: HeaderValue,
+    connect_timeout: Duration,
+    idle: Mutex<Vec<Idle>>,
+}
+
+struct Idle {
+    sender: Sender,
+    since: Instant,
+}
+
+#[derive(Debug)]
+pub enum PoolError {
+    Connect(io::Error),
+    ConnectTimeout,
+    Http(hyper::Error),
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolError::Connect(e) => write!(f, "connect: {e}"),
+            PoolError::ConnectTimeout => f.write_str("connect timed out"),
+            PoolError::Http(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl H1Pool {
+    /// A pool for the backend at `url` when it is plain `http`; `None` for https and the rest.
+    pub fn for_url(url: &Uri, connect_timeout: Duration) -> Option<Arc<H1Pool>> {
+        if url.scheme() != Some(&http::uri::Scheme::HTTP) {
+            return None;
+        }
+        let host = url.host()?;
+        let port = url.port_u16().unwrap_or(80);
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let host_header = match url.port_u16() {
+            Some(p) if p != 80 => HeaderValue::from_str(&format!("{host}:{p}")).ok()?,
+            _ => HeaderValue::from_str(host).ok()?,
+        };
+        Some(Arc::new(H1Pool {
+            host: bare.to_owned(),
+            port,
+            addr: bare.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port)),
+            host_header,
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Send `req` (its URI absolute, as a backend's targets are) on an idle connection, else a
+    /// new one.
+    pub fn send(
+        self: &Arc<Self>,
+        mut req: Request<Full<Bytes>>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, PoolError>> + '_ {
+        if let Some(origin) = req.uri().path_and_query().cloned() {
+            *req.uri_mut() = Uri::from(origin);
+        }
+        if !req.headers().contains_key(header::HOST) {
+            req.headers_mut().insert(header::HOST, self.host_header.clone());
+        }
+        // Not rebound inside the future, so the request is held once in it, not twice.
+        self.exchange(req)
+    }
+
+    /// A request that never left because its idle connection had just closed is sent again on
+    /// a new one; once written, a request is never sent twice.
+    async fn exchange(self: &Arc<Self>, req: Request<Full<Bytes>>) -> Result<Response<UpstreamBody>, PoolError> {
+        let (sender, fresh) = match self.take_idle().await {
+            Some(sender) => (sender, false),
+            // Boxed: connecting is rare, and its future would triple the size of every request's.
+            None => (Box::pin(self.connect()).await?, true),
+        };
+        let unsent = match self.send_on(sender, req).await {
+            Ok(resp) => return Ok(resp),
+            Err(mut e) => match e.take_message() {
+                Some(unsent) if !fresh => unsent,
+                _ => return Err(PoolError::Http(e.into_error())),
+            },
+        };
+        let sender = Box::pin(self.connect()).await?;
+        self.send_on(sender, unsent).await.map_err(|e| PoolError::Http(e.into_error()))
+    }
+
+    async fn send_on(
+        self: &Arc<Self>,
+        mut sender: Sender,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<UpstreamBody>, TrySendError<Request<Full<Bytes>>>> {
+        let resp = sender.try_send_request(req).await?;
+        let lease = Some(Lease { pool: self.clone(), sender });
+        Ok(resp.map(|inner| UpstreamBody { inner, lease }))
+    }
+
+    /// Close the connections idle past the idle timeout, and those the backend closed (the
+    /// health loop calls this, so a quiet backend's connections do not stay open forever).
+    pub fn evict_idle(&self) {
+        let now = Instant::now();
+        self.lock().retain(|i| now.duration_since(i.since) < IDLE_TIMEOUT && !i.sender.is_closed());
+    }
+
+    /// Connections waiting for a request.
+    pub fn idle_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn take_idle(&self) -> Option<Sender> {
+        loop {
+            let Idle { mut sender, .. } = self.lock().pop()?;
+            if sender.is_closed() {
+                continue;
+            }
+            // Handed back when its answer was read to the end; the connection's own task may
+            // not yet have turned round to take the next request, which takes one poll.
+            if sender.is_ready() || sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    fn put(&self, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.lock();
+        if idle.len() < MAX_IDLE {
+            idle.push(Idle { sender, since: Instant::now() });
+        }
+    }
+
+    async fn connect(&self) -> Result<Sender, PoolError> {
+        let connecting = async {
+            match self.addr {
+                Some(addr) => TcpStream::connect(addr).await,
+                None => TcpStream::connect((self.host.as_str(), self.port)).await,
+            }
+        };
+        let stream = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| PoolError::ConnectTimeout)?
+            .map_err(PoolError::Connect)?;
+        stream.set_nodelay(true).map_err(PoolError::Connect)?;
+        let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
+        socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive).map_err(PoolError::Connect)?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.map_err(PoolError::Http)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+/// The connection an answer came on, going back to its pool once the answer is read.
+struct Lease {
+    pool: Arc<H1Pool>,
+    sender: Sender,
+}
+
+/// An upstream answer's body. From a pooled connection, it hands the connection back the
+/// moment the last frame is read; dropped before that, the connection closes with it.
+pub struct UpstreamBody {
+    inner: Incoming,
+    lease: Option<Lease>,
+}
+
+impl UpstreamBody {
+    /// A body from hyper-util's client, which pools its connections itself.
+    pub fn unpooled(inner: Incoming) -> UpstreamBody {
+        UpstreamBody { inner, lease: None }
+    }
+
+    fn release(&mut self) {
+        if let Some(Lease { pool, sender }) = self.lease.take() {
+            pool.put(sender);
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.release(),
+            // With a Content-Length the last frame is known as such: a reader may stop there.
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.release(),
+            Poll::Ready(Some(Err(_))) => self.lease = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
