@@ -2,10 +2,10 @@
 //!
 //! hyper-util's pool, which https backends keep (TLS, HTTP/2), hashes its (scheme, authority)
 //! key with SipHash a byte at a time on every checkout and return, boxes a request future of
-//! several kilobytes, and spawns a task per request to wait until the connection is free again:
-//! about 6,000 instructions a request (callgrind) that a pool owned by one backend needs none
-//! of. Here a connection goes back on the backend's idle stack when its answer has been read
-//! to the end, and comes off it (last in, first out) for the next request.
+//! several kilobytes, and spawns a task per request to wait until the connection is free again;
+//! a pool owned by one backend needs none of it (callgrind: 76,158 → 64,889 instructions per
+//! proxied request). Here a connection goes back on the backend's idle stack when its answer has
+//! been read to the end, and comes off it (last in, first out) for the next request.
 
 use std::fmt;
 use std::future::Future;
