@@ -298,12 +298,17 @@ impl Metrics {
 type BackendSeries = (&'static str, &'static str, fn(&Backend) -> u64);
 
 fn render_backends(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
-    let gauges: [BackendSeries; 5] = [
+    let gauges: [BackendSeries; 6] = [
         ("switchyard_backend_up", "1 when the backend passes health checks.", |b| b.health.is_up() as u64),
         ("switchyard_backend_circuit_open", "1 when the backend's circuit breaker is not closed.", |b| {
             b.health.breaker_open() as u64
         }),
         ("switchyard_backend_in_flight", "Requests in flight to the backend.", |b| b.in_flight() as u64),
+        (
+            "switchyard_backend_idle_connections",
+            "Keep-alive connections to the backend waiting for a request (plain-http backends).",
+            |b| b.pool.as_ref().map_or(0, |p| p.idle_count() as u64),
+        ),
         ("switchyard_backend_requests_total", "Upstream attempts sent to the backend.", |b| {
             b.stats.attempts.load(Relaxed)
         }),

@@ -3,7 +3,8 @@
 //! GenAI semantic conventions. The request path only fills in a `Trace` (ids, clock reads) and
 //! hands it over with one non-blocking send; spans are built and exported in batches on the
 //! export thread (`telemetry/export.rs`), under SCHED_IDLE. A full queue drops the trace and
-//! counts it: telemetry never slows or fails a request.
+//! counts it — as the request begins, when it is full already: telemetry never slows or fails a
+//! request.
 
 mod export;
 pub mod exports;
@@ -13,7 +14,7 @@ mod s3;
 pub mod trace;
 mod webhook;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -58,6 +59,8 @@ struct Counters {
 /// whole buffer when a batch is full or the batch delay is up.
 struct Queue {
     waiting: Mutex<Vec<Finished>>,
+    /// `waiting.len()`, readable without the lock: a request checks it before tracing at all.
+    len: AtomicUsize,
     /// Most traces `waiting` may hold (`telemetry.queue_size`).
     capacity: usize,
     /// How many make a batch worth waking the task for.
@@ -69,6 +72,11 @@ impl Queue {
     fn take(&self, into: &mut Vec<Finished>) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         std::mem::swap(&mut *waiting, into);
+        self.len.store(waiting.len(), Relaxed);
+    }
+
+    fn is_full(&self) -> bool {
+        self.len.load(Relaxed) >= self.capacity
     }
 }
 
@@ -101,6 +109,7 @@ impl Telemetry {
         let exporter = export::exporter(config, connect_timeout)?;
         let queue = Arc::new(Queue {
             waiting: Mutex::new(Vec::with_capacity(config.batch_size)),
+            len: AtomicUsize::new(0),
             capacity: config.queue_size,
             batch: config.batch_size.min(config.queue_size),
             full: Notify::new(),
@@ -141,10 +150,18 @@ impl Telemetry {
     ) -> Trace {
         let parent = headers.get("traceparent").and_then(|v| trace::parse_traceparent(v.as_bytes()));
         let trace_id = parent.map_or_else(|| self.ids.new_trace_id(), |p| p.trace_id);
-        let sampled = match parent {
+        let mut sampled = match parent {
             Some(p) if self.sampler.follow_parent => p.flags.is_sampled(),
             _ => ratio_samples(self.sampler.ratio, trace_id.to_bytes()),
         };
+        // The export queue is full already (a saturated core; the export thread runs only on
+        // what requests leave): the trace would be dropped at its end, so it is dropped now,
+        // before the request spends anything on it. `traceparent` still goes upstream, with
+        // its sampled flag cleared, so the backend does not record spans whose parent is lost.
+        if sampled && self.queue.is_full() {
+            sampled = false;
+            self.counters.dropped.fetch_add(1, Relaxed);
+        }
         let now = SystemTime::now();
         Trace {
             trace_id,
@@ -182,6 +199,7 @@ impl Telemetry {
                 return;
             }
             waiting.push(finished);
+            self.queue.len.store(waiting.len(), Relaxed);
             waiting.len()
         };
         if waiting == self.queue.batch {
@@ -233,5 +251,40 @@ mod tests {
         assert!((4_500..5_500).contains(&kept), "{kept}");
         assert!(!ratio_samples(0.0, ids.new_trace_id().to_bytes()));
         assert!(ratio_samples(1.0, [0; 16]));
+    }
+
+    #[test]
+    fn a_trace_begun_while_the_queue_is_full_is_dropped_at_once_and_counted() {
+        let telemetry = Telemetry {
+            queue: Arc::new(Queue {
+                waiting: Mutex::new(Vec::new()),
+                len: AtomicUsize::new(0),
+                capacity: 1,
+                batch: 1,
+                full: Notify::new(),
+            }),
+            ids: RandomIdGenerator::default(),
+            sampler: Sampler { ratio: 1.0, follow_parent: true },
+            counters: Arc::new(Counters::default()),
+        };
+        let begin = || {
+            let rid = HeaderValue::from_static("r");
+            telemetry.begin(&HeaderMap::new(), &Method::POST, Endpoint::ChatCompletions, "/", &rid, Instant::now())
+        };
+        let first = begin();
+        assert!(first.sampled);
+        telemetry.finish(first, Outcome::default());
+        assert_eq!(telemetry.queue.len.load(Relaxed), 1);
+        // The queue is full: the next trace is not kept, is counted at once, and tells the
+        // backend so (sampled flag cleared).
+        let second = begin();
+        assert!(!second.sampled);
+        assert_eq!(telemetry.counters.dropped.load(Relaxed), 1);
+        assert!(second.traceparent(telemetry.span_id()).to_str().unwrap().ends_with("-00"));
+        telemetry.finish(second, Outcome::default());
+        assert_eq!(telemetry.counters.dropped.load(Relaxed), 1, "counted once");
+        // Once the export thread takes the queue, traces are kept again.
+        telemetry.queue.take(&mut Vec::new());
+        assert!(begin().sampled);
     }
 }

@@ -81,6 +81,10 @@ pub struct Trace {
 impl Trace {
     /// A new attempt at `backend` begins now; its `traceparent` for the upstream request.
     pub fn attempt(&mut self, backend: &Arc<Backend>, span_id: SpanId) -> HeaderValue {
+        if !self.sampled {
+            // No spans will be built: only the header is needed.
+            return self.traceparent(span_id);
+        }
         self.attempts.push(Attempt {
             span_id,
             backend: backend.clone(),

@@ -38,6 +38,9 @@ async fn sequential_requests_reuse_one_upstream_connection() {
     // (its client keeps its own).
     let opened = backend.control().connections.load(Relaxed);
     assert!(opened <= 1, "200 requests opened {opened} new upstream connections");
+    // And the gateway says so: one connection, back in its pool, waiting for the next request.
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(metrics.contains("switchyard_backend_idle_connections{backend=\"b0\"} 1\n"), "{metrics}");
 }
 
 #[tokio::test]
