@@ -157,9 +157,12 @@ pub fn request_parsers(data: &[u8]) {
             let third = decode(&twice).unwrap_or_else(|e| panic!("{name}: second encoding does not decode: {e}"));
             assert_eq!(again, third, "{name}: encode/decode is not a fixed point");
         }
-        // Bedrock has no inbound API: its encoder is held to not panicking and to writing JSON.
+        // Bedrock has no inbound API: its encoder is held to not panicking and to writing JSON —
+        // by the grammar: a number too large for an f64 (a tool schema's `88e88888`) is still
+        // JSON, passed on as the client wrote it, though `serde_json::Value` refuses it.
         if let Ok(bytes) = bedrock::encode_request(&request) {
-            assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok(), "{name} → bedrock: not JSON");
+            let json = serde_json::from_slice::<&serde_json::value::RawValue>(&bytes);
+            assert!(json.is_ok(), "{name} → bedrock: not JSON");
         }
         let gist = Gist::of(&request);
         for (other, other_decode, other_encode) in apis {
