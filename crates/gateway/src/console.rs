@@ -35,7 +35,7 @@ pub async fn handle(
     req: Request<Incoming>,
     started: Instant,
     rid: &HeaderValue,
-    trace: &mut Option<crate::telemetry::Trace>,
+    trace: &mut Option<crate::telemetry::Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     if !app.config.console.enabled {
         return Err(GatewayError::RouteNotFound);
@@ -84,7 +84,7 @@ async fn api_route(
     path: &str,
     started: Instant,
     rid: &HeaderValue,
-    trace: &mut Option<crate::telemetry::Trace>,
+    trace: &mut Option<crate::telemetry::Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let route = &path["/ui/api".len()..];
     let query = req.uri().query().map(str::to_owned);

@@ -69,7 +69,7 @@ pub async fn forward(
     req: Request<Incoming>,
     started: Instant,
     request_id: &HeaderValue,
-    trace: &mut Option<crate::telemetry::Trace>,
+    trace: &mut Option<crate::telemetry::Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
@@ -112,9 +112,11 @@ pub async fn forward(
     if let (Some(m), Some(redactor)) = (meter.as_mut(), &app.redactor) {
         m.keep_bodies(routed.body.clone(), app.config.console.max_stored_body_bytes, redactor.clone());
     }
-    if let (Some(m), Some((telemetry, mut trace))) = (meter.as_mut(), traced) {
-        trace.stream = routed.stream;
-        m.trace(telemetry, trace);
+    if let (Some(m), Some((telemetry, mut tracing))) = (meter.as_mut(), traced) {
+        if let crate::telemetry::Tracing::Recorded(trace) = &mut tracing {
+            trace.stream = routed.stream;
+        }
+        m.trace(telemetry, tracing);
     }
     if endpoint == Endpoint::CountTokens {
         if let Some(m) = meter.as_mut() {

@@ -9,6 +9,7 @@
 mod export;
 pub mod exports;
 mod otlp_logs;
+mod otlp_spans;
 mod parquet_file;
 mod s3;
 pub mod trace;
@@ -30,6 +31,18 @@ use crate::endpoint::Endpoint;
 pub use exports::Exports;
 pub use trace::Trace;
 
+/// What a request carries of tracing.
+pub enum Tracing {
+    /// Sampled: its spans are exported when it ends.
+    Recorded(Box<Trace>),
+    /// Not recorded (not sampled, or dropped at the door): only a context for upstream, the
+    /// caller's `traceparent` and `tracestate` as they came or, with none, a fresh unsampled
+    /// `traceparent`, so the backend's own sampling agrees with ours. Forwarding the caller's
+    /// context keeps a backend's spans attached to the caller's trace; it costs no ids, no clock
+    /// reads and no allocation beyond the header.
+    PassedOn((HeaderValue, Option<HeaderValue>)),
+}
+
 /// What a request ended with, beyond its trace: what its spans report.
 #[derive(Debug, Default)]
 pub struct Outcome {
@@ -42,7 +55,7 @@ pub struct Outcome {
 }
 
 struct Finished {
-    trace: Trace,
+    trace: Box<Trace>,
     outcome: Outcome,
     end: Instant,
 }
@@ -147,8 +160,9 @@ impl Telemetry {
         path: &str,
         request_id: &HeaderValue,
         started: Instant,
-    ) -> Trace {
-        let parent = headers.get("traceparent").and_then(|v| trace::parse_traceparent(v.as_bytes()));
+    ) -> Tracing {
+        let sent = headers.get(&trace::TRACEPARENT);
+        let parent = sent.and_then(|v| trace::parse_traceparent(v.as_bytes()));
         let trace_id = parent.map_or_else(|| self.ids.new_trace_id(), |p| p.trace_id);
         let mut sampled = match parent {
             Some(p) if self.sampler.follow_parent => p.flags.is_sampled(),
@@ -156,19 +170,23 @@ impl Telemetry {
         };
         // The export queue is full already (a saturated core; the export thread runs only on
         // what requests leave): the trace would be dropped at its end, so it is dropped now,
-        // before the request spends anything on it. `traceparent` still goes upstream, with
-        // its sampled flag cleared, so the backend does not record spans whose parent is lost.
+        // before the request spends anything on it.
         if sampled && self.queue.is_full() {
             sampled = false;
             self.counters.dropped.fetch_add(1, Relaxed);
         }
+        if !sampled {
+            return Tracing::PassedOn(match (parent, sent) {
+                (Some(_), Some(sent)) => (sent.clone(), headers.get(&trace::TRACESTATE).cloned()),
+                _ => (trace::traceparent(trace_id, self.ids.new_span_id(), false), None),
+            });
+        }
         let now = SystemTime::now();
-        Trace {
+        Tracing::Recorded(Box::new(Trace {
             trace_id,
             span_id: self.ids.new_span_id(),
             parent,
-            sampled,
-            tracestate: parent.and_then(|_| headers.get("tracestate").cloned()),
+            tracestate: parent.and_then(|_| headers.get(&trace::TRACESTATE).cloned()),
             start: now.checked_sub(started.elapsed()).unwrap_or(now),
             started,
             method: method.clone(),
@@ -177,7 +195,7 @@ impl Telemetry {
             request_id: request_id.clone(),
             stream: false,
             attempts: Vec::new(),
-        }
+        }))
     }
 
     /// A fresh span id (for an attempt's span).
@@ -186,10 +204,7 @@ impl Telemetry {
     }
 
     /// The request is over: queue its spans for export, or drop and count them when the queue is full.
-    pub fn finish(&self, trace: Trace, outcome: Outcome) {
-        if !trace.sampled {
-            return;
-        }
+    pub fn finish(&self, trace: Box<Trace>, outcome: Outcome) {
         let finished = Finished { trace, outcome, end: Instant::now() };
         let waiting = {
             let mut waiting = self.queue.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -267,24 +282,29 @@ mod tests {
             sampler: Sampler { ratio: 1.0, follow_parent: true },
             counters: Arc::new(Counters::default()),
         };
-        let begin = || {
+        let begin = |headers: &HeaderMap| {
             let rid = HeaderValue::from_static("r");
-            telemetry.begin(&HeaderMap::new(), &Method::POST, Endpoint::ChatCompletions, "/", &rid, Instant::now())
+            telemetry.begin(headers, &Method::POST, Endpoint::ChatCompletions, "/", &rid, Instant::now())
         };
-        let first = begin();
-        assert!(first.sampled);
+        let none = HeaderMap::new();
+        let Tracing::Recorded(first) = begin(&none) else { panic!("the first trace is recorded") };
         telemetry.finish(first, Outcome::default());
         assert_eq!(telemetry.queue.len.load(Relaxed), 1);
-        // The queue is full: the next trace is not kept, is counted at once, and tells the
-        // backend so (sampled flag cleared).
-        let second = begin();
-        assert!(!second.sampled);
+        // The queue is full: the next trace is not kept and is counted at once; upstream gets
+        // a fresh context that says it is not sampled.
+        let Tracing::PassedOn((traceparent, None)) = begin(&none) else { panic!("passed on") };
+        assert!(trace::parse_traceparent(traceparent.as_bytes()).is_some_and(|p| !p.flags.is_sampled()));
         assert_eq!(telemetry.counters.dropped.load(Relaxed), 1);
-        assert!(second.traceparent(telemetry.span_id()).to_str().unwrap().ends_with("-00"));
-        telemetry.finish(second, Outcome::default());
-        assert_eq!(telemetry.counters.dropped.load(Relaxed), 1, "counted once");
+        // A caller's context is passed on as it came, so the backend's spans stay in its trace.
+        let mut caller = HeaderMap::new();
+        caller
+            .insert("traceparent", HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        caller.insert("tracestate", HeaderValue::from_static("vendor=1"));
+        let Tracing::PassedOn((traceparent, Some(tracestate))) = begin(&caller) else { panic!("passed on") };
+        assert_eq!((traceparent, tracestate), (caller["traceparent"].clone(), caller["tracestate"].clone()));
+        assert_eq!(telemetry.counters.dropped.load(Relaxed), 2);
         // Once the export thread takes the queue, traces are kept again.
         telemetry.queue.take(&mut Vec::new());
-        assert!(begin().sampled);
+        assert!(matches!(begin(&none), Tracing::Recorded(_)));
     }
 }

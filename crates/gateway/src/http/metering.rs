@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use crate::records::{StoredBodies, UsageRecord};
 use crate::redact::Redactor;
 use crate::route::backend::Backend;
-use crate::telemetry::{Outcome, Telemetry, Trace};
+use crate::telemetry::{Outcome, Telemetry, Trace, Tracing};
 use crate::usage::extract::BodyUsageTap;
 use crate::usage::{estimate_tokens, Journal, SseUsageTap, Tokens};
 
@@ -69,17 +69,17 @@ fn kept(bytes: &[u8], len: usize, max: usize, redactor: &Redactor) -> (String, b
     (text, cut)
 }
 
-/// A request's trace and where it goes when the request ends.
+/// A request's tracing and where a recorded trace goes when the request ends.
 struct Traced {
     telemetry: Arc<Telemetry>,
-    trace: Trace,
+    tracing: Tracing,
 }
 
 pub struct Meter {
     /// None: usage recording is off and the meter exists for the trace.
     journal: Option<Arc<Journal>>,
-    /// Boxed: most requests carry no trace, and the meter is moved with the response body.
-    traced: Option<Box<Traced>>,
+    /// Inline: the meter itself is boxed, and a recorded trace is boxed within.
+    traced: Option<Traced>,
     /// Bodies being kept, when the operator opted in (boxed for the same reason).
     capture: Option<Box<Capture>>,
     config: Arc<Config>,
@@ -163,24 +163,36 @@ impl Meter {
         self.capture = Some(Box::new(Capture { redactor, max, request, response: Vec::new(), response_len: 0 }));
     }
 
-    /// Carry the request's trace, to be handed to `telemetry` when the request ends.
-    pub fn trace(&mut self, telemetry: Arc<Telemetry>, trace: Trace) {
-        self.traced = Some(Box::new(Traced { telemetry, trace }));
+    /// Carry the request's tracing; a recorded trace is handed to `telemetry` when the request ends.
+    pub fn trace(&mut self, telemetry: Arc<Telemetry>, tracing: Tracing) {
+        self.traced = Some(Traced { telemetry, tracing });
+    }
+
+    fn recorded_trace(&mut self) -> Option<&mut Trace> {
+        match self.traced.as_mut() {
+            Some(Traced { tracing: Tracing::Recorded(trace), .. }) => Some(trace),
+            _ => None,
+        }
     }
 
     /// An attempt at `backend` begins: the `traceparent` (and the caller's `tracestate`) for it.
     pub fn trace_attempt(&mut self, backend: &Arc<Backend>) -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
         let traced = self.traced.as_mut()?;
-        let parent = traced.trace.attempt(backend, traced.telemetry.span_id());
-        Some((parent, traced.trace.tracestate.clone()))
+        match &mut traced.tracing {
+            Tracing::Recorded(trace) => {
+                let parent = trace.attempt(backend, traced.telemetry.span_id());
+                Some((parent, trace.tracestate.clone()))
+            }
+            Tracing::PassedOn(context) => Some(context.clone()),
+        }
     }
 
     /// The current attempt's answer began (`Ok(status)`) or it failed with no answer (`Err(why)`).
     pub fn trace_outcome(&mut self, outcome: Result<u16, &'static str>) {
-        if let Some(traced) = self.traced.as_mut() {
+        if let Some(trace) = self.recorded_trace() {
             match outcome {
-                Ok(status) => traced.trace.answered(status),
-                Err(why) => traced.trace.failed(why),
+                Ok(status) => trace.answered(status),
+                Err(why) => trace.failed(why),
             }
         }
     }
@@ -238,8 +250,8 @@ impl Meter {
     /// usage, and `earlier` adds what the failed attempts consumed.
     pub fn resumed(&mut self, backend: &Arc<Backend>, earlier: Tokens) {
         self.record.backend = Some(backend.name().to_owned());
-        if let Some(traced) = self.traced.as_mut() {
-            traced.trace.resumed(backend, traced.telemetry.span_id());
+        if let Some(Traced { telemetry, tracing: Tracing::Recorded(trace) }) = self.traced.as_mut() {
+            trace.resumed(backend, telemetry.span_id());
         }
         self.tap = None;
         self.reported = None;
@@ -349,8 +361,7 @@ impl Meter {
                 tracing::error!(error = %e, request_id = %r.id, "could not journal a usage record");
             }
         }
-        if let Some(traced) = self.traced.take() {
-            let Traced { telemetry, trace } = *traced;
+        if let Some(Traced { telemetry, tracing: Tracing::Recorded(trace) }) = self.traced.take() {
             // The record is written: its strings move into the spans rather than being copied.
             let answered = r.status != 0 && r.status < 400;
             let outcome = Outcome {

@@ -15,8 +15,7 @@ pub static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-rout
 pub static MODEL_HEADER: HeaderName = HeaderName::from_static("x-switchyard-model");
 pub static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-pub static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+pub use crate::telemetry::trace::{TRACEPARENT, TRACESTATE};
 
 /// The answer says which model served it (`x-switchyard-model`): the one asked for, what its
 /// alias resolved to, or a fallback.

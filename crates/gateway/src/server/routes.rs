@@ -82,7 +82,7 @@ fn answer_other(
     app: &App,
     result: Result<Response<GatewayBody>, GatewayError>,
     rid: http::HeaderValue,
-    trace: Option<crate::telemetry::Trace>,
+    trace: Option<crate::telemetry::Tracing>,
 ) -> Response<GatewayBody> {
     let mut resp = result.unwrap_or_else(|e| {
         app.metrics.count_error(e.kind());
@@ -94,8 +94,8 @@ fn answer_other(
     resp
 }
 
-fn finish_trace(app: &App, trace: Option<crate::telemetry::Trace>, status: u16) {
-    if let (Some(trace), Some(telemetry)) = (trace, &app.telemetry) {
+fn finish_trace(app: &App, trace: Option<crate::telemetry::Tracing>, status: u16) {
+    if let (Some(crate::telemetry::Tracing::Recorded(trace)), Some(telemetry)) = (trace, &app.telemetry) {
         telemetry.finish(trace, crate::telemetry::Outcome { status, ..Default::default() });
     }
 }

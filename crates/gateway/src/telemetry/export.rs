@@ -1,10 +1,10 @@
 //! The export thread's work: finished requests' traces become OTLP spans (the HTTP server span and
-//! one GenAI client span per attempt), built straight into `opentelemetry-proto`'s messages, encoded
-//! with prost and POSTed as OTLP/HTTP protobuf, retried with backoff (within `telemetry.timeout`)
-//! where the OTLP spec calls a failure retryable. Going through the SDK's `SpanData` and `opentelemetry-otlp`'s exporter cost
-//! about 41,000 instructions per trace (the intermediate spans, a regrouping of every batch by
-//! scope in a hashed map, an attribute-by-attribute conversion); on a saturated core even an
-//! idle-priority thread's work shows in throughput. Overloaded (traces being dropped), the thread
+//! one GenAI client span per attempt), written as protobuf straight from the trace
+//! (`otlp_spans.rs`) and POSTed as OTLP/HTTP protobuf, retried with backoff (within
+//! `telemetry.timeout`) where the OTLP spec calls a failure retryable. On a saturated core even an
+//! idle-priority thread's work shows in throughput, so a trace costs as little as it can: the
+//! SDK's `SpanData` and `opentelemetry-otlp`'s exporter took about 41,000 instructions per trace,
+//! `opentelemetry-proto`'s messages about 34,000. Overloaded (traces being dropped), the thread
 //! sends at most `batch_size` traces per `batch_delay`.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -18,15 +18,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use opentelemetry::trace::TraceState;
 use opentelemetry_http::hyper::HyperClient;
 use opentelemetry_http::HttpClient;
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
 use tokio::sync::oneshot;
 
+use super::otlp_spans::{Kind, SpanHead, SpanWriter, Value};
 use super::{Counters, Finished, Queue};
 use crate::config::{BackendKind, TelemetryConfig};
 
@@ -44,8 +42,8 @@ pub(super) struct Exporter {
     client: HyperClient<HttpsConnector<HttpConnector>>,
     url: http::Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
-    resource: Resource,
-    scope: InstrumentationScope,
+    /// Writes the spans of a batch (the resource and scope encoded once, in it).
+    writer: SpanWriter,
     /// The whole export of a batch, retries included, ends by then (as `opentelemetry-otlp`'s).
     timeout: Duration,
 }
@@ -66,9 +64,12 @@ pub(super) fn exporter(config: &TelemetryConfig, connect_timeout: Duration) -> R
     // Later entries win, as in the SDK's resource builder: the service name, then the
     // `OTEL_RESOURCE_ATTRIBUTES`, then the version.
     let mut attributes: Vec<KeyValue> = Vec::new();
-    let mut set = |key: &str, value: &str| match attributes.iter_mut().find(|a| a.key == key) {
-        Some(a) => a.value = Some(AnyValue { value: Some(Value::StringValue(value.to_owned())) }),
-        None => attributes.push(kv(key, string(value))),
+    let mut set = |key: &str, value: &str| {
+        let value = Some(AnyValue { value: Some(any_value::Value::StringValue(value.to_owned())) });
+        match attributes.iter_mut().find(|a| a.key == key) {
+            Some(a) => a.value = value,
+            None => attributes.push(KeyValue { key: key.to_owned(), value, ..Default::default() }),
+        }
     };
     set("service.name", &config.service_name);
     for (key, value) in &config.resource {
@@ -79,25 +80,26 @@ pub(super) fn exporter(config: &TelemetryConfig, connect_timeout: Duration) -> R
         client,
         url,
         headers,
-        resource: Resource { attributes, ..Default::default() },
-        scope: InstrumentationScope {
-            name: "switchyard".to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            ..Default::default()
-        },
+        writer: SpanWriter::new(
+            &Resource { attributes, ..Default::default() },
+            &InstrumentationScope {
+                name: "switchyard".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                ..Default::default()
+            },
+        ),
         timeout: config.timeout,
     })
 }
 
 pub(super) async fn run(
-    exporter: Exporter,
+    mut exporter: Exporter,
     queue: Arc<Queue>,
     counters: Arc<Counters>,
     config: TelemetryConfig,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut taken: Vec<Finished> = Vec::with_capacity(config.batch_size);
-    let mut batch: Vec<Span> = Vec::with_capacity(config.batch_size + 8);
     let mut tick = tokio::time::interval(config.batch_delay);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_warning: Option<Instant> = None;
@@ -121,13 +123,13 @@ pub(super) async fn run(
         }
         dropped_seen = counters.dropped.load(Relaxed);
         for finished in taken.drain(..) {
-            spans(finished, &mut batch);
-            if batch.len() >= config.batch_size {
-                exporter.send(&mut batch, &counters, &mut last_warning).await;
+            spans(&finished, &mut exporter.writer);
+            if exporter.writer.count() >= config.batch_size {
+                exporter.send(&counters, &mut last_warning).await;
             }
         }
-        if !batch.is_empty() {
-            exporter.send(&mut batch, &counters, &mut last_warning).await;
+        if exporter.writer.count() > 0 {
+            exporter.send(&counters, &mut last_warning).await;
         }
         if stopping {
             break;
@@ -136,20 +138,10 @@ pub(super) async fn run(
 }
 
 impl Exporter {
-    async fn send(&self, batch: &mut Vec<Span>, counters: &Counters, last_warning: &mut Option<Instant>) {
-        let n = batch.len() as u64;
-        let request = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(self.resource.clone()),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(self.scope.clone()),
-                    spans: std::mem::take(batch),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        };
-        let body = Bytes::from(request.encode_to_vec());
+    /// Send the spans written so far.
+    async fn send(&mut self, counters: &Counters, last_warning: &mut Option<Instant>) {
+        let n = self.writer.count() as u64;
+        let body = self.writer.take();
         let outcome = self.post(body).await;
         let warning = match outcome {
             Ok(0) => {
@@ -210,11 +202,12 @@ impl Exporter {
 }
 
 /// The request's spans: the server span, then one client span per upstream attempt.
-fn spans(f: Finished, out: &mut Vec<Span>) {
+fn spans(f: &Finished, w: &mut SpanWriter) {
     let Finished { trace, outcome, end } = f;
     let nanos = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let at = |t: Instant| nanos(trace.start + t.saturating_duration_since(trace.started));
-    let trace_id = trace.trace_id.to_bytes().to_vec();
+    let trace_id = trace.trace_id.to_bytes();
+    let span_id = trace.span_id.to_bytes();
     // Passed on as the caller sent it, when it is a valid `tracestate`.
     let trace_state = trace
         .tracestate
@@ -223,113 +216,89 @@ fn spans(f: Finished, out: &mut Vec<Span>) {
         .filter(|s| s.parse::<TraceState>().is_ok())
         .unwrap_or_default();
     let route = trace.endpoint.route();
-    let name = match route {
-        Some(route) => format!("{} {route}", trace.method),
-        None => trace.method.to_string(),
-    };
-    let mut attributes = vec![
-        kv("http.request.method", string(trace.method.as_str())),
-        kv("http.response.status_code", Value::IntValue(i64::from(outcome.status))),
-        kv("switchyard.request_id", string(trace.request_id.to_str().unwrap_or_default())),
-    ];
+    let parent = trace.parent.map(|p| p.span_id.to_bytes());
+    w.begin(&SpanHead {
+        trace_id,
+        span_id,
+        trace_state,
+        parent_span_id: parent.as_ref().map_or(&[], |p| &p[..]),
+        name: match route {
+            Some(route) => [trace.method.as_str(), " ", route],
+            None => [trace.method.as_str(), "", ""],
+        },
+        kind: Kind::Server,
+        start_unix_nano: nanos(trace.start),
+        end_unix_nano: at(*end),
+        flags: SAMPLED | HAS_IS_REMOTE | if parent.is_some() { IS_REMOTE } else { 0 },
+    });
+    w.attribute("http.request.method", Value::Str(trace.method.as_str()));
+    w.attribute("http.response.status_code", Value::Int(i64::from(outcome.status)));
+    w.attribute("switchyard.request_id", Value::Str(trace.request_id.to_str().unwrap_or_default()));
     match (route, &trace.path) {
-        (Some(route), _) => attributes.push(kv("http.route", string(route))),
-        (None, Some(path)) => attributes.push(kv("url.path", string(path))),
+        (Some(route), _) => w.attribute("http.route", Value::Str(route)),
+        (None, Some(path)) => w.attribute("url.path", Value::Str(path)),
         (None, None) => {}
     }
     if !outcome.model_requested.is_empty() {
-        attributes.push(kv("gen_ai.request.model", string(&outcome.model_requested)));
+        w.attribute("gen_ai.request.model", Value::Str(&outcome.model_requested));
     }
     if let Some(key) = &outcome.key_id {
-        attributes.push(kv("switchyard.key_id", string(key)));
+        w.attribute("switchyard.key_id", Value::Str(key));
     }
-    let server_error = outcome.status >= 500;
-    if server_error {
-        attributes.push(kv("error.type", Value::StringValue(outcome.status.to_string())));
+    let server_error = (outcome.status >= 500).then(|| outcome.status.to_string());
+    if let Some(error) = &server_error {
+        w.attribute("error.type", Value::Str(error));
     }
-    out.push(Span {
-        trace_id: trace_id.clone(),
-        span_id: trace.span_id.to_bytes().to_vec(),
-        trace_state: trace_state.to_owned(),
-        parent_span_id: trace.parent.map_or_else(Vec::new, |p| p.span_id.to_bytes().to_vec()),
-        flags: SAMPLED | HAS_IS_REMOTE | if trace.parent.is_some() { IS_REMOTE } else { 0 },
-        name,
-        kind: SpanKind::Server as i32,
-        start_time_unix_nano: nanos(trace.start),
-        end_time_unix_nano: at(end),
-        attributes,
-        status: Some(status(server_error.then(|| outcome.status.to_string()))),
-        ..Default::default()
-    });
+    w.end(server_error.as_deref());
     let operation = trace.endpoint.operation();
     let model = if outcome.model_served.is_empty() { &outcome.model_requested } else { &outcome.model_served };
     let last = trace.attempts.len().saturating_sub(1);
     for (i, attempt) in trace.attempts.iter().enumerate() {
         let backend = &attempt.backend;
-        let mut attributes = vec![
-            kv("gen_ai.operation.name", string(operation)),
-            kv("gen_ai.provider.name", string(provider(backend.kind()))),
-            kv("gen_ai.request.model", string(model)),
-            kv("switchyard.backend", string(backend.name())),
-        ];
+        w.begin(&SpanHead {
+            trace_id,
+            span_id: attempt.span_id.to_bytes(),
+            trace_state,
+            parent_span_id: &span_id,
+            name: [operation, " ", model],
+            kind: Kind::Client,
+            start_unix_nano: at(attempt.start),
+            end_unix_nano: at(attempt.end.unwrap_or(*end)),
+            flags: SAMPLED | HAS_IS_REMOTE,
+        });
+        w.attribute("gen_ai.operation.name", Value::Str(operation));
+        w.attribute("gen_ai.provider.name", Value::Str(provider(backend.kind())));
+        w.attribute("gen_ai.request.model", Value::Str(model));
+        w.attribute("switchyard.backend", Value::Str(backend.name()));
         if let Some(host) = backend.discovery_uri.host() {
-            attributes.push(kv("server.address", string(host)));
+            w.attribute("server.address", Value::Str(host));
         }
         if let Some(port) = backend.discovery_uri.port_u16() {
-            attributes.push(kv("server.port", Value::IntValue(i64::from(port))));
+            w.attribute("server.port", Value::Int(i64::from(port)));
         }
         if let Some(status) = attempt.status {
-            attributes.push(kv("http.response.status_code", Value::IntValue(i64::from(status))));
+            w.attribute("http.response.status_code", Value::Int(i64::from(status)));
         }
         if trace.stream {
-            attributes.push(kv("gen_ai.request.stream", Value::BoolValue(true)));
+            w.attribute("gen_ai.request.stream", Value::Bool(true));
             if let Some(first) = attempt.first_chunk {
                 let seconds = first.saturating_duration_since(attempt.start).as_secs_f64();
-                attributes.push(kv("gen_ai.response.time_to_first_chunk", Value::DoubleValue(seconds)));
+                w.attribute("gen_ai.response.time_to_first_chunk", Value::Double(seconds));
             }
         }
         if i == last && attempt.error.is_none() {
-            attributes.push(kv("gen_ai.response.model", string(model)));
+            w.attribute("gen_ai.response.model", Value::Str(model));
             if let Some(n) = outcome.input_tokens {
-                attributes.push(kv("gen_ai.usage.input_tokens", Value::IntValue(n as i64)));
+                w.attribute("gen_ai.usage.input_tokens", Value::Int(n as i64));
             }
             if let Some(n) = outcome.output_tokens {
-                attributes.push(kv("gen_ai.usage.output_tokens", Value::IntValue(n as i64)));
+                w.attribute("gen_ai.usage.output_tokens", Value::Int(n as i64));
             }
         }
         if let Some(error) = attempt.error {
-            attributes.push(kv("error.type", string(error)));
+            w.attribute("error.type", Value::Str(error));
         }
-        out.push(Span {
-            trace_id: trace_id.clone(),
-            span_id: attempt.span_id.to_bytes().to_vec(),
-            trace_state: trace_state.to_owned(),
-            parent_span_id: trace.span_id.to_bytes().to_vec(),
-            flags: SAMPLED | HAS_IS_REMOTE,
-            name: format!("{operation} {model}"),
-            kind: SpanKind::Client as i32,
-            start_time_unix_nano: at(attempt.start),
-            end_time_unix_nano: at(attempt.end.unwrap_or(end)),
-            attributes,
-            status: Some(status(attempt.error.map(str::to_owned))),
-            ..Default::default()
-        });
-    }
-}
-
-fn kv(key: &str, value: Value) -> KeyValue {
-    KeyValue { key: key.to_owned(), value: Some(AnyValue { value: Some(value) }), ..Default::default() }
-}
-
-fn string(text: impl Into<String>) -> Value {
-    Value::StringValue(text.into())
-}
-
-/// Unset, or an error with its description.
-fn status(error: Option<String>) -> Status {
-    match error {
-        Some(message) => Status { code: StatusCode::Error as i32, message },
-        None => Status { code: StatusCode::Unset as i32, message: String::new() },
+        w.end(attempt.error);
     }
 }
 

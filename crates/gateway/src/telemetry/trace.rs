@@ -5,10 +5,13 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
 
 use crate::route::backend::Backend;
+
+pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// A W3C `traceparent` the caller sent: its trace, its span (our parent) and its flags.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,12 +61,11 @@ pub struct Attempt {
     pub error: Option<&'static str>,
 }
 
-/// The request's trace: a server span and its attempts.
+/// A request's trace being recorded: a server span and its attempts.
 pub struct Trace {
     pub trace_id: TraceId,
     pub span_id: SpanId,
     pub parent: Option<Parent>,
-    pub sampled: bool,
     /// The caller's `tracestate`, passed on upstream unchanged.
     pub tracestate: Option<HeaderValue>,
     /// Wall-clock time of `started`, read once: every other time is `started` plus a monotonic offset.
@@ -81,10 +83,6 @@ pub struct Trace {
 impl Trace {
     /// A new attempt at `backend` begins now; its `traceparent` for the upstream request.
     pub fn attempt(&mut self, backend: &Arc<Backend>, span_id: SpanId) -> HeaderValue {
-        if !self.sampled {
-            // No spans will be built: only the header is needed.
-            return self.traceparent(span_id);
-        }
         self.attempts.push(Attempt {
             span_id,
             backend: backend.clone(),
@@ -128,16 +126,20 @@ impl Trace {
 
     /// `traceparent` naming `span_id` as the parent, for a request this one makes.
     pub fn traceparent(&self, span_id: SpanId) -> HeaderValue {
-        // `00-<trace id>-<span id>-<flags>`, written by hand (once per attempt; `format!` of the
-        // ids' Display cost more than building the rest of the trace).
-        let mut text = [0u8; 55];
-        text[..3].copy_from_slice(b"00-");
-        write_hex(&self.trace_id.to_bytes(), &mut text[3..35]);
-        text[35] = b'-';
-        write_hex(&span_id.to_bytes(), &mut text[36..52]);
-        text[52..].copy_from_slice(if self.sampled { b"-01" } else { b"-00" });
-        HeaderValue::from_bytes(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+        traceparent(self.trace_id, span_id, true)
     }
+}
+
+/// `00-<trace id>-<span id>-<flags>`, written by hand (once per attempt; `format!` of the ids'
+/// Display cost more than building the rest of the trace).
+pub fn traceparent(trace_id: TraceId, span_id: SpanId, sampled: bool) -> HeaderValue {
+    let mut text = [0u8; 55];
+    text[..3].copy_from_slice(b"00-");
+    write_hex(&trace_id.to_bytes(), &mut text[3..35]);
+    text[35] = b'-';
+    write_hex(&span_id.to_bytes(), &mut text[36..52]);
+    text[52..].copy_from_slice(if sampled { b"-01" } else { b"-00" });
+    HeaderValue::from_bytes(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// `bytes` as lower-case hex into `out` (twice as long).
@@ -167,11 +169,10 @@ mod tests {
 
     #[test]
     fn the_traceparent_sent_upstream_names_the_trace_and_the_attempt() {
-        let mut trace = Trace {
+        let trace = Trace {
             trace_id: TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
             span_id: SpanId::from_hex("00f067aa0ba902b7").unwrap(),
             parent: None,
-            sampled: true,
             tracestate: None,
             start: SystemTime::now(),
             started: Instant::now(),
@@ -187,8 +188,10 @@ mod tests {
         assert_eq!(value, "00-4bf92f3577b34da6a3ce929d0e0e4736-0a0b0c0d0e0f1011-01");
         let parsed = parse_traceparent(value.as_bytes()).unwrap();
         assert_eq!((parsed.trace_id, parsed.span_id), (trace.trace_id, attempt));
-        trace.sampled = false;
-        assert_eq!(trace.traceparent(attempt), "00-4bf92f3577b34da6a3ce929d0e0e4736-0a0b0c0d0e0f1011-00");
+        assert_eq!(
+            traceparent(trace.trace_id, attempt, false),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0a0b0c0d0e0f1011-00"
+        );
     }
 
     #[test]

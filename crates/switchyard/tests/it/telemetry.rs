@@ -251,6 +251,45 @@ async fn a_stream_reports_time_to_first_chunk_and_a_new_trace_starts_without_a_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsampled_request_records_nothing_and_passes_the_callers_context_on_as_it_came() {
+    let dir = scratch_dir();
+    let collector = Collector::start(&dir, 0);
+    let backend = mock(&["m"]).await;
+    backend.control().keep_ledger();
+    let extra = format!("telemetry: {{endpoint: '{}', batch_delay: 50ms, sample_ratio: 0}}", collector.url());
+    let gw = gateway(&[&backend], &extra).await;
+    let client = TestClient::new();
+    let send = |headers: &'static [(&'static str, &'static str)]| {
+        let (client, url) = (&client, format!("{}/v1/chat/completions", gw.url()));
+        async move {
+            let r = client.post_json(&url, chat_body("m", false).as_bytes(), headers).await.unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    // The caller did not sample: its context goes upstream untouched.
+    const UNSAMPLED: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    send(&[("traceparent", UNSAMPLED), ("tracestate", "vendor=1")]).await;
+    // No caller context and a ratio of 0: a fresh context that says "not sampled".
+    send(&[]).await;
+    // The caller sampled: followed, recorded, and the backend gets the attempt's span as parent.
+    let sampled_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    send(&[("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]).await;
+
+    let sent = backend.control().traceparents();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[0], UNSAMPLED);
+    let fresh: Vec<&str> = sent[1].split('-').collect();
+    assert_eq!((fresh.len(), fresh[0], fresh[3]), (4, "00", "00"), "{}", sent[1]);
+    assert_ne!(fresh[1], "0af7651916cd43dd8448eb211c80319c");
+    assert!(sent[2].starts_with(&format!("00-{sampled_trace}-")) && sent[2].ends_with("-01"), "{}", sent[2]);
+    // Only the sampled request's spans reach the collector.
+    collector.trace(sampled_trace, 2).await;
+    let traces: std::collections::BTreeSet<String> =
+        collector.spans().iter().map(|s| s["traceId"].as_str().unwrap_or("").to_owned()).collect();
+    assert_eq!(traces.into_iter().collect::<Vec<_>>(), vec![sampled_trace.to_owned()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_collector_down_no_request_fails_and_export_resumes_when_it_is_back() {
     let dir = scratch_dir();
     let collector = Collector::start(&dir, 0);
