@@ -112,6 +112,10 @@ pub struct Pinning {
     pub gateway: Option<String>,
     pub mock: Option<String>,
     pub load: Option<String>,
+    /// Where the telemetry bench's export receiver runs, a mock of its own (`sink=1`: the
+    /// collector or webhook being another machine's work, as in production). Unset, the
+    /// backend mock doubles as the receiver, on the measured core.
+    pub sink: Option<String>,
 }
 
 impl Pinning {
@@ -128,7 +132,8 @@ impl Pinning {
                 "gateway" => p.gateway = Some(cpus),
                 "mock" => p.mock = Some(cpus),
                 "load" => p.load = Some(cpus),
-                other => return Err(format!("--pin: unknown role `{other}` (gateway, mock, load)")),
+                "sink" => p.sink = Some(cpus),
+                other => return Err(format!("--pin: unknown role `{other}` (gateway, mock, load, sink)")),
             }
         }
         Ok(p)

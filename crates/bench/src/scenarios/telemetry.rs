@@ -1,5 +1,6 @@
 //! Telemetry: the same gateway build with OpenTelemetry traces and each export sink off and on,
-//! in one run, on one mock (which doubles as the OTLP receiver and the webhook): added latency p50
+//! in one run, on one mock (which doubles as the OTLP receiver and the webhook, unless `--pin
+//! sink=CPUS` gives them a mock of their own): added latency p50
 //! at one connection (rounds interleaved, so drift hits every variant alike), then throughput and
 //! CPU per request at 16 connections — LiteLLM's "with and without the callback" table, for
 //! Switchyard. A second gateway with nothing on is measured like the others: its distance from
@@ -36,9 +37,21 @@ fn variants(mock: &str) -> Vec<(&'static str, String)> {
 
 pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
     let mock = start_mock(&args.model, args.stream_chunks, None, pin)?;
+    // `--pin sink=CPUS`: spans and records go to a mock of their own there, so what receiving
+    // them costs is not counted against the gateway (a collector is another machine's work).
+    let receiver = match &pin.sink {
+        Some(cpus) => Some(start_mock(
+            &args.model,
+            args.stream_chunks,
+            None,
+            &Pinning { mock: Some(cpus.clone()), ..Pinning::default() },
+        )?),
+        None => None,
+    };
+    let sink_url = receiver.as_ref().map_or(&mock.url, |r| &r.url);
     let base = format!("listen: 127.0.0.1:0\nbackends:\n  - {{name: mock, url: '{}'}}\n", mock.url);
     let mut gateways = Vec::new();
-    for (label, extra) in variants(&mock.url) {
+    for (label, extra) in variants(sink_url) {
         gateways.push((label, start_gateway(&format!("{base}{extra}"), pin)?));
     }
     let (d, w) = (args.phase(5.0), args.warmup());
