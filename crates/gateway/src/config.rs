@@ -219,6 +219,8 @@ pub struct Timeouts {
     /// streams in flight finish). HTTP/2 has no head-read clock, and a client that answers the
     /// keep-alive PINGs but sends nothing would otherwise hold its connection forever.
     pub connection_idle: Duration,
+    /// An upstream connection (plain-http backend) idle this long is closed.
+    pub upstream_idle: Duration,
 }
 
 /// What one client connection and request head may take (`limits:`).
@@ -311,6 +313,9 @@ pub struct Config {
     pub health: HealthConfig,
     pub timeouts: Timeouts,
     pub max_body_bytes: usize,
+    /// Idle keep-alive connections kept per plain-http backend; one coming back past this is
+    /// closed (0: none kept, every request connects anew).
+    pub max_idle_upstream_connections: usize,
     pub listener: ListenerLimits,
     pub shutdown_grace: Duration,
     /// Upstream MCP servers (`mcp:`); none by default.

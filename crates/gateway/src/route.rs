@@ -81,7 +81,8 @@ impl Router {
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                Backend::new(i, b.clone(), &config.health, admission.clone(), config.timeouts.connect).map(Arc::new)
+                let pool = crate::upstream::pool::PoolSettings::of(config);
+                Backend::new(i, b.clone(), &config.health, admission.clone(), pool).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let affinity = config.affinity.clone();

@@ -141,6 +141,7 @@ struct RawTimeouts {
     body_read: Option<String>,
     client_write: Option<String>,
     connection_idle: Option<String>,
+    upstream_idle: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -148,6 +149,7 @@ struct RawTimeouts {
 struct RawLimits {
     max_body_bytes: Option<usize>,
     max_connections: Option<usize>,
+    max_idle_upstream_connections: Option<usize>,
     max_headers: Option<usize>,
     max_header_bytes: Option<usize>,
     max_uri_bytes: Option<usize>,
@@ -302,6 +304,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         body_read: duration("timeouts.body_read", &t.body_read, Duration::from_secs(60))?,
         client_write: duration("timeouts.client_write", &t.client_write, Duration::from_secs(60))?,
         connection_idle: duration("timeouts.connection_idle", &t.connection_idle, Duration::from_secs(180))?,
+        upstream_idle: duration("timeouts.upstream_idle", &t.upstream_idle, Duration::from_secs(90))?,
     };
     for (path, d) in [
         ("timeouts.connect", timeouts.connect),
@@ -312,6 +315,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         ("timeouts.body_read", timeouts.body_read),
         ("timeouts.client_write", timeouts.client_write),
         ("timeouts.connection_idle", timeouts.connection_idle),
+        ("timeouts.upstream_idle", timeouts.upstream_idle),
     ] {
         if d.is_zero() {
             return Err(ConfigError::at(path, "must be greater than zero"));
@@ -409,6 +413,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         health,
         timeouts,
         max_body_bytes,
+        max_idle_upstream_connections: raw.limits.max_idle_upstream_connections.unwrap_or(1024),
         listener,
         shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,
         mcp: super::mcp::validate(raw.mcp)?,

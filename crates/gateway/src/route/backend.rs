@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use super::admission::Admission;
 use crate::config::{BackendConfig, BackendKind, HealthConfig};
 use crate::translate::Wire;
-use crate::upstream::pool::H1Pool;
+use crate::upstream::pool::{H1Pool, PoolSettings};
 use crate::upstream::sigv4::SigV4;
 
 /// The Messages API version sent to Anthropic backends.
@@ -59,7 +59,7 @@ impl Backend {
         cfg: BackendConfig,
         health: &HealthConfig,
         admission: Arc<Admission>,
-        connect_timeout: std::time::Duration,
+        pool: PoolSettings,
     ) -> Result<Backend, String> {
         let uri = |path: &str| -> Result<Uri, String> {
             format!("{}{path}", cfg.url).parse().map_err(|_| format!("backend {}: bad URL {}", cfg.name, cfg.url))
@@ -111,7 +111,7 @@ impl Backend {
         let signer = cfg.aws.as_ref().map(|aws| {
             SigV4::new(&aws.access_key_id, &aws.secret_access_key, aws.session_token.as_deref(), &aws.region)
         });
-        let pool = cfg.url.parse::<Uri>().ok().and_then(|url| H1Pool::for_url(&url, connect_timeout));
+        let pool = cfg.url.parse::<Uri>().ok().and_then(|url| H1Pool::for_url(&url, pool));
         Ok(Backend {
             id,
             name_header,

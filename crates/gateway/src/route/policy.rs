@@ -82,9 +82,10 @@ pub(crate) mod test_support {
             api_version: None,
             aws: None,
         };
-        let health = Config::empty().unwrap().health;
+        let config = Config::empty().unwrap();
         let admission = Arc::new(crate::route::admission::Admission::new(1, std::time::Duration::from_secs(1)));
-        Arc::new(Backend::new(id, cfg, &health, admission, std::time::Duration::from_secs(1)).unwrap())
+        let pool = crate::upstream::pool::PoolSettings::of(&config);
+        Arc::new(Backend::new(id, cfg, &config.health, admission, pool).unwrap())
     }
 
     /// Pick `n` times and count picks per candidate index.

@@ -28,10 +28,26 @@ use tokio::net::TcpStream;
 
 type Sender = SendRequest<Full<Bytes>>;
 
-/// A connection idle this long is closed (what hyper-util's pool did for every backend).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// Idle connections kept per backend; one coming back past this is closed.
-const MAX_IDLE: usize = 1024;
+/// How a backend's connections are made and kept.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolSettings {
+    pub connect_timeout: Duration,
+    /// A connection idle this long is closed (`timeouts.upstream_idle`, 90 s as hyper-util's pool).
+    pub idle_timeout: Duration,
+    /// Idle connections kept; one coming back past this is closed
+    /// (`limits.max_idle_upstream_connections`).
+    pub max_idle: usize,
+}
+
+impl PoolSettings {
+    pub fn of(config: &crate::config::Config) -> PoolSettings {
+        PoolSettings {
+            connect_timeout: config.timeouts.connect,
+            idle_timeout: config.timeouts.upstream_idle,
+            max_idle: config.max_idle_upstream_connections,
+        }
+    }
+}
 /// TCP keep-alive probes after this much silence, so a backend host that vanished is noticed.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
@@ -42,7 +58,7 @@ pub struct H1Pool {
     addr: Option<SocketAddr>,
     /// `host[:port]`, the port only when it is not 80 (as hyper-util wrote it).
     host_header: HeaderValue,
-    connect_timeout: Duration,
+    settings: PoolSettings,
     idle: Mutex<Vec<Idle>>,
 }
 
@@ -70,7 +86,7 @@ impl fmt::Display for PoolError {
 
 impl H1Pool {
     /// A pool for the backend at `url` when it is plain `http`; `None` for https and the rest.
-    pub fn for_url(url: &Uri, connect_timeout: Duration) -> Option<Arc<H1Pool>> {
+    pub fn for_url(url: &Uri, settings: PoolSettings) -> Option<Arc<H1Pool>> {
         if url.scheme() != Some(&http::uri::Scheme::HTTP) {
             return None;
         }
@@ -86,7 +102,7 @@ impl H1Pool {
             port,
             addr: bare.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port)),
             host_header,
-            connect_timeout,
+            settings,
             idle: Mutex::new(Vec::new()),
         }))
     }
@@ -140,7 +156,8 @@ impl H1Pool {
     /// health loop calls this, so a quiet backend's connections do not stay open forever).
     pub fn evict_idle(&self) {
         let now = Instant::now();
-        self.lock().retain(|i| now.duration_since(i.since) < IDLE_TIMEOUT && !i.sender.is_closed());
+        let timeout = self.settings.idle_timeout;
+        self.lock().retain(|i| now.duration_since(i.since) < timeout && !i.sender.is_closed());
     }
 
     /// Connections waiting for a request.
@@ -171,7 +188,7 @@ impl H1Pool {
             return;
         }
         let mut idle = self.lock();
-        if idle.len() < MAX_IDLE {
+        if idle.len() < self.settings.max_idle {
             idle.push(Idle { sender, since: Instant::now() });
         }
     }
@@ -183,7 +200,7 @@ impl H1Pool {
                 None => TcpStream::connect((self.host.as_str(), self.port)).await,
             }
         };
-        let stream = tokio::time::timeout(self.connect_timeout, connecting)
+        let stream = tokio::time::timeout(self.settings.connect_timeout, connecting)
             .await
             .map_err(|_| PoolError::ConnectTimeout)?
             .map_err(PoolError::Connect)?;

@@ -1,12 +1,14 @@
 //! Upstream connections: kept alive and reused across requests, plain and streamed, OpenAI and
-//! Anthropic alike (backends that drop their connections: failover.rs and resume.rs).
+//! Anthropic alike, no more kept idle than `limits.max_idle_upstream_connections` and none past
+//! `timeouts.upstream_idle` (backends that drop their connections: failover.rs and resume.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
-use switchyard_testkit::TestClient;
+use switchyard_testkit::{MockConfig, TestClient};
 
 const ANTHROPIC: &str = r#"{"model":"m","max_tokens":16,"stream":STREAM,"messages":[{"role":"user","content":"hi"}]}"#;
 
@@ -66,4 +68,63 @@ async fn concurrent_requests_open_no_more_connections_than_they_need() {
     assert_eq!(backend.control().request_count(), 320);
     let opened = backend.control().connections.load(Relaxed);
     assert!(opened <= 8 + 1, "8 clients at once opened {opened} upstream connections");
+}
+
+/// The gateway's idle upstream connections to `b0`, from `/metrics`.
+async fn idle_connections(client: &TestClient, gw: &switchyard_gateway::RunningGateway) -> u64 {
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("switchyard_backend_idle_connections{backend=\"b0\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no idle gauge for b0:\n{metrics}"))
+}
+
+/// `n` requests at once, each answered after the mock's latency: `n` upstream connections.
+async fn at_once(client: &TestClient, gw: &switchyard_gateway::RunningGateway, n: usize) {
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (client, url) = (client.clone(), format!("{}/v1/chat/completions", gw.url()));
+        requests.spawn(async move {
+            let r = client.post_json(&url, chat_body("m", false).as_bytes(), &[]).await.unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+        });
+    }
+    while let Some(done) = requests.join_next().await {
+        done.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn idle_upstream_connections_past_the_limit_are_closed() {
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(300), ..Default::default() }).await;
+    let gw = gateway(&[&backend], "limits: {max_idle_upstream_connections: 2}").await;
+    let client = TestClient::new();
+    at_once(&client, &gw, 6).await;
+    let opened = backend.control().connections.load(Relaxed);
+    assert!(opened >= 6, "6 requests at once opened {opened} connections");
+    assert_eq!(idle_connections(&client, &gw).await, 2, "two kept, four closed");
+    // The next six at once find two connections to reuse: four are opened anew.
+    at_once(&client, &gw, 6).await;
+    let new = backend.control().connections.load(Relaxed) - opened;
+    // (A health probe may open one of its own.)
+    assert!((4..=5).contains(&new), "{new} new connections: the limit kept {} idle", 6 - new);
+}
+
+#[tokio::test]
+async fn an_upstream_connection_idle_past_its_timeout_is_closed() {
+    let backend = mock(&["m"]).await;
+    let gw = gateway(&[&backend], "timeouts: {upstream_idle: 200ms}\nhealth: {interval: 50ms}").await;
+    let client = TestClient::new();
+    one(&client, &gw, 0).await;
+    assert_eq!(idle_connections(&client, &gw).await, 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while idle_connections(&client, &gw).await > 0 {
+        assert!(Instant::now() < deadline, "the idle connection outlived timeouts.upstream_idle by seconds");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The next request connects anew.
+    let before = backend.control().connections.load(Relaxed);
+    one(&client, &gw, 0).await;
+    assert!(backend.control().connections.load(Relaxed) > before, "the closed connection was reused");
 }
