@@ -325,6 +325,7 @@ pub async fn forward(
                         headers: client_headers,
                         attempts: attempt + 1,
                         fallbacks: fallbacks.as_slice(),
+                        chain: &hints.chain,
                     };
                     return served_by(respond(app, answer, call, metering, &mut bodies, resume).await, &routed.model);
                 }
@@ -379,6 +380,7 @@ pub async fn forward(
             headers: client_headers,
             attempts: app.config.max_attempts,
             fallbacks: fallbacks.as_slice(),
+            chain: &hints.chain,
         };
         return served_by(respond(app, answer, call, metering, &mut bodies, resume).await, &routed.model);
     }

@@ -39,6 +39,9 @@ pub struct Resumer {
     pub deadline: Instant,
     /// Fallback models not yet tried (`fallbacks:`), for when no backend of `model` can carry on.
     pub fallbacks: Vec<String>,
+    /// The prompt's block hashes (cache-aware routing): a backend holding the conversation's
+    /// prefix prefills the continuation from its cache rather than from scratch.
+    pub chain: Vec<u64>,
 }
 
 /// Whether a stream of `endpoint` can be carried on by another backend.
@@ -92,8 +95,11 @@ impl Resumer {
         let earlier = Tokens { prompt, completion, total: prompt + completion, cached: 0 };
         let app = self.app.clone();
         let mut fallen_back = None;
+        // Where the strategy is cache-aware, the backends not yet tried that hold the most of
+        // the prompt come first: the continuation re-sends all of it.
+        let mut hints = RouteHints { chain: self.chain.clone(), ..RouteHints::default() };
         loop {
-            let selected = match app.router.select_with(&self.model, &RouteHints::default(), &self.tried) {
+            let selected = match app.router.select_with(&self.model, &hints, &self.tried) {
                 Ok(selected) => selected,
                 // No backend of the model can carry the answer on: the next fallback model may.
                 Err(_) => {
@@ -104,6 +110,8 @@ impl Resumer {
                     self.client_body = crate::http::parse::with_model(&self.client_body, &to).ok()?;
                     decoded = Decoded::decode(self.endpoint, &self.client_body, &to).ok()?;
                     app.metrics.count_fallback(&self.model, &to);
+                    // Another model's backends cache another model's prefixes.
+                    hints.chain.clear();
                     self.model = to.clone();
                     fallen_back = Some(to);
                     self.tried.clear();
@@ -174,6 +182,8 @@ pub(super) struct Resumption<'a> {
     pub attempts: u32,
     /// The request's fallback models not yet tried.
     pub fallbacks: &'a [String],
+    /// The prompt's block hashes, empty unless the routing strategy uses them.
+    pub chain: &'a [u64],
 }
 
 impl Resumption<'_> {
@@ -198,6 +208,7 @@ impl Resumption<'_> {
             resumes_left,
             deadline: call.deadline,
             fallbacks: self.fallbacks.to_vec(),
+            chain: self.chain.to_vec(),
         };
         Some(Resumable::new(call.endpoint, Box::new(resumer)))
     }

@@ -238,3 +238,72 @@ async fn a_stream_whose_model_has_no_other_backend_carries_on_at_its_fallback_mo
     let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
     assert!(metrics.contains("switchyard_fallbacks_total{from=\"m\",to=\"small\"} 1"), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_resume_goes_to_a_backend_holding_the_conversations_prefix() {
+    // Three backends of two slots each, cache-aware routing; a prompt long enough to span
+    // several of the prefix index's blocks.
+    let paced =
+        || MockConfig { stream_chunks: 40, chunk_delay: std::time::Duration::from_millis(25), ..MockConfig::default() };
+    let mocks = [mock_with(&["m"], paced()).await, mock_with(&["m"], paced()).await, mock_with(&["m"], paced()).await];
+    let mut yaml = "listen: 127.0.0.1:0\nrouting: {strategy: cache-aware}\nbackends:\n".to_owned();
+    for (i, m) in mocks.iter().enumerate() {
+        yaml.push_str(&format!("  - {{name: b{i}, url: '{}', max_concurrency: 2}}\n", m.url()));
+    }
+    let gw = gateway_yaml(&yaml).await;
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let words = "the conversation so far, long enough to fill several prefix blocks ".repeat(40);
+    let body = |stream: bool| {
+        serde_json::json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": words}]})
+            .to_string()
+    };
+    let index = |name: &str| name.trim_start_matches('b').parse::<usize>().unwrap();
+    let open = || async {
+        let resp = TestClient::new().send(http::Method::POST, &url, body(true).into(), &[]).await.unwrap();
+        let backend = index(resp.headers()["x-switchyard-backend"].to_str().unwrap());
+        (resp, backend)
+    };
+
+    // The prompt's first request: its backend (`holder`) now has the prefix cached.
+    let r = TestClient::new().post_json(&url, body(false).as_bytes(), &[]).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let holder = index(r.header("x-switchyard-backend").unwrap());
+    // Streams of the same prompt go there again, and fill both its slots.
+    let (busy, first_busy) = open().await;
+    let (more_busy, second_busy) = open().await;
+    assert_eq!((first_busy, second_busy), (holder, holder));
+    // So the next one starts elsewhere, on a backend that will die mid-answer (either other one
+    // may be picked: both are set to).
+    for (i, m) in mocks.iter().enumerate() {
+        if i != holder {
+            m.control().set_die_after_frames(8);
+        }
+    }
+    let before: Vec<u64> = mocks.iter().map(|m| m.control().request_count()).collect();
+    let streaming = tokio::spawn({
+        let (url, body) = (url.clone(), body(true));
+        async move { TestClient::new().post_stream(&url, body.as_bytes(), &[]).await.unwrap() }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while mocks.iter().enumerate().all(|(i, m)| i == holder || m.control().request_count() == before[i]) {
+        assert!(std::time::Instant::now() < deadline, "the stream never started");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // It has started: one of the holder's streams ends (its client goes away), so when the
+    // answer breaks the holder has room but one more request in flight than the third backend.
+    // By load alone the third one would carry the answer on; by the cache, the holder.
+    drop(more_busy);
+    let (status, headers, frames) = streaming.await.unwrap();
+    let text = String::from_utf8(frames.concat()).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let first = index(headers["x-switchyard-backend"].to_str().unwrap());
+    assert_ne!(first, holder);
+    let (content, roles, finishes, _) = read_openai(&text);
+    assert_eq!((roles, finishes), (1, 1), "{text}");
+    assert!(content.starts_with("tok0 tok1 "), "{content}");
+    let third = (0..3).find(|&i| i != holder && i != first).unwrap();
+    let after: Vec<u64> = mocks.iter().map(|m| m.control().request_count()).collect();
+    assert_eq!(after[holder] - before[holder], 1, "the holder carried the answer on: {before:?} → {after:?}");
+    assert_eq!(after[third], before[third], "the backend without the prefix was not asked: {before:?} → {after:?}");
+    drop(busy);
+}
