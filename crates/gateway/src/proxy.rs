@@ -516,8 +516,7 @@ fn respond_relayed(
     let backend_name = guard.backend().name_header.clone();
 
     let mut resp = Response::new(());
-    // Room for everything below at once (upstream's headers, ours, six rate-limit ones): growing
-    // the map midway rehashes it.
+    // Room for all the headers below at once (upstream's, ours, six rate-limit ones): growing rehashes.
     resp.headers_mut().reserve(parts.headers.len() + 10);
     insert_limit_headers(resp.headers_mut(), &meter, &permit);
     let translator = match plan {
