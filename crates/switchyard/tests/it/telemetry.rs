@@ -307,11 +307,7 @@ async fn with_the_collector_down_no_request_fails_and_export_resumes_when_it_is_
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
-        let failed = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("switchyard_telemetry_spans_failed_total "))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
+        let failed = metric(&metrics, "switchyard_telemetry_spans_failed_total ").unwrap_or(0);
         if failed > 0 {
             break;
         }

@@ -73,10 +73,7 @@ async fn concurrent_requests_open_no_more_connections_than_they_need() {
 /// The gateway's idle upstream connections to `b0`, from `/metrics`.
 async fn idle_connections(client: &TestClient, gw: &switchyard_gateway::RunningGateway) -> u64 {
     let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("switchyard_backend_idle_connections{backend=\"b0\"} "))
-        .and_then(|v| v.trim().parse().ok())
+    metric(&metrics, "switchyard_backend_idle_connections{backend=\"b0\"} ")
         .unwrap_or_else(|| panic!("no idle gauge for b0:\n{metrics}"))
 }
 

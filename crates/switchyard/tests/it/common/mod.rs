@@ -184,3 +184,8 @@ pub fn every_api(model: &str, text: &str) -> Vec<(&'static str, serde_json::Valu
     }
     out
 }
+
+/// The value of the `/metrics` line starting with `line_start` (name and labels, then a space).
+pub fn metric(text: &str, line_start: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(line_start)).and_then(|v| v.trim().parse().ok())
+}
