@@ -2,7 +2,11 @@
 //! and a gzip copy made once on first use (the UI is served to a few operators, never on the hot path).
 //!
 //! The files are hand-written HTML, CSS and JavaScript with no build step (no Node toolchain needed),
-//! plus uPlot for charts, vendored minified with its licence (`assets/uPlot-LICENSE`).
+//! plus uPlot for charts, vendored minified with its licence (`assets/uPlot-LICENSE`). The JavaScript
+//! is native ES modules the browser loads as they are: `app.js` is the entry, `lib/` the shared pieces
+//! (DOM helpers, formatting, the API client, charts, view components, the router) and `pages/` one
+//! module per page. A new file needs a line below (and a module a `modulepreload` in `index.html`):
+//! the tests say so.
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -62,6 +66,19 @@ assets! {
     "index.html" => "text/html; charset=utf-8",
     "login.html" => "text/html; charset=utf-8",
     "app.js" => "text/javascript; charset=utf-8",
+    "lib/dom.js" => "text/javascript; charset=utf-8",
+    "lib/format.js" => "text/javascript; charset=utf-8",
+    "lib/api.js" => "text/javascript; charset=utf-8",
+    "lib/chart.js" => "text/javascript; charset=utf-8",
+    "lib/components.js" => "text/javascript; charset=utf-8",
+    "lib/router.js" => "text/javascript; charset=utf-8",
+    "pages/overview.js" => "text/javascript; charset=utf-8",
+    "pages/usage.js" => "text/javascript; charset=utf-8",
+    "pages/requests.js" => "text/javascript; charset=utf-8",
+    "pages/keys.js" => "text/javascript; charset=utf-8",
+    "pages/backends.js" => "text/javascript; charset=utf-8",
+    "pages/mcp.js" => "text/javascript; charset=utf-8",
+    "pages/playground.js" => "text/javascript; charset=utf-8",
     "app.css" => "text/css; charset=utf-8",
     "uplot.iife.min.js" => "text/javascript; charset=utf-8",
     "uplot.min.css" => "text/css; charset=utf-8",
@@ -69,7 +86,7 @@ assets! {
     "favicon.svg" => "image/svg+xml",
 }
 
-/// The file called `name` (`app.js`, `index.html`…), if the console has one.
+/// The file called `name` (`app.js`, `pages/keys.js`, `index.html`…), if the console has one.
 pub fn asset(name: &str) -> Option<&'static Asset> {
     ASSETS.iter().find(|a| a.name == name)
 }
@@ -97,5 +114,41 @@ mod tests {
         let a = asset("index.html").map(Asset::etag);
         assert_eq!(a, asset("index.html").map(Asset::etag));
         assert_ne!(a, asset("login.html").map(Asset::etag));
+        assert!(asset("pages/keys.js").is_some_and(|a| a.content_type.starts_with("text/javascript")));
+    }
+
+    /// Every file under `assets/` is embedded (a module left out would be a 404 in the browser), and
+    /// every module is preloaded by `index.html` and small enough to read (600 lines at most).
+    #[test]
+    fn every_file_is_embedded_and_every_module_preloaded() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
+        let mut dirs = vec![root.clone()];
+        let mut files = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
+                let path = entry.path();
+                if entry.file_name().to_string_lossy().starts_with('.') {
+                    continue; // an editor's swap file, say
+                } else if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    files.push(path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        files.sort();
+        let mut embedded: Vec<String> = all().iter().map(|a| a.name.to_owned()).collect();
+        embedded.sort();
+        assert_eq!(files, embedded, "the files in assets/ and the ones embedded differ");
+
+        let index = String::from_utf8_lossy(asset("index.html").map(|a| a.bytes).unwrap_or_default()).into_owned();
+        for a in all().iter().filter(|a| a.name.ends_with(".js") && a.name != "uplot.iife.min.js") {
+            let lines = a.bytes.iter().filter(|b| **b == b'\n').count();
+            assert!(lines <= 600, "{} has {lines} lines; split it (the budget is 600)", a.name);
+            if a.name != "app.js" {
+                let preload = format!(r#"<link rel="modulepreload" href="/ui/assets/{}">"#, a.name);
+                assert!(index.contains(&preload), "index.html does not preload {}", a.name);
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The JSON the console's pages read: the live overview (one request per refresh), usage by key,
 //! user, team or model from the hourly rollup, the request log, and backends with their recent
-//! health. Shapes are the console's own (`crates/console/assets/app.js` reads them).
+//! health. Shapes are the console's own (the modules under `crates/console/assets/pages` read them).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
