@@ -54,6 +54,8 @@ pub struct App {
     pub redactor: Option<Arc<crate::redact::Redactor>>,
     /// The response cache (`cache:`); None: off.
     pub cache: Option<Arc<crate::cache::ResponseCache>>,
+    /// Checks on content (`guard.rs`): none by default, and then the request path skips them.
+    pub guards: crate::guard::Guards,
 }
 
 /// Keys are looked up in the store.
@@ -143,6 +145,7 @@ impl App {
             reload: None,
             redactor,
             cache,
+            guards: crate::guard::Guards::default(),
         })
     }
 
@@ -197,6 +200,7 @@ impl App {
             reload: self.reload.clone(),
             redactor,
             cache,
+            guards: self.guards.clone(),
         })
     }
 

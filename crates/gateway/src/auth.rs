@@ -3,6 +3,7 @@
 //! with negative entries; revocation through this process evicts at once, so a revoked key is
 //! refused on its very next request.
 
+mod identity;
 pub mod key;
 pub mod session;
 
@@ -23,7 +24,9 @@ pub trait KeyLookup: Send + Sync + 'static {
     fn lookup(&self, id: &str) -> Pin<Box<dyn Future<Output = Result<Option<KeyRecord>, String>> + Send + '_>>;
 }
 
-/// Who is calling.
+pub use identity::{Identity, Role, Subject};
+
+/// Which credential a request presented.
 #[derive(Debug, Clone)]
 pub enum Principal {
     /// No master key configured: the gateway is open (local use).
@@ -138,12 +141,12 @@ impl Auth {
     }
 
     /// Authenticate a client request.
-    pub async fn authenticate(&self, headers: &HeaderMap, now_unix: i64) -> Result<Principal, GatewayError> {
+    pub async fn authenticate(&self, headers: &HeaderMap, now_unix: i64) -> Result<Identity, GatewayError> {
         if !self.enabled() {
-            return Ok(Principal::Open);
+            return Ok(Identity::from(Principal::Open));
         }
         if self.is_master(headers) {
-            return Ok(Principal::Master);
+            return Ok(Identity::from(Principal::Master));
         }
         let token = presented_key(headers).ok_or_else(|| {
             unauthorized("missing API key: send `Authorization: Bearer sy-…` or `x-api-key`", "missing_api_key")
@@ -164,7 +167,7 @@ impl Auth {
         if record.expires_at.is_some_and(|t| t <= now_unix) {
             return Err(unauthorized("this API key has expired", "key_expired"));
         }
-        Ok(Principal::Key(record))
+        Ok(Identity::from(Principal::Key(record)))
     }
 
     /// The key's record (None: no such key) and the tag of the secret last verified for it.
@@ -270,11 +273,17 @@ mod tests {
         let (id, secret, full) = key::generate().unwrap();
         let store = Arc::new(MapStore(Mutex::new(HashMap::from([(id.clone(), record(&id, hasher.hash(&secret)))]))));
         let auth = Auth::new(Some("master-key".into()), hasher, store.clone());
-        assert!(matches!(auth.authenticate(&headers(&full), 0).await, Ok(Principal::Key(_))));
-        assert!(matches!(auth.authenticate(&headers("master-key"), 0).await, Ok(Principal::Master)));
+        assert!(matches!(
+            auth.authenticate(&headers(&full), 0).await,
+            Ok(Identity { principal: Principal::Key(_), .. })
+        ));
+        assert!(matches!(
+            auth.authenticate(&headers("master-key"), 0).await,
+            Ok(Identity { principal: Principal::Master, .. })
+        ));
         let mut xh = HeaderMap::new();
         xh.insert("x-api-key", full.parse().unwrap());
-        assert!(matches!(auth.authenticate(&xh, 0).await, Ok(Principal::Key(_))));
+        assert!(matches!(auth.authenticate(&xh, 0).await, Ok(Identity { principal: Principal::Key(_), .. })));
         let flipped = if full.ends_with('0') { "1" } else { "0" };
         let wrong_secret = format!("{}{flipped}", &full[..full.len() - 1]);
         for bad in ["", "sk-nope", &full.replace('.', "_"), &wrong_secret] {
@@ -293,7 +302,10 @@ mod tests {
     #[tokio::test]
     async fn open_without_master_key() {
         let auth = Auth::new(None, Hasher::new(b"x"), Arc::new(MapStore(Mutex::new(HashMap::new()))));
-        assert!(matches!(auth.authenticate(&HeaderMap::new(), 0).await, Ok(Principal::Open)));
+        assert!(matches!(
+            auth.authenticate(&HeaderMap::new(), 0).await,
+            Ok(Identity { principal: Principal::Open, .. })
+        ));
     }
 
     #[test]

@@ -1,5 +1,9 @@
-//! The client-facing endpoints the gateway serves: which API a path belongs to, and the label
-//! it carries in metrics. The bottom of the pipeline: everything may name an endpoint.
+//! The client-facing endpoints the gateway serves, as data: each is one row of `TABLE` — its
+//! path, metrics label, span route, GenAI operation, where its model is named, and what the
+//! pipeline does for it (usage asked for on streams, charged or not, resumable, cacheable). The
+//! request path reads the row; it never matches on the endpoint itself. Adding an endpoint is a
+//! variant, a row, and (where the answer reports usage in a new spelling) its extraction in
+//! `usage/extract.rs`. The bottom of the pipeline: everything may name an endpoint.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -24,6 +28,119 @@ pub enum Endpoint {
     Other,
 }
 
+/// Where a request names its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelIn {
+    /// The JSON body's `model`.
+    Body,
+    /// The path (`/v1beta/models/{model}:generateContent`).
+    Path,
+    /// Not a model request.
+    Nowhere,
+}
+
+/// One endpoint's row: what the pipeline needs to know about it.
+#[derive(Debug)]
+pub struct Spec {
+    pub endpoint: Endpoint,
+    /// The path that names it, after `/v1` is stripped (None: matched by its model path).
+    pub path: Option<&'static str>,
+    /// Its label in metrics and the usage log.
+    pub label: &'static str,
+    /// The route as clients write it, for span names.
+    pub route: Option<&'static str>,
+    /// `gen_ai.operation.name`, per the GenAI semantic conventions.
+    pub operation: &'static str,
+    pub model_in: ModelIn,
+    /// A stream's usage is asked for upstream (`stream_options.include_usage`) and the extra
+    /// chunk hidden from a client that did not ask for it.
+    pub stream_usage: bool,
+    /// Requests are billed (token counting is not).
+    pub charged: bool,
+    /// A broken stream can be carried on by another backend.
+    pub resumable: bool,
+    /// Answers may be kept in the response cache.
+    pub cacheable: bool,
+}
+
+const fn row(endpoint: Endpoint, path: &'static str, label: &'static str, route: &'static str) -> Spec {
+    Spec {
+        endpoint,
+        path: Some(path),
+        label,
+        route: Some(route),
+        operation: "chat",
+        model_in: ModelIn::Body,
+        stream_usage: false,
+        charged: true,
+        resumable: true,
+        cacheable: true,
+    }
+}
+
+/// Every endpoint, in `Endpoint`'s order (a test checks it).
+pub static TABLE: [Spec; Endpoint::ALL.len()] = [
+    Spec {
+        stream_usage: true,
+        ..row(Endpoint::ChatCompletions, "/chat/completions", "chat_completions", "/v1/chat/completions")
+    },
+    Spec {
+        operation: "text_completion",
+        stream_usage: true,
+        resumable: false,
+        ..row(Endpoint::Completions, "/completions", "completions", "/v1/completions")
+    },
+    Spec {
+        operation: "embeddings",
+        resumable: false,
+        ..row(Endpoint::Embeddings, "/embeddings", "embeddings", "/v1/embeddings")
+    },
+    Spec {
+        model_in: ModelIn::Nowhere,
+        resumable: false,
+        cacheable: false,
+        ..row(Endpoint::Models, "/models", "models", "/v1/models")
+    },
+    row(Endpoint::Responses, "/responses", "responses", "/v1/responses"),
+    row(Endpoint::Messages, "/messages", "messages", "/v1/messages"),
+    Spec {
+        charged: false,
+        resumable: false,
+        cacheable: false,
+        ..row(Endpoint::CountTokens, "/messages/count_tokens", "count_tokens", "/v1/messages/count_tokens")
+    },
+    row(Endpoint::OllamaChat, "/api/chat", "ollama_chat", "/api/chat"),
+    Spec {
+        operation: "text_completion",
+        ..row(Endpoint::OllamaGenerate, "/api/generate", "ollama_generate", "/api/generate")
+    },
+    Spec {
+        operation: "embeddings",
+        resumable: false,
+        ..row(Endpoint::OllamaEmbed, "/api/embed", "ollama_embed", "/api/embed")
+    },
+    Spec {
+        path: None,
+        model_in: ModelIn::Path,
+        resumable: false,
+        ..row(Endpoint::GeminiGenerate, "", "gemini_generate", "/v1beta/models/{model}:generateContent")
+    },
+    Spec {
+        path: None,
+        model_in: ModelIn::Path,
+        resumable: false,
+        ..row(Endpoint::GeminiStream, "", "gemini_stream", "/v1beta/models/{model}:streamGenerateContent")
+    },
+    Spec {
+        path: None,
+        route: None,
+        model_in: ModelIn::Nowhere,
+        resumable: false,
+        cacheable: false,
+        ..row(Endpoint::Other, "", "other", "")
+    },
+];
+
 impl Endpoint {
     pub const ALL: [Endpoint; 13] = [
         Endpoint::ChatCompletions,
@@ -41,43 +158,25 @@ impl Endpoint {
         Endpoint::Other,
     ];
 
+    /// This endpoint's row of `TABLE`.
+    pub fn spec(self) -> &'static Spec {
+        &TABLE[self as usize]
+    }
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "chat_completions",
-            Endpoint::Completions => "completions",
-            Endpoint::Embeddings => "embeddings",
-            Endpoint::Models => "models",
-            Endpoint::Responses => "responses",
-            Endpoint::Messages => "messages",
-            Endpoint::CountTokens => "count_tokens",
-            Endpoint::OllamaChat => "ollama_chat",
-            Endpoint::OllamaGenerate => "ollama_generate",
-            Endpoint::OllamaEmbed => "ollama_embed",
-            Endpoint::GeminiGenerate => "gemini_generate",
-            Endpoint::GeminiStream => "gemini_stream",
-            Endpoint::Other => "other",
-        }
+        self.spec().label
     }
 
     /// The endpoint a request path names. `/v1/...` and the bare paths some clients build from a
     /// base URL without `/v1` are the same endpoint; the caller strips `/v1`.
     pub fn from_path(path: &str) -> Endpoint {
-        match path {
-            "/chat/completions" => Endpoint::ChatCompletions,
-            "/completions" => Endpoint::Completions,
-            "/embeddings" => Endpoint::Embeddings,
-            "/models" => Endpoint::Models,
-            "/responses" => Endpoint::Responses,
-            "/messages" => Endpoint::Messages,
-            "/messages/count_tokens" => Endpoint::CountTokens,
-            "/api/chat" => Endpoint::OllamaChat,
-            "/api/generate" => Endpoint::OllamaGenerate,
-            "/api/embed" => Endpoint::OllamaEmbed,
-            _ => match Endpoint::gemini_model(path) {
-                Some((_, true)) => Endpoint::GeminiStream,
-                Some((_, false)) => Endpoint::GeminiGenerate,
-                None => Endpoint::Other,
-            },
+        if let Some(spec) = TABLE.iter().find(|s| s.path == Some(path)) {
+            return spec.endpoint;
+        }
+        match Endpoint::gemini_model(path) {
+            Some((_, true)) => Endpoint::GeminiStream,
+            Some((_, false)) => Endpoint::GeminiGenerate,
+            None => Endpoint::Other,
         }
     }
 
@@ -97,34 +196,33 @@ impl Endpoint {
 
     /// The route as clients write it (`/v1/chat/completions`), for span names; None for `Other`.
     pub fn route(self) -> Option<&'static str> {
-        Some(match self {
-            Endpoint::ChatCompletions => "/v1/chat/completions",
-            Endpoint::Completions => "/v1/completions",
-            Endpoint::Embeddings => "/v1/embeddings",
-            Endpoint::Models => "/v1/models",
-            Endpoint::Responses => "/v1/responses",
-            Endpoint::Messages => "/v1/messages",
-            Endpoint::CountTokens => "/v1/messages/count_tokens",
-            Endpoint::OllamaChat => "/api/chat",
-            Endpoint::OllamaGenerate => "/api/generate",
-            Endpoint::OllamaEmbed => "/api/embed",
-            Endpoint::GeminiGenerate => "/v1beta/models/{model}:generateContent",
-            Endpoint::GeminiStream => "/v1beta/models/{model}:streamGenerateContent",
-            Endpoint::Other => return None,
-        })
+        self.spec().route
     }
 
     /// `gen_ai.operation.name` of a request here, per the GenAI semantic conventions.
     pub fn operation(self) -> &'static str {
-        match self {
-            Endpoint::Completions | Endpoint::OllamaGenerate => "text_completion",
-            Endpoint::Embeddings | Endpoint::OllamaEmbed => "embeddings",
-            _ => "chat",
-        }
+        self.spec().operation
     }
 
     /// Whether requests here are forwarded to a backend (a POST with a `model`).
     pub fn is_proxied(self) -> bool {
-        !matches!(self, Endpoint::Models | Endpoint::Other)
+        self.spec().model_in != ModelIn::Nowhere
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_the_enums_order_and_paths_lead_back() {
+        for (i, endpoint) in Endpoint::ALL.into_iter().enumerate() {
+            assert_eq!(TABLE[i].endpoint, endpoint);
+            if let Some(path) = TABLE[i].path {
+                assert_eq!(Endpoint::from_path(path), endpoint);
+            }
+        }
+        assert_eq!(Endpoint::from_path("/v1beta/models/g:streamGenerateContent"), Endpoint::GeminiStream);
+        assert_eq!(Endpoint::from_path("/nope"), Endpoint::Other);
     }
 }

@@ -9,14 +9,14 @@
 //! 3. handlers — `proxy` (every model endpoint), `mcp` (`/mcp`, `/mcp/{server}`: the MCP
 //!    gateway, protocol in the `switchyard-mcp` crate), `admin` (`/admin`, master key), `catalog`
 //!    (`/v1/models`, Ollama's catalogue, `/health`, `/ready`, `/metrics`).
-//! 4. `proxy` in order: authenticate (`auth`) → read the body under `limits.max_body_bytes` and
-//!    parse only `model`/`stream`/routing hints (`http/parse.rs`) → key's model allow-list and
-//!    rate limits (`limit`) → budget reservation → candidates for the model and the routing
-//!    policy (`route`) → per-attempt plan: pass through, or translate for the backend's API
-//!    (`translate`) → upstream call with connect/first-byte timeouts; a failure before anything
-//!    reached the client is retried on another backend → relay frame by frame with an idle
-//!    timeout (`http/relay.rs`), metering usage on the way (`http/metering.rs` → `usage` journal
-//!    → `store`), settling limits and budgets when the response ends however it ends.
+//! 4. `proxy` as its phases: authenticate (`auth` → an `Identity`) → read and parse only
+//!    `model`/`stream`/routing hints (`http/parse.rs`) → admit: the key's model allow-list, rate
+//!    limits and budget (`limit`) → guard the request (`guard`) → cache → route and attempt
+//!    (`route`, `translate`, `upstream`; a failure before anything reached the client is retried
+//!    on another backend, then fallback models) → relay frame by frame with the answer guards
+//!    (`http/relay.rs`), metering usage (`http/metering.rs` → `usage` journal → `store`) → settle:
+//!    one owned value (`proxy/settle.rs`) settles limits, budget, usage and trace however the
+//!    request ends. docs/ARCHITECTURE.md has the table of phases.
 //! 5. `app` — the shared state all of the above read: built once, never imports a handler.
 //! 6. `http` — response bodies, JSON and error responses, body reading, relay, metering.
 //! 7. `auth`, `limit` (across a fleet through `shared`, the Redis connection), `route` (health probes and discovery run beside the pipeline, one task
@@ -41,6 +41,7 @@ pub mod console;
 pub mod endpoint;
 pub mod error;
 pub mod glob;
+pub mod guard;
 pub mod http;
 pub mod limit;
 pub mod mcp;
@@ -59,4 +60,4 @@ pub mod usage;
 
 pub use app::App;
 pub use config::Config;
-pub use server::{request_reload, start, RunningGateway};
+pub use server::{request_reload, start, start_guarded, RunningGateway};

@@ -11,7 +11,6 @@ use hyper::body::Incoming;
 use switchyard_mcp::{Answer, Body, CallRecord, OnCall, Scope};
 
 use crate::app::App;
-use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::http::{full, parse::read_body, GatewayBody, SseEvents};
 use crate::limit::Limits;
@@ -37,10 +36,7 @@ pub async fn handle(
     let (parts, body) = req.into_parts();
     let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
-    let key = match &principal {
-        Principal::Key(k) => Some(k.clone()),
-        _ => None,
-    };
+    let key = principal.key_record().cloned();
     let on_call = recorder(app, key.clone(), request_id);
     let permits: switchyard_mcp::SharedPermits = match &key {
         Some(k) => {

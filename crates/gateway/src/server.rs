@@ -115,10 +115,20 @@ pub async fn start(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunningGateway, String> {
+    start_guarded(config, crate::guard::Guards::default(), shutdown).await
+}
+
+/// `start` with guards on the traffic (`guard.rs`), for an embedder that brings its own checks.
+pub async fn start_guarded(
+    config: Config,
+    guards: crate::guard::Guards,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<RunningGateway, String> {
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (mut app, writer, exports) = App::open(config).await?;
+    app.guards = guards;
     let exporting = match &app.config.telemetry {
         Some(telemetry) => {
             let (telemetry, exporting) = crate::telemetry::Telemetry::start(telemetry, app.config.timeouts.connect)?;

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["admin", "catalog", "mcp", "proxy"],
     &["app"],
     &["http"],
-    &["auth", "cache", "limit", "metrics", "store", "telemetry"],
+    &["auth", "cache", "guard", "limit", "metrics", "store", "telemetry"],
     &["route", "usage", "error", "shared"],
     &["translate", "upstream"],
     &["config", "records"],

@@ -21,6 +21,7 @@ use tokio::time::{Instant, Sleep};
 use super::metering::Meter;
 use super::resume::Resumable;
 use crate::error::{sse_error_event, GatewayError};
+use crate::guard::{AnswerGuards, Blocked};
 use crate::metrics::Metrics;
 use crate::route::backend::InFlight;
 use crate::translate::StreamTranslator;
@@ -71,6 +72,8 @@ pin_project! {
         // Set when a failed backend's answer may be carried on by another (boxed: most bodies
         // have none, and the body is moved by value through hyper).
         resumable: Option<Box<Resumable>>,
+        // The answer guards (`guard.rs`); None without any (boxed for the same reason).
+        guards: Option<Box<AnswerGuards>>,
         completion: Completion,
     }
 }
@@ -92,6 +95,7 @@ impl RelayBody {
             sse,
             translator: None,
             resumable: None,
+            guards: None,
             completion,
         }
     }
@@ -103,6 +107,11 @@ impl RelayBody {
 
     pub fn with_resume(mut self, resumable: Option<Resumable>) -> Self {
         self.resumable = resumable.map(Box::new);
+        self
+    }
+
+    pub fn with_guards(mut self, guards: Option<Box<AnswerGuards>>) -> Self {
+        self.guards = guards;
         self
     }
 }
@@ -138,9 +147,14 @@ fn meter_frame(meter: &mut Option<Box<Meter>>, frame: Frame<Bytes>) -> Option<Fr
     }
 }
 
-/// The backend's stream ended cleanly: the translator's last events, the meter's held-back tail
-/// (recorded before the client sees the end).
-fn finish(translator: &mut Option<StreamTranslator>, meter: &mut Option<Box<Meter>>) -> Option<Bytes> {
+/// The backend's stream ended cleanly: the translator's last events and what the guards held
+/// back, then the meter's held-back tail (recorded before the client sees the end).
+fn finish(
+    translator: &mut Option<StreamTranslator>,
+    guards: &mut Option<Box<AnswerGuards>>,
+    sse: bool,
+    meter: &mut Option<Box<Meter>>,
+) -> Result<Option<Bytes>, Blocked> {
     let translated_tail = match translator.as_mut() {
         Some(t) if t.translates() => Some(t.finish()).filter(|b| !b.is_empty()),
         Some(t) => {
@@ -150,27 +164,48 @@ fn finish(translator: &mut Option<StreamTranslator>, meter: &mut Option<Box<Mete
         None => None,
     };
     report_usage(translator, meter);
-    if let Some(tail) = translated_tail {
+    let tail = match guards.as_mut() {
+        Some(g) => guarded_tail(g, translated_tail, sse)?,
+        None => translated_tail,
+    };
+    if let Some(tail) = tail {
         if let Some(meter) = meter.as_mut() {
-            meter.frame(tail.clone());
+            let held = meter.frame(tail.clone());
+            let rest = meter.end();
             meter.record_now();
+            return Ok(Some(join([held, rest])).filter(|b| !b.is_empty()));
         }
-        return Some(tail);
+        return Ok(Some(tail));
     }
-    let meter = meter.as_mut()?;
+    let Some(meter) = meter.as_mut() else { return Ok(None) };
     let tail = meter.end();
     meter.record_now();
-    tail
+    Ok(tail)
+}
+
+/// A tail through the guards, then what they still held.
+fn guarded_tail(guards: &mut AnswerGuards, tail: Option<Bytes>, sse: bool) -> Result<Option<Bytes>, Blocked> {
+    let last = match tail {
+        Some(tail) => guards.frame(tail, sse)?,
+        None => Bytes::new(),
+    };
+    let held = guards.end()?;
+    Ok(Some(join([Some(last), Some(held)])).filter(|b| !b.is_empty()))
+}
+
+fn join<const N: usize>(parts: [Option<Bytes>; N]) -> Bytes {
+    let mut parts = parts.into_iter().flatten().filter(|b| !b.is_empty());
+    let Some(first) = parts.next() else { return Bytes::new() };
+    let mut out = first.to_vec();
+    for part in parts {
+        out.extend_from_slice(&part);
+    }
+    Bytes::from(out)
 }
 
 /// The stream broke off for good: record it, and end the client's stream with an error in its
 /// shape (an SSE error event, or a translated one), or cut a plain body.
-fn fail(
-    this: RelayBodyProj<'_>,
-    kind: &'static str,
-    message: &str,
-    error: BoxError,
-) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+fn fail(this: &mut RelayBodyProj<'_>, kind: &'static str, message: &str, error: BoxError) -> Polled {
     *this.done = true;
     this.completion.cache = None;
     report_usage(this.translator, &mut this.completion.meter);
@@ -191,38 +226,122 @@ fn fail(
     }
 }
 
+type Polled = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+
+/// A guard stopped the answer: it ends as a failed stream does, with the guard's reason.
+fn blocked(this: &mut RelayBodyProj<'_>, b: Blocked) -> Polled {
+    this.completion.metrics.count_error("guardrail_blocked");
+    let message = format!("blocked by guardrail `{}`: {}", b.guard, b.reason);
+    let error: BoxError = Box::new(GatewayError::BadGateway { message: message.clone() });
+    fail(this, "guardrail_blocked", &message, error)
+}
+
+/// While another backend is being found to carry a broken stream on: Some(poll) to return, or
+/// None once the new stream is in place (or there is none to wait for).
+fn poll_resume(this: &mut RelayBodyProj<'_>, cx: &mut Context<'_>) -> Option<Polled> {
+    let resumable = this.resumable.as_mut().filter(|r| r.is_resuming())?;
+    match resumable.poll_resumed(cx) {
+        Poll::Pending => Some(Poll::Pending),
+        Poll::Ready(Some(resumed)) => {
+            this.completion.metrics.streams_resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(meter) = this.completion.meter.as_mut() {
+                meter.resumed(resumed.guard.backend(), resumed.earlier);
+                if let Some(model) = &resumed.model {
+                    meter.serve(model);
+                }
+            }
+            this.inner.set(resumed.body);
+            *this.first = resumed.first;
+            this.completion.guard = resumed.guard;
+            *this.translator = Some(resumed.translator);
+            *this.done = false;
+            this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+            None
+        }
+        Poll::Ready(None) => {
+            let (kind, message) = resumable.broke;
+            let error: BoxError = Box::new(GatewayError::BadGateway { message: message.to_owned() });
+            Some(fail(this, kind, message, error))
+        }
+    }
+}
+
+/// A frame from the backend on its way to the client: translated, guarded, metered, noted for a
+/// resume and the cache. Some(poll) to return, None to read on (nothing to send for it yet).
+fn on_frame(this: &mut RelayBodyProj<'_>, frame: Frame<Bytes>) -> Option<Polled> {
+    this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
+    let frame = translate_frame(this.translator, frame)?;
+    if this.translator.as_ref().is_some_and(StreamTranslator::failed) {
+        // Unreadable upstream bytes: the client has its error event; stop reading (dropping the
+        // body cancels the upstream).
+        *this.done = true;
+        this.completion.cache = None;
+        this.completion.metrics.count_error("bad_gateway");
+        report_usage(this.translator, &mut this.completion.meter);
+        if let Some(meter) = this.completion.meter.as_mut() {
+            meter.frame(frame.data_ref().cloned().unwrap_or_default());
+            meter.record_now();
+        }
+        return Some(Poll::Ready(Some(Ok(frame))));
+    }
+    let frame = match (this.guards.as_mut(), frame.into_data()) {
+        (Some(guards), Ok(data)) => match guards.frame(data, *this.sse) {
+            Ok(data) if data.is_empty() => return None,
+            Ok(data) => Frame::data(data),
+            Err(b) => return Some(blocked(this, b)),
+        },
+        (_, Ok(data)) => Frame::data(data),
+        (_, Err(frame)) => frame,
+    };
+    // Entirely held back or stripped (the usage chunk): read on.
+    let frame = meter_frame(&mut this.completion.meter, frame)?;
+    let frame = match (this.resumable.as_mut(), frame.into_data()) {
+        (Some(resumable), Ok(data)) => Frame::data(resumable.outgoing(data)?),
+        (_, Ok(data)) => Frame::data(data),
+        (_, Err(frame)) => frame,
+    };
+    if let (Some(fill), Some(data)) = (this.completion.cache.as_mut(), frame.data_ref()) {
+        fill.push(data);
+        // A body of known length is not polled past its last byte: it is whole now.
+        if !*this.sse && this.translator.is_none() && this.guards.is_none() && this.inner.is_end_stream() {
+            if let Some(fill) = this.completion.cache.take() {
+                fill.finish();
+            }
+        }
+    }
+    Some(Poll::Ready(Some(Ok(frame))))
+}
+
+/// The backend's body ended cleanly: the last bytes (translator's, guards', meter's), recorded,
+/// and the cache filled.
+fn on_end(this: &mut RelayBodyProj<'_>) -> Polled {
+    *this.done = true;
+    let tail = match finish(this.translator, this.guards, *this.sse, &mut this.completion.meter) {
+        Ok(tail) => tail,
+        Err(b) => return blocked(this, b),
+    };
+    let tail = match this.resumable.as_mut() {
+        Some(resumable) => resumable.finish(tail),
+        None => tail,
+    };
+    if let Some(mut fill) = this.completion.cache.take() {
+        if let Some(tail) = &tail {
+            fill.push(tail);
+        }
+        fill.finish();
+    }
+    Poll::Ready(tail.map(|tail| Ok(Frame::data(tail))))
+}
+
 impl Body for RelayBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let mut this = self.project();
         loop {
-            if let Some(resumable) = this.resumable.as_mut().filter(|r| r.is_resuming()) {
-                match resumable.poll_resumed(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Some(resumed)) => {
-                        this.completion.metrics.streams_resumed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if let Some(meter) = this.completion.meter.as_mut() {
-                            meter.resumed(resumed.guard.backend(), resumed.earlier);
-                            if let Some(model) = &resumed.model {
-                                meter.serve(model);
-                            }
-                        }
-                        this.inner.set(resumed.body);
-                        *this.first = resumed.first;
-                        this.completion.guard = resumed.guard;
-                        *this.translator = Some(resumed.translator);
-                        *this.done = false;
-                        this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
-                        continue;
-                    }
-                    Poll::Ready(None) => {
-                        let (kind, message) = resumable.broke;
-                        let error: BoxError = Box::new(GatewayError::BadGateway { message: message.to_owned() });
-                        return fail(this, kind, message, error);
-                    }
-                }
+            if let Some(polled) = poll_resume(&mut this, cx) {
+                return polled;
             }
             let next = match this.first.take() {
                 Some(frame) => Poll::Ready(Some(Ok(frame))),
@@ -230,60 +349,11 @@ impl Body for RelayBody {
                 None => this.inner.as_mut().poll_frame(cx),
             };
             let (kind, message, error): (&'static str, &'static str, BoxError) = match next {
-                Poll::Ready(Some(Ok(frame))) => {
-                    this.idle.as_mut().reset(Instant::now() + *this.idle_timeout);
-                    let Some(frame) = translate_frame(this.translator, frame) else { continue };
-                    if this.translator.as_ref().is_some_and(StreamTranslator::failed) {
-                        // Unreadable upstream bytes: the client has its error event; stop
-                        // reading (dropping the body cancels the upstream).
-                        *this.done = true;
-                        this.completion.cache = None;
-                        this.completion.metrics.count_error("bad_gateway");
-                        report_usage(this.translator, &mut this.completion.meter);
-                        if let Some(meter) = this.completion.meter.as_mut() {
-                            meter.frame(frame.data_ref().cloned().unwrap_or_default());
-                            meter.record_now();
-                        }
-                        return Poll::Ready(Some(Ok(frame)));
-                    }
-                    let Some(frame) = meter_frame(&mut this.completion.meter, frame) else {
-                        // Entirely held back or stripped (the usage chunk): read on.
-                        continue;
-                    };
-                    let frame = match (this.resumable.as_mut(), frame.into_data()) {
-                        (Some(resumable), Ok(data)) => match resumable.outgoing(data) {
-                            Some(data) => Frame::data(data),
-                            None => continue,
-                        },
-                        (_, Ok(data)) => Frame::data(data),
-                        (_, Err(frame)) => frame,
-                    };
-                    if let (Some(fill), Some(data)) = (this.completion.cache.as_mut(), frame.data_ref()) {
-                        fill.push(data);
-                        // A body of known length is not polled past its last byte: it is whole now.
-                        if !*this.sse && this.translator.is_none() && this.inner.is_end_stream() {
-                            if let Some(fill) = this.completion.cache.take() {
-                                fill.finish();
-                            }
-                        }
-                    }
-                    return Poll::Ready(Some(Ok(frame)));
-                }
-                Poll::Ready(None) => {
-                    *this.done = true;
-                    let tail = finish(this.translator, &mut this.completion.meter);
-                    let tail = match this.resumable.as_mut() {
-                        Some(resumable) => resumable.finish(tail),
-                        None => tail,
-                    };
-                    if let Some(mut fill) = this.completion.cache.take() {
-                        if let Some(tail) = &tail {
-                            fill.push(tail);
-                        }
-                        fill.finish();
-                    }
-                    return Poll::Ready(tail.map(|tail| Ok(Frame::data(tail))));
-                }
+                Poll::Ready(Some(Ok(frame))) => match on_frame(&mut this, frame) {
+                    Some(polled) => return polled,
+                    None => continue,
+                },
+                Poll::Ready(None) => return on_end(&mut this),
                 Poll::Ready(Some(Err(e))) => ("stream_aborted", "the upstream stream was interrupted", Box::new(e)),
                 Poll::Pending => match this.idle.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
@@ -297,7 +367,7 @@ impl Body for RelayBody {
             if this.resumable.as_mut().is_some_and(|r| r.begin(kind, message)) {
                 continue;
             }
-            return fail(this, kind, message, error);
+            return fail(&mut this, kind, message, error);
         }
     }
 
@@ -306,7 +376,7 @@ impl Body for RelayBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.sse || self.translator.is_some() {
+        if self.sse || self.translator.is_some() || self.guards.is_some() {
             // An SSE stream may gain an error event or lose a stripped usage chunk: no length.
             return SizeHint::default();
         }

@@ -11,7 +11,7 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::headers::{insert_limit_headers, server_timing, MODEL_HEADER, SERVER_TIMING};
 use crate::app::App;
-use crate::auth::Principal;
+use crate::auth::Identity;
 use crate::cache::{self, Entry, Fill, KeyParts, Source};
 use crate::config::CacheNamespace;
 use crate::endpoint::Endpoint;
@@ -68,41 +68,24 @@ impl Directives {
     }
 }
 
-/// Answers that depend only on the request (not token counting, model lists or other paths).
-fn cacheable(endpoint: Endpoint) -> bool {
-    matches!(
-        endpoint,
-        Endpoint::ChatCompletions
-            | Endpoint::Completions
-            | Endpoint::Embeddings
-            | Endpoint::Responses
-            | Endpoint::Messages
-            | Endpoint::OllamaChat
-            | Endpoint::OllamaGenerate
-            | Endpoint::OllamaEmbed
-            | Endpoint::GeminiGenerate
-            | Endpoint::GeminiStream
-    )
-}
-
 impl Cached {
     /// Whether and how this request uses the cache; None when it does not.
     pub fn of(
         app: &App,
         endpoint: Endpoint,
         headers: &HeaderMap,
-        principal: &Principal,
+        identity: &Identity,
         body: &[u8],
         model: &str,
         stream: bool,
     ) -> Option<Cached> {
         app.cache.as_ref()?;
         let config = &app.config.cache;
-        if !cacheable(endpoint) {
+        if !endpoint.spec().cacheable {
             return None;
         }
         let d = Directives::of(headers);
-        let key = principal.key();
+        let key = identity.key();
         let tagged = key.and_then(|k| {
             k.tags.iter().find_map(|t| match t.as_str() {
                 "cache:on" => Some(true),

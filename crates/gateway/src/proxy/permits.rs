@@ -3,7 +3,7 @@
 //! for one round trip, not two (the multiplexed connection pipelines them).
 
 use crate::app::App;
-use crate::auth::{model_allowed, Principal};
+use crate::auth::{model_allowed, Identity};
 use crate::error::GatewayError;
 use crate::http::parse::RoutedRequest;
 use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refused, Reserved};
@@ -12,7 +12,7 @@ use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refus
 /// not use is refused before either is asked for; when one refuses, the other is given back.
 pub async fn take(
     app: &App,
-    principal: &Principal,
+    principal: &Identity,
     routed: &RoutedRequest,
 ) -> Result<(Option<Permit>, Option<BudgetPermit>), GatewayError> {
     let Some(key) = principal.key() else { return Ok((None, None)) };
@@ -32,7 +32,7 @@ pub async fn take(
 /// A key's USD budget: reserve the request's estimated cost against spend + reservations.
 async fn reserve_budget(
     app: &App,
-    principal: &Principal,
+    principal: &Identity,
     routed: &RoutedRequest,
 ) -> Result<Option<BudgetPermit>, GatewayError> {
     let Some(key) = principal.key() else { return Ok(None) };
@@ -85,7 +85,7 @@ async fn reserve_budget(
 const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
 
 /// A virtual key's rate limits; an admitted request holds its permit.
-async fn admit(app: &App, principal: &Principal, routed: &RoutedRequest) -> Result<Option<Permit>, GatewayError> {
+async fn admit(app: &App, principal: &Identity, routed: &RoutedRequest) -> Result<Option<Permit>, GatewayError> {
     let Some(key) = principal.key() else { return Ok(None) };
     let limits = Limits { rpm: key.rpm, tpm: key.tpm, max_parallel: key.max_parallel };
     if limits.is_unlimited() {

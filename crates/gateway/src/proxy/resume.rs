@@ -44,18 +44,6 @@ pub struct Resumer {
     pub chain: Vec<u64>,
 }
 
-/// Whether a stream of `endpoint` can be carried on by another backend.
-pub fn resumable(endpoint: Endpoint) -> bool {
-    matches!(
-        endpoint,
-        Endpoint::ChatCompletions
-            | Endpoint::Messages
-            | Endpoint::Responses
-            | Endpoint::OllamaChat
-            | Endpoint::OllamaGenerate
-    )
-}
-
 /// The chat API a continuation speaks to a backend of `kind`: one whose prefill it honours.
 fn continuation_wire(kind: BackendKind) -> Wire {
     match kind {
@@ -188,8 +176,9 @@ pub(super) struct Resumption<'a> {
 
 impl Resumption<'_> {
     /// The relay's resume state for a successful stream, when resuming is on and possible.
-    pub(super) fn resumable(&self, app: &Arc<App>, call: &Call<'_>) -> Option<Resumable> {
-        if !(app.config.resume_streams && call.stream && resumable(call.endpoint)) {
+    pub(super) fn resumable(&self, call: &Call<'_>) -> Option<Resumable> {
+        let app = call.app;
+        if !(app.config.resume_streams && call.stream && call.endpoint.spec().resumable) {
             return None;
         }
         let resumes_left = app.config.max_attempts.saturating_sub(self.attempts).max(1);

@@ -4,6 +4,7 @@
 //! own: it counts this process's memory and descriptors, which the other suites would move.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+#![allow(clippy::too_many_lines)] // test scenarios read top to bottom; splitting them hides the story
 
 mod common;
 
@@ -22,6 +23,7 @@ mod exports;
 mod failover;
 mod fallback;
 mod fleet;
+mod guards;
 mod keys;
 mod limits;
 mod mcp;

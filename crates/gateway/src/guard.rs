@@ -1,0 +1,236 @@
+//! Guard hooks: where checks on content plug into the request path. A guard sees the request
+//! body before it is routed, and what goes back to the client: a whole answer, or a stream one
+//! event at a time. The pipeline calls them through `Guards`; with none registered (the
+//! default) the request path pays one branch on an empty list and the relay carries no guard.
+//!
+//! The checks themselves (PII and secret masking, keyword blocks, webhooks, model guards) are
+//! built on these hooks; this module holds only the contract and the plumbing.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::endpoint::Endpoint;
+use crate::error::GatewayError;
+
+/// What a request guard sees: the request as it will be routed.
+pub struct GuardedRequest<'a> {
+    pub endpoint: Endpoint,
+    /// The model the request asks for (after alias resolution).
+    pub model: &'a str,
+    /// The virtual key's id, when the request carries one.
+    pub key: Option<&'a str>,
+    pub stream: bool,
+}
+
+/// A guard's verdict on some bytes.
+pub enum Verdict {
+    /// Let them through unchanged.
+    Pass,
+    /// Send these bytes instead (a masked body or event). An empty replacement holds the bytes
+    /// back: a guard that judges a whole answer returns them from `AnswerGuard::end`.
+    Replace(Bytes),
+    /// Stop: the request is refused, or the answer is cut with an error in the client's shape.
+    Block(String),
+}
+
+/// One check on content. Registered once; shared by every request.
+pub trait Guard: Send + Sync {
+    /// A name for logs, metrics and the error a block produces.
+    fn name(&self) -> &str;
+
+    /// Check the request body before it is routed; `Replace` rewrites what is sent upstream.
+    fn request(&self, _request: &GuardedRequest<'_>, _body: &Bytes) -> Verdict {
+        Verdict::Pass
+    }
+
+    /// Start watching one answer; `None` when this guard does not look at answers.
+    fn answer(&self, _request: &GuardedRequest<'_>) -> Option<Box<dyn AnswerGuard>> {
+        None
+    }
+}
+
+/// The per-answer side of a guard: stateful, so a match split across stream events is still
+/// seen (a guard may hold bytes back with an empty `Replace` and release them later).
+pub trait AnswerGuard: Send {
+    /// One complete server-sent event (its `data:` lines and the blank line that ends it), or one
+    /// chunk of a body that is not a stream, in the client's API shape.
+    fn event(&mut self, event: &Bytes) -> Verdict;
+
+    /// The answer is complete: bytes still held back, or a last verdict.
+    fn end(&mut self) -> Verdict {
+        Verdict::Pass
+    }
+}
+
+/// The guards that apply to traffic, in order.
+#[derive(Clone, Default)]
+pub struct Guards {
+    list: Arc<[Arc<dyn Guard>]>,
+}
+
+impl Guards {
+    pub fn new(list: Vec<Arc<dyn Guard>>) -> Guards {
+        Guards { list: list.into() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Run every request guard in turn: the body as the last one left it, or the first block.
+    pub fn check_request(&self, request: &GuardedRequest<'_>, body: &mut Bytes) -> Result<(), GatewayError> {
+        for guard in self.list.iter() {
+            match guard.request(request, body) {
+                Verdict::Pass => {}
+                Verdict::Replace(changed) => *body = changed,
+                Verdict::Block(reason) => return Err(blocked(guard.name(), &reason)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The answer guards for one request, chained; `None` when no guard watches answers.
+    pub fn answer(&self, request: &GuardedRequest<'_>) -> Option<Box<AnswerGuards>> {
+        let watching: Vec<_> = self.list.iter().filter_map(|g| Some((g.clone(), g.answer(request)?))).collect();
+        (!watching.is_empty()).then(|| Box::new(AnswerGuards { watching, pending: Vec::new() }))
+    }
+}
+
+/// The error a blocked request or answer reports: which guard, and why.
+pub fn blocked(guard: &str, reason: &str) -> GatewayError {
+    GatewayError::bad_request(format!("blocked by guardrail `{guard}`: {reason}"), None)
+}
+
+/// One answer's guards, chained: each sees what the one before it let through. For a stream,
+/// frames are cut into whole events first, so a guard never sees half an event.
+pub struct AnswerGuards {
+    watching: Vec<(Arc<dyn Guard>, Box<dyn AnswerGuard>)>,
+    /// Bytes of a server-sent event not yet complete.
+    pending: Vec<u8>,
+}
+
+/// An answer guard blocked the answer: which guard, and why.
+pub struct Blocked {
+    pub guard: String,
+    pub reason: String,
+}
+
+impl AnswerGuards {
+    /// One frame on its way to the client: what to send instead (possibly nothing yet).
+    pub fn frame(&mut self, data: Bytes, sse: bool) -> Result<Bytes, Blocked> {
+        if !sse {
+            return self.through(data);
+        }
+        self.pending.extend_from_slice(&data);
+        let mut out = Vec::new();
+        while let Some(end) = event_end(&self.pending) {
+            let event = Bytes::from(self.pending.drain(..end).collect::<Vec<u8>>());
+            out.extend_from_slice(&self.through(event)?);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// The upstream body ended: a partial last event, then what each guard still held.
+    pub fn end(&mut self) -> Result<Bytes, Blocked> {
+        let rest = Bytes::from(std::mem::take(&mut self.pending));
+        let mut out = if rest.is_empty() { Vec::new() } else { self.through(rest)?.to_vec() };
+        for i in 0..self.watching.len() {
+            let tail = match self.watching[i].1.end() {
+                Verdict::Pass => continue,
+                Verdict::Replace(tail) => tail,
+                Verdict::Block(reason) => return Err(Blocked { guard: self.watching[i].0.name().to_owned(), reason }),
+            };
+            out.extend_from_slice(&self.through_from(i + 1, tail)?);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    fn through(&mut self, bytes: Bytes) -> Result<Bytes, Blocked> {
+        self.through_from(0, bytes)
+    }
+
+    /// `bytes` through the guards from the `first`th on.
+    fn through_from(&mut self, first: usize, mut bytes: Bytes) -> Result<Bytes, Blocked> {
+        for (guard, watcher) in &mut self.watching[first..] {
+            if bytes.is_empty() {
+                break;
+            }
+            match watcher.event(&bytes) {
+                Verdict::Pass => {}
+                Verdict::Replace(changed) => bytes = changed,
+                Verdict::Block(reason) => return Err(Blocked { guard: guard.name().to_owned(), reason }),
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+/// Where the first complete server-sent event in `buf` ends (after its blank line).
+fn event_end(buf: &[u8]) -> Option<usize> {
+    let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
+    let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Masks `secret` in answers and holds back everything until the end when `whole` is set.
+    struct Mask;
+    struct MaskAnswer;
+
+    impl Guard for Mask {
+        fn name(&self) -> &str {
+            "mask"
+        }
+        fn request(&self, _: &GuardedRequest<'_>, body: &Bytes) -> Verdict {
+            if body.windows(5).any(|w| w == b"block") {
+                return Verdict::Block("the word".into());
+            }
+            Verdict::Pass
+        }
+        fn answer(&self, _: &GuardedRequest<'_>) -> Option<Box<dyn AnswerGuard>> {
+            Some(Box::new(MaskAnswer))
+        }
+    }
+
+    impl AnswerGuard for MaskAnswer {
+        fn event(&mut self, event: &Bytes) -> Verdict {
+            let text = String::from_utf8_lossy(event);
+            if text.contains("secret") {
+                return Verdict::Replace(Bytes::from(text.replace("secret", "[SECRET]")));
+            }
+            Verdict::Pass
+        }
+    }
+
+    fn request() -> GuardedRequest<'static> {
+        GuardedRequest { endpoint: Endpoint::ChatCompletions, model: "m", key: None, stream: true }
+    }
+
+    #[test]
+    fn a_request_guard_blocks_and_an_empty_list_passes() {
+        let guards = Guards::new(vec![Arc::new(Mask)]);
+        let mut body = Bytes::from_static(b"{\"x\":\"block\"}");
+        assert!(guards.check_request(&request(), &mut body).is_err());
+        assert!(Guards::default().check_request(&request(), &mut body).is_ok());
+        assert!(Guards::default().answer(&request()).is_none());
+    }
+
+    #[test]
+    fn a_stream_guard_sees_whole_events_however_frames_split_them() {
+        let guards = Guards::new(vec![Arc::new(Mask)]);
+        let mut answer = guards.answer(&request()).unwrap();
+        let mut out = Vec::new();
+        for frame in ["data: a sec", "ret here\n", "\ndata: b\n\ndata: tail sec", "ret"] {
+            out.extend_from_slice(&answer.frame(Bytes::from(frame), true).ok().unwrap());
+        }
+        out.extend_from_slice(&answer.end().ok().unwrap());
+        assert_eq!(String::from_utf8(out).unwrap(), "data: a [SECRET] here\n\ndata: b\n\ndata: tail [SECRET]");
+    }
+}
