@@ -27,7 +27,7 @@ pub const TOOLS: [&str; 3] = ["list_servers", "search_tools", "execute_code"];
 /// `search_tools` answers at most this many declarations unless asked for fewer.
 const SEARCH_LIMIT: usize = 20;
 
-/// The sandbox, compiled once (in the background from start-up, or on first use).
+/// The sandbox, loaded once (in the background from start-up, or on first use).
 pub struct CodeMode {
     limits: switchyard_sandbox::Limits,
     sandbox: OnceCell<Result<Sandbox, String>>,
@@ -38,19 +38,11 @@ impl CodeMode {
         CodeMode { limits, sandbox: OnceCell::new() }
     }
 
-    /// The compiled sandbox; compiling takes about a second of CPU, on a blocking thread.
+    /// The sandbox. Loading it takes a millisecond or two (the module was compiled when the binary was built),
+    /// so it happens in place.
     pub async fn sandbox(&self) -> Result<&Sandbox, String> {
-        let built = self
-            .sandbox
-            .get_or_init(|| async {
-                let limits = self.limits.clone();
-                match tokio::task::spawn_blocking(move || Sandbox::new(limits)).await {
-                    Ok(Ok(sandbox)) => Ok(sandbox),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(e) => Err(format!("the sandbox could not be compiled: {e}")),
-                }
-            })
-            .await;
+        let built =
+            self.sandbox.get_or_init(|| async { Sandbox::new(self.limits.clone()).map_err(|e| e.to_string()) }).await;
         built.as_ref().map_err(Clone::clone)
     }
 }

@@ -154,7 +154,7 @@ impl Front {
         self.code_mode.is_some()
     }
 
-    /// Compile Code Mode's sandbox now, so the first program does not wait for it.
+    /// Load Code Mode's sandbox now, so the first program does not wait for it.
     pub async fn warm_code_mode(&self) -> Result<(), String> {
         match &self.code_mode {
             Some(code) => code.sandbox().await.map(drop),

@@ -1,46 +1,43 @@
-//! The sandbox proper (feature `wasm`): the QuickJS runner compiled once by wasmtime, a fresh
-//! instance per execution.
+//! The sandbox proper (feature `wasm`): the QuickJS runner, initialised and compiled at build time (build.rs),
+//! loaded once; a fresh instance per execution, run as a future on the caller's tokio runtime.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::{Config, Engine, InstancePre, Linker, Module, OptLevel};
+use wasmtime::{Engine, InstancePre, Linker, Module};
 
-use crate::{host, snapshot, ticker, Failure, Limits, Outcome, SetupError, ToolHost, RUNNER_WASM};
+use crate::{config, host, ticker, Limits, Outcome, SetupError, ToolHost};
 
-/// How often the epoch advances: the wall-time limit is enforced to within this.
+/// How often the epoch advances: the wall-time limit is enforced to within this, and a program that
+/// computes without calling a tool yields to the runtime this often.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
-/// The compiled runner, ready to instantiate; shared by every execution. Cheap to clone.
+/// The runner as build.rs left it: initialised, and compiled for this crate's target by this wasmtime.
+static PRECOMPILED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/quickjs-runner.cwasm"));
+
+/// The loaded runner, ready to instantiate; shared by every execution. Cheap to clone.
 #[derive(Clone)]
 pub struct Sandbox {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    engine: Engine,
     pre: InstancePre<host::State>,
     limits: Limits,
     _ticker: ticker::Ticker,
 }
 
 impl Sandbox {
-    /// Compiles the runner, initialises QuickJS in it and compiles the initialised image (a second or two of
-    /// CPU: do it once, off the request path).
+    /// Loads the precompiled runner (a few milliseconds: no compiling happens at run time) and starts the
+    /// epoch clock.
     pub fn new(limits: Limits) -> Result<Self, SetupError> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        config.cranelift_opt_level(OptLevel::Speed);
-        // QuickJS's C stack lives in linear memory; this bounds the host stack its frames use.
-        config.max_wasm_stack(1 << 20);
-        let engine = Engine::new(&config).map_err(|e| SetupError(e.to_string()))?;
-        let initialised = snapshot::build(&engine, RUNNER_WASM).map_err(|e| SetupError(e.to_string()))?;
-        let module = Module::new(&engine, &initialised).map_err(|e| SetupError(e.to_string()))?;
+        let engine = Engine::new(&config::config()).map_err(|e| SetupError(e.to_string()))?;
+        let module = load(&engine).map_err(|e| SetupError(format!("the precompiled runner: {e}")))?;
         let mut linker = Linker::new(&engine);
         host::define(&mut linker).map_err(|e| SetupError(e.to_string()))?;
         let pre = linker.instantiate_pre(&module).map_err(|e| SetupError(e.to_string()))?;
-        let ticker = ticker::Ticker::start(engine.clone(), EPOCH_TICK);
-        Ok(Self { inner: Arc::new(Inner { engine, pre, limits, _ticker: ticker }) })
+        let ticker = ticker::Ticker::start(engine, EPOCH_TICK);
+        Ok(Self { inner: Arc::new(Inner { pre, limits, _ticker: ticker }) })
     }
 
     pub fn limits(&self) -> &Limits {
@@ -48,34 +45,24 @@ impl Sandbox {
     }
 
     /// Runs `code` (the body of an async function) with `tools` built from `catalog`
-    /// (`{"server": ["tool", ...]}` as JSON). Runs on a blocking thread; tool calls run on the current
-    /// tokio runtime. Dropping the returned future lets the program run on until its next tool call
-    /// or its time limit, whichever comes first, and cancels its calls in flight.
+    /// (`{"server": ["tool", ...]}` as JSON). Runs on the current tokio runtime, as this future: tool calls
+    /// are awaited like any other, and a program that computes yields every epoch tick. Dropping the future
+    /// ends the program at once and cancels its calls in flight.
     pub async fn execute(&self, code: String, catalog: String, tools: Arc<dyn ToolHost>) -> Outcome {
         let started = Instant::now();
-        let inner = self.inner.clone();
-        let runtime = tokio::runtime::Handle::current();
-        let cancelled = host::CancelOnDrop::default();
-        let flag = cancelled.flag();
-        let job = tokio::task::spawn_blocking(move || {
-            host::run(
-                &inner.engine,
-                &inner.pre,
-                &inner.limits,
-                host::Job { code, catalog, tools, runtime, cancelled: flag },
-            )
-        });
-        let mut outcome = match job.await {
-            Ok(outcome) => outcome,
-            Err(e) => Outcome {
-                result: Err(Failure::Engine(format!("execution thread failed: {e}"))),
-                logs: Vec::new(),
-                tool_calls: 0,
-                elapsed: Duration::ZERO,
-            },
-        };
-        drop(cancelled);
+        let mut outcome = host::run(&self.inner.pre, &self.inner.limits, host::Job { code, catalog, tools }).await;
         outcome.elapsed = started.elapsed();
         outcome
     }
+}
+
+/// The precompiled runner as a module.
+#[allow(unsafe_code)]
+fn load(engine: &Engine) -> wasmtime::Result<Module> {
+    // SAFETY: `Module::deserialize` runs the machine code it is given. These bytes are not input: build.rs
+    // produced them with `Engine::precompile_module`, from the committed runner (checksum-tested), with this
+    // same wasmtime version (pinned `=` in the workspace) and `config::config()` for this crate's target, and
+    // they are embedded in the binary, so nothing can change them between build and load. wasmtime checks
+    // its version and every setting that shapes code, and refuses a mismatch with an error.
+    unsafe { Module::deserialize(engine, PRECOMPILED) }
 }

@@ -1,51 +1,42 @@
 //! One execution: a fresh store and instance of the runner, the host side of its imports (tool calls,
 //! console, result, and stubs for the few WASI functions libc links to), and how a trap maps to a limit.
+//!
+//! The program runs as a future (`call_async`: its stack is a fiber that wasmtime suspends whenever a host
+//! function awaits). Tool calls are split in two so `Promise.all` overlaps them: `call_start` spawns the call
+//! on the runtime and returns its id at once; when the program's job queue is empty and it still waits,
+//! `call_wait` awaits whichever call finishes first. A program that computes yields at every epoch tick and
+//! ends at its deadline there; one that waits on its calls ends at its deadline in `call_wait`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
-use wasmtime::{Caller, Engine, Extern, InstancePre, Linker, Memory, ResourceLimiter, Store, Trap, TypedFunc};
+use tokio::task::JoinSet;
+use wasmtime::{
+    Caller, Extern, Instance, InstancePre, Linker, Memory, ResourceLimiter, Store, StoreContextMut, Trap, TypedFunc,
+    UpdateDeadline,
+};
 
-use crate::engine::EPOCH_TICK;
 use crate::{Failure, Limit, Limits, LogLine, Outcome, ToolAnswer, ToolHost};
+
+mod layout {
+    include!(concat!(env!("OUT_DIR"), "/runner_layout.rs"));
+}
 
 /// QuickJS's own stack limit, inside the runner's 1 MiB shadow stack, so deep recursion is a JavaScript
 /// `RangeError` before it is a trap.
 const JS_STACK_BYTES: i32 = 256 << 10;
-/// How often a program blocked on its tool calls looks at its deadline and at cancellation.
-const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// WASI's EBADF: the module has no file descriptors.
 const WASI_EBADF: i32 = 8;
 const WASI_EINVAL: i32 = 28;
-
-/// Set when the caller stops waiting for the result.
-#[derive(Default)]
-pub(crate) struct CancelOnDrop(Arc<AtomicBool>);
-
-impl CancelOnDrop {
-    pub(crate) fn flag(&self) -> Arc<AtomicBool> {
-        self.0.clone()
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
+const WASI: &str = "wasi_snapshot_preview1";
+const WASI_CLOCK_REALTIME: i32 = 0;
 
 /// What one execution is given.
 pub(crate) struct Job {
     pub(crate) code: String,
     pub(crate) catalog: String,
     pub(crate) tools: Arc<dyn ToolHost>,
-    pub(crate) runtime: Handle,
-    pub(crate) cancelled: Arc<AtomicBool>,
 }
 
 /// Linear memory growth up to the cap; remembers a refusal so an out-of-memory ending is reported as the
@@ -71,14 +62,13 @@ impl ResourceLimiter for MemoryCap {
 pub(crate) struct State {
     memory: MemoryCap,
     tools: Arc<dyn ToolHost>,
-    runtime: Handle,
-    cancelled: Arc<AtomicBool>,
+    started: Instant,
     deadline: Instant,
     limits: Limits,
     parallel: Arc<Semaphore>,
-    answers_tx: mpsc::Sender<(i32, ToolAnswer)>,
-    answers: mpsc::Receiver<(i32, ToolAnswer)>,
-    in_flight: Vec<JoinHandle<()>>,
+    /// Calls in flight, each answering with its id. Dropping the set (the store, when the program ends or
+    /// its future is dropped) aborts them.
+    calls: JoinSet<(i32, ToolAnswer)>,
     /// Ids of calls started and not yet handed back (the runner indexes a table by them).
     busy_ids: Vec<bool>,
     /// The answer `call_wait` announced, for `call_read` to copy.
@@ -91,10 +81,35 @@ pub(crate) struct State {
 }
 
 impl State {
+    fn new(limits: &Limits, tools: Arc<dyn ToolHost>) -> State {
+        let started = Instant::now();
+        State {
+            memory: MemoryCap { max: limits.memory_bytes, refused: false },
+            tools,
+            started,
+            deadline: started + limits.timeout,
+            limits: limits.clone(),
+            parallel: Arc::new(Semaphore::new(limits.max_parallel_calls.max(1) as usize)),
+            calls: JoinSet::new(),
+            busy_ids: Vec::new(),
+            ready: None,
+            tool_calls: 0,
+            logs: Vec::new(),
+            output_bytes: 0,
+            result: None,
+            limit_hit: None,
+        }
+    }
+
     fn hit(&mut self, limit: Limit) -> wasmtime::Error {
         let msg = limit.to_string();
         self.limit_hit = Some(limit);
         wasmtime::Error::msg(msg)
+    }
+
+    fn out_of_time(&mut self) -> wasmtime::Error {
+        let timeout = self.limits.timeout;
+        self.hit(Limit::Time(timeout))
     }
 
     fn add_output(&mut self, bytes: usize) -> wasmtime::Result<()> {
@@ -103,6 +118,19 @@ impl State {
             return Err(self.hit(Limit::Output(self.limits.max_output_bytes)));
         }
         Ok(())
+    }
+
+    /// The lowest id not in use.
+    fn take_id(&mut self) -> i32 {
+        let id = match self.busy_ids.iter().position(|busy| !busy) {
+            Some(free) => free,
+            None => {
+                self.busy_ids.push(false);
+                self.busy_ids.len() - 1
+            }
+        };
+        self.busy_ids[id] = true;
+        id as i32
     }
 }
 
@@ -133,83 +161,16 @@ fn write_bytes<T>(caller: &mut Caller<'_, T>, ptr: i32, bytes: &[u8]) -> wasmtim
 
 /// The runner's imports.
 pub(crate) fn define(linker: &mut Linker<State>) -> wasmtime::Result<()> {
-    linker.func_wrap(
-        "sy",
-        "call_start",
-        |mut caller: Caller<'_, State>,
-         s_ptr: i32,
-         s_len: i32,
-         t_ptr: i32,
-         t_len: i32,
-         a_ptr: i32,
-         a_len: i32|
-         -> wasmtime::Result<i32> {
-            let server = read_str(&mut caller, s_ptr, s_len)?;
-            let tool = read_str(&mut caller, t_ptr, t_len)?;
-            let args = read_str(&mut caller, a_ptr, a_len)?;
-            let state = caller.data_mut();
-            if state.tool_calls >= state.limits.max_tool_calls {
-                let max = state.limits.max_tool_calls;
-                return Err(state.hit(Limit::ToolCalls(max)));
-            }
-            state.tool_calls += 1;
-            let id = match state.busy_ids.iter().position(|busy| !busy) {
-                Some(free) => free,
-                None => {
-                    state.busy_ids.push(false);
-                    state.busy_ids.len() - 1
-                }
-            };
-            state.busy_ids[id] = true;
-            let call = state.tools.call(server, tool, args);
-            let tx = state.answers_tx.clone();
-            let parallel = state.parallel.clone();
-            let id = id as i32;
-            let handle = state.runtime.spawn(async move {
-                let answer = match parallel.acquire_owned().await {
-                    Ok(_permit) => call.await,
-                    Err(_) => Err("the sandbox is shutting down".to_string()),
-                };
-                let _ = tx.send((id, answer));
-            });
-            state.in_flight.push(handle);
-            Ok(id)
-        },
-    )?;
-    linker.func_wrap("sy", "call_wait", |mut caller: Caller<'_, State>, len_ok_ptr: i32| -> wasmtime::Result<i32> {
-        let (id, answer) = loop {
-            let state = caller.data_mut();
-            let now = Instant::now();
-            if now >= state.deadline {
-                let timeout = state.limits.timeout;
-                return Err(state.hit(Limit::Time(timeout)));
-            }
-            if state.cancelled.load(Ordering::Relaxed) {
-                return Err(wasmtime::Error::msg("the caller went away"));
-            }
-            let slice = (state.deadline - now).min(WAIT_SLICE);
-            match state.answers.recv_timeout(slice) {
-                Ok(done) => break done,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(wasmtime::Error::msg("tool answers channel closed"))
-                }
-            }
-        };
-        let (len, ok) = match &answer {
-            Ok(json) => (json.len(), 1u32),
-            Err(msg) => (msg.len(), 0u32),
-        };
-        let state = caller.data_mut();
-        if let Some(busy) = state.busy_ids.get_mut(id as usize) {
-            *busy = false;
-        }
-        state.ready = Some(answer);
-        let mut header = [0u8; 8];
-        header[..4].copy_from_slice(&(len as u32).to_le_bytes());
-        header[4..].copy_from_slice(&ok.to_le_bytes());
-        write_bytes(&mut caller, len_ok_ptr, &header)?;
-        Ok(id)
+    define_calls(linker)?;
+    define_output(linker)?;
+    define_wasi_stubs(linker)
+}
+
+/// `call_start`, `call_wait` and `call_read`: a program's tool calls.
+fn define_calls(linker: &mut Linker<State>) -> wasmtime::Result<()> {
+    linker.func_wrap("sy", "call_start", call_start)?;
+    linker.func_wrap_async("sy", "call_wait", |caller: Caller<'_, State>, (len_ok_ptr,): (i32,)| {
+        Box::new(call_wait(caller, len_ok_ptr))
     })?;
     linker.func_wrap("sy", "call_read", |mut caller: Caller<'_, State>, buf: i32| -> wasmtime::Result<()> {
         let answer = caller.data_mut().ready.take();
@@ -219,6 +180,72 @@ pub(crate) fn define(linker: &mut Linker<State>) -> wasmtime::Result<()> {
         };
         write_bytes(&mut caller, buf, bytes)
     })?;
+    Ok(())
+}
+
+/// Starts a tool call on the runtime (it waits there for a parallel slot) and answers its id.
+fn call_start(
+    mut caller: Caller<'_, State>,
+    s_ptr: i32,
+    s_len: i32,
+    t_ptr: i32,
+    t_len: i32,
+    a_ptr: i32,
+    a_len: i32,
+) -> wasmtime::Result<i32> {
+    let server = read_str(&mut caller, s_ptr, s_len)?;
+    let tool = read_str(&mut caller, t_ptr, t_len)?;
+    let args = read_str(&mut caller, a_ptr, a_len)?;
+    let state = caller.data_mut();
+    if state.tool_calls >= state.limits.max_tool_calls {
+        let max = state.limits.max_tool_calls;
+        return Err(state.hit(Limit::ToolCalls(max)));
+    }
+    state.tool_calls += 1;
+    let id = state.take_id();
+    let call = state.tools.call(server, tool, args);
+    let parallel = state.parallel.clone();
+    state.calls.spawn(async move {
+        let answer = match parallel.acquire_owned().await {
+            Ok(_permit) => call.await,
+            Err(_) => Err("the sandbox is shutting down".to_string()),
+        };
+        (id, answer)
+    });
+    Ok(id)
+}
+
+/// Waits for whichever started call finishes first (or the deadline); answers its id and writes
+/// `[len, ok]` of its answer at `len_ok_ptr`.
+async fn call_wait(mut caller: Caller<'_, State>, len_ok_ptr: i32) -> wasmtime::Result<i32> {
+    let state = caller.data_mut();
+    if Instant::now() >= state.deadline {
+        return Err(state.out_of_time());
+    }
+    let deadline = tokio::time::Instant::from_std(state.deadline);
+    let (id, answer) = match tokio::time::timeout_at(deadline, state.calls.join_next()).await {
+        Err(_) => return Err(state.out_of_time()),
+        Ok(None) => return Err(wasmtime::Error::msg("call_wait with no call in flight")),
+        Ok(Some(Err(e))) => return Err(wasmtime::Error::msg(format!("a tool call failed: {e}"))),
+        Ok(Some(Ok(done))) => done,
+    };
+    let (len, ok) = match &answer {
+        Ok(json) => (json.len(), 1u32),
+        Err(msg) => (msg.len(), 0u32),
+    };
+    if let Some(busy) = state.busy_ids.get_mut(id as usize) {
+        *busy = false;
+    }
+    state.ready = Some(answer);
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    header[4..].copy_from_slice(&ok.to_le_bytes());
+    write_bytes(&mut caller, len_ok_ptr, &header)?;
+    Ok(id)
+}
+
+/// `log` and `result`: console lines and the program's outcome.
+fn define_output(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     linker.func_wrap(
         "sy",
         "log",
@@ -243,7 +270,7 @@ pub(crate) fn define(linker: &mut Linker<State>) -> wasmtime::Result<()> {
             Ok(())
         },
     )?;
-    define_wasi_stubs(linker)
+    Ok(())
 }
 
 /// Console lines and the result: counted against the output limit before they are copied out.
@@ -252,26 +279,23 @@ fn read_output(caller: &mut Caller<'_, State>, ptr: i32, len: i32) -> wasmtime::
     read_str(caller, ptr, len)
 }
 
-pub(crate) const WASI: &str = "wasi_snapshot_preview1";
-
-/// WASI's `clock_time_get`: the wall clock, whatever clock was asked for (libc's only use is the time of
-/// day and QuickJS's random seed). Also answered while the runner is initialised (`snapshot.rs`).
-pub(crate) fn clock_time_get<T>(
-    mut caller: Caller<'_, T>,
-    _clock: i32,
-    _precision: i64,
-    out: i32,
-) -> wasmtime::Result<i32> {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+/// WASI's `clock_time_get`. The wall clock for the time of day (`Date`); every other clock counts from the
+/// program's start, which the initialised image took as `performance`'s time origin (build.rs).
+fn clock_time_get(mut caller: Caller<'_, State>, clock: i32, _precision: i64, out: i32) -> wasmtime::Result<i32> {
+    let nanos = if clock == WASI_CLOCK_REALTIME {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    } else {
+        caller.data().started.elapsed().as_nanos() as u64
+    };
     match write_bytes(&mut caller, out, &nanos.to_le_bytes()) {
         Ok(()) => Ok(0),
         Err(_) => Ok(WASI_EINVAL),
     }
 }
 
-/// libc's few WASI imports: a clock, and file descriptors that do not exist.
+/// libc's few WASI imports: the clocks, and file descriptors that do not exist.
 fn define_wasi_stubs(linker: &mut Linker<State>) -> wasmtime::Result<()> {
-    linker.func_wrap(WASI, "clock_time_get", clock_time_get::<State>)?;
+    linker.func_wrap(WASI, "clock_time_get", clock_time_get)?;
     linker.func_wrap(WASI, "fd_close", |_fd: i32| -> i32 { WASI_EBADF })?;
     linker.func_wrap(WASI, "fd_fdstat_get", |_fd: i32, _out: i32| -> i32 { WASI_EBADF })?;
     linker.func_wrap(WASI, "fd_seek", |_fd: i32, _offset: i64, _whence: i32, _out: i32| -> i32 { WASI_EBADF })?;
@@ -279,39 +303,26 @@ fn define_wasi_stubs(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// Runs one program in a fresh instance and says what came of it.
-pub(crate) fn run(engine: &Engine, pre: &InstancePre<State>, limits: &Limits, job: Job) -> Outcome {
-    let (answers_tx, answers) = mpsc::channel();
-    let state = State {
-        memory: MemoryCap { max: limits.memory_bytes, refused: false },
-        tools: job.tools,
-        runtime: job.runtime,
-        cancelled: job.cancelled,
-        deadline: Instant::now() + limits.timeout,
-        limits: limits.clone(),
-        parallel: Arc::new(Semaphore::new(limits.max_parallel_calls.max(1) as usize)),
-        answers_tx,
-        answers,
-        in_flight: Vec::new(),
-        busy_ids: Vec::new(),
-        ready: None,
-        tool_calls: 0,
-        logs: Vec::new(),
-        output_bytes: 0,
-        result: None,
-        limit_hit: None,
-    };
-    let mut store = Store::new(engine, state);
-    store.limiter(|s| &mut s.memory);
-    let ticks = limits.timeout.as_millis() / EPOCH_TICK.as_millis() + 1;
-    store.set_epoch_deadline(ticks as u64);
-    store.epoch_deadline_trap();
-
-    let ran = start(&mut store, pre, &job.code, &job.catalog);
+/// At every epoch tick while the program computes: past its deadline it ends, otherwise it yields to the
+/// runtime and runs on until the next tick.
+fn on_tick(mut store: StoreContextMut<'_, State>) -> wasmtime::Result<UpdateDeadline> {
     let state = store.data_mut();
-    for handle in state.in_flight.drain(..) {
-        handle.abort();
+    if Instant::now() >= state.deadline {
+        return Err(state.out_of_time());
     }
+    Ok(UpdateDeadline::Yield(1))
+}
+
+/// Runs one program in a fresh instance and says what came of it.
+pub(crate) async fn run(pre: &InstancePre<State>, limits: &Limits, job: Job) -> Outcome {
+    let mut store = Store::new(pre.module().engine(), State::new(limits, job.tools));
+    store.limiter(|s| &mut s.memory);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(on_tick);
+
+    let ran = start(&mut store, pre, &job.code, &job.catalog).await;
+    let state = store.data_mut();
+    state.calls.abort_all();
     let result = match ran {
         Ok(0) => match state.result.take() {
             Some(Err(Failure::Program(_))) if state.memory.refused => {
@@ -324,7 +335,12 @@ pub(crate) fn run(engine: &Engine, pre: &InstancePre<State>, limits: &Limits, jo
         Ok(status) => Err(Failure::Engine(format!("the runner failed ({status})"))),
         Err(e) => Err(classify(state, limits, &e)),
     };
-    Outcome { result, logs: std::mem::take(&mut state.logs), tool_calls: state.tool_calls, elapsed: Duration::ZERO }
+    Outcome {
+        result,
+        logs: std::mem::take(&mut state.logs),
+        tool_calls: state.tool_calls,
+        elapsed: std::time::Duration::ZERO,
+    }
 }
 
 /// Which limit (if any) a trap means.
@@ -340,25 +356,51 @@ fn classify(state: &mut State, limits: &Limits, e: &wasmtime::Error) -> Failure 
     }
 }
 
-/// Instantiates the runner, copies the inputs in and calls `sy_run`.
-fn start(store: &mut Store<State>, pre: &InstancePre<State>, code: &str, catalog: &str) -> wasmtime::Result<i32> {
-    let instance = pre.instantiate(&mut *store)?;
-    let alloc: TypedFunc<i32, i32> = instance.get_typed_func(&mut *store, "sy_alloc")?;
-    let run: TypedFunc<(i32, i32, i32, i32, i32, i32), i32> = instance.get_typed_func(&mut *store, "sy_run")?;
+/// Instantiates the runner, gives QuickJS a fresh seed, copies the inputs in and calls `sy_run`.
+async fn start(store: &mut Store<State>, pre: &InstancePre<State>, code: &str, catalog: &str) -> wasmtime::Result<i32> {
+    let instance = pre.instantiate_async(&mut *store).await?;
     let memory = instance
         .get_memory(&mut *store, "memory")
         .ok_or_else(|| wasmtime::Error::msg("the runner exports no memory"))?;
-    let mut place = |bytes: &[u8]| -> wasmtime::Result<(i32, i32)> {
-        let len = i32::try_from(bytes.len()).map_err(|_| wasmtime::Error::msg("input too large"))?;
-        let ptr = alloc.call(&mut *store, len)?;
-        if ptr == 0 {
-            let max = store.data().limits.memory_bytes;
-            return Err(store.data_mut().hit(Limit::Memory(max)));
-        }
-        memory.write(&mut *store, ptr as u32 as usize, bytes)?;
-        Ok((ptr, len))
-    };
-    let (cat_ptr, cat_len) = place(catalog.as_bytes())?;
-    let (code_ptr, code_len) = place(code.as_bytes())?;
-    run.call(&mut *store, (cat_ptr, cat_len, code_ptr, code_len, 0, JS_STACK_BYTES))
+    reseed(store, &memory)?;
+    let (cat_ptr, cat_len) = place(store, &instance, &memory, catalog.as_bytes()).await?;
+    let (code_ptr, code_len) = place(store, &instance, &memory, code.as_bytes()).await?;
+    let run: TypedFunc<(i32, i32, i32, i32, i32, i32), i32> = instance.get_typed_func(&mut *store, "sy_run")?;
+    run.call_async(&mut *store, (cat_ptr, cat_len, code_ptr, code_len, 0, JS_STACK_BYTES)).await
+}
+
+/// Copies `bytes` into a buffer the runner allocates; answers (pointer, length).
+async fn place(
+    store: &mut Store<State>,
+    instance: &Instance,
+    memory: &Memory,
+    bytes: &[u8],
+) -> wasmtime::Result<(i32, i32)> {
+    let alloc: TypedFunc<i32, i32> = instance.get_typed_func(&mut *store, "sy_alloc")?;
+    let len = i32::try_from(bytes.len()).map_err(|_| wasmtime::Error::msg("input too large"))?;
+    let ptr = alloc.call_async(&mut *store, len).await?;
+    if ptr == 0 {
+        let max = store.data().limits.memory_bytes;
+        return Err(store.data_mut().hit(Limit::Memory(max)));
+    }
+    memory.write(&mut *store, ptr as u32 as usize, bytes)?;
+    Ok((ptr, len))
+}
+
+/// Writes a fresh random seed over the one `Math.random` had in the initialised image, which every
+/// execution would otherwise share.
+fn reseed(store: &mut Store<State>, memory: &Memory) -> wasmtime::Result<()> {
+    let mut seed = [0u8; 8];
+    getrandom::getrandom(&mut seed).map_err(|e| wasmtime::Error::msg(format!("no random seed: {e}")))?;
+    if seed == [0; 8] {
+        seed[0] = 1; // xorshift's state must not be zero
+    }
+    let at = layout::RANDOM_STATE_AT;
+    let slot = memory
+        .data_mut(&mut *store)
+        .get_mut(at..at + 8)
+        .filter(|slot| **slot == layout::RANDOM_STATE_AT_INIT.to_le_bytes())
+        .ok_or_else(|| wasmtime::Error::msg("Math.random's state is not where build.rs found it"))?;
+    slot.copy_from_slice(&seed);
+    Ok(())
 }

@@ -8,14 +8,22 @@
 //! nothing leaks between programs or keys. Limits — memory, wall time, tool calls, parallel calls,
 //! output size — each end the program with a [`Failure::Limit`]; none of them can affect the host.
 //!
+//! QuickJS is initialised and compiled to machine code when the crate is built (build.rs): at run time
+//! wasmtime only loads it, so the binary carries no compiler. A program runs as a future on the caller's
+//! tokio runtime (wasmtime's async support: the program's stack is a fiber), so a tool call is an
+//! ordinary await.
+//!
 //! The crate knows nothing of MCP: the caller passes a catalogue of `{server: [tool]}` and a
 //! [`ToolHost`] that performs the calls (and applies whatever permissions and accounting it wants).
 
 #[cfg(feature = "wasm")]
+mod config;
+#[cfg(feature = "wasm")]
 mod engine;
 #[cfg(feature = "wasm")]
 mod host;
-#[cfg(feature = "wasm")]
+/// Used by build.rs; here for its tests.
+#[cfg(test)]
 mod snapshot;
 #[cfg(feature = "wasm")]
 mod ticker;
@@ -31,9 +39,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-
-/// The committed QuickJS runner (rebuilt by `scripts/build-quickjs-wasm`; its checksum is tested).
-pub static RUNNER_WASM: &[u8] = include_bytes!("../wasm/quickjs-runner.wasm");
 
 /// Limits of one execution.
 #[derive(Clone, Debug, PartialEq, Eq)]

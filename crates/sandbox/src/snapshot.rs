@@ -1,42 +1,62 @@
-//! Pre-initialisation: the runner's `sy_init` creates QuickJS's runtime and context and evaluates the prelude
-//! once, at start-up; its whole linear memory then becomes the data of a new module, so every execution
-//! starts from that image (mapped copy-on-write by wasmtime) instead of paying ~0.5 ms to build the engine.
-//! Only memory changes: `sy_init` returns with the stack pointer where it began, and C's globals live in memory.
-
-use wasmtime::{Engine, Linker, Module, Store};
-
-use crate::host::{clock_time_get, WASI};
+//! Pre-initialisation, the module side: build.rs runs the runner's `sy_init` (which creates QuickJS's runtime
+//! and context and evaluates the prelude) once, at build time; this file turns that instance's whole linear
+//! memory into the data of a new module, so every execution starts from that image (mapped copy-on-write
+//! by wasmtime) instead of paying ~0.5 ms to build the engine. Only memory changes: `sy_init` returns with
+//! the stack pointer where it began, and C's globals live in memory.
+//!
+//! Shared with build.rs by `#[path]` (and compiled into the crate for its tests only): plain byte work, no
+//! wasmtime and nothing of the crate.
 
 const SECTION_MEMORY: u8 = 5;
 const SECTION_DATA: u8 = 11;
 const SECTION_DATA_COUNT: u8 = 12;
-const PAGE: usize = 65536;
+pub(crate) const PAGE: usize = 65536;
 /// Zero runs shorter than this stay inside a data segment (fewer, larger segments).
 const MERGE_GAP: usize = 4096;
 
-/// The runner with its engine already initialised.
-pub(crate) fn build(engine: &Engine, runner: &[u8]) -> wasmtime::Result<Vec<u8>> {
-    let base = Module::new(engine, runner)?;
-    let mut linker: Linker<()> = Linker::new(engine);
-    // Initialisation reads the clock (QuickJS seeds Math.random); nothing else may be called.
-    linker.func_wrap(WASI, "clock_time_get", clock_time_get::<()>)?;
-    linker.define_unknown_imports_as_traps(&base)?;
-    let mut store = Store::new(engine, ());
-    store.set_epoch_deadline(u64::MAX / 2);
-    let instance = linker.instantiate(&mut store, &base)?;
-    let init = instance.get_typed_func::<(), i32>(&mut store, "sy_init")?;
-    if init.call(&mut store, ())? != 0 {
-        return Err(wasmtime::Error::msg("the runner could not initialise QuickJS"));
+/// What the wall clock answers while the image is made, in nanoseconds. QuickJS seeds `Math.random`'s
+/// xorshift64* state (`ctx->random_state`, a u64) from the time of day in microseconds, so the image holds
+/// that seed, or a few xorshift steps past it if initialisation drew numbers, where the state lies:
+/// [`find_seed`] looks for it, and every execution writes a fresh seed there.
+pub(crate) const CLOCK_AT_INIT_NS: u64 = 0x0015_eed5_eed5_eed5 * 1000;
+
+/// Initialisation drawing more numbers than this is taken for a changed runner.
+const MAX_DRAWS_AT_INIT: u32 = 64;
+
+/// The seed QuickJS derives from [`CLOCK_AT_INIT_NS`] (wasi-libc's `gettimeofday` truncates to microseconds).
+pub(crate) const fn seed_probe() -> u64 {
+    CLOCK_AT_INIT_NS / 1000
+}
+
+/// One step of QuickJS's xorshift64* state.
+const fn xorshift(mut x: u64) -> u64 {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    x
+}
+
+/// Where `Math.random`'s state lies in `image`, and what it is: the one 8-byte-aligned word holding the
+/// seed or a state a few steps past it. An error unless exactly one word does.
+pub(crate) fn find_seed(image: &[u8]) -> Result<(usize, u64), String> {
+    let mut state = seed_probe();
+    let mut found = Vec::new();
+    for _ in 0..=MAX_DRAWS_AT_INIT {
+        let needle = state.to_le_bytes();
+        let at = image.chunks_exact(8).enumerate().filter(|(_, word)| *word == needle).map(|(i, _)| i * 8);
+        found.extend(at.map(|at| (at, state)));
+        state = xorshift(state);
     }
-    let memory = instance
-        .get_memory(&mut store, "memory")
-        .ok_or_else(|| wasmtime::Error::msg("the runner exports no memory"))?;
-    rewrite(runner, memory.data(&store))
+    match found[..] {
+        [one] => Ok(one),
+        [] => Err(format!("no word holds the seed {:#x} or a state derived from it", seed_probe())),
+        _ => Err(format!("{} words look like the seed's state: {found:x?}", found.len())),
+    }
 }
 
 /// `wasm` with its memory's initial size and data replaced by `image`.
-fn rewrite(wasm: &[u8], image: &[u8]) -> wasmtime::Result<Vec<u8>> {
-    let bad = || wasmtime::Error::msg("the runner module is malformed");
+pub(crate) fn rewrite(wasm: &[u8], image: &[u8]) -> Result<Vec<u8>, String> {
+    let bad = || "the runner module is malformed".to_owned();
     let segments = segments(image);
     let mut out = wasm.get(..8).ok_or_else(bad)?.to_vec();
     let mut at = 8;
@@ -163,5 +183,59 @@ mod tests {
         image[20] = 2; // within MERGE_GAP of the first
         image[2 * PAGE] = 3;
         assert_eq!(segments(&image), [(10, 11), (2 * PAGE, 1)]);
+    }
+
+    #[test]
+    fn the_seed_is_found_once_aligned_and_a_few_draws_on() {
+        let mut image = vec![0u8; PAGE];
+        let drawn = xorshift(xorshift(seed_probe()));
+        image[0x103..0x10b].copy_from_slice(&drawn.to_le_bytes()); // unaligned: not QuickJS's u64
+        assert!(find_seed(&image).is_err());
+        image[0x208..0x210].copy_from_slice(&drawn.to_le_bytes());
+        assert_eq!(find_seed(&image), Ok((0x208, drawn)));
+        image[0x400..0x408].copy_from_slice(&seed_probe().to_le_bytes());
+        assert!(find_seed(&image).is_err(), "two candidates are ambiguous");
+        assert_eq!(seed_probe() * 1000, CLOCK_AT_INIT_NS);
+    }
+
+    #[test]
+    fn rewrite_replaces_memory_and_data() {
+        // (module (memory 1 2) (data (i32.const 0) "a")) as bytes.
+        let wasm = [
+            0,
+            0x61,
+            0x73,
+            0x6d,
+            1,
+            0,
+            0,
+            0, // header
+            SECTION_MEMORY,
+            4,
+            1,
+            1,
+            1,
+            2, // one memory, min 1, max 2
+            SECTION_DATA,
+            7,
+            1,
+            0,
+            0x41,
+            0,
+            0x0b,
+            1,
+            b'a',
+        ];
+        let mut image = vec![0u8; 3 * PAGE];
+        image[5] = 7;
+        let out = rewrite(&wasm, &image).unwrap();
+        let expected = [
+            &wasm[..8],
+            &[SECTION_MEMORY, 4, 1, 1, 3, 3][..], // min 3 pages, max raised to 3
+            &[SECTION_DATA, 7, 1, 0, 0x41, 5, 0x0b, 1, 7][..],
+        ]
+        .concat();
+        assert_eq!(out, expected);
+        assert!(rewrite(&wasm[..12], &image).is_err());
     }
 }

@@ -67,7 +67,8 @@ async fn run(sb: &Sandbox, code: &str) -> switchyard_sandbox::Outcome {
 fn committed_module_matches_its_checksum() {
     let expected = include_str!("../wasm/quickjs-runner.wasm.sha256");
     let expected = expected.split_whitespace().next().unwrap();
-    let actual = Sha256::digest(switchyard_sandbox::RUNNER_WASM);
+    // build.rs compiles this file; the crate embeds only the result.
+    let actual = Sha256::digest(include_bytes!("../wasm/quickjs-runner.wasm"));
     let actual: String = actual.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(actual, expected, "rebuild with scripts/build-quickjs-wasm");
 }
@@ -231,4 +232,89 @@ async fn the_smallest_configurable_memory_still_runs_a_program() {
     // mcp.code_mode.memory_mb accepts 4 and up: the initialised image must fit in that.
     let sb = sandbox(Limits { memory_bytes: 4 << 20, ..Limits::default() });
     assert_eq!(run(&sb, "return [1, 2, 3].map(x => x * 2);").await.result.unwrap(), "[2,4,6]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_program_gets_its_own_random_sequence() {
+    let sb = sandbox(Limits::default());
+    let code = "return Array.from({length: 4}, () => Math.random());";
+    let first = run(&sb, code).await.result.unwrap();
+    let second = run(&sb, code).await.result.unwrap();
+    assert_ne!(first, second, "the same Math.random sequence twice");
+    let values: Vec<f64> = serde_json::from_str(&first).unwrap();
+    assert!(values.iter().all(|v| (0.0..1.0).contains(v)), "{values:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_tell_the_time_of_day_and_the_time_since_the_start() {
+    let sb = sandbox(Limits::default());
+    let out = run(&sb, "const t = performance.now(); return [Date.now(), t];").await.result.unwrap();
+    let [date, since_start]: [f64; 2] = serde_json::from_str(&out).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as f64;
+    assert!((now - date).abs() < 60_000.0, "Date.now() = {date}, now {now}");
+    assert!((0.0..5_000.0).contains(&since_start), "performance.now() = {since_start}");
+}
+
+/// One worker thread: the other task gets to run only if the spinning program yields, which it does at every
+/// epoch tick, and it still ends at its deadline.
+#[tokio::test(flavor = "current_thread")]
+async fn a_spinning_program_yields_to_the_runtime_and_still_ends() {
+    let sb = sandbox(Limits { timeout: Duration::from_millis(300), ..Limits::default() });
+    let ticks = Arc::new(AtomicU32::new(0));
+    let counter = ticks.clone();
+    let beside = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let started = std::time::Instant::now();
+    let out = run(&sb, "let i = 0; for (;;) { i++; }").await;
+    assert_eq!(out.result, Err(Failure::Limit(Limit::Time(Duration::from_millis(300)))));
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(ticks.load(Ordering::SeqCst) >= 10, "the runtime ran {} ticks beside it", ticks.load(Ordering::SeqCst));
+    beside.abort();
+}
+
+/// A tool that never answers, and counts the calls dropped unfinished.
+struct Hanging {
+    dropped: Arc<AtomicU32>,
+}
+
+struct CountDrop(Arc<AtomicU32>);
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl ToolHost for Hanging {
+    fn call(&self, _: String, _: String, _: String) -> Pin<Box<dyn Future<Output = ToolAnswer> + Send>> {
+        let guard = CountDrop(self.dropped.clone());
+        Box::pin(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            Ok("null".into())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_execution_cancels_its_calls() {
+    let sb = sandbox(Limits::default());
+    let dropped = Arc::new(AtomicU32::new(0));
+    let tools = Arc::new(Hanging { dropped: dropped.clone() });
+    let code = "await Promise.all([tools.t.slow({}), tools.t.slow({})]); return 1;";
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(100), sb.execute(code.into(), CATALOG.into(), tools)).await;
+    assert!(gave_up.is_err());
+    for _ in 0..100 {
+        if dropped.load(Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(dropped.load(Ordering::SeqCst), 2, "both calls cancelled");
+    assert_eq!(run(&sb, "return 4;").await.result.unwrap(), "4");
 }
