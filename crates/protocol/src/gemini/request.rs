@@ -139,13 +139,22 @@ fn function_response(content: &str, is_error: bool) -> Result<Box<RawValue>, Tra
 
 pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
     let mut system: Vec<WirePart<'_>> = req.system.iter().map(|s| WirePart::Text(s)).collect();
-    // A tool result names its function; the call it answers says which.
-    let name_of = |id: &str| {
-        req.messages.iter().flat_map(|m| &m.content).find_map(|p| match p {
-            Part::ToolCall(call) if call.id == id => Some(call.name.as_str()),
-            _ => None,
-        })
+    let contents = encode_contents(req, &mut system)?;
+    let wire = WireRequest {
+        contents,
+        system_instruction: (!system.is_empty()).then_some(WireSystem { parts: system }),
+        tools: encode_tools(req),
+        tool_config: req.tool_choice.as_ref().map(encode_tool_choice),
+        generation_config: encode_generation_config(req),
     };
+    serde_json::to_vec(&wire).map_err(|e| TranslateError::invalid(format!("the request could not be encoded: {e}")))
+}
+
+/// The conversation as `contents`. System messages join `system` (Gemini has no system turn).
+fn encode_contents<'a>(
+    req: &'a ChatRequest,
+    system: &mut Vec<WirePart<'a>>,
+) -> Result<Vec<WireContent<'a>>, TranslateError> {
     let mut contents: Vec<WireContent<'_>> = Vec::with_capacity(req.messages.len());
     for message in &req.messages {
         if message.role == Role::System {
@@ -158,31 +167,9 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
         let role = if message.role == Role::Assistant { "model" } else { "user" };
         let mut parts = Vec::with_capacity(message.content.len());
         for part in &message.content {
-            parts.push(match part {
-                Part::Text(text) if text.is_empty() => continue,
-                Part::Text(text) => WirePart::Text(text),
-                Part::Image(Image::Base64 { media_type, data }) => {
-                    WirePart::InlineData(WireBlob { mime_type: media_type, data })
-                }
-                Part::Image(Image::Url(_)) => {
-                    return Err(TranslateError::unsupported_by("images by URL (send them inline, as base64)", API))
-                }
-                Part::ToolCall(call) => WirePart::FunctionCall(WireFunctionCall {
-                    id: &call.id,
-                    name: &call.name,
-                    args: arguments_object(call)?,
-                }),
-                Part::ToolResult(result) => {
-                    let name = name_of(&result.tool_call_id).ok_or_else(|| {
-                        TranslateError::invalid(format!(
-                            "the result of tool call `{}` answers no tool call in the conversation",
-                            result.tool_call_id
-                        ))
-                    })?;
-                    let response = function_response(&result.content, result.is_error)?;
-                    WirePart::FunctionResponse(WireFunctionResponse { id: &result.tool_call_id, name, response })
-                }
-            });
+            if let Some(part) = encode_part(req, part)? {
+                parts.push(part);
+            }
         }
         if parts.is_empty() {
             continue;
@@ -193,39 +180,82 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
             _ => contents.push(WireContent { role, parts }),
         }
     }
-    let tools = if req.tools.is_empty() {
-        Vec::new()
-    } else {
-        let function_declarations = req
-            .tools
-            .iter()
-            .map(|t| WireFunctionDeclaration {
-                name: &t.name,
-                description: t.description.as_deref(),
-                parameters_json_schema: if t.parameters.as_str().trim() == "null" {
-                    empty_schema()
-                } else {
-                    t.parameters.as_raw()
-                },
-            })
-            .collect();
-        vec![WireTool { function_declarations }]
+    Ok(contents)
+}
+
+/// One part of a turn; `None` for empty text, which Gemini refuses.
+fn encode_part<'a>(req: &'a ChatRequest, part: &'a Part) -> Result<Option<WirePart<'a>>, TranslateError> {
+    Ok(Some(match part {
+        Part::Text(text) if text.is_empty() => return Ok(None),
+        Part::Text(text) => WirePart::Text(text),
+        Part::Image(Image::Base64 { media_type, data }) => {
+            WirePart::InlineData(WireBlob { mime_type: media_type, data })
+        }
+        Part::Image(Image::Url(_)) => {
+            return Err(TranslateError::unsupported_by("images by URL (send them inline, as base64)", API))
+        }
+        Part::ToolCall(call) => {
+            WirePart::FunctionCall(WireFunctionCall { id: &call.id, name: &call.name, args: arguments_object(call)? })
+        }
+        Part::ToolResult(result) => {
+            let name = tool_name_of(req, &result.tool_call_id).ok_or_else(|| {
+                TranslateError::invalid(format!(
+                    "the result of tool call `{}` answers no tool call in the conversation",
+                    result.tool_call_id
+                ))
+            })?;
+            let response = function_response(&result.content, result.is_error)?;
+            WirePart::FunctionResponse(WireFunctionResponse { id: &result.tool_call_id, name, response })
+        }
+    }))
+}
+
+/// A tool result names its function; the call it answers says which.
+fn tool_name_of<'a>(req: &'a ChatRequest, id: &str) -> Option<&'a str> {
+    req.messages.iter().flat_map(|m| &m.content).find_map(|p| match p {
+        Part::ToolCall(call) if call.id == id => Some(call.name.as_str()),
+        _ => None,
+    })
+}
+
+/// All tools as one `functionDeclarations` tool; none when the request has no tools.
+fn encode_tools(req: &ChatRequest) -> Vec<WireTool<'_>> {
+    if req.tools.is_empty() {
+        return Vec::new();
+    }
+    let function_declarations = req
+        .tools
+        .iter()
+        .map(|t| WireFunctionDeclaration {
+            name: &t.name,
+            description: t.description.as_deref(),
+            parameters_json_schema: if t.parameters.as_str().trim() == "null" {
+                empty_schema()
+            } else {
+                t.parameters.as_raw()
+            },
+        })
+        .collect();
+    vec![WireTool { function_declarations }]
+}
+
+fn encode_tool_choice(choice: &ToolChoice) -> WireToolConfig<'_> {
+    let (mode, allowed) = match choice {
+        ToolChoice::Auto => ("AUTO", Vec::new()),
+        ToolChoice::None => ("NONE", Vec::new()),
+        ToolChoice::Required => ("ANY", Vec::new()),
+        ToolChoice::Tool(name) => ("ANY", vec![name.as_str()]),
     };
-    let tool_config = req.tool_choice.as_ref().map(|choice| {
-        let (mode, allowed) = match choice {
-            ToolChoice::Auto => ("AUTO", Vec::new()),
-            ToolChoice::None => ("NONE", Vec::new()),
-            ToolChoice::Required => ("ANY", Vec::new()),
-            ToolChoice::Tool(name) => ("ANY", vec![name.as_str()]),
-        };
-        WireToolConfig { function_calling_config: WireFunctionCallingConfig { mode, allowed_function_names: allowed } }
-    });
+    WireToolConfig { function_calling_config: WireFunctionCallingConfig { mode, allowed_function_names: allowed } }
+}
+
+fn encode_generation_config(req: &ChatRequest) -> WireGenerationConfig<'_> {
     let (response_mime_type, response_json_schema) = match &req.response_format {
         None => (None, None),
         Some(ResponseFormat::JsonObject) => (Some("application/json"), None),
         Some(ResponseFormat::JsonSchema { schema, .. }) => (Some("application/json"), Some(schema.as_raw())),
     };
-    let generation_config = WireGenerationConfig {
+    WireGenerationConfig {
         max_output_tokens: req.max_tokens,
         temperature: req.temperature,
         top_p: req.top_p,
@@ -236,15 +266,7 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
         stop_sequences: &req.stop,
         response_mime_type,
         response_json_schema,
-    };
-    let wire = WireRequest {
-        contents,
-        system_instruction: (!system.is_empty()).then_some(WireSystem { parts: system }),
-        tools,
-        tool_config,
-        generation_config,
-    };
-    serde_json::to_vec(&wire).map_err(|e| TranslateError::invalid(format!("the request could not be encoded: {e}")))
+    }
 }
 
 #[cfg(test)]

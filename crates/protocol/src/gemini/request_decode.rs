@@ -60,8 +60,30 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, TranslateError> {
         .and_then(Value::as_array)
         .filter(|c| !c.is_empty())
         .ok_or_else(|| invalid("`contents` must be a non-empty array".to_owned()))?;
-    // Calls without ids get one; a response without one answers the earliest unanswered call of its name.
-    let mut calls: Vec<(String, String, bool)> = Vec::new();
+    req.messages = decode_contents(contents)?;
+    if let Some(tools) = field(obj, "tools", "tools").and_then(Value::as_array) {
+        req.tools = decode_tools(tools)?;
+    }
+    if let Some(config) = field(obj, "toolConfig", "tool_config")
+        .and_then(|c| c.get("functionCallingConfig").or_else(|| c.get("function_calling_config")))
+    {
+        req.tool_choice = Some(decode_tool_choice(config)?);
+    }
+    if let Some(config) = field(obj, "generationConfig", "generation_config").and_then(Value::as_object) {
+        apply_generation_config(config, &mut req)?;
+    }
+    Ok(req)
+}
+
+/// The function calls met so far in `contents`, as (id, name, answered). Calls without ids get
+/// one; a response without one answers the earliest unanswered call of its name.
+type Calls = Vec<(String, String, bool)>;
+
+/// `contents` as messages: a content's function responses become a tool message of their own,
+/// before the message holding the rest of its parts.
+fn decode_contents(contents: &[Value]) -> Result<Vec<Message>, TranslateError> {
+    let mut messages = Vec::new();
+    let mut calls = Calls::new();
     for (i, content) in contents.iter().enumerate() {
         let at = format!("contents[{i}]");
         let role = match content.get("role").and_then(Value::as_str) {
@@ -77,149 +99,173 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, TranslateError> {
         for (j, part) in parts.iter().enumerate() {
             let at = format!("{at}.parts[{j}]");
             let part = part.as_object().ok_or_else(|| invalid(format!("`{at}` must be an object")))?;
-            if part.get("thought").and_then(Value::as_bool) == Some(true) {
-                continue;
-            }
-            if let Some(text) = part.get("text") {
-                said.push(Part::Text(
-                    text.as_str().ok_or_else(|| invalid(format!("`{at}.text` must be a string")))?.to_owned(),
-                ));
-            } else if let Some(blob) = field(part, "inlineData", "inline_data") {
-                let mime = blob.get("mimeType").or_else(|| blob.get("mime_type")).and_then(Value::as_str);
-                let data = blob.get("data").and_then(Value::as_str);
-                let (Some(media_type), Some(data)) = (mime, data) else {
-                    return Err(invalid(format!("`{at}.inlineData` needs mimeType and data")));
-                };
-                if !media_type.starts_with("image/") {
-                    return Err(TranslateError::unsupported(format!("inline data of type {media_type} (only images)")));
-                }
-                said.push(Part::Image(Image::Base64 { media_type: media_type.to_owned(), data: data.to_owned() }));
-            } else if let Some(file) = field(part, "fileData", "file_data") {
-                let uri = file.get("fileUri").or_else(|| file.get("file_uri")).and_then(Value::as_str);
-                said.push(Part::Image(Image::Url(
-                    uri.ok_or_else(|| invalid(format!("`{at}.fileData` needs fileUri")))?.to_owned(),
-                )));
-            } else if let Some(call) = field(part, "functionCall", "function_call") {
-                let name = call
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| invalid(format!("`{at}.functionCall.name` is required")))?;
-                let id = call
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| format!("call_{}", calls.len()), str::to_owned);
-                let arguments = call.get("args").map_or_else(|| "{}".to_owned(), Value::to_string);
-                calls.push((id.clone(), name.to_owned(), false));
-                said.push(Part::ToolCall(ToolCall { id, name: name.to_owned(), arguments }));
-            } else if let Some(response) = field(part, "functionResponse", "function_response") {
-                let name = response
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| invalid(format!("`{at}.functionResponse.name` is required")))?;
-                let given = response.get("id").and_then(Value::as_str);
-                let matched =
-                    calls.iter_mut().find(|(id, n, answered)| !answered && given.map_or(n == name, |g| g == id));
-                let tool_call_id = match matched {
-                    Some(call) => {
-                        call.2 = true;
-                        call.0.clone()
-                    }
-                    None => given.map_or_else(|| format!("call_{name}"), str::to_owned),
-                };
-                let body = response.get("response").cloned().unwrap_or(Value::Null);
-                let is_error = body.get("error").is_some() && body.as_object().is_some_and(|m| m.len() == 1);
-                let content = match body.get("result").or_else(|| body.get("output")).or_else(|| body.get("error")) {
-                    Some(Value::String(s)) if body.as_object().is_some_and(|m| m.len() == 1) => s.clone(),
-                    _ => body.to_string(),
-                };
-                results.push(Part::ToolResult(ToolResult { tool_call_id, content, is_error }));
-            } else if part.contains_key("executableCode") || part.contains_key("codeExecutionResult") {
-                return Err(TranslateError::unsupported("code execution parts"));
+            match decode_part(part, &at, &mut calls)? {
+                Some(result @ Part::ToolResult(_)) => results.push(result),
+                Some(part) => said.push(part),
+                None => {}
             }
         }
         if !results.is_empty() {
-            req.messages.push(Message { role: Role::Tool, content: results });
+            messages.push(Message { role: Role::Tool, content: results });
         }
         if !said.is_empty() {
-            req.messages.push(Message { role, content: said });
+            messages.push(Message { role, content: said });
         }
     }
-    if let Some(tools) = field(obj, "tools", "tools").and_then(Value::as_array) {
-        for tool in tools {
-            let declarations = tool.get("functionDeclarations").or_else(|| tool.get("function_declarations"));
-            let Some(declarations) = declarations.and_then(Value::as_array) else {
-                return Err(TranslateError::unsupported(
-                    "tools other than function declarations (Google Search, code execution)",
-                ));
+    Ok(messages)
+}
+
+/// One part of a content; `None` for a thought or a part the internal model has no use for.
+fn decode_part(part: &Map<String, Value>, at: &str, calls: &mut Calls) -> Result<Option<Part>, TranslateError> {
+    if part.get("thought").and_then(Value::as_bool) == Some(true) {
+        return Ok(None);
+    }
+    let decoded = if let Some(text) = part.get("text") {
+        Part::Text(text.as_str().ok_or_else(|| invalid(format!("`{at}.text` must be a string")))?.to_owned())
+    } else if let Some(blob) = field(part, "inlineData", "inline_data") {
+        decode_inline_data(blob, at)?
+    } else if let Some(file) = field(part, "fileData", "file_data") {
+        let uri = file.get("fileUri").or_else(|| file.get("file_uri")).and_then(Value::as_str);
+        Part::Image(Image::Url(uri.ok_or_else(|| invalid(format!("`{at}.fileData` needs fileUri")))?.to_owned()))
+    } else if let Some(call) = field(part, "functionCall", "function_call") {
+        decode_function_call(call, at, calls)?
+    } else if let Some(response) = field(part, "functionResponse", "function_response") {
+        decode_function_response(response, at, calls)?
+    } else if part.contains_key("executableCode") || part.contains_key("codeExecutionResult") {
+        return Err(TranslateError::unsupported("code execution parts"));
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(decoded))
+}
+
+/// `inlineData`: only images can be carried.
+fn decode_inline_data(blob: &Value, at: &str) -> Result<Part, TranslateError> {
+    let mime = blob.get("mimeType").or_else(|| blob.get("mime_type")).and_then(Value::as_str);
+    let data = blob.get("data").and_then(Value::as_str);
+    let (Some(media_type), Some(data)) = (mime, data) else {
+        return Err(invalid(format!("`{at}.inlineData` needs mimeType and data")));
+    };
+    if !media_type.starts_with("image/") {
+        return Err(TranslateError::unsupported(format!("inline data of type {media_type} (only images)")));
+    }
+    Ok(Part::Image(Image::Base64 { media_type: media_type.to_owned(), data: data.to_owned() }))
+}
+
+/// `functionCall`, recorded in `calls` so that a later response can find its id.
+fn decode_function_call(call: &Value, at: &str, calls: &mut Calls) -> Result<Part, TranslateError> {
+    let name = call
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("`{at}.functionCall.name` is required")))?;
+    let id = call.get("id").and_then(Value::as_str).map_or_else(|| format!("call_{}", calls.len()), str::to_owned);
+    let arguments = call.get("args").map_or_else(|| "{}".to_owned(), Value::to_string);
+    calls.push((id.clone(), name.to_owned(), false));
+    Ok(Part::ToolCall(ToolCall { id, name: name.to_owned(), arguments }))
+}
+
+/// `functionResponse`, matched to the call it answers (by id when it has one, else by name).
+fn decode_function_response(response: &Value, at: &str, calls: &mut Calls) -> Result<Part, TranslateError> {
+    let name = response
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("`{at}.functionResponse.name` is required")))?;
+    let given = response.get("id").and_then(Value::as_str);
+    let matched = calls.iter_mut().find(|(id, n, answered)| !answered && given.map_or(n == name, |g| g == id));
+    let tool_call_id = match matched {
+        Some(call) => {
+            call.2 = true;
+            call.0.clone()
+        }
+        None => given.map_or_else(|| format!("call_{name}"), str::to_owned),
+    };
+    let body = response.get("response").cloned().unwrap_or(Value::Null);
+    let is_error = body.get("error").is_some() && body.as_object().is_some_and(|m| m.len() == 1);
+    let content = match body.get("result").or_else(|| body.get("output")).or_else(|| body.get("error")) {
+        Some(Value::String(s)) if body.as_object().is_some_and(|m| m.len() == 1) => s.clone(),
+        _ => body.to_string(),
+    };
+    Ok(Part::ToolResult(ToolResult { tool_call_id, content, is_error }))
+}
+
+/// `tools`: function declarations only; Google Search and code execution are refused.
+fn decode_tools(tools: &[Value]) -> Result<Vec<Tool>, TranslateError> {
+    let mut decoded = Vec::new();
+    for tool in tools {
+        let declarations = tool.get("functionDeclarations").or_else(|| tool.get("function_declarations"));
+        let Some(declarations) = declarations.and_then(Value::as_array) else {
+            return Err(TranslateError::unsupported(
+                "tools other than function declarations (Google Search, code execution)",
+            ));
+        };
+        for d in declarations {
+            let name = d
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid("a function declaration needs a name".to_owned()))?;
+            let schema = d.get("parametersJsonSchema").or_else(|| d.get("parameters_json_schema")).cloned();
+            let schema = match schema.or_else(|| d.get("parameters").map(json_schema)) {
+                Some(schema) => schema,
+                None => serde_json::json!({"type": "object", "properties": {}}),
             };
-            for d in declarations {
-                let name = d
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| invalid("a function declaration needs a name".to_owned()))?;
-                let schema = d.get("parametersJsonSchema").or_else(|| d.get("parameters_json_schema")).cloned();
-                let schema = match schema.or_else(|| d.get("parameters").map(json_schema)) {
-                    Some(schema) => schema,
-                    None => serde_json::json!({"type": "object", "properties": {}}),
-                };
-                req.tools.push(Tool {
-                    name: name.to_owned(),
-                    description: d.get("description").and_then(Value::as_str).map(str::to_owned),
-                    parameters: raw(&schema)?,
-                    strict: None,
-                });
-            }
+            decoded.push(Tool {
+                name: name.to_owned(),
+                description: d.get("description").and_then(Value::as_str).map(str::to_owned),
+                parameters: raw(&schema)?,
+                strict: None,
+            });
         }
     }
-    if let Some(config) = field(obj, "toolConfig", "tool_config")
-        .and_then(|c| c.get("functionCallingConfig").or_else(|| c.get("function_calling_config")))
-    {
-        let allowed: Vec<&str> = config
-            .get("allowedFunctionNames")
-            .or_else(|| config.get("allowed_function_names"))
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        req.tool_choice = match config.get("mode").and_then(Value::as_str) {
-            Some("NONE") => Some(ToolChoice::None),
-            Some("ANY") if allowed.len() == 1 => Some(ToolChoice::Tool(allowed[0].to_owned())),
-            Some("ANY") => Some(ToolChoice::Required),
-            Some("AUTO" | "VALIDATED") | None => Some(ToolChoice::Auto),
-            Some(other) => {
-                return Err(invalid(format!(
-                    "`toolConfig.functionCallingConfig.mode` `{other}` is not AUTO, ANY or NONE"
-                )))
-            }
-        };
-    }
-    if let Some(config) = field(obj, "generationConfig", "generation_config").and_then(Value::as_object) {
-        let num = |camel: &str, snake: &str| field(config, camel, snake).and_then(Value::as_f64);
-        let int = |camel: &str, snake: &str| field(config, camel, snake).and_then(Value::as_u64);
-        req.max_tokens = int("maxOutputTokens", "max_output_tokens");
-        req.temperature = num("temperature", "temperature");
-        req.top_p = num("topP", "top_p");
-        req.top_k = int("topK", "top_k");
-        req.seed = field(config, "seed", "seed").and_then(Value::as_i64);
-        req.presence_penalty = num("presencePenalty", "presence_penalty");
-        req.frequency_penalty = num("frequencyPenalty", "frequency_penalty");
-        if let Some(stops) = field(config, "stopSequences", "stop_sequences").and_then(Value::as_array) {
-            req.stop = stops.iter().filter_map(Value::as_str).map(str::to_owned).collect();
+    Ok(decoded)
+}
+
+/// `toolConfig.functionCallingConfig`: ANY with one allowed function names that function.
+fn decode_tool_choice(config: &Value) -> Result<ToolChoice, TranslateError> {
+    let allowed: Vec<&str> = config
+        .get("allowedFunctionNames")
+        .or_else(|| config.get("allowed_function_names"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match config.get("mode").and_then(Value::as_str) {
+        Some("NONE") => Ok(ToolChoice::None),
+        Some("ANY") if allowed.len() == 1 => Ok(ToolChoice::Tool(allowed[0].to_owned())),
+        Some("ANY") => Ok(ToolChoice::Required),
+        Some("AUTO" | "VALIDATED") | None => Ok(ToolChoice::Auto),
+        Some(other) => {
+            Err(invalid(format!("`toolConfig.functionCallingConfig.mode` `{other}` is not AUTO, ANY or NONE")))
         }
-        if int("candidateCount", "candidate_count").is_some_and(|n| n > 1) {
-            return Err(TranslateError::unsupported("more than one candidate (`candidateCount`)"));
-        }
-        let schema = field(config, "responseJsonSchema", "response_json_schema")
-            .cloned()
-            .or_else(|| field(config, "responseSchema", "response_schema").map(json_schema));
-        let json =
-            field(config, "responseMimeType", "response_mime_type").and_then(Value::as_str) == Some("application/json");
-        req.response_format = match (schema, json) {
-            (Some(schema), _) => Some(ResponseFormat::JsonSchema { name: None, schema: raw(&schema)?, strict: None }),
-            (None, true) => Some(ResponseFormat::JsonObject),
-            (None, false) => None,
-        };
     }
-    Ok(req)
+}
+
+/// `generationConfig`: sampling, stops, and the response's format; more than one candidate is refused.
+fn apply_generation_config(config: &Map<String, Value>, req: &mut ChatRequest) -> Result<(), TranslateError> {
+    let num = |camel: &str, snake: &str| field(config, camel, snake).and_then(Value::as_f64);
+    let int = |camel: &str, snake: &str| field(config, camel, snake).and_then(Value::as_u64);
+    req.max_tokens = int("maxOutputTokens", "max_output_tokens");
+    req.temperature = num("temperature", "temperature");
+    req.top_p = num("topP", "top_p");
+    req.top_k = int("topK", "top_k");
+    req.seed = field(config, "seed", "seed").and_then(Value::as_i64);
+    req.presence_penalty = num("presencePenalty", "presence_penalty");
+    req.frequency_penalty = num("frequencyPenalty", "frequency_penalty");
+    if let Some(stops) = field(config, "stopSequences", "stop_sequences").and_then(Value::as_array) {
+        req.stop = stops.iter().filter_map(Value::as_str).map(str::to_owned).collect();
+    }
+    if int("candidateCount", "candidate_count").is_some_and(|n| n > 1) {
+        return Err(TranslateError::unsupported("more than one candidate (`candidateCount`)"));
+    }
+    let schema = field(config, "responseJsonSchema", "response_json_schema")
+        .cloned()
+        .or_else(|| field(config, "responseSchema", "response_schema").map(json_schema));
+    let json =
+        field(config, "responseMimeType", "response_mime_type").and_then(Value::as_str) == Some("application/json");
+    req.response_format = match (schema, json) {
+        (Some(schema), _) => Some(ResponseFormat::JsonSchema { name: None, schema: raw(&schema)?, strict: None }),
+        (None, true) => Some(ResponseFormat::JsonObject),
+        (None, false) => None,
+    };
+    Ok(())
 }
 
 #[cfg(test)]
