@@ -14,6 +14,10 @@ use std::sync::OnceLock;
 use tiny_skia::{FillRule, LineJoin, Paint, PathBuilder, Pixmap, Stroke, StrokeDash, Transform};
 use ttf_parser::{Face, GlyphId};
 
+mod axis;
+
+use axis::{linear_axis, log_axis, Axis};
+
 /// One line on a chart; points are drawn in the order given.
 pub struct Series {
     pub name: String,
@@ -154,117 +158,21 @@ fn text_width(face: Option<&Face<'_>>, text: &str, size: f32) -> f32 {
     }
 }
 
-struct Axis {
-    min: f64,
-    max: f64,
-    log: bool,
-    ticks: Vec<(f64, String)>,
-    minor: Vec<f64>,
+/// Whether a point can be drawn: finite, and positive on a log x axis.
+fn drawable(chart: &Chart, x: f64, y: f64) -> bool {
+    x.is_finite() && y.is_finite() && (!chart.x_log || x > 0.0)
 }
 
-impl Axis {
-    /// Position of `v` along the axis, 0.0 at `min` and 1.0 at `max`.
-    fn frac(&self, v: f64) -> f64 {
-        if self.log {
-            (v.log10() - self.min.log10()) / (self.max.log10() - self.min.log10())
-        } else {
-            (v - self.min) / (self.max - self.min)
-        }
-    }
+/// Half a pixel off the grid, so a one-pixel line covers one row or column of pixels.
+fn crisp(v: f32) -> f32 {
+    v.round() + 0.5
 }
 
-fn nice_step(raw: f64) -> f64 {
-    let mag = 10f64.powf(raw.log10().floor());
-    let f = raw / mag;
-    let nice = if f <= 1.0 {
-        1.0
-    } else if f <= 2.0 {
-        2.0
-    } else if f <= 2.5 {
-        2.5
-    } else if f <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    nice * mag
-}
-
-/// Formats a tick value with as many decimals as `step` needs, in thousands/millions when `step` is large.
-fn fmt_num(v: f64, step: f64) -> String {
-    let (scale, suffix) = if step >= 1e6 {
-        (1e6, "M")
-    } else if step >= 1e3 {
-        (1e3, "k")
-    } else {
-        (1.0, "")
-    };
-    let (v, step) = (v / scale, step / scale);
-    if v.abs() < step * 1e-6 {
-        return "0".to_owned();
-    }
-    let decimals = (1.0 - step.log10().floor()).clamp(0.0, 9.0) as usize;
-    let mut s = format!("{v:.decimals$}");
-    if s.contains('.') {
-        s.truncate(s.trim_end_matches('0').trim_end_matches('.').len());
-    }
-    s + suffix
-}
-
-/// A linear axis over nice round ticks covering `lo..=hi`; `headroom` leaves a little space above the top tick.
-fn linear_axis(lo: f64, hi: f64, headroom: bool) -> Axis {
-    let (mut lo, mut hi) = (lo, hi);
-    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
-        let pad = (lo.abs() * 0.1).max(1.0);
-        hi = lo + pad;
-        lo = if lo >= 0.0 && lo - pad < 0.0 { 0.0 } else { lo - pad };
-    }
-    let step = nice_step((hi - lo) / 6.0);
-    let (min, max) = ((lo / step).floor() * step, (hi / step).ceil() * step);
-    let n = ((max - min) / step).round() as i64;
-    let ticks = (0..=n).map(|i| min + i as f64 * step).map(|v| (v, fmt_num(v, step))).collect();
-    let max = if headroom { max + (max - min) * 0.04 } else { max };
-    Axis { min, max, log: false, ticks, minor: Vec::new() }
-}
-
-/// A log axis from the 1-2-5 value at or below `lo` to the one at or above `hi`; decades are labelled,
-/// and so are the 2s and 5s when the axis spans about two decades or less.
-fn log_axis(lo: f64, hi: f64) -> Axis {
-    let decade = |v: f64| 10f64.powi(v.log10().floor() as i32);
-    let snap_down = |v: f64| [5.0, 2.0, 1.0].into_iter().map(|m| m * decade(v)).find(|&c| c <= v * (1.0 + 1e-9));
-    let snap_up = |v: f64| [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * decade(v)).find(|&c| c >= v * (1.0 - 1e-9));
-    let min = snap_down(lo).unwrap_or(lo);
-    let mut max = snap_up(hi).unwrap_or(hi);
-    if max <= min * (1.0 + 1e-9) {
-        max = snap_up(min * 1.001).unwrap_or(min * 10.0);
-    }
-    let label_25 = (max / min).log10() <= 2.2;
-    let (first, last) = (min.log10().floor() as i32, max.log10().ceil() as i32);
-    let (mut ticks, mut minor) = (Vec::new(), Vec::new());
-    for e in first..=last.min(first + 40) {
-        let d = 10f64.powi(e);
-        for m in 1..10 {
-            let v = f64::from(m) * d;
-            if v < min * (1.0 - 1e-9) || v > max * (1.0 + 1e-9) {
-                continue;
-            }
-            if m == 1 || (label_25 && (m == 2 || m == 5)) {
-                ticks.push((v, fmt_num(v, d)));
-            } else {
-                minor.push(v);
-            }
-        }
-    }
-    Axis { min, max, log: true, ticks, minor }
-}
-
-/// Lays the chart out in pixel coordinates.
-fn layout(chart: &Chart, face: Option<&Face<'_>>) -> Vec<Shape> {
-    let (w, h) = (WIDTH as f32, HEIGHT as f32);
-    let usable = |x: f64, y: f64| x.is_finite() && y.is_finite() && (!chart.x_log || x > 0.0);
-    let points = chart.series.iter().flat_map(|s| s.points.iter().copied()).filter(|&(x, y)| usable(x, y));
-    let markers = chart.markers.iter().filter(|(x, _)| usable(*x, 0.0));
-    let xs = points.clone().map(|p| p.0).chain(markers.clone().map(|m| m.0));
+/// The x and y axes covering every drawable point and marker; the y axis always includes 0.
+fn axes(chart: &Chart) -> (Axis, Axis) {
+    let points = chart.series.iter().flat_map(|s| s.points.iter().copied()).filter(|&(x, y)| drawable(chart, x, y));
+    let markers = chart.markers.iter().filter(|(x, _)| drawable(chart, *x, 0.0));
+    let xs = points.clone().map(|p| p.0).chain(markers.map(|m| m.0));
     let (x_lo, x_hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
     let (y_lo, y_hi) = points.fold((0.0f64, f64::NEG_INFINITY), |(a, b), (_, y)| (a.min(y), b.max(y)));
     let y_hi = if y_hi.is_finite() { y_hi } else { 1.0 };
@@ -274,10 +182,13 @@ fn layout(chart: &Chart, face: Option<&Face<'_>>) -> Vec<Shape> {
         (false, true) => log_axis(1.0, 10.0),
         (false, false) => linear_axis(0.0, 1.0, false),
     };
-    let ya = linear_axis(y_lo, y_hi, true);
+    (xa, linear_axis(y_lo, y_hi, true))
+}
 
-    // Legend entries flow left to right under the x label, wrapping into rows.
-    const LEGEND_FONT: f32 = 13.0;
+const LEGEND_FONT: f32 = 13.0;
+
+/// Legend entries flow left to right under the x label, wrapping into rows: (series index, entry width).
+fn legend_rows(chart: &Chart, face: Option<&Face<'_>>, w: f32) -> Vec<Vec<(usize, f32)>> {
     let mut rows: Vec<Vec<(usize, f32)>> = Vec::new();
     let mut row_width = f32::INFINITY;
     for (i, s) in chart.series.iter().enumerate() {
@@ -291,16 +202,21 @@ fn layout(chart: &Chart, face: Option<&Face<'_>>) -> Vec<Shape> {
         }
         row_width += entry;
     }
+    rows
+}
 
-    let tick_font = 12.0;
-    let y_tick_width = ya.ticks.iter().map(|(_, l)| text_width(face, l, tick_font)).fold(0.0, f32::max);
-    let left = (y_tick_width + 12.0 + if chart.y_label.is_empty() { 8.0 } else { 30.0 }).round();
-    let right = w - 24.0;
-    let px = |x: f64| left + (xa.frac(x) as f32) * (right - left);
-    let crisp = |v: f32| v.round() + 0.5;
+/// A marker's label placed above the plot: its line's x, the text's x, its row, the text.
+type MarkerLabel<'c> = (f32, f32, usize, &'c String);
 
-    // Marker labels sit above the plot, centred on their line, in as many rows as needed to not overlap.
-    let mut sorted: Vec<&(f64, String)> = markers.collect();
+/// Marker labels sit above the plot, centred on their line, in as many rows as needed (at most four) to not
+/// overlap. Returns how many rows they take, and the labels.
+fn place_marker_labels<'c>(
+    chart: &'c Chart,
+    face: Option<&Face<'_>>,
+    w: f32,
+    px: impl Fn(f64) -> f32,
+) -> (usize, Vec<MarkerLabel<'c>>) {
+    let mut sorted: Vec<&(f64, String)> = chart.markers.iter().filter(|(x, _)| drawable(chart, *x, 0.0)).collect();
     sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut row_ends: Vec<f32> = Vec::new();
     let mut marker_labels = Vec::with_capacity(sorted.len());
@@ -314,8 +230,23 @@ fn layout(chart: &Chart, face: Option<&Face<'_>>) -> Vec<Shape> {
         row_ends[row] = x0 + tw;
         marker_labels.push((mx, x0, row, label));
     }
+    (row_ends.len(), marker_labels)
+}
 
-    let top = if chart.title.is_empty() { 20.0 } else { 50.0 } + row_ends.len() as f32 * 16.0;
+/// Lays the chart out in pixel coordinates.
+fn layout(chart: &Chart, face: Option<&Face<'_>>) -> Vec<Shape> {
+    let (w, h) = (WIDTH as f32, HEIGHT as f32);
+    let (xa, ya) = axes(chart);
+    let rows = legend_rows(chart, face, w);
+
+    let tick_font = 12.0;
+    let y_tick_width = ya.ticks.iter().map(|(_, l)| text_width(face, l, tick_font)).fold(0.0, f32::max);
+    let left = (y_tick_width + 12.0 + if chart.y_label.is_empty() { 8.0 } else { 30.0 }).round();
+    let right = w - 24.0;
+    let px = |x: f64| left + (xa.frac(x) as f32) * (right - left);
+    let (marker_rows, marker_labels) = place_marker_labels(chart, face, w, px);
+
+    let top = if chart.title.is_empty() { 20.0 } else { 50.0 } + marker_rows as f32 * 16.0;
     let bottom = h - 30.0 - if chart.x_label.is_empty() { 0.0 } else { 22.0 } - rows.len() as f32 * 20.0;
     let bottom = bottom.max(top + 40.0);
     let py = |y: f64| bottom - (ya.frac(y) as f32) * (bottom - top);
@@ -343,7 +274,7 @@ fn layout(chart: &Chart, face: Option<&Face<'_>>) -> Vec<Shape> {
     for (i, s) in chart.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         let mut pts: Vec<(f32, f32)> = Vec::with_capacity(s.points.len());
-        for &(x, y) in s.points.iter().filter(|&&(x, y)| usable(x, y)) {
+        for &(x, y) in s.points.iter().filter(|&&(x, y)| drawable(chart, x, y)) {
             let p = (px(x), py(y));
             // Drop points that land on (almost) the same pixel as the previous one: keeps the SVG small.
             match pts.last() {

@@ -395,70 +395,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
     let names: Vec<&str> = match args.scenario.as_str() {
         "all" | "quick" => ALL.to_vec(),
         one if ALL.contains(&one) || one == "endurance" || one == "failover-fallback" => vec![one],
-        // No backends: a database filled with generated records, queried through the admin API.
-        "usage-query" => {
-            let mut report = Report::default();
-            usage_query::run(args.records, args.storage.as_deref(), pin, &mut report).await?;
-            return Ok(report);
-        }
-        // A long run at 60% of capacity with client aborts, watching for leaks.
-        "soak" => {
-            let mut report = Report::default();
-            soak::run(args, pin, &mut report).await?;
-            return Ok(report);
-        }
-        // The shared limiter (Redis) against the in-memory one, and a fleet's exactness.
-        "fleet" => {
-            let mut report = Report::default();
-            fleet::run(args, pin, &mut report).await?;
-            return Ok(report);
-        }
-        // The response cache: hits against a backend round trip.
-        "cache" => {
-            let mut report = Report::default();
-            cache::run(args, pin, &mut report).await?;
-            return Ok(report);
-        }
-        // The same build with OpenTelemetry traces off and on.
-        "telemetry" => {
-            let mut report = Report::default();
-            telemetry::run(args, pin, &mut report).await?;
-            return Ok(report);
-        }
-        // Slowloris beside real traffic, then overload of a capped backend.
-        "abuse" => {
-            let mut report = Report::default();
-            abuse::run(args, pin, &mut report).await?;
-            return Ok(report);
-        }
-        // Mock MCP servers and a gateway in front of them.
-        "mcp" | "mixed" | "code-mode" => {
-            let mut report = Report::default();
-            match args.scenario.as_str() {
-                "mcp" => mcp::run(args, pin, &mut report).await?,
-                "code-mode" => code_mode::run(args, pin, &mut report).await?,
-                _ => mcp::mixed(args, pin, &mut report).await?,
-            }
-            return Ok(report);
-        }
-        // Their own backends (KV-cache mocks or `--backend` servers) and a gateway per strategy.
-        "affinity" | "shared-prefix" | "affinity-quick" => {
-            let mut report = Report::default();
-            let quick = args.scenario == "affinity-quick";
-            if args.scenario != "shared-prefix" {
-                affinity::affinity(args, pin, &mut report, quick).await?;
-            }
-            if args.scenario != "affinity" {
-                affinity::shared_prefix(args, pin, &mut report, quick).await?;
-            }
-            return Ok(report);
-        }
-        other => {
-            return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
-                ALL.join(", ")
-            ))
-        }
+        other => return run_standalone(other, args, pin).await,
     };
     let mut args = args.clone();
     if quick {
@@ -469,21 +406,7 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         args.down_for = args.down_for.min(0.5);
         args.rate = args.rate.min(500.0);
     }
-    let mut report = Report {
-        machine: json!({
-            "cpus": procs::cpu_count(),
-            "cpus_for_load_generator": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-            "cpu_model": procs::cpu_model(),
-            "os": std::env::consts::OS,
-            "arch": std::env::consts::ARCH,
-        }),
-        params: json!({
-            "scenario": args.scenario, "duration_s": args.duration, "warmup_s": args.warmup, "rate": args.rate,
-            "concurrency": args.concurrency, "stream_chunks": args.stream_chunks, "target": args.target,
-            "direct": args.direct, "model": args.model, "pin": args.pin, "cycles": args.cycles, "down_for_s": args.down_for,
-        }),
-        ..Report::default()
-    };
+    let mut report = Report { machine: machine(), params: params(&args), ..Report::default() };
     let setup = setup(&args, pin).await?;
     // Idle memory: the gateway has started, probed its backend and served nothing yet.
     tokio::time::sleep(Duration::from_millis(if quick { 100 } else { 1000 })).await;
@@ -513,6 +436,66 @@ pub async fn run_all(args: &BenchArgs, pin: &Pinning) -> Result<Report, String> 
         }
     }
     Ok(report)
+}
+
+/// The scenarios that bring their own backends and gateways instead of sharing `setup`'s.
+async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Result<Report, String> {
+    let mut report = Report::default();
+    match scenario {
+        // No backends: a database filled with generated records, queried through the admin API.
+        "usage-query" => usage_query::run(args.records, args.storage.as_deref(), pin, &mut report).await?,
+        // A long run at 60% of capacity with client aborts, watching for leaks.
+        "soak" => soak::run(args, pin, &mut report).await?,
+        // The shared limiter (Redis) against the in-memory one, and a fleet's exactness.
+        "fleet" => fleet::run(args, pin, &mut report).await?,
+        // The response cache: hits against a backend round trip.
+        "cache" => cache::run(args, pin, &mut report).await?,
+        // The same build with OpenTelemetry traces off and on.
+        "telemetry" => telemetry::run(args, pin, &mut report).await?,
+        // Slowloris beside real traffic, then overload of a capped backend.
+        "abuse" => abuse::run(args, pin, &mut report).await?,
+        // Mock MCP servers and a gateway in front of them.
+        "mcp" => mcp::run(args, pin, &mut report).await?,
+        "code-mode" => code_mode::run(args, pin, &mut report).await?,
+        "mixed" => mcp::mixed(args, pin, &mut report).await?,
+        // Their own backends (KV-cache mocks or `--backend` servers) and a gateway per strategy.
+        "affinity" | "shared-prefix" | "affinity-quick" => {
+            let quick = scenario == "affinity-quick";
+            if scenario != "shared-prefix" {
+                affinity::affinity(args, pin, &mut report, quick).await?;
+            }
+            if scenario != "affinity" {
+                affinity::shared_prefix(args, pin, &mut report, quick).await?;
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                ALL.join(", ")
+            ))
+        }
+    }
+    Ok(report)
+}
+
+/// The machine the report was measured on.
+fn machine() -> serde_json::Value {
+    json!({
+        "cpus": procs::cpu_count(),
+        "cpus_for_load_generator": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu_model": procs::cpu_model(),
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+    })
+}
+
+/// The run's parameters, as the report records them.
+fn params(args: &BenchArgs) -> serde_json::Value {
+    json!({
+        "scenario": args.scenario, "duration_s": args.duration, "warmup_s": args.warmup, "rate": args.rate,
+        "concurrency": args.concurrency, "stream_chunks": args.stream_chunks, "target": args.target,
+        "direct": args.direct, "model": args.model, "pin": args.pin, "cycles": args.cycles, "down_for_s": args.down_for,
+    })
 }
 
 async fn overhead(args: &BenchArgs, setup: &Setup, report: &mut Report) -> Result<(), String> {

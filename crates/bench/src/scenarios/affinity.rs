@@ -290,18 +290,14 @@ pub async fn affinity(args: &BenchArgs, pin: &Pinning, report: &mut Report, quic
     Ok(())
 }
 
-/// `shared-prefix`: users sharing a long system prompt over 4 backends.
-pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report, quick: bool) -> Result<(), String> {
-    let (users, turns, system_tokens) =
-        if quick { (8, 2, 256) } else { (args.conversations.max(32), args.turns, 2000) };
-    let backends = backends(args, 4, pin)?;
-    let client = http_client();
-    // Real servers keep their caches between runs: each run gets texts of its own.
-    let fresh = !args.backends.is_empty();
-    // The best balanced assignment: user i's whole conversation on backend i mod 4, sent directly.
-    // (name, routing, session header, instances, whether they share Redis)
-    let mut runs: Vec<(String, Option<&str>, bool, usize, bool)> =
-        vec![("best balanced assignment".into(), None, false, 0, false)];
+/// One `shared-prefix` run: its name, the gateway's routing (None: straight to the backends), whether
+/// clients send a session header, how many gateway instances, and whether they share Redis.
+type PrefixRun = (String, Option<&'static str>, bool, usize, bool);
+
+/// The `shared-prefix` runs: the best balanced assignment first (user i's whole conversation on
+/// backend i mod 4, sent directly), then each wanted strategy, then cache-aware on three instances.
+fn shared_prefix_runs(args: &BenchArgs, quick: bool) -> Vec<PrefixRun> {
+    let mut runs: Vec<PrefixRun> = vec![("best balanced assignment".into(), None, false, 0, false)];
     runs.extend(
         STRATEGIES.iter().filter(|s| wanted(args, s.0)).map(|(n, r, s)| (n.to_string(), Some(*r), *s, 1, false)),
     );
@@ -310,6 +306,36 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
         runs.push(("cache-aware, 3 instances sharing Redis".into(), Some(cache_aware), false, 3, true));
         runs.push(("cache-aware, 3 instances alone".into(), Some(cache_aware), false, 3, false));
     }
+    runs
+}
+
+/// Each user's turns, as (backend, prompt tokens, cached tokens).
+type UserTurns = Result<Vec<(usize, u64, u64)>, String>;
+
+/// The users' turns summed per backend, as (requests, prompt tokens, cached tokens).
+async fn per_backend_totals(
+    mut tasks: tokio::task::JoinSet<UserTurns>,
+    n: usize,
+) -> Result<Vec<(u64, u64, u64)>, String> {
+    let mut per_backend = vec![(0u64, 0u64, 0u64); n];
+    while let Some(done) = tasks.join_next().await {
+        for (backend, prompt, cached) in done.map_err(|e| e.to_string())?? {
+            let slot = per_backend.get_mut(backend).ok_or(format!("backend index {backend} out of range"))?;
+            *slot = (slot.0 + 1, slot.1 + prompt, slot.2 + cached);
+        }
+    }
+    Ok(per_backend)
+}
+
+/// `shared-prefix`: users sharing a long system prompt over 4 backends.
+pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report, quick: bool) -> Result<(), String> {
+    let (users, turns, system_tokens) =
+        if quick { (8, 2, 256) } else { (args.conversations.max(32), args.turns, 2000) };
+    let backends = backends(args, 4, pin)?;
+    let client = http_client();
+    // Real servers keep their caches between runs: each run gets texts of its own.
+    let fresh = !args.backends.is_empty();
+    let runs = shared_prefix_runs(args, quick);
     let n = backends.urls.len();
     let mut best_prefill = 0.0;
     let mut load_series = Vec::new();
@@ -363,13 +389,7 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
             });
         }
         // Per backend: requests, prompt tokens, cached tokens.
-        let mut per_backend = vec![(0u64, 0u64, 0u64); n];
-        while let Some(done) = tasks.join_next().await {
-            for (backend, prompt, cached) in done.map_err(|e| e.to_string())?? {
-                let slot = per_backend.get_mut(backend).ok_or(format!("backend index {backend} out of range"))?;
-                *slot = (slot.0 + 1, slot.1 + prompt, slot.2 + cached);
-            }
-        }
+        let per_backend = per_backend_totals(tasks, n).await?;
         let prompt = per_backend.iter().map(|b| b.1).sum::<u64>() as f64;
         let cached = per_backend.iter().map(|b| b.2).sum::<u64>() as f64;
         let prefill = prompt - cached;

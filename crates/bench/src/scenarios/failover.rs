@@ -9,13 +9,16 @@
 //! a fallback model (`fallbacks: {MODEL: [fallback-model]}`): requests fall back while it is
 //! down, and streams it was serving carry on at the fallback model.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use switchyard_testkit::TestClient;
+use tokio::task::JoinHandle;
 
 use super::{chat_body, measure, rate_series, start_gateway, Mode, Setup};
 use crate::chart::{Chart, Series};
+use crate::load::{RequestSpec, Stats};
 use crate::procs::{self, Proc};
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
@@ -82,18 +85,56 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report, fallback:
 
     let start = Instant::now();
     let rss = super::RssSampler::start(setup.gateway_pid);
-    let load = tokio::spawn({
-        let spec = spec.clone();
-        async move {
-            measure(
-                &format!("gateway, {CONNECTIONS} connections, killing b"),
-                &spec,
-                Mode::Closed(CONNECTIONS),
-                Duration::ZERO,
-                total,
-            )
+    let (load, streams) = spawn_load(spec, stream_spec, total);
+    let client = TestClient::new();
+    let metrics_url = format!("{}/metrics", gateway.url);
+    let schedule = Schedule { start, up_for, down_for, cycles: args.cycles };
+    let (cycles, markers) = kill_and_restart(&schedule, &mut b, &client, &metrics_url, report).await?;
+    let stats = load.await.map_err(|e| e.to_string())?;
+    let stream_stats = streams.await.map_err(|e| e.to_string())?;
+    let resumed = counter(&fetch(&client, &metrics_url).await, "switchyard_streams_resumed_total");
+    if let Some(peak) = rss.finish(setup.gateway_pid).iter().map(|s| s.1).max() {
+        report.finding("memory", "gateway RSS peak during failover", super::mb(peak), "MB");
+    }
+    report_load(report, args.cycles, &stats, &stream_stats, resumed);
+    if fallback {
+        let fell_back = fetch(&client, &metrics_url)
             .await
-        }
+            .lines()
+            .filter(|l| l.starts_with("switchyard_fallbacks_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+        report.finding("failover", "requests and streams served by the fallback model", fell_back as f64, "");
+    }
+    report.extra.insert("failover_cycles".into(), json!(cycles));
+    report.charts.push(("failover-timeline".into(), timeline(args.cycles, fallback, &stats, markers)));
+    drop((a, gateway));
+    Ok(())
+}
+
+/// When b dies and comes back: up for `up_for`, then down for `down_for`, `cycles` times, from `start`.
+struct Schedule {
+    start: Instant,
+    up_for: Duration,
+    down_for: Duration,
+    cycles: usize,
+}
+
+/// The closed-loop load for the whole run: plain requests, and streams beside them.
+fn spawn_load(
+    spec: Arc<RequestSpec>,
+    stream_spec: Arc<RequestSpec>,
+    total: Duration,
+) -> (JoinHandle<Stats>, JoinHandle<Stats>) {
+    let load = tokio::spawn(async move {
+        measure(
+            &format!("gateway, {CONNECTIONS} connections, killing b"),
+            &spec,
+            Mode::Closed(CONNECTIONS),
+            Duration::ZERO,
+            total,
+        )
+        .await
     });
     let streams = tokio::spawn(async move {
         measure(
@@ -105,25 +146,39 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report, fallback:
         )
         .await
     });
-    let client = TestClient::new();
-    let metrics_url = format!("{}/metrics", gateway.url);
+    (load, streams)
+}
+
+/// A cycle's timings as the report's extra keeps them, and the chart's markers.
+type Cycles = (Vec<serde_json::Value>, Vec<(f64, String)>);
+
+/// Kills b and restarts it on `schedule`, timing how long the gateway takes to mark it down and
+/// to send it traffic again (read from `/metrics`).
+async fn kill_and_restart(
+    schedule: &Schedule,
+    b: &mut Proc,
+    client: &TestClient,
+    metrics_url: &str,
+    report: &mut Report,
+) -> Result<Cycles, String> {
+    let Schedule { start, up_for, down_for, .. } = *schedule;
     let mut cycles = Vec::new();
     let mut markers = Vec::new();
-    for cycle in 0..args.cycles {
+    for cycle in 0..schedule.cycles {
         tokio::time::sleep_until((start + (up_for + down_for) * cycle as u32 + up_for).into()).await;
         b.kill();
         let killed = Instant::now();
         markers.push((killed.duration_since(start).as_secs_f64(), format!("b killed #{}", cycle + 1)));
-        let reroute = poll_until(&client, &metrics_url, Duration::from_secs(10), |m| {
+        let reroute = poll_until(client, metrics_url, Duration::from_secs(10), |m| {
             gauge(m, "switchyard_backend_up", "b") == Some(0)
         })
         .await;
         tokio::time::sleep_until((killed + down_for).into()).await;
-        let before = gauge(&fetch(&client, &metrics_url).await, "switchyard_backend_requests_total", "b").unwrap_or(0);
-        restart(&mut b)?;
+        let before = gauge(&fetch(client, metrics_url).await, "switchyard_backend_requests_total", "b").unwrap_or(0);
+        restart(b)?;
         let restarted = Instant::now();
         markers.push((restarted.duration_since(start).as_secs_f64(), format!("b restarted #{}", cycle + 1)));
-        let readmit = poll_until(&client, &metrics_url, Duration::from_secs(10), |m| {
+        let readmit = poll_until(client, metrics_url, Duration::from_secs(10), |m| {
             gauge(m, "switchyard_backend_requests_total", "b").is_some_and(|n| n > before)
         })
         .await;
@@ -135,54 +190,37 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report, fallback:
         report.finding("failover", format!("cycle {}: kill → b marked down", cycle + 1), ms(reroute), "ms");
         report.finding("failover", format!("cycle {}: restart → b takes traffic", cycle + 1), ms(readmit), "ms");
     }
-    let stats = load.await.map_err(|e| e.to_string())?;
-    let stream_stats = streams.await.map_err(|e| e.to_string())?;
-    let resumed = counter(&fetch(&client, &metrics_url).await, "switchyard_streams_resumed_total");
-    if let Some(peak) = rss.finish(setup.gateway_pid).iter().map(|s| s.1).max() {
-        report.finding("memory", "gateway RSS peak during failover", super::mb(peak), "MB");
-    }
-    let s = report.row("failover", format!("c={CONNECTIONS}, {} kills", args.cycles), "gateway", &stats);
+    Ok((cycles, markers))
+}
+
+/// What the clients saw: requests and streams sent, those that failed, streams resumed.
+fn report_load(report: &mut Report, kills: usize, stats: &Stats, stream_stats: &Stats, resumed: Option<u64>) {
+    let s = report.row("failover", format!("c={CONNECTIONS}, {kills} kills"), "gateway", stats);
     report.finding("failover", "requests sent", s.requests as f64, "");
     report.finding("failover", "client-visible failures", (s.requests - s.ok) as f64, "");
-    let st = report.row(
-        "failover",
-        format!("streams c={STREAM_CONNECTIONS}, {} kills", args.cycles),
-        "gateway",
-        &stream_stats,
-    );
+    let st = report.row("failover", format!("streams c={STREAM_CONNECTIONS}, {kills} kills"), "gateway", stream_stats);
     report.finding("failover", "streams sent", st.requests as f64, "");
     report.finding("failover", "client-visible stream failures", (st.requests - st.ok) as f64, "");
     report.finding("failover", "streams resumed on the other backend", resumed.unwrap_or(0) as f64, "");
-    if fallback {
-        let fell_back = fetch(&client, &metrics_url)
-            .await
-            .lines()
-            .filter(|l| l.starts_with("switchyard_fallbacks_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum::<u64>();
-        report.finding("failover", "requests and streams served by the fallback model", fell_back as f64, "");
-    }
-    report.extra.insert("failover_cycles".into(), json!(cycles));
-    report.charts.push((
-        "failover-timeline".into(),
-        Chart {
-            title: if fallback {
-                format!("Failover: {} SIGKILLs of the model's only backend, a fallback model behind it", args.cycles)
-            } else {
-                format!("Failover: {} SIGKILLs of one of two backends under load", args.cycles)
-            },
-            x_label: "seconds".into(),
-            y_label: "requests/s".into(),
-            series: vec![
-                Series { name: "succeeded".into(), points: rate_series(&stats, false) },
-                Series { name: "failed".into(), points: rate_series(&stats, true) },
-            ],
-            x_log: false,
-            markers,
+}
+
+/// Requests per second, succeeded and failed, with a marker at each kill and restart.
+fn timeline(kills: usize, fallback: bool, stats: &Stats, markers: Vec<(f64, String)>) -> Chart {
+    Chart {
+        title: if fallback {
+            format!("Failover: {kills} SIGKILLs of the model's only backend, a fallback model behind it")
+        } else {
+            format!("Failover: {kills} SIGKILLs of one of two backends under load")
         },
-    ));
-    drop((a, gateway));
-    Ok(())
+        x_label: "seconds".into(),
+        y_label: "requests/s".into(),
+        series: vec![
+            Series { name: "succeeded".into(), points: rate_series(stats, false) },
+            Series { name: "failed".into(), points: rate_series(stats, true) },
+        ],
+        x_log: false,
+        markers,
+    }
 }
 
 fn ms(d: Option<Duration>) -> f64 {

@@ -231,13 +231,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     let pid = gateway.pid();
     let base = gateway.url.clone();
     let setup = own_setup(&gateway, &mock, &args.model);
-    // Capacity of the half-streamed mix: each kind's closed-loop throughput, combined harmonically.
-    let (_, plain) = setup.pair(&chat_body(&args.model, false, "soak"), false)?;
-    let (_, streamed) = setup.pair(&chat_body(&args.model, true, "soak"), true)?;
-    let phase = Duration::from_secs(5);
-    let plain = measure("capacity, non-streamed", &plain, Mode::Closed(32), args.warmup(), phase).await.throughput();
-    let streamed = measure("capacity, streamed", &streamed, Mode::Closed(32), args.warmup(), phase).await.throughput();
-    let capacity = 2.0 / (1.0 / plain.max(1.0) + 1.0 / streamed.max(1.0));
+    let capacity = mix_capacity(args, &setup).await?;
     let rate = (capacity * 0.6).max(1.0);
     report.finding("soak", "capacity of the mix (32 connections)", capacity, "req/s");
     report.finding("soak", "offered rate (60%)", rate, "req/s");
@@ -247,36 +241,85 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     let before = sample(&probe, &base, pid, started).await;
     let tally = Arc::new(Tally::default());
     let url = format!("{base}/v1/chat/completions");
-    let load = {
-        let (tally, model) = (tally.clone(), args.model.clone());
-        tokio::spawn(async move {
-            let client = TestClient::new();
-            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut n = 0u64;
-            while started.elapsed() < duration {
-                tick.tick().await;
-                n += 1;
-                if tally.in_flight.load(Relaxed) >= MAX_IN_FLIGHT {
-                    tally.skipped.fetch_add(1, Relaxed);
-                    continue;
-                }
-                tally.in_flight.fetch_add(1, Relaxed);
-                let (client, url, model, tally) = (client.clone(), url.clone(), model.clone(), tally.clone());
-                tokio::spawn(async move {
-                    one(&client, &url, &model, n, &tally).await;
-                    tally.in_flight.fetch_sub(1, Relaxed);
-                });
+    let load = spawn_load(url, args.model.clone(), rate, started, duration, tally.clone());
+    let samples = sample_windows(&probe, &base, pid, started, duration, &tally).await;
+    load.await.map_err(|e| e.to_string())?;
+    wait_until_idle(&probe, &base, &tally).await;
+    let after = sample(&probe, &base, pid, started).await;
+
+    let steady: Vec<Sample> =
+        samples.iter().copied().filter(|s| s.secs >= duration.as_secs_f64() * WARMUP_SHARE).collect();
+    let trends = Trends::of(&steady);
+    let counts = Counts::of(&tally);
+    report_findings(report, duration, &samples, &counts, &trends, before, after);
+    let broken = broken_bars(&steady, &trends, before, after, rate, counts.failed);
+    if broken.is_empty() {
+        Ok(())
+    } else {
+        crate::report::print(report);
+        Err(format!("soak: {}", broken.join("; ")))
+    }
+}
+
+/// Capacity of the half-streamed mix: each kind's closed-loop throughput, combined harmonically.
+async fn mix_capacity(args: &BenchArgs, setup: &super::Setup) -> Result<f64, String> {
+    let (_, plain) = setup.pair(&chat_body(&args.model, false, "soak"), false)?;
+    let (_, streamed) = setup.pair(&chat_body(&args.model, true, "soak"), true)?;
+    let phase = Duration::from_secs(5);
+    let plain = measure("capacity, non-streamed", &plain, Mode::Closed(32), args.warmup(), phase).await.throughput();
+    let streamed = measure("capacity, streamed", &streamed, Mode::Closed(32), args.warmup(), phase).await.throughput();
+    Ok(2.0 / (1.0 / plain.max(1.0) + 1.0 / streamed.max(1.0)))
+}
+
+/// The open-loop generator: one request of the mix every `1 / rate` seconds until `duration` has
+/// passed since `started`, skipping a tick while `MAX_IN_FLIGHT` requests are outstanding.
+fn spawn_load(
+    url: String,
+    model: String,
+    rate: f64,
+    started: Instant,
+    duration: Duration,
+    tally: Arc<Tally>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let client = TestClient::new();
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut n = 0u64;
+        while started.elapsed() < duration {
+            tick.tick().await;
+            n += 1;
+            if tally.in_flight.load(Relaxed) >= MAX_IN_FLIGHT {
+                tally.skipped.fetch_add(1, Relaxed);
+                continue;
             }
-        })
-    };
+            tally.in_flight.fetch_add(1, Relaxed);
+            let (client, url, model, tally) = (client.clone(), url.clone(), model.clone(), tally.clone());
+            tokio::spawn(async move {
+                one(&client, &url, &model, n, &tally).await;
+                tally.in_flight.fetch_sub(1, Relaxed);
+            });
+        }
+    })
+}
+
+/// Samples the gateway once a second until `duration` has passed, keeping each window's minimum
+/// (windows of 1 to 10 seconds, by the run's length) and printing it as it goes.
+async fn sample_windows(
+    probe: &TestClient,
+    base: &str,
+    pid: u32,
+    started: Instant,
+    duration: Duration,
+    tally: &Tally,
+) -> Vec<Sample> {
     let window = ((duration.as_secs_f64() / 60.0).clamp(1.0, 10.0)) as usize;
     let mut samples = Vec::new();
     while started.elapsed() < duration {
         let mut s: Option<Sample> = None;
         for _ in 0..window {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let now = sample(&probe, &base, pid, started).await;
+            let now = sample(probe, base, pid, started).await;
             s = Some(s.map_or(now, |s| s.min(now)));
         }
         let Some(s) = s else { break };
@@ -298,48 +341,102 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         );
         samples.push(s);
     }
-    load.await.map_err(|e| e.to_string())?;
-    // Let the last requests finish and the clients' connections close.
+    samples
+}
+
+/// Lets the last requests finish and the clients' connections close (30 s at most for each).
+async fn wait_until_idle(probe: &TestClient, base: &str, tally: &Tally) {
     let drained = Instant::now();
     while tally.in_flight.load(Relaxed) > 0 && drained.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let settled = Instant::now();
-    while gauge(&probe, &base, "switchyard_connections_open").await > 1 && settled.elapsed() < Duration::from_secs(30) {
+    while gauge(probe, base, "switchyard_connections_open").await > 1 && settled.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let after = sample(&probe, &base, pid, started).await;
+}
 
-    let steady: Vec<Sample> =
-        samples.iter().copied().filter(|s| s.secs >= duration.as_secs_f64() * WARMUP_SHARE).collect();
-    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
-    // malloc's own count where it gives one (glibc); else resident memory less SQLite's caches.
-    let counted = steady.iter().any(|s| s.heap > 0);
-    let leak_of = |s: &Sample| if counted { mib(s.heap) } else { mib(s.own) };
-    let heap_slope = slope_per_10min(&steady, leak_of);
-    let heap_growth = floor_growth_per_10min(&steady, leak_of);
-    let anon_growth = floor_growth_per_10min(&steady, |s| mib(s.anon));
-    let fd_growth = floor_growth_per_10min(&steady, |s| s.fds as f64);
-    let task_growth = floor_growth_per_10min(&steady, |s| s.tasks as f64);
-    let db_growth = floor_growth_per_10min(&steady, |s| s.db as f64);
-    let (ok, failed, aborted) = (tally.ok.load(Relaxed), tally.failed.load(Relaxed), tally.aborted.load(Relaxed));
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// How the floors moved after the warm-up, per 10 minutes.
+struct Trends {
+    /// Whether malloc gave its own count (glibc); else the heap is resident memory less SQLite's caches.
+    counted: bool,
+    heap_slope: f64,
+    heap_growth: f64,
+    anon_growth: f64,
+    fd_growth: f64,
+    task_growth: f64,
+    db_growth: f64,
+}
+
+impl Trends {
+    fn of(steady: &[Sample]) -> Trends {
+        // malloc's own count where it gives one (glibc); else resident memory less SQLite's caches.
+        let counted = steady.iter().any(|s| s.heap > 0);
+        let leak_of = |s: &Sample| if counted { mib(s.heap) } else { mib(s.own) };
+        Trends {
+            counted,
+            heap_slope: slope_per_10min(steady, leak_of),
+            heap_growth: floor_growth_per_10min(steady, leak_of),
+            anon_growth: floor_growth_per_10min(steady, |s| mib(s.anon)),
+            fd_growth: floor_growth_per_10min(steady, |s| s.fds as f64),
+            task_growth: floor_growth_per_10min(steady, |s| s.tasks as f64),
+            db_growth: floor_growth_per_10min(steady, |s| s.db as f64),
+        }
+    }
+
+    fn heap_what(&self) -> &'static str {
+        if self.counted {
+            "malloc's bytes in use"
+        } else {
+            "anonymous RSS less SQLite's caches"
+        }
+    }
+}
+
+/// The tally's counts, read once the load is over.
+struct Counts {
+    ok: u64,
+    failed: u64,
+    aborted: u64,
+    skipped: u64,
+}
+
+impl Counts {
+    fn of(tally: &Tally) -> Counts {
+        Counts {
+            ok: tally.ok.load(Relaxed),
+            failed: tally.failed.load(Relaxed),
+            aborted: tally.aborted.load(Relaxed),
+            skipped: tally.skipped.load(Relaxed),
+        }
+    }
+}
+
+fn report_findings(
+    report: &mut Report,
+    duration: Duration,
+    samples: &[Sample],
+    counts: &Counts,
+    trends: &Trends,
+    before: Sample,
+    after: Sample,
+) {
     report.finding("soak", "duration", duration.as_secs_f64() / 60.0, "min");
-    report.finding("soak", "requests completed", ok as f64, "");
-    report.finding("soak", "requests aborted by their clients", aborted as f64, "");
-    report.finding("soak", "requests failed", failed as f64, "");
-    report.finding(
-        "soak",
-        "requests not sent (generator at its in-flight cap)",
-        tally.skipped.load(Relaxed) as f64,
-        "",
-    );
-    let heap_what = if counted { "malloc's bytes in use" } else { "anonymous RSS less SQLite's caches" };
-    report.finding("soak", format!("heap ({heap_what}) floor growth after warm-up"), heap_growth, "MiB/10 min");
-    report.finding("soak", "heap slope after warm-up (least squares)", heap_slope, "MiB/10 min");
+    report.finding("soak", "requests completed", counts.ok as f64, "");
+    report.finding("soak", "requests aborted by their clients", counts.aborted as f64, "");
+    report.finding("soak", "requests failed", counts.failed as f64, "");
+    report.finding("soak", "requests not sent (generator at its in-flight cap)", counts.skipped as f64, "");
+    let heap_what = trends.heap_what();
+    report.finding("soak", format!("heap ({heap_what}) floor growth after warm-up"), trends.heap_growth, "MiB/10 min");
+    report.finding("soak", "heap slope after warm-up (least squares)", trends.heap_slope, "MiB/10 min");
     report.finding(
         "soak",
         "anonymous RSS floor growth after warm-up (SQLite's caches included)",
-        anon_growth,
+        trends.anon_growth,
         "MiB/10 min",
     );
     let sqlite_peak = samples.iter().map(|s| s.sqlite).max().unwrap_or(0);
@@ -348,9 +445,9 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     report.finding("soak", "SQLite heap, most seen", mb(sqlite_peak), "MB");
     report.finding("soak", "anonymous RSS before the load", mb(before.anon), "MB");
     report.finding("soak", "anonymous RSS after the load", mb(after.anon), "MB");
-    report.finding("soak", "file descriptor floor growth after warm-up", fd_growth, "/10 min");
-    report.finding("soak", "runtime task floor growth after warm-up", task_growth, "/10 min");
-    report.finding("soak", "database connection floor growth after warm-up", db_growth, "/10 min");
+    report.finding("soak", "file descriptor floor growth after warm-up", trends.fd_growth, "/10 min");
+    report.finding("soak", "runtime task floor growth after warm-up", trends.task_growth, "/10 min");
+    report.finding("soak", "database connection floor growth after warm-up", trends.db_growth, "/10 min");
     let peak = samples.iter().map(|s| s.rss).max().unwrap_or(0);
     report.finding("soak", "RSS before the load", mb(before.rss), "MB");
     report.finding("soak", "RSS peak", mb(peak), "MB");
@@ -359,24 +456,36 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     report.finding("soak", "file descriptors after the load", after.fds as f64, "");
     report.finding("soak", "runtime tasks before the load", before.tasks as f64, "");
     report.finding("soak", "runtime tasks after the load", after.tasks as f64, "");
+}
 
+/// The bars the run broke, each as a sentence; empty when it passed.
+fn broken_bars(
+    steady: &[Sample],
+    trends: &Trends,
+    before: Sample,
+    after: Sample,
+    rate: f64,
+    failed: u64,
+) -> Vec<String> {
     let mut broken = Vec::new();
+    let (heap_growth, anon_growth) = (trends.heap_growth, trends.anon_growth);
     if heap_growth >= HEAP_BAR_MIB {
+        let heap_what = trends.heap_what();
         broken
             .push(format!("the heap's floor ({heap_what}) rose {heap_growth:.2} MiB per 10 min (bar {HEAP_BAR_MIB})"));
     }
-    let anon_rise = floor_rise(&steady, |s| mib(s.anon)).map_or(0.0, |(rise, _)| rise);
+    let anon_rise = floor_rise(steady, |s| mib(s.anon)).map_or(0.0, |(rise, _)| rise);
     if anon_growth >= RSS_BAR_MIB && anon_rise > RSS_STEP_SLACK_MIB {
         broken.push(format!(
             "the anonymous RSS floor rose {anon_rise:.2} MiB, {anon_growth:.2} MiB per 10 min (bar {RSS_BAR_MIB})"
         ));
     }
     for (what, growth, count) in [
-        ("file descriptors", fd_growth, (|s: &Sample| s.fds as f64) as fn(&Sample) -> f64),
-        ("runtime tasks", task_growth, |s: &Sample| s.tasks as f64),
-        ("db connections", db_growth, |s: &Sample| s.db as f64),
+        ("file descriptors", trends.fd_growth, (|s: &Sample| s.fds as f64) as fn(&Sample) -> f64),
+        ("runtime tasks", trends.task_growth, |s: &Sample| s.tasks as f64),
+        ("db connections", trends.db_growth, |s: &Sample| s.db as f64),
     ] {
-        let rise = floor_rise(&steady, count).map_or(0.0, |(rise, _)| rise);
+        let rise = floor_rise(steady, count).map_or(0.0, |(rise, _)| rise);
         if growth >= COUNT_BAR && rise > COUNT_STEP_SLACK {
             broken.push(format!("the floor of {what} rose by {rise}, {growth:.1} per 10 min (bar {COUNT_BAR})"));
         }
@@ -393,12 +502,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     if failed > 0 {
         broken.push(format!("{failed} requests failed"));
     }
-    if broken.is_empty() {
-        Ok(())
-    } else {
-        crate::report::print(report);
-        Err(format!("soak: {}", broken.join("; ")))
-    }
+    broken
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use super::{chat_body, counter, loaded_rps_and_cpu, measure, own_setup, start_gateway, start_mock, Mode};
+use crate::procs::Proc;
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
@@ -54,15 +55,34 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     for (label, extra) in variants(sink_url) {
         gateways.push((label, start_gateway(&format!("{base}{extra}"), pin)?));
     }
-    let (d, w) = (args.phase(5.0), args.warmup());
     let body = chat_body(&args.model, false, "hello");
+    added_latency(args, report, &gateways, &mock, &body).await?;
+    loaded_throughput_and_cpu(args, report, &gateways, &mock, &body).await?;
+    // Give the last batches their delay (the export sinks run at the lowest CPU priority and
+    // catch up once the load stops), then read each gateway's counters.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    report_exports(report, &gateways).await
+}
 
+/// Each variant's gateway, by its label.
+type Gateways = [(&'static str, Proc)];
+
+/// Added latency p50 at one connection, each variant against the mock directly, `ROUNDS` rounds
+/// interleaved; the median of the rounds, and how far each variant lands beyond "off".
+async fn added_latency(
+    args: &BenchArgs,
+    report: &mut Report,
+    gateways: &Gateways,
+    mock: &Proc,
+    body: &str,
+) -> Result<(), String> {
+    let (d, w) = (args.phase(5.0), args.warmup());
     let mut added = vec![Vec::new(); gateways.len()];
     let mut own = vec![Vec::new(); gateways.len()];
     for round in 1..=ROUNDS {
         for (i, (label, gateway)) in gateways.iter().enumerate() {
-            let setup = own_setup(gateway, &mock, &args.model);
-            let (direct, through) = setup.pair(&body, false)?;
+            let setup = own_setup(gateway, mock, &args.model);
+            let (direct, through) = setup.pair(body, false)?;
             let sd = measure(&format!("{label}: direct (round {round})"), &direct, Mode::Closed(1), w, d).await;
             let sg = measure(&format!("{label} (round {round})"), &through, Mode::Closed(1), w, d).await;
             if sg.total() != sg.ok {
@@ -93,9 +113,19 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
             report.finding("telemetry", format!("gateway-reported own time p50 (server-timing), {label}"), o, "µs");
         }
     }
+    Ok(())
+}
 
-    // Rounds in alternating order, so drift over the run weighs on every variant alike; each
-    // variant's figure is the mean of its rounds.
+/// Throughput and CPU per request at 16 connections, each variant against "off". Rounds in
+/// alternating order, so drift over the run weighs on every variant alike; each variant's figure
+/// is the mean of its rounds.
+async fn loaded_throughput_and_cpu(
+    args: &BenchArgs,
+    report: &mut Report,
+    gateways: &Gateways,
+    mock: &Proc,
+    body: &str,
+) -> Result<(), String> {
     let mut loaded = vec![(0.0, 0.0); gateways.len()];
     for round in 0..ROUNDS {
         let mut order: Vec<usize> = (0..gateways.len()).collect();
@@ -104,9 +134,9 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         }
         for i in order {
             let (label, gateway) = &gateways[i];
-            let setup = own_setup(gateway, &mock, &args.model);
+            let setup = own_setup(gateway, mock, &args.model);
             let label = format!("{label}, round {}", round + 1);
-            let (rps, cpu) = loaded_rps_and_cpu("telemetry", &label, &setup, gateway, &body, args, report).await?;
+            let (rps, cpu) = loaded_rps_and_cpu("telemetry", &label, &setup, gateway, body, args, report).await?;
             loaded[i].0 += rps / ROUNDS as f64;
             loaded[i].1 += cpu / ROUNDS as f64;
         }
@@ -117,10 +147,11 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
             report.finding("telemetry", format!("CPU per request, {label} ÷ off"), cpu / cpu_off, "×");
         }
     }
+    Ok(())
+}
 
-    // Give the last batches their delay (the export sinks run at the lowest CPU priority and
-    // catch up once the load stops), then read each gateway's counters.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+/// What each gateway with something on exported, dropped or failed, from its own counters.
+async fn report_exports(report: &mut Report, gateways: &Gateways) -> Result<(), String> {
     for (label, gateway) in gateways.iter().skip(1) {
         let exported = counter(&gateway.url, "switchyard_telemetry_spans_exported_total").await?;
         let dropped = counter(&gateway.url, "switchyard_telemetry_traces_dropped_total").await?;
