@@ -45,6 +45,7 @@ pub mod guard;
 pub mod http;
 pub mod limit;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod proxy;
 pub mod records;

@@ -210,16 +210,21 @@ pub async fn start_guarded(
 }
 
 /// Read the gateway's figures every few seconds for the console's live charts (of whichever
-/// configuration is current: backends come and go with reloads).
+/// configuration is current: backends come and go with reloads), and every `TRIM_EVERY` ticks
+/// give malloc's free pages back (`memory.rs`).
 fn spawn_sampler(current: Current) -> JoinHandle<()> {
+    const TRIM_EVERY: u64 = 5;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(crate::metrics::series::STEP_S));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        for n in 1u64.. {
             tick.tick().await;
             let app = current.load();
             let now = crate::clock::unix_ms().max(0) as u64 / 1000;
             app.metrics.series.sample(&app.metrics, &app.router.backends, now);
+            if n % TRIM_EVERY == 0 {
+                crate::memory::trim();
+            }
         }
     })
 }

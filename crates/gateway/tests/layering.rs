@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["route", "usage", "error", "shared"],
     &["translate", "upstream"],
     &["config", "records"],
-    &["endpoint", "clock", "glob", "redact"],
+    &["endpoint", "clock", "glob", "memory", "redact"],
 ];
 
 const MAX_LINES: usize = 600;

@@ -139,6 +139,8 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    // Before any thread allocates: few malloc arenas, so freed memory is not spread over dozens.
+    switchyard_gateway::memory::limit_arenas();
     let cli = Cli::parse();
     init_tracing();
     // Pin the load generator before the runtime starts its threads, so they inherit the mask.
