@@ -39,12 +39,7 @@ const DEFAULT_CACHE_TOKENS: usize = 65_536;
 
 pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) -> Result<BackendConfig, ConfigError> {
     let at = |field: &str| format!("backends[{i}].{field}");
-    if b.name.is_empty() || !b.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(ConfigError::at(at("name"), "use letters, digits, '-', '_' or '.'"));
-    }
-    if !names.insert(b.name.clone()) {
-        return Err(ConfigError::at(at("name"), format!("duplicate backend name `{}`", b.name)));
-    }
+    validate_name(&b.name, names, &at)?;
     let preset = match b.provider.as_deref() {
         None => None,
         Some(name) => Some(super::presets::find(name).ok_or_else(|| {
@@ -63,6 +58,56 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
             return Err(ConfigError::at(at("region"), "expected an AWS region such as us-east-1"));
         }
     }
+    let url = base_url(&b, preset, &at)?;
+    let kind = backend_kind(b.kind.as_deref().or(preset.map(|p| p.kind)).unwrap_or("openai"), &at)?;
+    let aws = bedrock_keys(&b, &at)?;
+    validate_models_for_kind(i, &b, kind, &at)?;
+    let weight = b.weight.unwrap_or(1);
+    if weight == 0 {
+        return Err(ConfigError::at(at("weight"), "must be at least 1"));
+    }
+    if let Some(models) = &b.models {
+        if let Some(pos) = models.iter().position(|m| m.is_empty()) {
+            return Err(ConfigError::at(format!("backends[{i}].models[{pos}]"), "empty model name"));
+        }
+    }
+    Ok(BackendConfig {
+        name: b.name,
+        url,
+        kind,
+        api_key: b.api_key.filter(|k| !k.is_empty()),
+        models: b.models,
+        priority: b.priority.unwrap_or(0),
+        weight,
+        cache_tokens: b.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS).max(1),
+        max_concurrency: match b.max_concurrency {
+            Some(0) => return Err(ConfigError::at(at("max_concurrency"), "must be at least 1")),
+            n => n,
+        },
+        api_version: b.api_version,
+        aws,
+    })
+}
+
+/// A backend's name: a plain token (it appears in metrics and logs), unique among the backends.
+fn validate_name(name: &str, names: &mut HashSet<String>, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(ConfigError::at(at("name"), "use letters, digits, '-', '_' or '.'"));
+    }
+    if !names.insert(name.to_owned()) {
+        return Err(ConfigError::at(at("name"), format!("duplicate backend name `{name}`")));
+    }
+    Ok(())
+}
+
+/// The base URL requests are sent under: the configured `url`, else the provider's, else (for
+/// Bedrock) the region's endpoint; without a trailing `/` or the API path appended per request.
+fn base_url(
+    b: &RawBackend,
+    preset: Option<&super::presets::Preset>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<String, ConfigError> {
+    let bedrock = b.kind.as_deref() == Some("bedrock");
     let raw_url = match (&b.url, preset, &b.region) {
         (Some(url), _, _) => url.clone(),
         (None, Some(p), _) => p.url.to_owned(),
@@ -85,23 +130,31 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
     // with `/openai` or `/openai/v1`, which are appended too).
     let url = url.strip_suffix("/v1").or_else(|| url.strip_suffix("/v1beta")).unwrap_or(&url);
     let url = if b.kind.as_deref() == Some("azure") { url.strip_suffix("/openai").unwrap_or(url) } else { url };
-    let url = url.to_owned();
-    let kind_name = b.kind.as_deref().or(preset.map(|p| p.kind)).unwrap_or("openai");
-    let kind = match kind_name {
-        "openai" => BackendKind::OpenAi,
-        "ollama" => BackendKind::Ollama,
-        "anthropic" => BackendKind::Anthropic,
-        "azure" => BackendKind::Azure,
-        "gemini" => BackendKind::Gemini,
-        "bedrock" => BackendKind::Bedrock,
-        other => {
-            return Err(ConfigError::at(
-                at("type"),
-                format!("unknown backend type `{other}` (openai, ollama, anthropic, azure, gemini, bedrock)"),
-            ))
-        }
-    };
-    let aws = bedrock_keys(&b, &at)?;
+    Ok(url.to_owned())
+}
+
+fn backend_kind(name: &str, at: &dyn Fn(&str) -> String) -> Result<BackendKind, ConfigError> {
+    match name {
+        "openai" => Ok(BackendKind::OpenAi),
+        "ollama" => Ok(BackendKind::Ollama),
+        "anthropic" => Ok(BackendKind::Anthropic),
+        "azure" => Ok(BackendKind::Azure),
+        "gemini" => Ok(BackendKind::Gemini),
+        "bedrock" => Ok(BackendKind::Bedrock),
+        other => Err(ConfigError::at(
+            at("type"),
+            format!("unknown backend type `{other}` (openai, ollama, anthropic, azure, gemini, bedrock)"),
+        )),
+    }
+}
+
+/// What a backend's kind asks of its `models` and `api_version`.
+fn validate_models_for_kind(
+    i: usize,
+    b: &RawBackend,
+    kind: BackendKind,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
     if kind == BackendKind::Bedrock && b.models.is_none() {
         // Requests name model ids and inference profiles, which no one list holds.
         return Err(ConfigError::at(at("models"), "a bedrock backend needs its model ids listed in `models`"));
@@ -129,31 +182,7 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
             ));
         }
     }
-    let weight = b.weight.unwrap_or(1);
-    if weight == 0 {
-        return Err(ConfigError::at(at("weight"), "must be at least 1"));
-    }
-    if let Some(models) = &b.models {
-        if let Some(pos) = models.iter().position(|m| m.is_empty()) {
-            return Err(ConfigError::at(format!("backends[{i}].models[{pos}]"), "empty model name"));
-        }
-    }
-    Ok(BackendConfig {
-        name: b.name,
-        url,
-        kind,
-        api_key: b.api_key.filter(|k| !k.is_empty()),
-        models: b.models,
-        priority: b.priority.unwrap_or(0),
-        weight,
-        cache_tokens: b.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS).max(1),
-        max_concurrency: match b.max_concurrency {
-            Some(0) => return Err(ConfigError::at(at("max_concurrency"), "must be at least 1")),
-            n => n,
-        },
-        api_version: b.api_version,
-        aws,
-    })
+    Ok(())
 }
 
 /// A Bedrock backend's access keys: both or neither, and not beside an `api_key` (a Bedrock API

@@ -201,10 +201,7 @@ pub(super) fn duration(path: &str, raw: &Option<String>, default: Duration) -> R
 }
 
 pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
-    let listen_text = raw.listen.as_deref().unwrap_or("127.0.0.1:4100");
-    let listen: SocketAddr = listen_text
-        .parse()
-        .map_err(|_| ConfigError::at("listen", format!("`{listen_text}` is not an address like 127.0.0.1:4100")))?;
+    let listen = validate_listen(raw.listen.as_deref())?;
 
     let mut names = HashSet::new();
     let mut backends = Vec::with_capacity(raw.backends.len());
@@ -212,181 +209,31 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         backends.push(super::backend::validate_backend(i, b, &mut names)?);
     }
 
-    let strategy = match raw.routing.strategy.as_deref().unwrap_or("least-connections") {
-        "round-robin" => Strategy::RoundRobin,
-        "least-connections" => Strategy::LeastConnections,
-        "priority" => Strategy::Priority,
-        "weighted" => Strategy::Weighted,
-        "cache-aware" => Strategy::CacheAware,
-        "prefix-hash" => Strategy::PrefixHash,
-        other => {
-            return Err(ConfigError::at(
-                "routing.strategy",
-                format!(
-                    "unknown strategy `{other}` (round-robin, least-connections, priority, weighted, cache-aware, \
-                     prefix-hash)"
-                ),
-            ))
-        }
-    };
-    let r = &raw.routing;
-    let affinity = AffinityConfig {
-        sticky_sessions: r.sticky_sessions.unwrap_or(true),
-        session_ttl: duration("routing.session_ttl", &r.session_ttl, Duration::from_secs(30 * 60))?,
-        max_sessions: r.max_sessions.unwrap_or(100_000).max(1),
-        balance_factor: r.balance_factor.unwrap_or(1.5),
-        balance_slack: r.balance_slack.unwrap_or(2),
-    };
-    if !(affinity.balance_factor >= 1.0 && affinity.balance_factor.is_finite()) {
-        return Err(ConfigError::at("routing.balance_factor", "must be a number of at least 1"));
-    }
+    let strategy = validate_strategy(raw.routing.strategy.as_deref())?;
+    let affinity = validate_affinity(&raw.routing)?;
     let max_attempts = raw.routing.max_attempts.unwrap_or(3);
     if max_attempts == 0 {
         return Err(ConfigError::at("routing.max_attempts", "must be at least 1"));
     }
 
-    let lists = raw.fallbacks.iter().map(|e| ("fallbacks", e));
-    for (block, (model, to)) in
-        lists.chain(raw.context_window_fallbacks.iter().map(|e| ("context_window_fallbacks", e)))
-    {
-        let at = || format!("{block}.{model}");
-        if to.is_empty() || to.iter().any(String::is_empty) {
-            return Err(ConfigError::at(at(), "list the models to fall back to, in order"));
-        }
-        if to.iter().any(|m| m == model) {
-            return Err(ConfigError::at(at(), "a model cannot fall back to itself"));
-        }
-    }
+    validate_fallback_lists(&raw.fallbacks, &raw.context_window_fallbacks)?;
     let (fallbacks, context_window_fallbacks) = (raw.fallbacks.clone(), raw.context_window_fallbacks.clone());
     let fallback_statuses = raw.routing.fallback_statuses.clone().unwrap_or_else(|| vec![429, 500, 502, 503, 504]);
     if fallback_statuses.iter().any(|s| !(400..=599).contains(s)) {
         return Err(ConfigError::at("routing.fallback_statuses", "statuses must be between 400 and 599"));
     }
+    validate_aliases(&raw.aliases)?;
 
-    for (alias, target) in &raw.aliases {
-        if target.is_empty() {
-            return Err(ConfigError::at(format!("aliases.{alias}"), "alias target is empty"));
-        }
-        if raw.aliases.contains_key(target) {
-            return Err(ConfigError::at(
-                format!("aliases.{alias}"),
-                format!("`{target}` is itself an alias; point `{alias}` at a model name"),
-            ));
-        }
-    }
-
-    let h = &raw.health;
-    let health = HealthConfig {
-        interval: duration("health.interval", &h.interval, Duration::from_secs(2))?,
-        timeout: duration("health.timeout", &h.timeout, Duration::from_secs(1))?,
-        down_backoff_min: duration("health.down_backoff_min", &h.down_backoff_min, Duration::from_millis(50))?,
-        down_backoff_max: duration("health.down_backoff_max", &h.down_backoff_max, Duration::from_millis(100))?,
-        failure_threshold: h.failure_threshold.unwrap_or(5).max(1),
-        breaker_cooldown: duration("health.breaker_cooldown", &h.breaker_cooldown, Duration::from_secs(5))?,
-    };
-    if health.interval.is_zero() {
-        return Err(ConfigError::at("health.interval", "must be greater than zero"));
-    }
-    if health.down_backoff_min.is_zero() || health.down_backoff_max < health.down_backoff_min {
-        return Err(ConfigError::at(
-            "health.down_backoff_min",
-            "must be greater than zero and not above health.down_backoff_max",
-        ));
-    }
-
-    let t = &raw.timeouts;
-    let timeouts = Timeouts {
-        connect: duration("timeouts.connect", &t.connect, Duration::from_secs(2))?,
-        first_byte: duration("timeouts.first_byte", &t.first_byte, Duration::from_secs(300))?,
-        stream_idle: duration("timeouts.stream_idle", &t.stream_idle, Duration::from_secs(120))?,
-        request: duration("timeouts.request", &t.request, Duration::from_secs(600))?,
-        header_read: duration("timeouts.header_read", &t.header_read, Duration::from_secs(30))?,
-        body_read: duration("timeouts.body_read", &t.body_read, Duration::from_secs(60))?,
-        client_write: duration("timeouts.client_write", &t.client_write, Duration::from_secs(60))?,
-        connection_idle: duration("timeouts.connection_idle", &t.connection_idle, Duration::from_secs(180))?,
-        upstream_idle: duration("timeouts.upstream_idle", &t.upstream_idle, Duration::from_secs(90))?,
-    };
-    for (path, d) in [
-        ("timeouts.connect", timeouts.connect),
-        ("timeouts.first_byte", timeouts.first_byte),
-        ("timeouts.stream_idle", timeouts.stream_idle),
-        ("timeouts.request", timeouts.request),
-        ("timeouts.header_read", timeouts.header_read),
-        ("timeouts.body_read", timeouts.body_read),
-        ("timeouts.client_write", timeouts.client_write),
-        ("timeouts.connection_idle", timeouts.connection_idle),
-        ("timeouts.upstream_idle", timeouts.upstream_idle),
-    ] {
-        if d.is_zero() {
-            return Err(ConfigError::at(path, "must be greater than zero"));
-        }
-    }
-
+    let health = validate_health(&raw.health)?;
+    let timeouts = validate_timeouts(&raw.timeouts)?;
     let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(10 * 1024 * 1024);
     if max_body_bytes == 0 {
         return Err(ConfigError::at("limits.max_body_bytes", "must be greater than zero"));
     }
-    let l = &raw.limits;
-    let listener = ListenerLimits {
-        max_connections: l.max_connections.unwrap_or(10_000),
-        max_headers: l.max_headers.unwrap_or(100),
-        max_header_bytes: l.max_header_bytes.unwrap_or(32 * 1024),
-        max_uri_bytes: l.max_uri_bytes.unwrap_or(8 * 1024),
-    };
-    if listener.max_connections == 0 {
-        return Err(ConfigError::at("limits.max_connections", "must be greater than zero"));
-    }
-    if !(1..=1024).contains(&listener.max_headers) {
-        return Err(ConfigError::at("limits.max_headers", "must be between 1 and 1024"));
-    }
-    // hyper's smallest read buffer is 8 KiB; a head must fit in it.
-    if !(8 * 1024..=1024 * 1024).contains(&listener.max_header_bytes) {
-        return Err(ConfigError::at("limits.max_header_bytes", "must be between 8192 and 1048576"));
-    }
-    if !(256..=65_534).contains(&listener.max_uri_bytes) {
-        return Err(ConfigError::at("limits.max_uri_bytes", "must be between 256 and 65534"));
-    }
-
-    let auth = AuthConfig {
-        master_key: raw.auth.master_key.or_else(|| env.var("SWITCHYARD_MASTER_KEY")).filter(|k| !k.is_empty()),
-        secret: raw.auth.secret.or_else(|| env.var("SWITCHYARD_SECRET")).filter(|k| !k.is_empty()),
-    };
-    if auth.master_key.as_ref().is_some_and(|k| k.len() < 8) {
-        return Err(ConfigError::at("auth.master_key", "must be at least 8 characters"));
-    }
-    if auth.secret.as_ref().is_some_and(|k| k.len() < 32) {
-        return Err(ConfigError::at("auth.secret", "must be at least 32 characters"));
-    }
-    let url = raw.storage.url.unwrap_or_else(|| "sqlite://./switchyard.db".to_owned());
-    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(ConfigError::at("storage.url", "use sqlite://PATH or postgres://USER:PASS@HOST/DB"));
-    }
-    let journal_file_bytes =
-        super::cache::size("storage.usage_journal_file_bytes", raw.storage.usage_journal_file_bytes, 64 << 20)?;
-    if journal_file_bytes < 4096 {
-        return Err(ConfigError::at("storage.usage_journal_file_bytes", "must be at least 4KiB"));
-    }
-    let storage = StorageConfig {
-        journal_dir: raw.storage.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into(),
-        journal_file_bytes: journal_file_bytes as u64,
-        url,
-        record_usage: raw.storage.record_usage.unwrap_or(true),
-    };
-    // The shipped table (config/prices.rs), then the configured prices over it.
-    let mut prices: HashMap<String, Price> = super::prices::shipped().collect();
-    for (model, p) in raw.prices {
-        let cached = ("cached_input_per_million", p.cached_input_per_million.unwrap_or(0.0));
-        for (field, v) in
-            [("input_per_million", p.input_per_million), ("output_per_million", p.output_per_million), cached]
-        {
-            if !v.is_finite() || v < 0.0 {
-                return Err(ConfigError::at(format!("prices.{model}.{field}"), "must be a non-negative number"));
-            }
-        }
-        let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
-        let cached_input_per_million = p.cached_input_per_million;
-        prices.insert(model, Price { input_per_million, output_per_million, cached_input_per_million });
-    }
+    let listener = validate_listener(&raw.limits)?;
+    let auth = validate_auth(raw.auth, env)?;
+    let storage = validate_storage(raw.storage)?;
+    let prices = validate_prices(raw.prices)?;
     let exports = super::exports::validate(raw.exports)?;
     if !exports.is_empty() && !storage.record_usage {
         return Err(ConfigError::at("exports", "exports read the usage journal: storage.record_usage must be on"));
@@ -425,6 +272,208 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         cache: super::cache::validate(raw.cache)?,
         source: None,
     })
+}
+
+fn validate_listen(listen: Option<&str>) -> Result<SocketAddr, ConfigError> {
+    let listen_text = listen.unwrap_or("127.0.0.1:4100");
+    listen_text
+        .parse()
+        .map_err(|_| ConfigError::at("listen", format!("`{listen_text}` is not an address like 127.0.0.1:4100")))
+}
+
+fn validate_strategy(strategy: Option<&str>) -> Result<Strategy, ConfigError> {
+    match strategy.unwrap_or("least-connections") {
+        "round-robin" => Ok(Strategy::RoundRobin),
+        "least-connections" => Ok(Strategy::LeastConnections),
+        "priority" => Ok(Strategy::Priority),
+        "weighted" => Ok(Strategy::Weighted),
+        "cache-aware" => Ok(Strategy::CacheAware),
+        "prefix-hash" => Ok(Strategy::PrefixHash),
+        other => Err(ConfigError::at(
+            "routing.strategy",
+            format!(
+                "unknown strategy `{other}` (round-robin, least-connections, priority, weighted, cache-aware, \
+                 prefix-hash)"
+            ),
+        )),
+    }
+}
+
+/// Sticky sessions and how far they may unbalance the backends.
+fn validate_affinity(r: &RawRouting) -> Result<AffinityConfig, ConfigError> {
+    let affinity = AffinityConfig {
+        sticky_sessions: r.sticky_sessions.unwrap_or(true),
+        session_ttl: duration("routing.session_ttl", &r.session_ttl, Duration::from_secs(30 * 60))?,
+        max_sessions: r.max_sessions.unwrap_or(100_000).max(1),
+        balance_factor: r.balance_factor.unwrap_or(1.5),
+        balance_slack: r.balance_slack.unwrap_or(2),
+    };
+    if !(affinity.balance_factor >= 1.0 && affinity.balance_factor.is_finite()) {
+        return Err(ConfigError::at("routing.balance_factor", "must be a number of at least 1"));
+    }
+    Ok(affinity)
+}
+
+/// Each list of `fallbacks` and `context_window_fallbacks` names models, none of them its own.
+fn validate_fallback_lists(
+    fallbacks: &HashMap<String, Vec<String>>,
+    context_window_fallbacks: &HashMap<String, Vec<String>>,
+) -> Result<(), ConfigError> {
+    let lists = fallbacks.iter().map(|e| ("fallbacks", e));
+    for (block, (model, to)) in lists.chain(context_window_fallbacks.iter().map(|e| ("context_window_fallbacks", e))) {
+        let at = || format!("{block}.{model}");
+        if to.is_empty() || to.iter().any(String::is_empty) {
+            return Err(ConfigError::at(at(), "list the models to fall back to, in order"));
+        }
+        if to.iter().any(|m| m == model) {
+            return Err(ConfigError::at(at(), "a model cannot fall back to itself"));
+        }
+    }
+    Ok(())
+}
+
+/// An alias points at a model name, never at another alias.
+fn validate_aliases(aliases: &HashMap<String, String>) -> Result<(), ConfigError> {
+    for (alias, target) in aliases {
+        if target.is_empty() {
+            return Err(ConfigError::at(format!("aliases.{alias}"), "alias target is empty"));
+        }
+        if aliases.contains_key(target) {
+            return Err(ConfigError::at(
+                format!("aliases.{alias}"),
+                format!("`{target}` is itself an alias; point `{alias}` at a model name"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_health(h: &RawHealth) -> Result<HealthConfig, ConfigError> {
+    let health = HealthConfig {
+        interval: duration("health.interval", &h.interval, Duration::from_secs(2))?,
+        timeout: duration("health.timeout", &h.timeout, Duration::from_secs(1))?,
+        down_backoff_min: duration("health.down_backoff_min", &h.down_backoff_min, Duration::from_millis(50))?,
+        down_backoff_max: duration("health.down_backoff_max", &h.down_backoff_max, Duration::from_millis(100))?,
+        failure_threshold: h.failure_threshold.unwrap_or(5).max(1),
+        breaker_cooldown: duration("health.breaker_cooldown", &h.breaker_cooldown, Duration::from_secs(5))?,
+    };
+    if health.interval.is_zero() {
+        return Err(ConfigError::at("health.interval", "must be greater than zero"));
+    }
+    if health.down_backoff_min.is_zero() || health.down_backoff_max < health.down_backoff_min {
+        return Err(ConfigError::at(
+            "health.down_backoff_min",
+            "must be greater than zero and not above health.down_backoff_max",
+        ));
+    }
+    Ok(health)
+}
+
+/// Every timeout has a default and none may be zero.
+fn validate_timeouts(t: &RawTimeouts) -> Result<Timeouts, ConfigError> {
+    let timeouts = Timeouts {
+        connect: duration("timeouts.connect", &t.connect, Duration::from_secs(2))?,
+        first_byte: duration("timeouts.first_byte", &t.first_byte, Duration::from_secs(300))?,
+        stream_idle: duration("timeouts.stream_idle", &t.stream_idle, Duration::from_secs(120))?,
+        request: duration("timeouts.request", &t.request, Duration::from_secs(600))?,
+        header_read: duration("timeouts.header_read", &t.header_read, Duration::from_secs(30))?,
+        body_read: duration("timeouts.body_read", &t.body_read, Duration::from_secs(60))?,
+        client_write: duration("timeouts.client_write", &t.client_write, Duration::from_secs(60))?,
+        connection_idle: duration("timeouts.connection_idle", &t.connection_idle, Duration::from_secs(180))?,
+        upstream_idle: duration("timeouts.upstream_idle", &t.upstream_idle, Duration::from_secs(90))?,
+    };
+    for (path, d) in [
+        ("timeouts.connect", timeouts.connect),
+        ("timeouts.first_byte", timeouts.first_byte),
+        ("timeouts.stream_idle", timeouts.stream_idle),
+        ("timeouts.request", timeouts.request),
+        ("timeouts.header_read", timeouts.header_read),
+        ("timeouts.body_read", timeouts.body_read),
+        ("timeouts.client_write", timeouts.client_write),
+        ("timeouts.connection_idle", timeouts.connection_idle),
+        ("timeouts.upstream_idle", timeouts.upstream_idle),
+    ] {
+        if d.is_zero() {
+            return Err(ConfigError::at(path, "must be greater than zero"));
+        }
+    }
+    Ok(timeouts)
+}
+
+/// The listener's limits on connections and request heads.
+fn validate_listener(l: &RawLimits) -> Result<ListenerLimits, ConfigError> {
+    let listener = ListenerLimits {
+        max_connections: l.max_connections.unwrap_or(10_000),
+        max_headers: l.max_headers.unwrap_or(100),
+        max_header_bytes: l.max_header_bytes.unwrap_or(32 * 1024),
+        max_uri_bytes: l.max_uri_bytes.unwrap_or(8 * 1024),
+    };
+    if listener.max_connections == 0 {
+        return Err(ConfigError::at("limits.max_connections", "must be greater than zero"));
+    }
+    if !(1..=1024).contains(&listener.max_headers) {
+        return Err(ConfigError::at("limits.max_headers", "must be between 1 and 1024"));
+    }
+    // hyper's smallest read buffer is 8 KiB; a head must fit in it.
+    if !(8 * 1024..=1024 * 1024).contains(&listener.max_header_bytes) {
+        return Err(ConfigError::at("limits.max_header_bytes", "must be between 8192 and 1048576"));
+    }
+    if !(256..=65_534).contains(&listener.max_uri_bytes) {
+        return Err(ConfigError::at("limits.max_uri_bytes", "must be between 256 and 65534"));
+    }
+    Ok(listener)
+}
+
+/// The master key and secret, from the file or else the environment.
+fn validate_auth(raw: RawAuth, env: &dyn Env) -> Result<AuthConfig, ConfigError> {
+    let auth = AuthConfig {
+        master_key: raw.master_key.or_else(|| env.var("SWITCHYARD_MASTER_KEY")).filter(|k| !k.is_empty()),
+        secret: raw.secret.or_else(|| env.var("SWITCHYARD_SECRET")).filter(|k| !k.is_empty()),
+    };
+    if auth.master_key.as_ref().is_some_and(|k| k.len() < 8) {
+        return Err(ConfigError::at("auth.master_key", "must be at least 8 characters"));
+    }
+    if auth.secret.as_ref().is_some_and(|k| k.len() < 32) {
+        return Err(ConfigError::at("auth.secret", "must be at least 32 characters"));
+    }
+    Ok(auth)
+}
+
+fn validate_storage(raw: RawStorage) -> Result<StorageConfig, ConfigError> {
+    let url = raw.url.unwrap_or_else(|| "sqlite://./switchyard.db".to_owned());
+    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(ConfigError::at("storage.url", "use sqlite://PATH or postgres://USER:PASS@HOST/DB"));
+    }
+    let journal_file_bytes =
+        super::cache::size("storage.usage_journal_file_bytes", raw.usage_journal_file_bytes, 64 << 20)?;
+    if journal_file_bytes < 4096 {
+        return Err(ConfigError::at("storage.usage_journal_file_bytes", "must be at least 4KiB"));
+    }
+    Ok(StorageConfig {
+        journal_dir: raw.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into(),
+        journal_file_bytes: journal_file_bytes as u64,
+        url,
+        record_usage: raw.record_usage.unwrap_or(true),
+    })
+}
+
+/// The shipped table (config/prices.rs), then the configured prices over it.
+fn validate_prices(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Price>, ConfigError> {
+    let mut prices: HashMap<String, Price> = super::prices::shipped().collect();
+    for (model, p) in raw {
+        let cached = ("cached_input_per_million", p.cached_input_per_million.unwrap_or(0.0));
+        for (field, v) in
+            [("input_per_million", p.input_per_million), ("output_per_million", p.output_per_million), cached]
+        {
+            if !v.is_finite() || v < 0.0 {
+                return Err(ConfigError::at(format!("prices.{model}.{field}"), "must be a non-negative number"));
+            }
+        }
+        let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
+        let cached_input_per_million = p.cached_input_per_million;
+        prices.insert(model, Price { input_per_million, output_per_million, cached_input_per_million });
+    }
+    Ok(prices)
 }
 
 fn validate_redis(raw: RawRedis) -> Result<RedisConfig, ConfigError> {

@@ -104,6 +104,102 @@ fn roll_up<'a>(rows: impl Iterator<Item = &'a Row<'a>>, floor: fn(i64) -> i64) -
 /// key_id / user_name / team of the per-(hour, model) rows summed over all keys.
 pub const ALL: &str = "*";
 
+/// Which of a chunk's ids are stored already.
+fn select_ids_sql(sqlite: bool, rows: usize) -> String {
+    format!("SELECT id FROM usage_records WHERE id IN ({})", values_placeholders(sqlite, rows, 1))
+}
+
+fn insert_records_sql(sqlite: bool, rows: usize) -> String {
+    format!(
+        "INSERT INTO usage_records ({RECORD_COLUMNS}) VALUES {} ON CONFLICT (id) DO NOTHING",
+        values_placeholders(sqlite, rows, RECORD_COLS)
+    )
+}
+
+fn insert_bodies_sql(sqlite: bool, rows: usize) -> String {
+    format!(
+        "INSERT INTO request_bodies (id, request, response, truncated) VALUES {} \
+         ON CONFLICT (id) DO NOTHING",
+        values_placeholders(sqlite, rows, 4)
+    )
+}
+
+/// Adds the groups to a rollup's rows (`table`, keyed by `time`), creating the rows not there yet.
+fn upsert_rollup_sql(table: &str, time: &str, sqlite: bool, rows: usize) -> String {
+    format!(
+        "INSERT INTO {table} ({time}, key_id, user_name, team, model, requests, prompt_tokens, \
+         completion_tokens, total_tokens, cost_usd) VALUES {} \
+         ON CONFLICT ({time}, key_id, user_name, team, model) DO UPDATE SET \
+         requests = {table}.requests + excluded.requests, \
+         prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, \
+         completion_tokens = {table}.completion_tokens + excluded.completion_tokens, \
+         total_tokens = {table}.total_tokens + excluded.total_tokens, \
+         cost_usd = {table}.cost_usd + excluded.cost_usd",
+        values_placeholders(sqlite, rows, ROLLUP_COLS)
+    )
+}
+
+/// A query on either database, its arguments bound by position.
+type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>;
+
+/// Binds one record's values, in `RECORD_COLUMNS` order. Generic so that both of `with_pool!`'s
+/// arms (SQLite and PostgreSQL) can use it.
+fn bind_record<'q, DB>(q: Query<'q, DB>, row: &'q Row<'q>) -> Query<'q, DB>
+where
+    DB: sqlx::Database,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i32: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    f64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    // sqlx implements `Encode` for `Option` per database, not for every `Encode` type.
+    Option<String>: sqlx::Encode<'q, DB>,
+    Option<i64>: sqlx::Encode<'q, DB>,
+    Option<f64>: sqlx::Encode<'q, DB>,
+{
+    let r = row.r;
+    q.bind(&r.id)
+        .bind(r.ts_ms)
+        .bind(&r.key_id)
+        .bind(&r.user)
+        .bind(&r.team)
+        .bind(&r.model_requested)
+        .bind(&r.model_served)
+        .bind(&r.backend)
+        .bind(row.status)
+        .bind(row.prompt)
+        .bind(row.completion)
+        .bind(row.total)
+        .bind(r.latency_ms)
+        .bind(r.ttft_ms)
+        .bind(r.cost_usd)
+        .bind(r.estimated)
+        .bind(&r.tool)
+        .bind(row.response_bytes)
+        .bind(&r.route)
+}
+
+/// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.
+fn bind_rollup<'q, DB>(q: Query<'q, DB>, group: &'q (RollupKey<'q>, Sums)) -> Query<'q, DB>
+where
+    DB: sqlx::Database,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    f64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let ((at, key_id, user, team, model), s) = group;
+    q.bind(*at)
+        .bind(*key_id)
+        .bind(*user)
+        .bind(*team)
+        .bind(*model)
+        .bind(s.requests)
+        .bind(s.prompt)
+        .bind(s.completion)
+        .bind(s.total)
+        .bind(s.cost)
+}
+
 impl Store {
     /// Writes a batch in one transaction: inserts the records (ids already stored are skipped, so replays are
     /// idempotent), adds only the newly inserted ones to the hourly rollup (by served model), and stores
@@ -125,10 +221,7 @@ impl Store {
             // the common path.
             let mut existing: HashSet<String> = HashSet::new();
             for chunk in rows.chunks(CHUNK_ROWS) {
-                let sql = format!(
-                    "SELECT id FROM usage_records WHERE id IN ({})",
-                    values_placeholders(sqlite, chunk.len(), 1)
-                );
+                let sql = select_ids_sql(sqlite, chunk.len());
                 let mut q = sqlx::query_scalar::<_, String>(&sql).persistent(chunk.len() == CHUNK_ROWS);
                 for row in chunk {
                     q = q.bind(&row.r.id);
@@ -138,33 +231,10 @@ impl Store {
             let mut new_ids: HashSet<String> =
                 rows.iter().map(|row| row.r.id.clone()).filter(|id| !existing.contains(id)).collect();
             for chunk in rows.chunks(CHUNK_ROWS) {
-                let sql = format!(
-                    "INSERT INTO usage_records ({RECORD_COLUMNS}) VALUES {} ON CONFLICT (id) DO NOTHING",
-                    values_placeholders(sqlite, chunk.len(), RECORD_COLS)
-                );
+                let sql = insert_records_sql(sqlite, chunk.len());
                 let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
                 for row in chunk {
-                    let r = row.r;
-                    q = q
-                        .bind(&r.id)
-                        .bind(r.ts_ms)
-                        .bind(&r.key_id)
-                        .bind(&r.user)
-                        .bind(&r.team)
-                        .bind(&r.model_requested)
-                        .bind(&r.model_served)
-                        .bind(&r.backend)
-                        .bind(row.status)
-                        .bind(row.prompt)
-                        .bind(row.completion)
-                        .bind(row.total)
-                        .bind(r.latency_ms)
-                        .bind(r.ttft_ms)
-                        .bind(r.cost_usd)
-                        .bind(r.estimated)
-                        .bind(&r.tool)
-                        .bind(row.response_bytes)
-                        .bind(&r.route);
+                    q = bind_record(q, row);
                 }
                 q.execute(&mut *tx).await?;
             }
@@ -174,11 +244,7 @@ impl Store {
             let with_bodies: Vec<_> =
                 kept.iter().filter_map(|row| row.r.bodies.as_deref().map(|b| (&row.r.id, b))).collect();
             for chunk in with_bodies.chunks(CHUNK_ROWS) {
-                let sql = format!(
-                    "INSERT INTO request_bodies (id, request, response, truncated) VALUES {} \
-                     ON CONFLICT (id) DO NOTHING",
-                    values_placeholders(sqlite, chunk.len(), 4)
-                );
+                let sql = insert_bodies_sql(sqlite, chunk.len());
                 let mut q = sqlx::query(&sql);
                 for (id, b) in chunk {
                     q = q.bind(*id).bind(&b.request).bind(&b.response).bind(b.truncated);
@@ -188,30 +254,10 @@ impl Store {
             for (table, time, floor) in ROLLUPS {
                 let groups: Vec<_> = roll_up(kept.iter().copied(), floor).into_iter().collect();
                 for chunk in groups.chunks(CHUNK_ROWS) {
-                    let sql = format!(
-                        "INSERT INTO {table} ({time}, key_id, user_name, team, model, requests, prompt_tokens, \
-                         completion_tokens, total_tokens, cost_usd) VALUES {} \
-                         ON CONFLICT ({time}, key_id, user_name, team, model) DO UPDATE SET \
-                         requests = {table}.requests + excluded.requests, \
-                         prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, \
-                         completion_tokens = {table}.completion_tokens + excluded.completion_tokens, \
-                         total_tokens = {table}.total_tokens + excluded.total_tokens, \
-                         cost_usd = {table}.cost_usd + excluded.cost_usd",
-                        values_placeholders(sqlite, chunk.len(), ROLLUP_COLS)
-                    );
+                    let sql = upsert_rollup_sql(table, time, sqlite, chunk.len());
                     let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
-                    for ((at, key_id, user, team, model), s) in chunk {
-                        q = q
-                            .bind(*at)
-                            .bind(*key_id)
-                            .bind(*user)
-                            .bind(*team)
-                            .bind(*model)
-                            .bind(s.requests)
-                            .bind(s.prompt)
-                            .bind(s.completion)
-                            .bind(s.total)
-                            .bind(s.cost);
+                    for group in chunk {
+                        q = bind_rollup(q, group);
                     }
                     q.execute(&mut *tx).await?;
                 }
