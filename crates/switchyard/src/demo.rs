@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use switchyard_bench::load::overhead_us;
 use switchyard_gateway::config::{Config, ProcessEnv};
+use switchyard_gateway::RunningGateway;
 
 const MODELS: [&str; 2] = ["llama3.2:1b", "qwen2.5:0.5b"];
 const CONCURRENCY: usize = 12;
@@ -28,6 +29,39 @@ struct Tally {
 }
 
 pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(), String> {
+    let mut mocks = start_mocks().await?;
+    let gateway = start_gateway(listen, &mocks).await?;
+    let base = gateway.url();
+    println!("Switchyard demo: gateway at {base} in front of 3 mock backends (gpu-a, gpu-b, gpu-c)");
+    println!("Sending {requests} requests ({CONCURRENCY} at a time, 1 in 3 streaming); gpu-b is killed at 1/3 and restarted at 2/3.\n");
+
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let (events, milestones) = mpsc::unbounded_channel::<usize>();
+    let started = Instant::now();
+    let mut workers = spawn_workers(&base, requests, &tally, events);
+    let restarted_at = kill_and_restart_gpu_b(&mut mocks, milestones, requests, started, &tally).await?;
+    while workers.join_next().await.is_some() {}
+    let elapsed = started.elapsed();
+
+    let t = std::mem::take(&mut *tally.lock().map_err(|_| "poisoned")?);
+    print_summary(requests, elapsed, &t, restarted_at)?;
+
+    println!("\nThe gateway keeps serving at {base}. Try:");
+    println!(
+        "  curl -s {base}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"fast\",\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
+    );
+    println!("  curl -s {base}/v1/models    curl -s {base}/metrics");
+    if no_wait {
+        return Ok(());
+    }
+    println!("Press Ctrl-C to stop.");
+    gateway.wait().await;
+    drop(mocks);
+    Ok(())
+}
+
+/// Three mock backends serving both models, streams a few milliseconds long.
+async fn start_mocks() -> Result<Vec<MockServer>, String> {
     let mut mocks = Vec::new();
     for _ in 0..3 {
         let cfg = MockConfig {
@@ -42,9 +76,14 @@ pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(
             .map_err(|e| format!("cannot start a mock backend: {e}"))?;
         mocks.push(mock);
     }
+    Ok(mocks)
+}
+
+/// The gateway in front of the mocks, on `listen`, or on any free port when that one is taken.
+async fn start_gateway(listen: SocketAddr, mocks: &[MockServer]) -> Result<RunningGateway, String> {
     let backends: String = ["gpu-a", "gpu-b", "gpu-c"]
         .iter()
-        .zip(&mocks)
+        .zip(mocks)
         .map(|(name, m)| format!("  - {{name: {name}, url: '{}', type: openai}}\n", m.url()))
         .collect();
     // The demo keeps its database and usage journal out of the working directory.
@@ -56,29 +95,32 @@ pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(
         format!("listen: '{addr}'\n{storage}\nrouting: {{strategy: least-connections}}\naliases: {{fast: 'qwen2.5:0.5b'}}\nbackends:\n{backends}")
     };
     let config = |addr| Config::from_yaml(&yaml(addr), &ProcessEnv).map_err(|e| e.to_string());
-    let gateway = match switchyard_gateway::start(config(listen)?, crate::cli::shutdown_signal()).await {
-        Ok(g) => g,
+    match switchyard_gateway::start(config(listen)?, crate::cli::shutdown_signal()).await {
+        Ok(g) => Ok(g),
         Err(_) => {
             switchyard_gateway::start(
                 config("127.0.0.1:0".parse().map_err(|_| "bad address")?)?,
                 crate::cli::shutdown_signal(),
             )
-            .await?
+            .await
         }
-    };
-    let base = gateway.url();
-    println!("Switchyard demo: gateway at {base} in front of 3 mock backends (gpu-a, gpu-b, gpu-c)");
-    println!("Sending {requests} requests ({CONCURRENCY} at a time, 1 in 3 streaming); gpu-b is killed at 1/3 and restarted at 2/3.\n");
+    }
+}
 
-    let tally = Arc::new(Mutex::new(Tally::default()));
+/// `CONCURRENCY` workers sending the burst between them; each sends `events` the count of requests
+/// done when it reaches a third and two thirds of them.
+fn spawn_workers(
+    base: &str,
+    requests: usize,
+    tally: &Arc<Mutex<Tally>>,
+    events: mpsc::UnboundedSender<usize>,
+) -> tokio::task::JoinSet<()> {
     let done = Arc::new(AtomicUsize::new(0));
-    let (events, mut milestones) = mpsc::unbounded_channel::<usize>();
     let client = TestClient::new();
-    let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..CONCURRENCY {
         let (client, base, tally, done, events) =
-            (client.clone(), base.clone(), tally.clone(), done.clone(), events.clone());
+            (client.clone(), base.to_owned(), tally.clone(), done.clone(), events.clone());
         workers.spawn(async move {
             let mut i = w;
             while i < requests {
@@ -93,13 +135,22 @@ pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(
             }
         });
     }
-    drop(events);
+    workers
+}
+
+/// Kills gpu-b when a third of the requests are done and restarts it at two thirds; returns when
+/// the restart happened (None when the burst ended first).
+async fn kill_and_restart_gpu_b(
+    mocks: &mut [MockServer],
+    mut milestones: mpsc::UnboundedReceiver<usize>,
+    requests: usize,
+    started: Instant,
+    tally: &Mutex<Tally>,
+) -> Result<Option<Instant>, String> {
     let mut restarted_at = None;
-    let mut killed_at = None;
     while let Some(n) = milestones.recv().await {
         if n == requests / 3 {
             mocks[1].kill();
-            killed_at = Some(started.elapsed());
             println!(
                 "  [{:>6.1} ms] killed gpu-b (connections dropped, port closed)",
                 started.elapsed().as_secs_f64() * 1e3
@@ -111,11 +162,12 @@ pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(
             println!("  [{:>6.1} ms] restarted gpu-b", started.elapsed().as_secs_f64() * 1e3);
         }
     }
-    while workers.join_next().await.is_some() {}
-    let elapsed = started.elapsed();
-    let _ = killed_at;
+    Ok(restarted_at)
+}
 
-    let t = std::mem::take(&mut *tally.lock().map_err(|_| "poisoned")?);
+/// What the clients saw: who served, streams, errors, the gateway's own time, and how soon
+/// gpu-b took traffic again.
+fn print_summary(requests: usize, elapsed: Duration, t: &Tally, restarted_at: Option<Instant>) -> Result<(), String> {
     println!("\nSummary ({requests} requests in {:.2} s)", elapsed.as_secs_f64());
     for (name, count) in &t.per_backend {
         println!("  {name:<8} served {count}");
@@ -137,18 +189,6 @@ pub async fn run(listen: SocketAddr, requests: usize, no_wait: bool) -> Result<(
         }
         _ => println!("  gpu-b back in rotation     (burst ended before it took traffic)"),
     }
-
-    println!("\nThe gateway keeps serving at {base}. Try:");
-    println!(
-        "  curl -s {base}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"fast\",\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
-    );
-    println!("  curl -s {base}/v1/models    curl -s {base}/metrics");
-    if no_wait {
-        return Ok(());
-    }
-    println!("Press Ctrl-C to stop.");
-    gateway.wait().await;
-    drop(mocks);
     Ok(())
 }
 
