@@ -29,6 +29,7 @@
 //!       writes, while the gateway relays frame by frame (one write per chunk), so this is the
 //!       burst case; with real token spacing both paths write once per chunk.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::too_many_lines)] // bench scenarios read top to bottom; splitting them hides the story
 
 use std::collections::HashMap;
 use std::hint::black_box;

@@ -4,6 +4,7 @@
 //! Unoptimised builds are only checked for staying linear (no re-parsing, no quadratic buffers).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+#![allow(clippy::too_many_lines)] // test scenarios read top to bottom; splitting them hides the story
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! `/api/embed`, each direction against golden files.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+#![allow(clippy::too_many_lines)] // test scenarios read top to bottom; splitting them hides the story
 
 mod common;
 

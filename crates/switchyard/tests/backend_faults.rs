@@ -5,6 +5,7 @@
 //! beyond allocator slack, than before.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+#![allow(clippy::too_many_lines)] // test scenarios read top to bottom; splitting them hides the story
 
 #[path = "it/common/mod.rs"]
 mod common;
