@@ -3,6 +3,7 @@
 //! with the gateway (ours by default, any OpenAI-compatible one with `--target`) as a child
 //! process. Scenarios live in `bench/scenarios.rs`; the load generator in `bench/load.rs`.
 
+pub mod bare_proxy;
 pub mod chart;
 pub mod load;
 pub mod procs;

@@ -8,6 +8,7 @@ mod cache;
 mod code_mode;
 mod failover;
 mod fleet;
+mod floor;
 mod mcp;
 mod soak;
 mod telemetry;
@@ -450,6 +451,8 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         "fleet" => fleet::run(args, pin, &mut report).await?,
         // The response cache: hits against a backend round trip.
         "cache" => cache::run(args, pin, &mut report).await?,
+        // CPU per request and idle memory beside a bare hyper proxy's, in the same run.
+        "floor" => floor::run(args, pin, &mut report).await?,
         // The same build with OpenTelemetry traces off and on.
         "telemetry" => telemetry::run(args, pin, &mut report).await?,
         // Slowloris beside real traffic, then overload of a capped backend.
@@ -470,7 +473,7 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, floor, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

@@ -124,6 +124,14 @@ enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// A bare hyper reverse proxy to UPSTREAM: the floor `bench floor` measures the gateway against.
+    #[command(hide = true)]
+    BenchBareProxy {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        upstream: String,
+    },
     /// Fill a database with generated usage records (for `bench usage-query`).
     #[command(hide = true)]
     SeedUsage {
@@ -218,6 +226,7 @@ pub fn main() -> ExitCode {
             Command::Bench(args) => switchyard_bench::run(*args).await,
             Command::Keys(args) => crate::keys::run(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
+            Command::BenchBareProxy { listen, upstream } => switchyard_bench::bare_proxy::run(listen, &upstream).await,
             Command::SeedUsage { storage, records, end_ms } => {
                 crate::seed::run(&storage, records, end_ms.unwrap_or(crate::seed::END_MS)).await
             }
