@@ -2,8 +2,8 @@
 //! console, result, and stubs for the few WASI functions libc links to), and how a trap maps to a limit.
 //!
 //! The program runs as a future (`call_async`: its stack is a fiber that wasmtime suspends whenever a host
-//! function awaits). Tool calls are split in two so `Promise.all` overlaps them: `call_start` spawns the call
-//! on the runtime and returns its id at once; when the program's job queue is empty and it still waits,
+//! function awaits). Tool calls are split in two so `Promise.all` overlaps them: `call_start` starts the call
+//! (calls.rs) and returns its id at once; when the program's job queue is empty and it still waits,
 //! `call_wait` awaits whichever call finishes first. A program that computes yields at every epoch tick and
 //! ends at its deadline there; one that waits on its calls ends at its deadline in `call_wait`.
 
@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 use wasmtime::{
     Caller, Extern, Instance, InstancePre, Linker, Memory, ResourceLimiter, Store, StoreContextMut, Trap, TypedFunc,
     UpdateDeadline,
 };
 
+use crate::calls::Calls;
 use crate::{Failure, Limit, Limits, LogLine, Outcome, ToolAnswer, ToolHost};
 
 mod layout {
@@ -66,9 +66,9 @@ pub(crate) struct State {
     deadline: Instant,
     limits: Limits,
     parallel: Arc<Semaphore>,
-    /// Calls in flight, each answering with its id. Dropping the set (the store, when the program ends or
-    /// its future is dropped) aborts them.
-    calls: JoinSet<(i32, ToolAnswer)>,
+    /// Calls in flight, each answering with its id. Dropping them (with the store, when the program ends or
+    /// its future is dropped) cancels them.
+    calls: Calls,
     /// Ids of calls started and not yet handed back (the runner indexes a table by them).
     busy_ids: Vec<bool>,
     /// The answer `call_wait` announced, for `call_read` to copy.
@@ -90,7 +90,7 @@ impl State {
             deadline: started + limits.timeout,
             limits: limits.clone(),
             parallel: Arc::new(Semaphore::new(limits.max_parallel_calls.max(1) as usize)),
-            calls: JoinSet::new(),
+            calls: Calls::default(),
             busy_ids: Vec::new(),
             ready: None,
             tool_calls: 0,
@@ -168,7 +168,9 @@ pub(crate) fn define(linker: &mut Linker<State>) -> wasmtime::Result<()> {
 
 /// `call_start`, `call_wait` and `call_read`: a program's tool calls.
 fn define_calls(linker: &mut Linker<State>) -> wasmtime::Result<()> {
-    linker.func_wrap("sy", "call_start", call_start)?;
+    linker.func_wrap_async("sy", "call_start", |caller: Caller<'_, State>, args: (i32, i32, i32, i32, i32, i32)| {
+        Box::new(call_start(caller, args))
+    })?;
     linker.func_wrap_async("sy", "call_wait", |caller: Caller<'_, State>, (len_ok_ptr,): (i32,)| {
         Box::new(call_wait(caller, len_ok_ptr))
     })?;
@@ -183,15 +185,10 @@ fn define_calls(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// Starts a tool call on the runtime (it waits there for a parallel slot) and answers its id.
-fn call_start(
+/// Starts a tool call (it waits for a parallel slot first) and answers its id.
+async fn call_start(
     mut caller: Caller<'_, State>,
-    s_ptr: i32,
-    s_len: i32,
-    t_ptr: i32,
-    t_len: i32,
-    a_ptr: i32,
-    a_len: i32,
+    (s_ptr, s_len, t_ptr, t_len, a_ptr, a_len): (i32, i32, i32, i32, i32, i32),
 ) -> wasmtime::Result<i32> {
     let server = read_str(&mut caller, s_ptr, s_len)?;
     let tool = read_str(&mut caller, t_ptr, t_len)?;
@@ -205,13 +202,14 @@ fn call_start(
     let id = state.take_id();
     let call = state.tools.call(server, tool, args);
     let parallel = state.parallel.clone();
-    state.calls.spawn(async move {
+    let call = async move {
         let answer = match parallel.acquire_owned().await {
             Ok(_permit) => call.await,
             Err(_) => Err("the sandbox is shutting down".to_string()),
         };
         (id, answer)
-    });
+    };
+    state.calls.start(Box::pin(call)).await;
     Ok(id)
 }
 
@@ -223,11 +221,10 @@ async fn call_wait(mut caller: Caller<'_, State>, len_ok_ptr: i32) -> wasmtime::
         return Err(state.out_of_time());
     }
     let deadline = tokio::time::Instant::from_std(state.deadline);
-    let (id, answer) = match tokio::time::timeout_at(deadline, state.calls.join_next()).await {
+    let (id, answer) = match tokio::time::timeout_at(deadline, state.calls.next()).await {
         Err(_) => return Err(state.out_of_time()),
         Ok(None) => return Err(wasmtime::Error::msg("call_wait with no call in flight")),
-        Ok(Some(Err(e))) => return Err(wasmtime::Error::msg(format!("a tool call failed: {e}"))),
-        Ok(Some(Ok(done))) => done,
+        Ok(Some(done)) => done,
     };
     let (len, ok) = match &answer {
         Ok(json) => (json.len(), 1u32),
@@ -322,7 +319,7 @@ pub(crate) async fn run(pre: &InstancePre<State>, limits: &Limits, job: Job) -> 
 
     let ran = start(&mut store, pre, &job.code, &job.catalog).await;
     let state = store.data_mut();
-    state.calls.abort_all();
+    state.calls = Calls::default(); // cancels any still in flight
     let result = match ran {
         Ok(0) => match state.result.take() {
             Some(Err(Failure::Program(_))) if state.memory.refused => {

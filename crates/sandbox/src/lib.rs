@@ -17,11 +17,15 @@
 //! [`ToolHost`] that performs the calls (and applies whatever permissions and accounting it wants).
 
 #[cfg(feature = "wasm")]
+mod calls;
+#[cfg(feature = "wasm")]
 mod config;
 #[cfg(feature = "wasm")]
 mod engine;
 #[cfg(feature = "wasm")]
 mod host;
+#[cfg(feature = "wasm")]
+mod mapped;
 /// Used by build.rs; here for its tests.
 #[cfg(test)]
 mod snapshot;

@@ -318,3 +318,14 @@ async fn dropping_the_execution_cancels_its_calls() {
     assert_eq!(dropped.load(Ordering::SeqCst), 2, "both calls cancelled");
     assert_eq!(run(&sb, "return 4;").await.result.unwrap(), "4");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_runs_while_the_program_computes() {
+    let sb = sandbox(Limits::default());
+    // The call is started before the loop and awaited after it: it takes its 300 ms during the loop's.
+    let code = "const p = tools.t.slow({ms: 300}); const t0 = Date.now(); while (Date.now() - t0 < 300) {}\n\
+                return (await p).slept;";
+    let out = run(&sb, code).await;
+    assert_eq!(out.result.unwrap(), "300");
+    assert!(out.elapsed < Duration::from_millis(550), "the call waited for the loop: {:?}", out.elapsed);
+}
