@@ -298,7 +298,7 @@ impl Metrics {
 type BackendSeries = (&'static str, &'static str, fn(&Backend) -> u64);
 
 fn render_backends(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
-    let gauges: [BackendSeries; 6] = [
+    let gauges: [BackendSeries; 7] = [
         ("switchyard_backend_up", "1 when the backend passes health checks.", |b| b.health.is_up() as u64),
         ("switchyard_backend_circuit_open", "1 when the backend's circuit breaker is not closed.", |b| {
             b.health.breaker_open() as u64
@@ -315,6 +315,9 @@ fn render_backends(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
         ("switchyard_backend_failures_total", "Failed upstream attempts (transport, timeout or 5xx).", |b| {
             b.stats.failures.load(Relaxed)
         }),
+        ("switchyard_backend_probes_total", "Health probes of the backend (start-up and every round).", |b| {
+            b.stats.probes.load(Relaxed)
+        }),
     ];
     for (name, help, get) in gauges {
         let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
@@ -329,6 +332,16 @@ fn render_backends(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
     );
     for b in backends {
         let _ = writeln!(out, "switchyard_backend_models{{backend=\"{}\"}} {}", b.name(), b.models().len());
+    }
+    let _ = writeln!(
+        out,
+        "# HELP switchyard_backend_capacity Requests the backend takes at once: max_concurrency, else the slots it reports (absent: unknown).\n\
+         # TYPE switchyard_backend_capacity gauge"
+    );
+    for b in backends {
+        if let Some(capacity) = b.capacity() {
+            let _ = writeln!(out, "switchyard_backend_capacity{{backend=\"{}\"}} {capacity}", b.name());
+        }
     }
     let _ = writeln!(
         out,

@@ -75,7 +75,8 @@ impl Router {
     }
 
     pub fn with_clock(config: &Config, clock: Clock) -> Result<Router, String> {
-        let admission = Arc::new(Admission::new(config.max_queue, config.queue_timeout));
+        let admission =
+            Arc::new(Admission::new(config.max_queue, config.queue_timeout, config.affinity.balance_slack as usize));
         let backends = config
             .backends
             .iter()
@@ -244,6 +245,19 @@ impl Router {
             };
             return Ok(Selected { backend: chosen, explain, slot });
         }
+    }
+
+    /// The backend a request that must wait for a slot should wait for (see
+    /// `affinity::waiting_lane`); `None`: the model's common line.
+    pub fn waiting_lane(&self, model: &str, hints: &RouteHints, tried: &[usize]) -> Option<usize> {
+        if self.prefix.is_none() && hints.pinned.is_none() {
+            return None;
+        }
+        let table = self.table.load();
+        let now = self.clock.mono_ms();
+        let candidates: Vec<&Arc<Backend>> =
+            table.get(model)?.iter().filter(|b| !tried.contains(&b.id) && b.health.available(now)).collect();
+        affinity::waiting_lane(&self.affinity, model, self.prefix.as_ref(), hints, &candidates)
     }
 
     /// The strategy's pick: index into `candidates`, blocks of the prompt the pick holds, and

@@ -30,7 +30,9 @@ pub async fn select(
             let limit = deadline.saturating_duration_since(Instant::now());
             // Boxed: the wait is the rare path, and its future would otherwise enlarge every
             // request's future (moved whole, by memcpy, on the hot path).
-            let waited = Box::pin(admission.wait(model, key, limit.max(Duration::from_millis(1))));
+            // A request whose prompt a backend holds waits for that backend (within the balance rule).
+            let lane = app.router.waiting_lane(model, hints, tried);
+            let waited = Box::pin(admission.wait(model, lane, key, limit.max(Duration::from_millis(1))));
             if let Err(why) = waited.await {
                 if why == Refused::QueueFull {
                     tracing::debug!(model, "admission queue full");

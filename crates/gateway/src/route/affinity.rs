@@ -103,6 +103,38 @@ pub fn cache_aware(
     (preferred, best, format!("longest cached prefix {:.2}", fraction(best)))
 }
 
+/// Where a request that must wait (every backend at its cap) should wait: the backend holding
+/// the longest prefix of a continuation's prompt, or the one it is pinned to, when that backend's
+/// load counting its own waiters is within the balance threshold of the least loaded candidate's.
+/// `None`: the model's common line (a new conversation, a shared prefix only, or affinity has
+/// given way to load).
+pub fn waiting_lane(
+    cfg: &AffinityConfig,
+    model: &str,
+    index: Option<&PrefixIndex>,
+    hints: &RouteHints,
+    candidates: &[&Arc<Backend>],
+) -> Option<usize> {
+    let queued = |b: &Backend| load(b, model) + b.waiting_here(model);
+    let preferred = match (hints.pinned, index) {
+        (Some(id), _) => candidates.iter().position(|b| b.id == id)?,
+        (None, Some(index)) if !hints.chain.is_empty() => {
+            let ids: Vec<usize> = candidates.iter().map(|b| b.id).collect();
+            let matched = index.matches(&hints.chain, &ids);
+            let best = matched.iter().copied().max().unwrap_or(0);
+            if best == 0 || index.is_shared(hints.chain[best - 1]) {
+                return None;
+            }
+            (0..candidates.len()).filter(|&i| matched[i] == best).min_by_key(|&i| queued(candidates[i]))?
+        }
+        _ => return None,
+    };
+    let least = candidates.iter().map(|b| queued(b)).min().unwrap_or(0);
+    let limit = (least as f64 * cfg.balance_factor).floor() as usize + cfg.balance_slack as usize;
+    let chosen = candidates[preferred];
+    (queued(chosen) <= limit).then_some(chosen.id)
+}
+
 /// `x-switchyard-route` text: `strategy=cache-aware; backend=b1; match=0.83; why=...`.
 pub fn explain(strategy: &str, backend: &Backend, matched: usize, chain_len: usize, why: &str) -> String {
     let fraction = if chain_len == 0 { 0.0 } else { matched as f64 / chain_len as f64 };

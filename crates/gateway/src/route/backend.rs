@@ -24,6 +24,8 @@ pub struct BackendStats {
     /// Prompts routed here by cache-aware routing, and those of them it already held a prefix of.
     pub prefix_routed: AtomicU64,
     pub prefix_hits: AtomicU64,
+    /// Health probes made (the start-up probe and every round since).
+    pub probes: AtomicU64,
 }
 
 pub struct Backend {
@@ -181,6 +183,16 @@ impl Backend {
         self.cfg.kind
     }
 
+    /// Requests waiting for a slot of this backend in particular (its admission lane for `model`).
+    pub fn waiting_here(&self, model: &str) -> usize {
+        self.admission.lane_len(model, self.id)
+    }
+
+    /// This backend went down by a probe: requests waiting for it choose again.
+    pub fn scatter_waiters(&self) {
+        self.admission.scatter(self.id);
+    }
+
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Relaxed)
     }
@@ -237,6 +249,8 @@ impl Backend {
         self.stats.failures.fetch_add(1, Relaxed);
         if self.health.set_up(false) {
             tracing::warn!(backend = self.name(), reason = why, "backend marked down");
+            // Requests waiting for this backend in particular choose again.
+            self.admission.scatter(self.id);
         }
         self.wake.notify_one();
     }
@@ -256,7 +270,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.backend.in_flight.fetch_sub(1, Relaxed);
         if self.backend.admission.waiting() > 0 {
-            self.backend.admission.release(&self.backend.models());
+            self.backend.admission.release(self.backend.id, &self.backend.models());
         }
     }
 }

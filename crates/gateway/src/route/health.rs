@@ -103,7 +103,16 @@ pub async fn probe_all(router: &Router, client: &UpstreamClient, cfg: &HealthCon
     let mut probes = tokio::task::JoinSet::new();
     for b in &router.backends {
         let (b, client, timeout) = (b.clone(), client.clone(), cfg.timeout);
-        probes.spawn(async move { apply(&b, probe(&client, &b, timeout).await) });
+        probes.spawn(async move {
+            let changed = apply(&b, probe(&client, &b, timeout).await);
+            b.stats.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Its load signals (slots included) at once: a gateway's first seconds route as the
+            // rest of its life does.
+            if b.health.is_up() {
+                read_signals(&client, &b, timeout).await;
+            }
+            changed
+        });
     }
     let mut changed = false;
     while let Some(r) = probes.join_next().await {
@@ -131,13 +140,18 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
             _ = backend.wake.notified() => {}
         }
         let was_up = backend.health.is_up();
-        if apply(&backend, probe(&client, &backend, cfg.timeout).await) {
+        let changed = apply(&backend, probe(&client, &backend, cfg.timeout).await);
+        backend.stats.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if changed {
             tracing::info!(backend = backend.name(), "model list changed");
             router.rebuild_table();
         }
         if was_up != backend.health.is_up() {
             // Went down, or came back (likely restarted): what it had cached is gone.
             router.forget_cache(&backend);
+            if was_up {
+                backend.scatter_waiters();
+            }
         }
         if backend.health.is_up() {
             read_signals(&client, &backend, cfg.timeout).await;

@@ -83,7 +83,7 @@ pub(crate) mod test_support {
             aws: None,
         };
         let config = Config::empty().unwrap();
-        let admission = Arc::new(crate::route::admission::Admission::new(1, std::time::Duration::from_secs(1)));
+        let admission = Arc::new(crate::route::admission::Admission::new(1, std::time::Duration::from_secs(1), 2));
         let pool = crate::upstream::pool::PoolSettings::of(&config);
         Arc::new(Backend::new(id, cfg, &config.health, admission, pool).unwrap())
     }

@@ -41,9 +41,13 @@ impl Conversation {
         gw: &switchyard_gateway::RunningGateway,
         headers: &[(&str, &str)],
     ) -> TestResponse {
+        self.turn_at(client, &gw.url(), headers).await
+    }
+
+    async fn turn_at(&mut self, client: &TestClient, base: &str, headers: &[(&str, &str)]) -> TestResponse {
         let body = json!({"model": "m", "messages": self.messages});
         let r = client
-            .post_json(&format!("{}/v1/chat/completions", gw.url()), body.to_string().as_bytes(), headers)
+            .post_json(&format!("{base}/v1/chat/completions"), body.to_string().as_bytes(), headers)
             .await
             .unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
@@ -178,4 +182,119 @@ async fn affinity_gives_way_to_load_the_backend_reports() {
     for t in busy {
         t.await.unwrap().unwrap();
     }
+}
+
+/// A one-slot backend that charges for prefill: under load every backend is at its cap and
+/// requests queue in the gateway (issue 34's scenario, scaled down).
+fn one_slot_kv() -> MockConfig {
+    let kv = KvCacheConfig {
+        capacity_tokens: 20_000,
+        prefill_us_per_token: 20,
+        decode_ms_per_token: 1,
+        slots: 1,
+        ..KvCacheConfig::default()
+    };
+    MockConfig { kv_cache: Some(kv), stream_chunks: 4, models: vec!["m".to_owned()], ..MockConfig::default() }
+}
+
+/// Wait (polling `/metrics`, no sleeps) until every backend is up with its one slot known and
+/// `rounds` health probes made: the gateway's steady state, not its first seconds.
+async fn until_steady(client: &TestClient, gw: &switchyard_gateway::RunningGateway, backends: usize, rounds: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+        let steady = (0..backends).all(|i| {
+            let b = format!("{{backend=\"b{i}\"}} ");
+            metric(&text, &format!("switchyard_backend_up{b}")) == Some(1)
+                && metric(&text, &format!("switchyard_backend_capacity{b}")) == Some(1)
+                && metric(&text, &format!("switchyard_backend_probes_total{b}")).unwrap_or(0) >= rounds
+        });
+        if steady {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the gateway never reached steady state:\n{text}");
+        tokio::task::yield_now().await;
+        let _ = client.get(&format!("{}/health", gw.url())).await;
+    }
+}
+
+/// 12 users sharing a long system prompt, 4 turns each, all at once: the prefill tokens their
+/// warm turns (2 to 4) cost, and the requests each backend took.
+async fn saturated_conversations(gw: &switchyard_gateway::RunningGateway) -> (u64, HashMap<String, usize>) {
+    let mut runs = tokio::task::JoinSet::new();
+    for user in 0..12 {
+        let base = gw.url();
+        runs.spawn(async move {
+            let client = TestClient::new();
+            let mut c = Conversation::new(user);
+            let (mut warm, mut seen) = (0u64, Vec::new());
+            for turn in 0..4 {
+                let r = c.turn_at(&client, &base, &[]).await;
+                seen.push(backend_of(&r));
+                if turn > 0 {
+                    warm += r.header("x-mock-prefill-tokens").unwrap().parse::<u64>().unwrap();
+                }
+            }
+            (warm, seen)
+        });
+    }
+    let mut per_backend = HashMap::new();
+    let mut warm = 0;
+    for (w, seen) in runs.join_all().await {
+        warm += w;
+        for b in seen {
+            *per_backend.entry(b).or_default() += 1;
+        }
+    }
+    (warm, per_backend)
+}
+
+/// Cache-aware routing against round-robin on the same saturated scenario, in steady state, with
+/// the last backend `late` (started after the gateway, as a restarted or added backend is).
+async fn saturated_prefill(strategy: &str, late: bool) -> (u64, HashMap<String, usize>) {
+    let mut mocks = Vec::new();
+    for _ in 0..3 {
+        mocks.push(mock_with(&["m"], one_slot_kv()).await);
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let last: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut yaml_backends = backends_yaml(&mocks.iter().collect::<Vec<_>>());
+    yaml_backends.push_str(&format!("  - {{name: b3, url: 'http://{last}'}}\n"));
+    if !late {
+        mocks.push(MockServer::start(last, one_slot_kv()).await.unwrap());
+    }
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nrouting: {{strategy: {strategy}, sticky_sessions: false}}\n\
+         health: {{interval: 100ms}}\nbackends:\n{yaml_backends}"
+    );
+    let gw = gateway_yaml(&yaml).await;
+    if late {
+        mocks.push(MockServer::start(last, one_slot_kv()).await.unwrap());
+    }
+    let client = TestClient::new();
+    until_steady(&client, &gw, 4, 3).await;
+    saturated_conversations(&gw).await
+}
+
+fn assert_balanced(per_backend: &HashMap<String, usize>) {
+    let (max, min) = (per_backend.values().max().unwrap(), per_backend.values().min().unwrap());
+    assert!(per_backend.len() == 4 && *max * 2 <= *min * 3, "max/min requests per backend over 1.5: {per_backend:?}");
+}
+
+#[tokio::test]
+async fn under_saturation_in_steady_state_warm_turns_wait_for_the_backend_holding_their_prefix() {
+    let (cache_aware, spread) = saturated_prefill("cache-aware", false).await;
+    let (round_robin, _) = saturated_prefill("round-robin", false).await;
+    eprintln!("steady state, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
+    assert!(cache_aware * 2 <= round_robin, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
+    assert_balanced(&spread);
+}
+
+#[tokio::test]
+async fn a_backend_that_joins_late_shares_the_load_and_affinity_still_holds() {
+    let (cache_aware, spread) = saturated_prefill("cache-aware", true).await;
+    let (round_robin, _) = saturated_prefill("round-robin", true).await;
+    eprintln!("a late joiner, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
+    assert!(cache_aware * 2 <= round_robin, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
+    assert_balanced(&spread);
 }
