@@ -164,6 +164,7 @@ pub async fn start_guarded(
     if app.config.console.enabled {
         fleet.push(spawn_sampler(current.clone()));
     }
+    fleet.push(spawn_memory_keeper());
     let tls: Tls = match &app.config.tls {
         Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
         None => None,
@@ -210,21 +211,33 @@ pub async fn start_guarded(
 }
 
 /// Read the gateway's figures every few seconds for the console's live charts (of whichever
-/// configuration is current: backends come and go with reloads), and every `TRIM_EVERY` ticks
-/// give malloc's free pages back (`memory.rs`).
+/// configuration is current: backends come and go with reloads).
 fn spawn_sampler(current: Current) -> JoinHandle<()> {
-    const TRIM_EVERY: u64 = 5;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(crate::metrics::series::STEP_S));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        for n in 1u64.. {
+        loop {
             tick.tick().await;
             let app = current.load();
             let now = crate::clock::unix_ms().max(0) as u64 / 1000;
             app.metrics.series.sample(&app.metrics, &app.router.backends, now);
-            if n % TRIM_EVERY == 0 {
-                crate::memory::trim();
-            }
+        }
+    })
+}
+
+/// Memory that comes back (`memory.rs`): once start-up is over, the code pages only it ran are
+/// let go; then every `TRIM_EVERY`, malloc's free pages go back to the kernel.
+fn spawn_memory_keeper() -> JoinHandle<()> {
+    const SETTLE: Duration = Duration::from_secs(5);
+    const TRIM_EVERY: Duration = Duration::from_secs(10);
+    tokio::spawn(async move {
+        tokio::time::sleep(SETTLE).await;
+        crate::memory::release_startup_pages();
+        let mut tick = tokio::time::interval(TRIM_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            crate::memory::trim();
         }
     })
 }
