@@ -84,6 +84,26 @@ fn gateway_config(urls: &[String], model: &str, routing: &str) -> String {
     c
 }
 
+/// Health rounds a gateway has run past before traffic starts: routing is measured as it runs all
+/// its life (backends' slots and load read), not as it runs in the seconds before the first round.
+const STEADY_ROUNDS: u64 = 3;
+
+/// Wait until every backend of the gateway at `url` has been probed `STEADY_ROUNDS` times (the
+/// start-up probe and two rounds), polling `/metrics`.
+async fn steady(url: &str, backends: usize) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for i in 0..backends {
+        let name = format!("switchyard_backend_probes_total{{backend=\"b{i}\"}}");
+        while super::counter(url, &name).await? < STEADY_ROUNDS {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("{url}: backend b{i} was not probed {STEADY_ROUNDS} times within 60 s"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
 /// Text of about `tokens` tokens (4 bytes each), different for every `seed`.
 fn filler(tokens: usize, seed: u64) -> String {
     let words = ["alpha", "delta", "kappa", "omega", "sigma", "theta", "gamma", "lambda"];
@@ -237,6 +257,7 @@ pub async fn affinity(args: &BenchArgs, pin: &Pinning, report: &mut Report, quic
     for (ci, &context) in contexts.iter().enumerate() {
         for (si, (name, routing, session)) in strategies.iter().enumerate() {
             let gateway = start_gateway(&gateway_config(&backends.urls, &args.model, routing), pin)?;
+            steady(&gateway.url, backends.urls.len()).await?;
             reset(&client, &backends.urls).await;
             eprintln!("  ▸ affinity: {context} tokens, {name}");
             let seed = (ci * 100 + si) as u64 * 1000;
@@ -352,6 +373,9 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
             }
         }
         let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
+        for url in &urls {
+            steady(url, n).await?;
+        }
         reset(&client, &backends.urls).await;
         eprintln!("  ▸ shared-prefix: {users} users × {turns} turns, {name}");
         let seed = if fresh { ri as u64 * 100_000 } else { 0 };

@@ -77,7 +77,7 @@ fn usage_query_fills_and_queries_a_database() {
 
 /// `bench affinity-quick`: the affinity and shared-prefix scenarios at tiny sizes over KV-cache
 /// mocks. Checks that every strategy was measured and the structural claims hold (the warm
-/// turn under cache-aware routing hit the cache; the first-512-bytes hash left backends idle),
+/// turn under cache-aware routing hit the cache and cost less prefill than the first-512-bytes hash),
 /// never timings beyond "a cache hit is cheaper than a miss".
 #[test]
 fn affinity_scenarios_run_at_tiny_sizes() {
@@ -102,6 +102,10 @@ fn affinity_scenarios_run_at_tiny_sizes() {
         v["requests_per_backend"].as_array().unwrap().iter().filter(|r| r.as_f64() == Some(0.0)).count()
     };
     assert_eq!(idle(cache_aware), 0, "cache-aware uses every backend: {cache_aware}");
-    assert_eq!(idle(hash), 3, "the first-512-bytes hash pins everyone to one backend: {hash}");
+    // In steady state (the bench waits past the first health rounds, so every backend's slots are
+    // known) the hash's one backend is full at once and the rest spill anywhere: their warm turns
+    // miss. Before the slots were known it piled everyone onto one backend instead.
+    let prefill = |v: &serde_json::Value| v["prefill_tokens"].as_f64().unwrap();
+    assert!(prefill(cache_aware) < prefill(hash), "cache-aware {cache_aware} vs the hash {hash}");
     let _ = std::fs::remove_dir_all(&dir);
 }
