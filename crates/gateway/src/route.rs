@@ -260,6 +260,19 @@ impl Router {
         affinity::waiting_lane(&self.affinity, model, self.prefix.as_ref(), hints, &candidates)
     }
 
+    /// Whether a request waiting in `lane` (a backend's, or the model's common line) could take a
+    /// slot now.
+    pub fn has_room(&self, model: &str, lane: Option<usize>) -> bool {
+        let table = self.table.load();
+        let now = self.clock.mono_ms();
+        let Some(all) = table.get(model) else { return true };
+        let mut open = all.iter().filter(|b| b.health.available(now) && b.has_room());
+        match lane {
+            Some(id) => open.any(|b| b.id == id),
+            None => open.next().is_some(),
+        }
+    }
+
     /// The strategy's pick: index into `candidates`, blocks of the prompt the pick holds, and
     /// the reason when the strategy explains itself.
     fn choose(

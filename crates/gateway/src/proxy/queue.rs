@@ -32,7 +32,8 @@ pub async fn select(
             // request's future (moved whole, by memcpy, on the hot path).
             // A request whose prompt a backend holds waits for that backend (within the balance rule).
             let lane = app.router.waiting_lane(model, hints, tried);
-            let waited = Box::pin(admission.wait(model, lane, key, limit.max(Duration::from_millis(1))));
+            let room = || app.router.has_room(model, lane);
+            let waited = Box::pin(admission.wait(model, lane, key, limit.max(Duration::from_millis(1)), room));
             if let Err(why) = waited.await {
                 if why == Refused::QueueFull {
                     tracing::debug!(model, "admission queue full");

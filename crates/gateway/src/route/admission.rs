@@ -195,7 +195,18 @@ impl Admission {
     /// Wait for a slot of `model` as `key`'s request, in `lane`'s line (a backend that holds its
     /// prompt) or the model's common one, at most until `limit` from now (the request's own
     /// deadline) or `routing.queue_timeout`, whichever comes first.
-    pub async fn wait(&self, model: &str, lane: Option<usize>, key: &str, limit: Duration) -> Result<(), Refused> {
+    ///
+    /// `room` says whether a slot it may take is free now. It is asked once the request is in
+    /// line: a slot freed between the caller's last try and its joining the line woke nobody, and
+    /// without the check the request would wait for the next release, which may never come.
+    pub async fn wait(
+        &self,
+        model: &str,
+        lane: Option<usize>,
+        key: &str,
+        limit: Duration,
+        room: impl Fn() -> bool,
+    ) -> Result<(), Refused> {
         if self.waiting.fetch_add(1, Relaxed) >= self.max_waiting {
             self.waiting.fetch_sub(1, Relaxed);
             self.refused_full.fetch_add(1, Relaxed);
@@ -205,6 +216,10 @@ impl Admission {
         let (tx, rx) = oneshot::channel();
         self.lock().entry(model.to_owned()).or_default().line(lane).push(key, id, tx);
         let ticket = Ticket { admission: self, model, lane, key, id, woken: false };
+        if room() {
+            // Leaving the line (the ticket's drop) hands on a wake-up it may have been sent.
+            return Ok(());
+        }
         ticket.wait(rx, limit.min(self.timeout)).await
     }
 
@@ -362,7 +377,7 @@ mod tests {
     #[tokio::test]
     async fn a_backend_that_goes_down_sends_its_waiters_to_choose_again() {
         let admission = Admission::new(10, Duration::from_secs(5), 2);
-        let waiting = admission.wait("m", Some(3), "k", Duration::from_secs(5));
+        let waiting = admission.wait("m", Some(3), "k", Duration::from_secs(5), || false);
         let scatter = async {
             while admission.lane_len("m", 3) == 0 {
                 tokio::task::yield_now().await;

@@ -298,3 +298,63 @@ async fn a_backend_that_joins_late_shares_the_load_and_affinity_still_holds() {
     assert!(cache_aware * 2 <= round_robin, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
     assert_balanced(&spread);
 }
+
+/// The saturated scenario through three instances sharing pins through Redis: each turn goes to
+/// the next instance, so a conversation's turns reach all three.
+async fn saturated_fleet_prefill(strategy: &str) -> (u64, HashMap<String, usize>) {
+    let redis = crate::common::redis::RedisServer::start();
+    let mut mocks = Vec::new();
+    for _ in 0..4 {
+        mocks.push(mock_with(&["m"], one_slot_kv()).await);
+    }
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nrouting: {{strategy: {strategy}, sticky_sessions: false}}\nhealth: {{interval: 100ms}}\n\
+         redis: {{url: '{}'}}\nbackends:\n{}",
+        redis.url(),
+        backends_yaml(&mocks.iter().collect::<Vec<_>>())
+    );
+    let mut fleet = Vec::new();
+    for _ in 0..3 {
+        fleet.push(gateway_yaml(&yaml).await);
+    }
+    let client = TestClient::new();
+    for gw in &fleet {
+        until_steady(&client, gw, 4, 3).await;
+    }
+    let urls: Vec<String> = fleet.iter().map(|g| g.url()).collect();
+    let mut runs = tokio::task::JoinSet::new();
+    for user in 0..12 {
+        let urls = urls.clone();
+        runs.spawn(async move {
+            let client = TestClient::new();
+            let mut c = Conversation::new(user);
+            let (mut warm, mut seen) = (0u64, Vec::new());
+            for turn in 0..4 {
+                let r = c.turn_at(&client, &urls[(user + turn) % urls.len()], &[]).await;
+                seen.push(backend_of(&r));
+                if turn > 0 {
+                    warm += r.header("x-mock-prefill-tokens").unwrap().parse::<u64>().unwrap();
+                }
+            }
+            (warm, seen)
+        });
+    }
+    let mut per_backend = HashMap::new();
+    let mut warm = 0;
+    for (w, seen) in runs.join_all().await {
+        warm += w;
+        for b in seen {
+            *per_backend.entry(b).or_default() += 1;
+        }
+    }
+    (warm, per_backend)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_fleet_sharing_pins_affinity_holds_under_saturation() {
+    let (cache_aware, spread) = saturated_fleet_prefill("cache-aware").await;
+    let (round_robin, _) = saturated_fleet_prefill("round-robin").await;
+    eprintln!("a fleet of 3, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
+    assert!(cache_aware * 2 <= round_robin, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
+    assert_balanced(&spread);
+}
