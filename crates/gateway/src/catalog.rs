@@ -137,6 +137,7 @@ fn heap() -> Option<(usize, usize)> {
 pub fn metrics(app: &App) -> Response<GatewayBody> {
     let mut text = app.metrics.render(&app.router.backends);
     app.router.admission.render(&mut text);
+    app.router.render_affinity(&mut text);
     if let Some(shared) = &app.shared {
         shared.render(&mut text);
     }

@@ -67,6 +67,28 @@ pub struct Router {
     rebuild_lock: Mutex<()>,
     /// Requests waiting for a slot when every backend of their model is at its cap.
     pub admission: Arc<Admission>,
+    /// Prompts sent elsewhere than the backend holding their longest prefix, by reason.
+    given_up: [AtomicU64; 2],
+}
+
+/// Why a prompt did not go to the backend holding its longest prefix.
+#[derive(Clone, Copy)]
+enum GivenUp {
+    /// Full, or beyond the balance threshold.
+    Load = 0,
+    /// Down, or its breaker open.
+    Down = 1,
+}
+
+impl GivenUp {
+    const ALL: [GivenUp; 2] = [GivenUp::Load, GivenUp::Down];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            GivenUp::Load => "load",
+            GivenUp::Down => "down",
+        }
+    }
 }
 
 impl Router {
@@ -99,6 +121,7 @@ impl Router {
             backends,
             clock,
             table: ArcSwap::from_pointee(ModelTable::default()),
+            given_up: Default::default(),
             rebuild_lock: Mutex::new(()),
             admission,
         };
@@ -232,6 +255,13 @@ impl Router {
             if let (Some(sticky), Some(session)) = (&self.sticky, session) {
                 sticky.pin(model, session, chosen.id, Instant::now());
             }
+            let why = match why {
+                Some(why) if candidates.len() < all.len() || !why.starts_with("longest") => Some(
+                    self.given_up(all, hints, &chosen, matched, now)
+                        .map_or_else(|| why.clone(), |left| format!("{why}; {left}")),
+                ),
+                why => why,
+            };
             self.remember(&chosen, hints, Some(matched));
             let explain = match (why, repin_why) {
                 (Some(why), _) => {
@@ -244,6 +274,46 @@ impl Router {
                 (None, None) => None,
             };
             return Ok(Selected { backend: chosen, explain, slot });
+        }
+    }
+
+    /// When a prompt goes elsewhere than the backend holding its longest (unshared) prefix: that
+    /// backend and why, counted for `switchyard_affinity_given_up_total{reason}`.
+    fn given_up(
+        &self,
+        all: &[Arc<Backend>],
+        hints: &RouteHints,
+        chosen: &Backend,
+        chosen_matched: usize,
+        now: u64,
+    ) -> Option<String> {
+        let index = self.prefix.as_ref().filter(|_| !hints.chain.is_empty())?;
+        let ids: Vec<usize> = all.iter().map(|b| b.id).collect();
+        let matched = index.matches(&hints.chain, &ids);
+        let (at, best) = matched.iter().copied().enumerate().max_by_key(|&(_, m)| m)?;
+        if best <= chosen_matched || index.is_shared(hints.chain[best - 1]) {
+            return None;
+        }
+        let holder = all.get(at).filter(|h| h.id != chosen.id)?;
+        let reason = if holder.health.available(now) { GivenUp::Load } else { GivenUp::Down };
+        self.given_up[reason as usize].fetch_add(1, Relaxed);
+        Some(format!("left {} ({})", holder.name(), reason.as_str()))
+    }
+
+    /// Prometheus lines: prompts that left the backend holding their prefix, by reason.
+    pub fn render_affinity(&self, out: &mut String) {
+        use std::fmt::Write;
+        if self.prefix.is_none() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_affinity_given_up_total Prompts sent elsewhere than the backend holding their longest prefix.\n\
+             # TYPE switchyard_affinity_given_up_total counter"
+        );
+        for reason in GivenUp::ALL {
+            let n = self.given_up[reason as usize].load(Relaxed);
+            let _ = writeln!(out, "switchyard_affinity_given_up_total{{reason=\"{}\"}} {n}", reason.as_str());
         }
     }
 

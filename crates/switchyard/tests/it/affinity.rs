@@ -178,7 +178,9 @@ async fn affinity_gives_way_to_load_the_backend_reports() {
     let r = c.turn(&client, &gw, &[]).await;
     let route = r.header("x-switchyard-route").unwrap().to_owned();
     assert_ne!(backend_of(&r), home, "{route}");
-    assert!(route.contains("why=balance"), "{route}");
+    assert!(route.contains("why=balance") && route.contains(&format!("left {home} (load)")), "{route}");
+    let text = client.get(&metrics).await.unwrap().text();
+    assert_eq!(metric(&text, "switchyard_affinity_given_up_total{reason=\"load\"} "), Some(1), "{text}");
     for t in busy {
         t.await.unwrap().unwrap();
     }
@@ -357,4 +359,23 @@ async fn through_a_fleet_sharing_pins_affinity_holds_under_saturation() {
     eprintln!("a fleet of 3, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
     assert!(cache_aware * 2 <= round_robin, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
     assert_balanced(&spread);
+}
+
+#[tokio::test]
+async fn a_continuation_whose_backend_is_down_says_so_and_is_counted() {
+    let (a, b) = (kv_mock().await, kv_mock().await);
+    let gw = gateway(&[&a, &b], "routing: {strategy: cache-aware, sticky_sessions: false}").await;
+    let client = TestClient::new();
+    let mut c = Conversation::new(5);
+    let home = backend_of(&c.turn(&client, &gw, &[]).await);
+    let home_mock = if home == "b0" { &a } else { &b };
+    home_mock.kill();
+    // The next turn finds its backend dead (marked down on the failed attempt) and goes to the
+    // other one, saying why it left its prefix.
+    let r = c.turn(&client, &gw, &[]).await;
+    assert_ne!(backend_of(&r), home);
+    let route = r.header("x-switchyard-route").unwrap().to_owned();
+    assert!(route.contains(&format!("left {home} (down)")), "{route}");
+    let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(metric(&text, "switchyard_affinity_given_up_total{reason=\"down\"} ").unwrap_or(0) >= 1, "{text}");
 }
