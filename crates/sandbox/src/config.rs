@@ -20,5 +20,9 @@ pub(crate) fn config() -> Config {
     config.epoch_interruption(true);
     config.max_wasm_stack(MAX_WASM_STACK);
     config.async_stack_size(FIBER_STACK);
+    // No map from machine code back to wasm offsets: it only names the wasm instruction in a trap's
+    // backtrace (a QuickJS program's own errors are JavaScript exceptions, not traps), and it is a
+    // third of a megabyte of the binary.
+    config.generate_address_map(false);
     config
 }
