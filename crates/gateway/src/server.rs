@@ -148,10 +148,10 @@ pub async fn start_guarded(
     }
     health::probe_all(&app.router, &app.client, &app.config.health).await;
     if let Some(mcp) = app.mcp.clone().filter(|m| m.has_code_mode()) {
-        // Compile Code Mode's sandbox in the background: the first program should not wait for it.
+        // Load Code Mode's precompiled sandbox in the background: the first program should not wait for it.
         tokio::spawn(async move {
             if let Err(e) = mcp.warm_code_mode().await {
-                tracing::error!(error = %e, "Code Mode's sandbox could not be compiled; execute_code will fail");
+                tracing::error!(error = %e, "Code Mode's sandbox could not be loaded; execute_code will fail");
             }
         });
     }
