@@ -225,18 +225,19 @@ async fn until_steady(client: &TestClient, gw: &switchyard_gateway::RunningGatew
     }
 }
 
-/// `USERS` users sharing a long system prompt, 4 turns each, all at once: the prefill tokens their
+/// `USERS` users sharing a long system prompt, 4 turns each, all at once, turn t of user u sent to
+/// `urls[(u + t) % n]` (one gateway, or a fleet's instances in turn): the prefill tokens their
 /// warm turns (2 to 4) cost, and the requests each backend took.
-async fn saturated_conversations(gw: &switchyard_gateway::RunningGateway) -> (u64, HashMap<String, usize>) {
+async fn saturated_conversations(urls: Vec<String>) -> (u64, HashMap<String, usize>) {
     let mut runs = tokio::task::JoinSet::new();
     for user in 0..USERS {
-        let base = gw.url();
+        let urls = urls.clone();
         runs.spawn(async move {
             let client = TestClient::new();
             let mut c = Conversation::new(user);
             let (mut warm, mut seen) = (0u64, Vec::new());
             for turn in 0..4 {
-                let r = c.turn_at(&client, &base, &[]).await;
+                let r = c.turn_at(&client, &urls[(user + turn) % urls.len()], &[]).await;
                 seen.push(backend_of(&r));
                 if turn > 0 {
                     warm += r.header("x-mock-prefill-tokens").unwrap().parse::<u64>().unwrap();
@@ -280,7 +281,7 @@ async fn saturated_prefill(strategy: &str, late: bool) -> (u64, HashMap<String, 
     }
     let client = TestClient::new();
     until_steady(&client, &gw, 4, 3).await;
-    saturated_conversations(&gw).await
+    saturated_conversations(vec![gw.url()]).await
 }
 
 fn assert_balanced(per_backend: &HashMap<String, usize>) {
@@ -330,33 +331,7 @@ async fn saturated_fleet_prefill(strategy: &str) -> (u64, HashMap<String, usize>
     for gw in &fleet {
         until_steady(&client, gw, 4, 3).await;
     }
-    let urls: Vec<String> = fleet.iter().map(|g| g.url()).collect();
-    let mut runs = tokio::task::JoinSet::new();
-    for user in 0..USERS {
-        let urls = urls.clone();
-        runs.spawn(async move {
-            let client = TestClient::new();
-            let mut c = Conversation::new(user);
-            let (mut warm, mut seen) = (0u64, Vec::new());
-            for turn in 0..4 {
-                let r = c.turn_at(&client, &urls[(user + turn) % urls.len()], &[]).await;
-                seen.push(backend_of(&r));
-                if turn > 0 {
-                    warm += r.header("x-mock-prefill-tokens").unwrap().parse::<u64>().unwrap();
-                }
-            }
-            (warm, seen)
-        });
-    }
-    let mut per_backend = HashMap::new();
-    let mut warm = 0;
-    for (w, seen) in runs.join_all().await {
-        warm += w;
-        for b in seen {
-            *per_backend.entry(b).or_default() += 1;
-        }
-    }
-    (warm, per_backend)
+    saturated_conversations(fleet.iter().map(|g| g.url()).collect()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
