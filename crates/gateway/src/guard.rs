@@ -131,6 +131,17 @@ impl AnswerGuards {
         Ok(Bytes::from(out))
     }
 
+    /// The last bytes of an answer (a whole answer, or a stream's tail), then what every guard
+    /// still held: all that is left to send.
+    pub fn finish(&mut self, last: Bytes, sse: bool) -> Result<Bytes, Blocked> {
+        let last = self.frame(last, sse)?;
+        let held = self.end()?;
+        if held.is_empty() {
+            return Ok(last);
+        }
+        Ok(Bytes::from([&last[..], &held[..]].concat()))
+    }
+
     /// The upstream body ended: a partial last event, then what each guard still held.
     pub fn end(&mut self) -> Result<Bytes, Blocked> {
         let rest = Bytes::from(std::mem::take(&mut self.pending));

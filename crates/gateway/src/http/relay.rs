@@ -165,7 +165,7 @@ fn finish(
     };
     report_usage(translator, meter);
     let tail = match guards.as_mut() {
-        Some(g) => guarded_tail(g, translated_tail, sse)?,
+        Some(g) => Some(g.finish(translated_tail.unwrap_or_default(), sse)?).filter(|b| !b.is_empty()),
         None => translated_tail,
     };
     if let Some(tail) = tail {
@@ -173,7 +173,7 @@ fn finish(
             let held = meter.frame(tail.clone());
             let rest = meter.end();
             meter.record_now();
-            return Ok(Some(join([held, rest])).filter(|b| !b.is_empty()));
+            return Ok(join(held, rest));
         }
         return Ok(Some(tail));
     }
@@ -183,24 +183,12 @@ fn finish(
     Ok(tail)
 }
 
-/// A tail through the guards, then what they still held.
-fn guarded_tail(guards: &mut AnswerGuards, tail: Option<Bytes>, sse: bool) -> Result<Option<Bytes>, Blocked> {
-    let last = match tail {
-        Some(tail) => guards.frame(tail, sse)?,
-        None => Bytes::new(),
-    };
-    let held = guards.end()?;
-    Ok(Some(join([Some(last), Some(held)])).filter(|b| !b.is_empty()))
-}
-
-fn join<const N: usize>(parts: [Option<Bytes>; N]) -> Bytes {
-    let mut parts = parts.into_iter().flatten().filter(|b| !b.is_empty());
-    let Some(first) = parts.next() else { return Bytes::new() };
-    let mut out = first.to_vec();
-    for part in parts {
-        out.extend_from_slice(&part);
+/// Two pieces of a tail as one: no copy when either is missing or empty.
+fn join(head: Option<Bytes>, rest: Option<Bytes>) -> Option<Bytes> {
+    match (head.filter(|b| !b.is_empty()), rest.filter(|b| !b.is_empty())) {
+        (Some(head), Some(rest)) => Some(Bytes::from([&head[..], &rest[..]].concat())),
+        (head, rest) => head.or(rest),
     }
-    Bytes::from(out)
 }
 
 /// The stream broke off for good: record it, and end the client's stream with an error in its

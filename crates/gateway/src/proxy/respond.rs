@@ -106,8 +106,7 @@ fn respond_whole(
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let Whole { mut answer, parts, slot, ttfb, route, upstream_wait } = whole;
     if let Some(mut guards) = guards {
-        let body = guards.frame(answer.body, false).and_then(|mut b| guards.end().map(|tail| join(&mut b, tail)));
-        answer.body = body.map_err(|b| guard::blocked(&b.guard, &b.reason))?;
+        answer.body = guards.finish(answer.body, false).map_err(|b| guard::blocked(&b.guard, &b.reason))?;
     }
     if let Some(mut fill) = fill {
         fill.push(&answer.body);
@@ -139,13 +138,6 @@ fn respond_whole(
     drop((permit, slot, meter));
     app.metrics.duration.observe(call.started.elapsed());
     Ok(resp)
-}
-
-fn join(head: &mut bytes::Bytes, tail: bytes::Bytes) -> bytes::Bytes {
-    if tail.is_empty() {
-        return std::mem::take(head);
-    }
-    bytes::Bytes::from([&head[..], &tail[..]].concat())
 }
 
 /// The gateway's own time so far (what is not the upstream's), into the histograms.

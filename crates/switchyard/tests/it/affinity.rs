@@ -289,22 +289,24 @@ fn assert_balanced(per_backend: &HashMap<String, usize>) {
     assert!(per_backend.len() == 4 && *max * 2 <= *min * 3, "max/min requests per backend over 1.5: {per_backend:?}");
 }
 
-#[tokio::test]
-async fn under_saturation_in_steady_state_warm_turns_wait_for_the_backend_holding_their_prefix() {
-    let (cache_aware, spread) = saturated_prefill("cache-aware", false).await;
-    let (round_robin, _) = saturated_prefill("round-robin", false).await;
-    eprintln!("steady state, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
+/// Cache-aware routing at most half round-robin's warm prefill on the saturated scenario, with
+/// the requests spread evenly.
+async fn assert_affinity_holds(late: bool, label: &str) {
+    let (cache_aware, spread) = saturated_prefill("cache-aware", late).await;
+    let (round_robin, _) = saturated_prefill("round-robin", late).await;
+    eprintln!("{label}, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
     assert!(cache_aware * 2 <= round_robin, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
     assert_balanced(&spread);
 }
 
 #[tokio::test]
+async fn under_saturation_in_steady_state_warm_turns_wait_for_the_backend_holding_their_prefix() {
+    assert_affinity_holds(false, "steady state").await;
+}
+
+#[tokio::test]
 async fn a_backend_that_joins_late_shares_the_load_and_affinity_still_holds() {
-    let (cache_aware, spread) = saturated_prefill("cache-aware", true).await;
-    let (round_robin, _) = saturated_prefill("round-robin", true).await;
-    eprintln!("a late joiner, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
-    assert!(cache_aware * 2 <= round_robin, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
-    assert_balanced(&spread);
+    assert_affinity_holds(true, "a late joiner").await;
 }
 
 /// The saturated scenario through three instances sharing pins through Redis: each turn goes to
