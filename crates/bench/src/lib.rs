@@ -77,9 +77,22 @@ pub struct BenchArgs {
     /// affinity: context lengths (tokens) of the conversations.
     #[arg(long, value_delimiter = ',', default_value = "1024,4096,16384")]
     pub contexts: Vec<usize>,
-    /// affinity: conversations per context length; shared-prefix: users (at least 32).
+    /// affinity: conversations per context length.
     #[arg(long, default_value_t = 5)]
     pub conversations: usize,
+    /// shared-prefix: users, each with its own conversation, all at once.
+    #[arg(long, default_value_t = 32)]
+    pub users: usize,
+    /// shared-prefix: tokens of the system prompt every user shares.
+    #[arg(long, default_value_t = 2000)]
+    pub system_tokens: usize,
+    /// shared-prefix: a user waits up to this many milliseconds between turns (varied per turn).
+    #[arg(long, default_value_t = 0)]
+    pub think_ms: u64,
+    /// affinity / shared-prefix: traffic starts once each gateway has run this many seconds (and
+    /// probed every backend three times), so routing is measured in steady state.
+    #[arg(long, default_value_t = 0)]
+    pub steady_secs: u64,
     /// affinity / shared-prefix: only these strategies (e.g. `round-robin,cache-aware`); all by default.
     #[arg(long, value_delimiter = ',')]
     pub strategies: Vec<String>,

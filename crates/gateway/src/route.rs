@@ -68,25 +68,31 @@ pub struct Router {
     /// Requests waiting for a slot when every backend of their model is at its cap.
     pub admission: Arc<Admission>,
     /// Prompts sent elsewhere than the backend holding their longest prefix, by reason.
-    given_up: [AtomicU64; 2],
+    given_up: [AtomicU64; 4],
 }
 
-/// Why a prompt did not go to the backend holding its longest prefix.
-#[derive(Clone, Copy)]
+/// Why a prompt did not go to a backend holding its prefix.
+#[derive(Clone, Copy, PartialEq)]
 enum GivenUp {
-    /// Full, or beyond the balance threshold.
+    /// The holder was full, or beyond the balance threshold.
     Load = 0,
-    /// Down, or its breaker open.
+    /// The holder was down, or its breaker open.
     Down = 1,
+    /// The holder lost it: dropped beyond its cache capacity, or forgotten when it restarted.
+    Evicted = 2,
+    /// No backend holds it, or only a prefix other conversations share: a new conversation.
+    New = 3,
 }
 
 impl GivenUp {
-    const ALL: [GivenUp; 2] = [GivenUp::Load, GivenUp::Down];
+    const ALL: [GivenUp; 4] = [GivenUp::Load, GivenUp::Down, GivenUp::Evicted, GivenUp::New];
 
     fn as_str(self) -> &'static str {
         match self {
             GivenUp::Load => "load",
             GivenUp::Down => "down",
+            GivenUp::Evicted => "evicted",
+            GivenUp::New => "new",
         }
     }
 }
@@ -277,8 +283,9 @@ impl Router {
         }
     }
 
-    /// When a prompt goes elsewhere than the backend holding its longest (unshared) prefix: that
-    /// backend and why, counted for `switchyard_affinity_given_up_total{reason}`.
+    /// When a prompt goes elsewhere than a backend holding its longest (unshared) prefix: the
+    /// backend it left and why, counted for `switchyard_affinity_given_up_total{reason}` (a new
+    /// conversation is counted and says nothing more).
     fn given_up(
         &self,
         all: &[Arc<Backend>],
@@ -291,13 +298,22 @@ impl Router {
         let ids: Vec<usize> = all.iter().map(|b| b.id).collect();
         let matched = index.matches(&hints.chain, &ids);
         let (at, best) = matched.iter().copied().enumerate().max_by_key(|&(_, m)| m)?;
-        if best <= chosen_matched || index.is_shared(hints.chain[best - 1]) {
-            return None;
-        }
-        let holder = all.get(at).filter(|h| h.id != chosen.id)?;
-        let reason = if holder.health.available(now) { GivenUp::Load } else { GivenUp::Down };
+        let fresh = best == 0 || index.is_shared(hints.chain[best - 1]);
+        let (holder, reason) = if !fresh {
+            if best <= chosen_matched {
+                return None;
+            }
+            let holder = all.get(at).filter(|h| h.id != chosen.id)?;
+            (Some(holder), if holder.health.available(now) { GivenUp::Load } else { GivenUp::Down })
+        } else if let Some(id) = index.lost_by(&hints.chain, best) {
+            (all.iter().find(|b| b.id == id), GivenUp::Evicted)
+        } else {
+            (None, GivenUp::New)
+        };
         self.given_up[reason as usize].fetch_add(1, Relaxed);
-        Some(format!("left {} ({})", holder.name(), reason.as_str()))
+        let holder = holder.filter(|_| reason != GivenUp::New)?;
+        let went = if holder.id == chosen.id { "back on" } else { "left" };
+        Some(format!("{went} {} ({})", holder.name(), reason.as_str()))
     }
 
     /// Prometheus lines: prompts that left the backend holding their prefix, by reason.
@@ -308,7 +324,7 @@ impl Router {
         }
         let _ = writeln!(
             out,
-            "# HELP switchyard_affinity_given_up_total Prompts sent elsewhere than the backend holding their longest prefix.\n\
+            "# HELP switchyard_affinity_given_up_total Prompts routed by load rather than to a backend holding their prefix: load, down (the holder was busy or unavailable), evicted (it lost the prefix), new (nobody holds it).\n\
              # TYPE switchyard_affinity_given_up_total counter"
         );
         for reason in GivenUp::ALL {
@@ -519,5 +535,39 @@ mod tests {
         assert!(!r.backends[0].set_models(vec!["new".into()]));
         r.rebuild_table();
         assert!(r.knows_model("new"));
+    }
+
+    #[test]
+    fn a_prompt_routed_by_load_says_why_new_evicted_or_kept_despite_a_full_kv_cache() {
+        let r = router(
+            "routing: {strategy: cache-aware, sticky_sessions: false}\nbackends:\n - {name: a, url: 'http://a:1', models: [x]}\n - {name: b, url: 'http://b:1', models: [x]}",
+        );
+        let metric = |reason: &str| {
+            let mut out = String::new();
+            r.render_affinity(&mut out);
+            let line = format!("switchyard_affinity_given_up_total{{reason=\"{reason}\"}} ");
+            out.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|n| n.parse::<u64>().ok())
+        };
+        let first: Vec<u8> = (0..640u32).map(|i| b'a' + (i * 7 % 26) as u8).collect();
+        let mut second = first.clone();
+        second.extend_from_slice(&[b'z'; 256]);
+        let hints = |bytes: &[u8]| RouteHints { chain: prefix::chain(&[bytes]), ..RouteHints::default() };
+        let home = r.select_with("x", &hints(&first), &[]).unwrap().backend;
+        assert_eq!(metric("new"), Some(1), "nothing cached anywhere: a new conversation");
+        // A backend reporting its KV cache full still holds its prefixes (it evicts the oldest,
+        // which the index's own capacity models): the next turn stays.
+        home.signals.record(signals::LoadReading { kv_usage: Some(1.0), ..Default::default() });
+        let next = r.select_with("x", &hints(&second), &[]).unwrap();
+        assert_eq!(next.backend.id, home.id, "{:?}", next.explain);
+        assert_eq!((metric("new"), metric("evicted"), metric("load")), (Some(1), Some(0), Some(0)));
+        drop(next);
+        // Its cache forgotten (it restarted): the third turn is an evicted conversation, not a new one.
+        r.forget_cache(&home);
+        let mut third = second.clone();
+        third.extend_from_slice(&[b'y'; 256]);
+        let moved = r.select_with("x", &hints(&third), &[]).unwrap();
+        let why = moved.explain.clone().unwrap_or_default();
+        assert!(why.contains(&format!("{} ({})", home.name(), "evicted")), "{why}");
+        assert_eq!((metric("new"), metric("evicted")), (Some(1), Some(1)));
     }
 }

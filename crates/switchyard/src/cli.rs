@@ -151,6 +151,11 @@ pub fn main() -> ExitCode {
     switchyard_gateway::memory::limit_arenas();
     let cli = Cli::parse();
     init_tracing();
+    // The benchmark and the mock hold as many connections as a gateway does (`bench abuse` opens
+    // 10,000 at once).
+    if matches!(cli.command, Command::Bench(_) | Command::Mock { .. }) {
+        crate::fd_limit::raise(10_000);
+    }
     // Pin the load generator before the runtime starts its threads, so they inherit the mask.
     if let Command::Bench(args) = &cli.command {
         let pinned = switchyard_bench::Pinning::parse(args.pin.as_deref())

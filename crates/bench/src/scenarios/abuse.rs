@@ -1,7 +1,8 @@
 //! Abuse: real traffic while 2,000 slowloris connections hold half-sent request heads (its p99
 //! against the same traffic without them, and the gateway's memory per held connection), then
 //! overload: a capped, slow backend far past its capacity, where requests beyond the queue must
-//! be refused (503) at once while memory stays flat.
+//! be refused (503) at once while memory stays flat, then a burst of 10,000 connections at once,
+//! each with one request, after which resident memory must come back within a minute of idle.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,10 @@ use crate::{BenchArgs, Pinning};
 const SLOWLORIS: usize = 2000;
 /// Sequential requests timed while the gateway is overloaded.
 const PROBES: usize = 300;
+/// Connections the burst opens at once.
+const BURST: usize = 10_000;
+/// Idle after the burst before memory is read again.
+const SETTLE: Duration = Duration::from_secs(60);
 
 pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
     if args.target.is_some() {
@@ -25,7 +30,8 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         return Ok(());
     }
     slowloris(args, pin, report).await?;
-    overload(args, pin, report).await
+    overload(args, pin, report).await?;
+    connection_burst(args, pin, report).await
 }
 
 async fn slowloris(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
@@ -123,5 +129,76 @@ async fn overload(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Resul
     report.finding("abuse", "overload: refusal p50", refusals.value_at_quantile(0.5) as f64 / 1e3, "ms");
     report.finding("abuse", "overload: refusal p99", refusals.value_at_quantile(0.99) as f64 / 1e3, "ms");
     report.finding("abuse", "overload: gateway RSS growth", super::mb(rss_peak.saturating_sub(rss_before)), "MB");
+    Ok(())
+}
+
+/// One request on a connection of its own, `connection: close`: whether it was answered 200.
+async fn one_connection(addr: String, request: std::sync::Arc<Vec<u8>>) -> bool {
+    use tokio::io::AsyncReadExt;
+    let Ok(mut s) = TcpStream::connect(&addr).await else { return false };
+    if s.write_all(&request).await.is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await.is_ok() && answer.starts_with(b"HTTP/1.1 200")
+}
+
+/// `BURST` connections at once, one request each; the gateway's RSS before (warmed, idle), at its
+/// peak, and after `SETTLE` of idle (issue 29: back within 5 MiB).
+async fn connection_burst(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
+    let mock = start_mock(&args.model, 5, None, pin)?;
+    let config = format!(
+        "listen: 127.0.0.1:0\nlimits: {{max_connections: {}}}\nbackends:\n  - {{name: a, url: '{}'}}\n",
+        BURST + 100,
+        mock.url
+    );
+    let gateway = start_gateway(&config, pin)?;
+    let setup = setup(&gateway, &mock, &args.model);
+    let (_, spec) = setup.pair(&chat_body(&args.model, false, "hello"), false)?;
+    measure("warm-up before the burst", &spec, Mode::Closed(16), Duration::ZERO, args.phase(3.0)).await;
+    // Idle past two of the gateway's trims (every 10 s), as after the burst.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let rss_before = procs::rss_of(gateway.pid()).unwrap_or(0);
+    let body = chat_body(&args.model, false, "hello");
+    let request = std::sync::Arc::new(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    );
+    let addr = gateway.url.trim_start_matches("http://").to_owned();
+    let pid = gateway.pid();
+    let peak = tokio::spawn(async move {
+        let mut peak = 0;
+        for _ in 0..600 {
+            peak = peak.max(procs::rss_of(pid).unwrap_or(0));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        peak
+    });
+    eprintln!("  ▸ abuse: {BURST} connections at once, one request each");
+    let started = Instant::now();
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..BURST {
+        burst.spawn(one_connection(addr.clone(), request.clone()));
+    }
+    let mut answered = 0usize;
+    while let Some(ok) = burst.join_next().await {
+        answered += usize::from(ok.unwrap_or(false));
+    }
+    let took = started.elapsed();
+    eprintln!("  ▸ abuse: idle {} s after the burst", SETTLE.as_secs());
+    tokio::time::sleep(SETTLE).await;
+    let rss_after = procs::rss_of(gateway.pid()).unwrap_or(0);
+    peak.abort();
+    let rss_peak = peak.await.unwrap_or(0).max(rss_after);
+    report.finding("abuse", format!("burst: of {BURST} connections, answered 200"), answered as f64, "");
+    report.finding("abuse", "burst: took", took.as_secs_f64(), "s");
+    report.finding("abuse", "burst: gateway RSS before (idle, warmed)", super::mb(rss_before), "MB");
+    report.finding("abuse", "burst: gateway RSS peak (sampled every 50 ms)", super::mb(rss_peak), "MB");
+    report.finding("abuse", format!("burst: gateway RSS {} s after", SETTLE.as_secs()), super::mb(rss_after), "MB");
+    let back = rss_after as f64 - rss_before as f64;
+    report.finding("abuse", "burst: RSS after − before", back / (1024.0 * 1024.0), "MB");
     Ok(())
 }

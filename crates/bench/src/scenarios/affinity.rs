@@ -89,9 +89,10 @@ fn gateway_config(urls: &[String], model: &str, routing: &str) -> String {
 const STEADY_ROUNDS: u64 = 3;
 
 /// Wait until every backend of the gateway at `url` has been probed `STEADY_ROUNDS` times (the
-/// start-up probe and two rounds), polling `/metrics`.
-async fn steady(url: &str, backends: usize) -> Result<(), String> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+/// start-up probe and two rounds), polling `/metrics`, and the gateway has run `--steady-secs`
+/// since `started`.
+async fn steady(url: &str, backends: usize, started: Instant, args: &BenchArgs) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60 + args.steady_secs);
     for i in 0..backends {
         let name = format!("switchyard_backend_probes_total{{backend=\"b{i}\"}}");
         while super::counter(url, &name).await? < STEADY_ROUNDS {
@@ -101,6 +102,9 @@ async fn steady(url: &str, backends: usize) -> Result<(), String> {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
+    // A wait for a wall-clock age the user asked for, not a readiness check.
+    tokio::time::sleep((started + Duration::from_secs(args.steady_secs)).saturating_duration_since(Instant::now()))
+        .await;
     Ok(())
 }
 
@@ -256,8 +260,9 @@ pub async fn affinity(args: &BenchArgs, pin: &Pinning, report: &mut Report, quic
     let mut series = Vec::new();
     for (ci, &context) in contexts.iter().enumerate() {
         for (si, (name, routing, session)) in strategies.iter().enumerate() {
+            let started = Instant::now();
             let gateway = start_gateway(&gateway_config(&backends.urls, &args.model, routing), pin)?;
-            steady(&gateway.url, backends.urls.len()).await?;
+            steady(&gateway.url, backends.urls.len(), started, args).await?;
             reset(&client, &backends.urls).await;
             eprintln!("  ▸ affinity: {context} tokens, {name}");
             let seed = (ci * 100 + si) as u64 * 1000;
@@ -330,28 +335,66 @@ fn shared_prefix_runs(args: &BenchArgs, quick: bool) -> Vec<PrefixRun> {
     runs
 }
 
-/// Each user's turns, as (backend, prompt tokens, cached tokens).
-type UserTurns = Result<Vec<(usize, u64, u64)>, String>;
+/// Each user's turns, as (backend, prompt tokens, cached tokens, time to first token in ms).
+type UserTurns = Result<Vec<(usize, u64, u64, f64)>, String>;
 
-/// The users' turns summed per backend, as (requests, prompt tokens, cached tokens).
+/// The users' turns summed per backend, as (requests, prompt tokens, cached tokens), and the time
+/// to first token of every warm turn (the second on).
 async fn per_backend_totals(
     mut tasks: tokio::task::JoinSet<UserTurns>,
     n: usize,
-) -> Result<Vec<(u64, u64, u64)>, String> {
+) -> Result<(Vec<(u64, u64, u64)>, Vec<f64>), String> {
     let mut per_backend = vec![(0u64, 0u64, 0u64); n];
+    let mut warm_ttfts = Vec::new();
     while let Some(done) = tasks.join_next().await {
-        for (backend, prompt, cached) in done.map_err(|e| e.to_string())?? {
+        for (turn, (backend, prompt, cached, ttft)) in done.map_err(|e| e.to_string())??.into_iter().enumerate() {
             let slot = per_backend.get_mut(backend).ok_or(format!("backend index {backend} out of range"))?;
             *slot = (slot.0 + 1, slot.1 + prompt, slot.2 + cached);
+            if turn > 0 {
+                warm_ttfts.push(ttft);
+            }
         }
     }
-    Ok(per_backend)
+    Ok((per_backend, warm_ttfts))
+}
+
+/// One `shared-prefix` run's findings (and its requests per backend, as a chart series): the
+/// prefill tokens it computed.
+fn report_prefix_run(
+    report: &mut Report,
+    name: &str,
+    per_backend: &[(u64, u64, u64)],
+    mut warm_ttfts: Vec<f64>,
+    best_prefill: f64,
+    load_series: &mut Vec<Series>,
+) -> f64 {
+    let prompt = per_backend.iter().map(|b| b.1).sum::<u64>() as f64;
+    let cached = per_backend.iter().map(|b| b.2).sum::<u64>() as f64;
+    let prefill = prompt - cached;
+    let best = if best_prefill > 0.0 { best_prefill } else { prefill };
+    let requests: Vec<f64> = per_backend.iter().map(|b| b.0 as f64).collect();
+    let (max, min) = requests.iter().fold((0.0f64, f64::MAX), |(a, b), &r| (a.max(r), b.min(r)));
+    report.finding("shared-prefix", format!("{name}: prefill tokens computed"), prefill, "tok");
+    report.finding("shared-prefix", format!("{name}: prefill vs best"), prefill / best.max(1.0), "x");
+    report.finding("shared-prefix", format!("{name}: cache hit ratio"), cached / prompt.max(1.0), "");
+    warm_ttfts.sort_by(f64::total_cmp);
+    let p90 = warm_ttfts.get(warm_ttfts.len() * 9 / 10).copied().unwrap_or(0.0);
+    report.finding("shared-prefix", format!("{name}: warm-turn TTFT p50"), median(warm_ttfts), "ms");
+    report.finding("shared-prefix", format!("{name}: warm-turn TTFT p90"), p90, "ms");
+    report.finding("shared-prefix", format!("{name}: requests per backend, max"), max, "");
+    report.finding("shared-prefix", format!("{name}: requests per backend, min"), min, "");
+    let points = requests.iter().enumerate().map(|(i, r)| ((i + 1) as f64, *r)).collect();
+    load_series.push(Series { name: name.to_owned(), points });
+    report.extra.insert(
+        format!("shared-prefix/{name}"),
+        json!({"prefill_tokens": prefill, "prompt_tokens": prompt, "cached_tokens": cached, "requests_per_backend": requests}),
+    );
+    prefill
 }
 
 /// `shared-prefix`: users sharing a long system prompt over 4 backends.
 pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report, quick: bool) -> Result<(), String> {
-    let (users, turns, system_tokens) =
-        if quick { (8, 2, 256) } else { (args.conversations.max(32), args.turns, 2000) };
+    let (users, turns, system_tokens) = if quick { (8, 2, 256) } else { (args.users, args.turns, args.system_tokens) };
     let backends = backends(args, 4, pin)?;
     let client = http_client();
     // Real servers keep their caches between runs: each run gets texts of its own.
@@ -363,6 +406,7 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
     for (ri, (name, routing, session, instances, shared)) in runs.into_iter().enumerate() {
         let redis = if shared { Some(super::fleet::Redis::start(None)?) } else { None };
         let mut gateways = Vec::new();
+        let started = Instant::now();
         if let Some(r) = routing {
             let mut config = gateway_config(&backends.urls, &args.model, r);
             if let Some(redis) = &redis {
@@ -374,7 +418,7 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
         }
         let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
         for url in &urls {
-            steady(url, n).await?;
+            steady(url, n, started, args).await?;
         }
         reset(&client, &backends.urls).await;
         eprintln!("  ▸ shared-prefix: {users} users × {turns} turns, {name}");
@@ -384,7 +428,7 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
         for u in 0..users {
             // Direct to user u's backend, or turn t through instance (u + t) mod instances.
             let targets = if urls.is_empty() { vec![backends.urls[u % n].clone()] } else { urls.clone() };
-            let (client, model, system) = (client.clone(), args.model.clone(), system.clone());
+            let (client, model, system, think_ms) = (client.clone(), args.model.clone(), system.clone(), args.think_ms);
             tasks.spawn(async move {
                 let key = format!("user-{u}");
                 let mut messages = vec![
@@ -393,6 +437,11 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
                 ];
                 let mut served = Vec::new();
                 for t in 0..turns {
+                    if t > 0 && think_ms > 0 {
+                        // Up to `--think-ms` between turns, varied by user and turn.
+                        let pause = (u as u64 * 7919 + t as u64 * 104_729) % (think_ms + 1);
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                    }
                     let target = &targets[(u + t) % targets.len()];
                     let reply = chat(&client, target, &model, &messages, session.then_some(key.as_str()), true).await?;
                     // Direct, user u's backend is u mod n; through the gateway, its header says (`b{i}`).
@@ -405,7 +454,7 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
                                     `usage.prompt_tokens_details.cached_tokens`)"
                             .to_owned());
                     };
-                    served.push((backend, prompt, cached));
+                    served.push((backend, prompt, cached, ms(reply.ttft)));
                     messages.push(json!({"role": "assistant", "content": reply.text}));
                     messages.push(json!({"role": "user", "content": format!("user {u} turn {t}: go on")}));
                 }
@@ -413,26 +462,11 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
             });
         }
         // Per backend: requests, prompt tokens, cached tokens.
-        let per_backend = per_backend_totals(tasks, n).await?;
-        let prompt = per_backend.iter().map(|b| b.1).sum::<u64>() as f64;
-        let cached = per_backend.iter().map(|b| b.2).sum::<u64>() as f64;
-        let prefill = prompt - cached;
-        let requests: Vec<f64> = per_backend.iter().map(|b| b.0 as f64).collect();
-        let (max, min) = requests.iter().fold((0.0f64, f64::MAX), |(a, b), &r| (a.max(r), b.min(r)));
+        let (per_backend, warm_ttfts) = per_backend_totals(tasks, n).await?;
+        let prefill = report_prefix_run(report, &name, &per_backend, warm_ttfts, best_prefill, &mut load_series);
         if routing.is_none() {
             best_prefill = prefill;
         }
-        report.finding("shared-prefix", format!("{name}: prefill tokens computed"), prefill, "tok");
-        report.finding("shared-prefix", format!("{name}: prefill vs best"), prefill / best_prefill.max(1.0), "x");
-        report.finding("shared-prefix", format!("{name}: cache hit ratio"), cached / prompt.max(1.0), "");
-        report.finding("shared-prefix", format!("{name}: requests per backend, max"), max, "");
-        report.finding("shared-prefix", format!("{name}: requests per backend, min"), min, "");
-        let points = requests.iter().enumerate().map(|(i, r)| ((i + 1) as f64, *r)).collect();
-        load_series.push(Series { name: name.clone(), points });
-        report.extra.insert(
-            format!("shared-prefix/{name}"),
-            json!({"prefill_tokens": prefill, "prompt_tokens": prompt, "cached_tokens": cached, "requests_per_backend": requests}),
-        );
     }
     report.charts.push((
         "shared-prefix-requests-per-backend".into(),

@@ -13,7 +13,7 @@ use super::headers::{REQUEST_ID, TRACEPARENT, TRACESTATE};
 use crate::app::App;
 use crate::route::backend::Backend;
 use crate::translate::Wire;
-use crate::upstream::pool::UpstreamBody;
+use crate::upstream::pool::{PoolError, UpstreamBody};
 
 pub enum AttemptError {
     Transport,
@@ -41,33 +41,23 @@ pub async fn attempt_once(
     limit: Duration,
 ) -> Result<(http::response::Parts, UpstreamBody, Option<Frame<Bytes>>), AttemptError> {
     let uri = backend.target_for(wire, headers.model, headers.stream).ok_or(AttemptError::Transport)?;
-    let mut req = Request::post(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(&REQUEST_ID, headers.request_id.clone());
-    if let Some(accept) = headers.client.get(header::ACCEPT) {
-        req = req.header(header::ACCEPT, accept.clone());
-    }
-    if let Some((traceparent, tracestate)) = headers.trace {
-        req = req.header(&TRACEPARENT, traceparent);
-        if let Some(state) = tracestate {
-            req = req.header(&TRACESTATE, state);
-        }
-    }
-    for (name, value) in &backend.auth_headers {
-        req = req.header(name, value.clone());
-    }
-    let mut req = req.body(Full::new(body.clone())).map_err(|_| AttemptError::Transport)?;
-    backend.sign(&mut req, &body).map_err(|e| {
-        tracing::warn!(backend = backend.name(), error = %e, "could not sign the upstream request");
-        AttemptError::Transport
-    })?;
+    let req = request(backend, uri, &body, &headers)?;
     let exchange = async {
         let failed = |e: &dyn std::fmt::Display| {
             tracing::debug!(backend = backend.name(), error = %e, "upstream request failed");
             AttemptError::Transport
         };
         let resp = match &backend.pool {
-            Some(pool) => pool.send(req).await.map_err(|e| failed(&e))?,
+            Some(pool) => match pool.send(req).await {
+                // The idle connection was closed by the backend as the request went out (its
+                // keep-alive timeout): nothing was answered, so it goes again on a new one.
+                Err(PoolError::Stale(e)) => {
+                    tracing::debug!(backend = backend.name(), error = %e, "idle upstream connection closed under the request; sending it on a new one");
+                    let uri = backend.target_for(wire, headers.model, headers.stream).ok_or(AttemptError::Transport)?;
+                    pool.send_fresh(request(backend, uri, &body, &headers)?).await.map_err(|e| failed(&e))?
+                }
+                sent => sent.map_err(|e| failed(&e))?,
+            },
             None => app.client.request(req).await.map_err(|e| failed(&e))?.map(UpstreamBody::unpooled),
         };
         let (parts, mut body) = resp.into_parts();
@@ -82,4 +72,35 @@ pub async fn attempt_once(
         Ok((parts, body, first))
     };
     tokio::time::timeout(limit, exchange).await.map_err(|_| AttemptError::Timeout)?
+}
+
+/// The upstream request: the body, its content type, the request id, the client's `accept`, the
+/// attempt's trace context, the backend's credentials (and signature).
+fn request(
+    backend: &Backend,
+    uri: http::Uri,
+    body: &Bytes,
+    headers: &Headers<'_>,
+) -> Result<Request<Full<Bytes>>, AttemptError> {
+    let mut req = Request::post(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(&REQUEST_ID, headers.request_id.clone());
+    if let Some(accept) = headers.client.get(header::ACCEPT) {
+        req = req.header(header::ACCEPT, accept.clone());
+    }
+    if let Some((traceparent, tracestate)) = &headers.trace {
+        req = req.header(&TRACEPARENT, traceparent.clone());
+        if let Some(state) = tracestate {
+            req = req.header(&TRACESTATE, state.clone());
+        }
+    }
+    for (name, value) in &backend.auth_headers {
+        req = req.header(name, value.clone());
+    }
+    let mut req = req.body(Full::new(body.clone())).map_err(|_| AttemptError::Transport)?;
+    backend.sign(&mut req, body).map_err(|e| {
+        tracing::warn!(backend = backend.name(), error = %e, "could not sign the upstream request");
+        AttemptError::Transport
+    })?;
+    Ok(req)
 }

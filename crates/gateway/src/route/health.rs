@@ -126,6 +126,10 @@ pub async fn probe_all(router: &Router, client: &UpstreamClient, cfg: &HealthCon
 /// The per-backend loop. Runs until aborted.
 pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamClient, cfg: HealthConfig) {
     let mut backoff = cfg.down_backoff_min;
+    // Whether the last probe was answered: a backend that stops answering probes, or answers
+    // again, has likely restarted and lost its cache. One marked down by a single failed request
+    // that answers the next probe (woken at once) keeps it: a closed connection is not a restart.
+    let mut answered = backend.health.is_up();
     loop {
         let wait = if backend.health.is_up() {
             backoff = cfg.down_backoff_min;
@@ -140,18 +144,20 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
             _ = backend.wake.notified() => {}
         }
         let was_up = backend.health.is_up();
-        let changed = apply(&backend, probe(&client, &backend, cfg.timeout).await);
+        let probed = probe(&client, &backend, cfg.timeout).await;
+        let answers = probed.is_ok();
+        let changed = apply(&backend, probed);
         backend.stats.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if changed {
             tracing::info!(backend = backend.name(), "model list changed");
             router.rebuild_table();
         }
-        if was_up != backend.health.is_up() {
-            // Went down, or came back (likely restarted): what it had cached is gone.
+        if answers != answered {
             router.forget_cache(&backend);
-            if was_up {
-                backend.scatter_waiters();
-            }
+        }
+        answered = answers;
+        if was_up && !backend.health.is_up() {
+            backend.scatter_waiters();
         }
         if backend.health.is_up() {
             read_signals(&client, &backend, cfg.timeout).await;

@@ -15,6 +15,11 @@
 //! every conversation starts with) is marked as a branch point. A request whose longest cached
 //! prefix ends at a branch point is a new conversation that only shares that prefix, so load may
 //! decide where it goes; one whose match ends inside its own history is a continuation.
+//!
+//! Lost blocks. Blocks a backend no longer holds (dropped beyond its capacity, or forgotten when
+//! it restarted) are remembered, newest first and bounded, with the backend that lost them: a
+//! prompt that matches nowhere but runs through a lost block is a conversation whose cache was
+//! evicted, not a new one (`switchyard_affinity_given_up_total{reason="evicted"}`).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -26,6 +31,11 @@ pub const BLOCK_BYTES: usize = 64;
 pub const BYTES_PER_TOKEN: usize = 4;
 /// Backends with an id beyond this do not take part (one bit each in a `u64`).
 pub const MAX_BACKENDS: usize = 64;
+/// Lost blocks remembered (the newest): about 16 bytes each.
+const LOST_CAP: usize = 8192;
+/// How many blocks from a prompt's end are looked up among the lost ones (a previous turn's last
+/// block sits a reply and a question before the end).
+const LOST_SCAN: usize = 32;
 
 /// The chained block hashes of `parts` read as one byte stream: entry k identifies the prefix
 /// made of the first k + 1 whole blocks. A partial last block is not included (it cannot be
@@ -143,6 +153,24 @@ struct Inner {
     /// Per backend: its blocks, oldest first, and how many it may keep.
     order: Vec<VecDeque<u64>>,
     capacity: Vec<usize>,
+    /// Lost block hash → the backend that lost it, and those hashes oldest first.
+    lost: LostMap,
+    lost_order: VecDeque<u64>,
+}
+
+type LostMap = HashMap<u64, u8, BuildHasherDefault<Identity>>;
+
+impl Inner {
+    fn lose(&mut self, hash: u64, bit: u64, id: usize) {
+        remove_holder(&mut self.holders, hash, bit);
+        if self.lost.insert(hash, id as u8).is_none() {
+            self.lost_order.push_back(hash);
+        }
+        while self.lost_order.len() > LOST_CAP {
+            let Some(old) = self.lost_order.pop_front() else { break };
+            self.lost.remove(&old);
+        }
+    }
 }
 
 impl PrefixIndex {
@@ -151,7 +179,13 @@ impl PrefixIndex {
         let n = capacity_tokens.len().min(MAX_BACKENDS);
         let capacity = capacity_tokens[..n].iter().map(|t| (t * BYTES_PER_TOKEN / BLOCK_BYTES).max(1)).collect();
         PrefixIndex {
-            inner: Mutex::new(Inner { holders: BlockMap::default(), order: vec![VecDeque::new(); n], capacity }),
+            inner: Mutex::new(Inner {
+                holders: BlockMap::default(),
+                order: vec![VecDeque::new(); n],
+                capacity,
+                lost: LostMap::default(),
+                lost_order: VecDeque::new(),
+            }),
         }
     }
 
@@ -188,7 +222,7 @@ impl PrefixIndex {
         }
         let bit = 1u64 << id;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let Inner { holders, order, capacity } = &mut *inner;
+        let Inner { holders, order, .. } = &mut *inner;
         if known > 0 && known < chain.len() {
             // This prompt leaves the cached path after block known - 1: if another prompt already
             // went on from there, the two branch at that block.
@@ -205,10 +239,22 @@ impl PrefixIndex {
                 order[id].push_back(hash);
             }
         }
-        while order[id].len() > capacity[id] {
-            let Some(old) = order[id].pop_front() else { break };
-            remove_holder(holders, old, bit);
+        while inner.order[id].len() > inner.capacity[id] {
+            let Some(old) = inner.order[id].pop_front() else { break };
+            inner.lose(old, bit, id);
         }
+    }
+
+    /// The backend that lost a block of `chain` past its first `matched` (the first block no
+    /// backend matched, or one of the last [`LOST_SCAN`]): this prompt's cache was evicted.
+    pub fn lost_by(&self, chain: &[u64], matched: usize) -> Option<usize> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.lost.is_empty() {
+            return None;
+        }
+        let tail = chain.len().saturating_sub(LOST_SCAN).max(matched);
+        let probes = chain.get(matched).into_iter().chain(chain.get(tail..).unwrap_or_default().iter().rev());
+        probes.filter_map(|h| inner.lost.get(h)).map(|&id| usize::from(id)).next()
     }
 
     /// Whether prompts branch after `block` (it is a prefix several conversations share).
@@ -223,9 +269,9 @@ impl PrefixIndex {
         }
         let bit = 1u64 << id;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let Inner { holders, order, .. } = &mut *inner;
-        for hash in order[id].drain(..) {
-            remove_holder(holders, hash, bit);
+        let blocks = std::mem::take(&mut inner.order[id]);
+        for hash in blocks {
+            inner.lose(hash, bit, id);
         }
     }
 
@@ -320,7 +366,10 @@ mod tests {
         assert_eq!(index.matches(&second, &[0]), vec![6], "the newest prompt is whole");
         // The oldest blocks went first: the first prompt's head is gone, so nothing of it matches.
         assert_eq!(index.matches(&first, &[0]), vec![0]);
+        assert_eq!(index.lost_by(&first, 0), Some(0), "the first prompt's cache was evicted");
+        assert_eq!(index.lost_by(&chain(&[&text(6 * BLOCK_BYTES, 5)]), 0), None, "a new prompt lost nothing");
         index.forget(0);
         assert_eq!((index.held(0), index.matches(&second, &[0])[0]), (0, 0));
+        assert_eq!(index.lost_by(&second, 0), Some(0), "forgotten (a restart) counts as lost");
     }
 }

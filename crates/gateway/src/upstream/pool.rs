@@ -72,6 +72,9 @@ pub enum PoolError {
     Connect(io::Error),
     ConnectTimeout,
     Http(hyper::Error),
+    /// The request went out on an idle connection the backend closed at that moment (its
+    /// keep-alive timeout), with nothing answered: safe to send again on a new connection.
+    Stale(hyper::Error),
 }
 
 impl fmt::Display for PoolError {
@@ -80,6 +83,7 @@ impl fmt::Display for PoolError {
             PoolError::Connect(e) => write!(f, "connect: {e}"),
             PoolError::ConnectTimeout => f.write_str("connect timed out"),
             PoolError::Http(e) => write!(f, "{e}"),
+            PoolError::Stale(e) => write!(f, "idle connection closed: {e}"),
         }
     }
 }
@@ -113,18 +117,35 @@ impl H1Pool {
         self: &Arc<Self>,
         mut req: Request<Full<Bytes>>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, PoolError>> + '_ {
+        self.prepare(&mut req);
+        // Not rebound inside the future, so the request is held once in it, not twice.
+        self.exchange(req)
+    }
+
+    /// `send` on a new connection, never an idle one (after `PoolError::Stale`).
+    pub async fn send_fresh(
+        self: &Arc<Self>,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<Response<UpstreamBody>, PoolError> {
+        self.prepare(&mut req);
+        let sender = Box::pin(self.connect()).await?;
+        self.send_on(sender, req).await.map_err(|e| PoolError::Http(e.into_error()))
+    }
+
+    /// HTTP/1.1 to a backend: the target in origin form, and a `Host`.
+    fn prepare(&self, req: &mut Request<Full<Bytes>>) {
         if let Some(origin) = req.uri().path_and_query().cloned() {
             *req.uri_mut() = Uri::from(origin);
         }
         if !req.headers().contains_key(header::HOST) {
             req.headers_mut().insert(header::HOST, self.host_header.clone());
         }
-        // Not rebound inside the future, so the request is held once in it, not twice.
-        self.exchange(req)
     }
 
     /// A request that never left because its idle connection had just closed is sent again on
-    /// a new one; once written, a request is never sent twice.
+    /// a new one. One written on an idle connection the backend closed before answering anything
+    /// is `PoolError::Stale`: the caller may send it again (browsers and Envoy do the same);
+    /// otherwise a written request is never sent twice.
     async fn exchange(self: &Arc<Self>, req: Request<Full<Bytes>>) -> Result<Response<UpstreamBody>, PoolError> {
         let (sender, fresh) = match self.take_idle().await {
             Some(sender) => (sender, false),
@@ -135,6 +156,7 @@ impl H1Pool {
             Ok(resp) => return Ok(resp),
             Err(mut e) => match e.take_message() {
                 Some(unsent) if !fresh => unsent,
+                None if !fresh && closed_unanswered(e.error()) => return Err(PoolError::Stale(e.into_error())),
                 _ => return Err(PoolError::Http(e.into_error())),
             },
         };
@@ -215,6 +237,19 @@ impl H1Pool {
         });
         Ok(sender)
     }
+}
+
+/// Whether the backend closed the connection without answering: end of stream before any
+/// response, or a reset.
+fn closed_unanswered(e: &hyper::Error) -> bool {
+    use std::error::Error as _;
+    let reset = e.source().and_then(|s| s.downcast_ref::<io::Error>()).is_some_and(|io| {
+        matches!(
+            io.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
+        )
+    });
+    e.is_incomplete_message() || reset
 }
 
 /// The connection an answer came on, going back to its pool once the answer is read.

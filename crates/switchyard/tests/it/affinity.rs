@@ -367,3 +367,45 @@ async fn a_continuation_whose_backend_is_down_says_so_and_is_counted() {
     let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
     assert!(metric(&text, "switchyard_affinity_given_up_total{reason=\"down\"} ").unwrap_or(0) >= 1, "{text}");
 }
+
+/// Poll `/metrics` (no sleeps) until the gateway reports `backend` up (1) or down (0).
+async fn until_up(client: &TestClient, gw: &switchyard_gateway::RunningGateway, backend: &str, up: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let name = format!("switchyard_backend_up{{backend=\"{backend}\"}} ");
+    loop {
+        let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+        if metric(&text, &name) == Some(up) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{backend} never became {up}:\n{text}");
+        tokio::task::yield_now().await;
+        let _ = client.get(&format!("{}/health", gw.url())).await;
+    }
+}
+
+#[tokio::test]
+async fn a_continuation_whose_backend_restarted_is_counted_evicted_and_a_first_turn_new() {
+    let (mut a, mut b) = (kv_mock().await, kv_mock().await);
+    let gw =
+        gateway(&[&a, &b], "routing: {strategy: cache-aware, sticky_sessions: false}\nhealth: {interval: 100ms}").await;
+    let client = TestClient::new();
+    let given_up = |text: &str, reason: &str| {
+        metric(text, &format!("switchyard_affinity_given_up_total{{reason=\"{reason}\"}} ")).unwrap_or(0)
+    };
+    let mut c = Conversation::new(6);
+    let home = backend_of(&c.turn(&client, &gw, &[]).await);
+    let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert_eq!((given_up(&text, "new"), given_up(&text, "evicted")), (1, 0), "{text}");
+    // The backend holding the conversation restarts: its KV cache is empty, and the gateway, which
+    // saw it go and come back, forgets what it held.
+    let home_mock = if home == "b0" { &mut a } else { &mut b };
+    home_mock.kill();
+    until_up(&client, &gw, &home, 0).await;
+    home_mock.restart().await.unwrap();
+    until_up(&client, &gw, &home, 1).await;
+    let r = c.turn(&client, &gw, &[]).await;
+    let route = r.header("x-switchyard-route").unwrap().to_owned();
+    assert!(route.contains(&format!("{home} (evicted)")), "{route}");
+    let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert_eq!((given_up(&text, "new"), given_up(&text, "evicted")), (1, 1), "{text}");
+}

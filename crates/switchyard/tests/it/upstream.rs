@@ -125,3 +125,92 @@ async fn an_upstream_connection_idle_past_its_timeout_is_closed() {
     one(&client, &gw, 0).await;
     assert!(backend.control().connections.load(Relaxed) > before, "the closed connection was reused");
 }
+
+/// A backend that closes a kept-alive connection just as a request arrives on it (its keep-alive
+/// timeout racing the request), once: the second chat request on a connection is read and the
+/// connection closed without an answer. Every other request is answered, keep-alive.
+async fn closes_an_idle_connection_under_a_request() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let chats = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = chats.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let (chats, dropped) = (seen.clone(), dropped.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut on_this_connection = 0;
+                loop {
+                    // One request: its head, then its Content-Length of body.
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    while buf.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..head_end + length);
+                    let body = if head.starts_with("post /v1/chat/completions") {
+                        chats.fetch_add(1, Relaxed);
+                        on_this_connection += 1;
+                        if on_this_connection == 2 && !dropped.swap(true, Relaxed) {
+                            return; // closed under the request, nothing answered
+                        }
+                        r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#
+                    } else if head.starts_with("get /v1/models") {
+                        r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#
+                    } else {
+                        ""
+                    };
+                    let status = if body.is_empty() { "404 Not Found" } else { "200 OK" };
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, chats)
+}
+
+#[tokio::test]
+async fn a_request_on_an_idle_connection_the_backend_closes_goes_again_on_a_new_one() {
+    let (url, chats) = closes_an_idle_connection_under_a_request().await;
+    let gw =
+        gateway_yaml(&format!("listen: 127.0.0.1:0\nbackends:\n  - {{name: b0, url: '{url}', models: [m]}}\n")).await;
+    let client = TestClient::new();
+    let (url, body) = (format!("{}/v1/chat/completions", gw.url()), chat_body("m", false));
+    for _ in 0..3 {
+        let r = client.post_json(&url, body.as_bytes(), &[]).await.unwrap();
+        assert_eq!(r.status, 200, "{} {:?}", r.text(), r.headers);
+    }
+    // The second request went out twice: on the closed connection, then on a new one. The backend
+    // was never counted as failing, let alone marked down.
+    assert_eq!(chats.load(Relaxed), 4);
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(metrics.contains("switchyard_errors_total{kind=\"upstream_connect\"} 0"), "{metrics}");
+    assert!(metrics.contains("switchyard_backend_up{backend=\"b0\"} 1"), "{metrics}");
+}
