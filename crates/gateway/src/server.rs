@@ -4,6 +4,7 @@
 //! streams finish up to `shutdown_grace`, flush the usage journal, then drop what is left.
 
 mod conn;
+mod head;
 mod idle;
 pub mod routes;
 mod tls;
@@ -374,6 +375,8 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
         .max_header_list_size(limits.max_header_bytes as u32)
         .keep_alive_interval(Some(app.config.timeouts.header_read))
         .keep_alive_timeout(app.config.timeouts.header_read);
+    // Shared by the connections, each of which takes its own copy only once its first head is in.
+    let builder = Arc::new(builder);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let write_limit = app.config.timeouts.client_write;
     // Each connection holds a receiver: the drain signal reaches it, and the sender's `closed`
@@ -410,27 +413,32 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
                     let app = current.load_full();
                     async move { Ok::<_, Infallible>(routes::handle(app, req).await) }
                 });
-                let draining = draining.clone();
-                match tls.as_ref().map(|t| t.load_full()) {
-                    None => {
-                        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                        tokio::spawn(idle::drive!(conn, draining, activity, idle));
-                    }
-                    Some(acceptor) => {
-                        let builder = builder.clone();
-                        let handshake_limit = app.config.timeouts.header_read;
-                        tokio::spawn(async move {
-                            // The handshake counts against the head's time: a silent client is dropped.
-                            let stream = match tokio::time::timeout(handshake_limit, acceptor.accept(stream)).await {
-                                Ok(Ok(stream)) => stream,
-                                Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
-                                Err(_) => return tracing::debug!("TLS handshake timed out"),
-                            };
-                            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                            idle::drive!(conn, draining, activity, idle).await
-                        });
-                    }
-                }
+                let mut draining = draining.clone();
+                let (builder, head_limit, max_head) =
+                    (builder.clone(), app.config.timeouts.header_read, limits.max_header_bytes);
+                let tls = tls.as_ref().map(|t| t.load_full());
+                tokio::spawn(async move {
+                    // Until its first head is in, a connection costs its task and that head's
+                    // buffer; a silent client is dropped after `timeouts.header_read`.
+                    let Some(acceptor) = tls else {
+                        let Some(io) = head::first_request(stream, head_limit, max_head, &mut draining).await else {
+                            return;
+                        };
+                        let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
+                        return idle::drive!(conn, draining, activity, idle).await;
+                    };
+                    // The handshake too.
+                    let stream = match tokio::time::timeout(head_limit, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => return tracing::debug!("TLS handshake timed out"),
+                    };
+                    let Some(io) = head::first_request(stream, head_limit, max_head, &mut draining).await else {
+                        return;
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
+                    idle::drive!(conn, draining, activity, idle).await
+                });
             }
             _ = &mut shutdown => break,
         }
