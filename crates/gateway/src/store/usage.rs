@@ -17,9 +17,9 @@ const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requeste
                               response_bytes, route_reason";
 const RECORD_COLS: usize = 19;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement: 19 columns x 500 = 9,500 parameters, well under SQLite's 32,766 and Postgres's
-/// 65,535. Only full chunks become cached prepared statements; a batch's remainder is prepared once and dropped.
-const CHUNK_ROWS: usize = 500;
+/// Rows per multi-row statement at most: 19 columns x 512 = 9,728 parameters, well under SQLite's 32,766 and
+/// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
+const CHUNK_ROWS: usize = 512;
 
 /// One UTC day in milliseconds: the daily rollup's granularity.
 pub const DAY_MS: i64 = 86_400_000;
@@ -105,6 +105,22 @@ fn roll_up<'a>(rows: impl Iterator<Item = &'a Row<'a>>, floor: fn(i64) -> i64) -
 pub const ALL: &str = "*";
 
 /// Which of a chunk's ids are stored already.
+/// `rows` in chunks whose sizes are powers of two up to `CHUNK_ROWS`, largest first: each size is
+/// one prepared statement per connection, kept in its statement cache, so a batch of any size is
+/// written without SQL to parse (a batch of 37 rows of its own size cost a parse of each statement
+/// every time: about 8% of the gateway's instructions per request, by callgrind).
+fn cached_chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if rows.is_empty() {
+            return None;
+        }
+        let size = 1usize << rows.len().min(CHUNK_ROWS).ilog2();
+        let (chunk, rest) = rows.split_at(size);
+        rows = rest;
+        Some(chunk)
+    })
+}
+
 fn select_ids_sql(sqlite: bool, rows: usize) -> String {
     format!("SELECT id FROM usage_records WHERE id IN ({})", values_placeholders(sqlite, rows, 1))
 }
@@ -220,9 +236,9 @@ impl Store {
             // `INSERT ... RETURNING id`, keeps row-by-row results (a thread hand-off each on SQLite) off
             // the common path.
             let mut existing: HashSet<String> = HashSet::new();
-            for chunk in rows.chunks(CHUNK_ROWS) {
+            for chunk in cached_chunks(&rows) {
                 let sql = select_ids_sql(sqlite, chunk.len());
-                let mut q = sqlx::query_scalar::<_, String>(&sql).persistent(chunk.len() == CHUNK_ROWS);
+                let mut q = sqlx::query_scalar::<_, String>(&sql);
                 for row in chunk {
                     q = q.bind(&row.r.id);
                 }
@@ -230,9 +246,9 @@ impl Store {
             }
             let mut new_ids: HashSet<String> =
                 rows.iter().map(|row| row.r.id.clone()).filter(|id| !existing.contains(id)).collect();
-            for chunk in rows.chunks(CHUNK_ROWS) {
+            for chunk in cached_chunks(&rows) {
                 let sql = insert_records_sql(sqlite, chunk.len());
-                let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
+                let mut q = sqlx::query(&sql);
                 for row in chunk {
                     q = bind_record(q, row);
                 }
@@ -243,7 +259,7 @@ impl Store {
             let kept: Vec<&Row> = rows.iter().filter(|row| new_ids.remove(row.r.id.as_str())).collect();
             let with_bodies: Vec<_> =
                 kept.iter().filter_map(|row| row.r.bodies.as_deref().map(|b| (&row.r.id, b))).collect();
-            for chunk in with_bodies.chunks(CHUNK_ROWS) {
+            for chunk in cached_chunks(&with_bodies) {
                 let sql = insert_bodies_sql(sqlite, chunk.len());
                 let mut q = sqlx::query(&sql);
                 for (id, b) in chunk {
@@ -253,9 +269,9 @@ impl Store {
             }
             for (table, time, floor) in ROLLUPS {
                 let groups: Vec<_> = roll_up(kept.iter().copied(), floor).into_iter().collect();
-                for chunk in groups.chunks(CHUNK_ROWS) {
+                for chunk in cached_chunks(&groups) {
                     let sql = upsert_rollup_sql(table, time, sqlite, chunk.len());
-                    let mut q = sqlx::query(&sql).persistent(chunk.len() == CHUNK_ROWS);
+                    let mut q = sqlx::query(&sql);
                     for group in chunk {
                         q = bind_rollup(q, group);
                     }
@@ -300,5 +316,14 @@ mod tests {
         assert_eq!(hour_floor(HOUR_MS - 1), 0);
         assert_eq!(hour_floor(HOUR_MS), HOUR_MS);
         assert_eq!(hour_floor(-1), -HOUR_MS);
+    }
+
+    #[test]
+    fn batches_go_in_power_of_two_chunks_so_every_statement_is_a_cached_one() {
+        let sizes = |n: usize| cached_chunks(&vec![0u8; n]).map(<[u8]>::len).collect::<Vec<_>>();
+        assert_eq!(sizes(37), [32, 4, 1]);
+        assert_eq!(sizes(1100), [512, 512, 64, 8, 4]);
+        assert_eq!(sizes(0), Vec::<usize>::new());
+        assert!((1..2000).all(|n| sizes(n).iter().sum::<usize>() == n && sizes(n).iter().all(|s| s.is_power_of_two())));
     }
 }
