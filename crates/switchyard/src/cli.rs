@@ -154,7 +154,7 @@ pub fn main() -> ExitCode {
     // The benchmark and the mock hold as many connections as a gateway does (`bench abuse` opens
     // 10,000 at once).
     if matches!(cli.command, Command::Bench(_) | Command::Mock { .. }) {
-        crate::fd_limit::raise(10_000);
+        crate::fd_limit::raise_to(2 * 10_000 + 1024);
     }
     // Pin the load generator before the runtime starts its threads, so they inherit the mask.
     if let Command::Bench(args) = &cli.command {

@@ -9,24 +9,36 @@ const HEADROOM: u64 = 1024;
 /// hard limit (which only root may raise); warns when the cap leaves too few.
 #[cfg(unix)]
 pub fn raise(max_connections: usize) {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let want = (max_connections as u64).saturating_mul(2).saturating_add(HEADROOM);
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
-    let target = want.min(hard);
-    if target > soft {
-        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
-            tracing::warn!(error = %e, soft, "could not raise the open-file limit");
-            return;
-        }
-    }
-    if target.max(soft) < want {
+    let limit = raise_to(want);
+    if limit < want {
         tracing::warn!(
-            limit = target.max(soft),
+            limit,
             max_connections,
             "the open-file limit is below what limits.max_connections needs (raise the hard limit, e.g. LimitNOFILE=)"
         );
     }
 }
 
+/// Raise the soft `RLIMIT_NOFILE` towards `want`, capped by the hard limit: the limit now.
+#[cfg(unix)]
+pub fn raise_to(want: u64) -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 0 };
+    let target = want.min(hard);
+    if target > soft {
+        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
+            tracing::warn!(error = %e, soft, "could not raise the open-file limit");
+            return soft;
+        }
+    }
+    target.max(soft)
+}
+
 #[cfg(not(unix))]
 pub fn raise(_max_connections: usize) {}
+
+#[cfg(not(unix))]
+pub fn raise_to(_want: u64) -> u64 {
+    0
+}

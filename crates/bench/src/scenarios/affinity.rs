@@ -338,24 +338,32 @@ fn shared_prefix_runs(args: &BenchArgs, quick: bool) -> Vec<PrefixRun> {
 /// Each user's turns, as (backend, prompt tokens, cached tokens, time to first token in ms).
 type UserTurns = Result<Vec<(usize, u64, u64, f64)>, String>;
 
-/// The users' turns summed per backend, as (requests, prompt tokens, cached tokens), and the time
-/// to first token of every warm turn (the second on).
+/// What a run's warm turns (the second on) cost: prefill tokens, and each one's time to first token.
+#[derive(Default)]
+struct WarmTurns {
+    prefill: u64,
+    ttfts: Vec<f64>,
+}
+
+/// The users' turns summed per backend, as (requests, prompt tokens, cached tokens), and what
+/// the warm turns cost.
 async fn per_backend_totals(
     mut tasks: tokio::task::JoinSet<UserTurns>,
     n: usize,
-) -> Result<(Vec<(u64, u64, u64)>, Vec<f64>), String> {
+) -> Result<(Vec<(u64, u64, u64)>, WarmTurns), String> {
     let mut per_backend = vec![(0u64, 0u64, 0u64); n];
-    let mut warm_ttfts = Vec::new();
+    let mut warm = WarmTurns::default();
     while let Some(done) = tasks.join_next().await {
         for (turn, (backend, prompt, cached, ttft)) in done.map_err(|e| e.to_string())??.into_iter().enumerate() {
             let slot = per_backend.get_mut(backend).ok_or(format!("backend index {backend} out of range"))?;
             *slot = (slot.0 + 1, slot.1 + prompt, slot.2 + cached);
             if turn > 0 {
-                warm_ttfts.push(ttft);
+                warm.ttfts.push(ttft);
+                warm.prefill += prompt.saturating_sub(cached);
             }
         }
     }
-    Ok((per_backend, warm_ttfts))
+    Ok((per_backend, warm))
 }
 
 /// One `shared-prefix` run's findings (and its requests per backend, as a chart series): the
@@ -364,7 +372,7 @@ fn report_prefix_run(
     report: &mut Report,
     name: &str,
     per_backend: &[(u64, u64, u64)],
-    mut warm_ttfts: Vec<f64>,
+    warm: WarmTurns,
     best_prefill: f64,
     load_series: &mut Vec<Series>,
 ) -> f64 {
@@ -377,6 +385,8 @@ fn report_prefix_run(
     report.finding("shared-prefix", format!("{name}: prefill tokens computed"), prefill, "tok");
     report.finding("shared-prefix", format!("{name}: prefill vs best"), prefill / best.max(1.0), "x");
     report.finding("shared-prefix", format!("{name}: cache hit ratio"), cached / prompt.max(1.0), "");
+    report.finding("shared-prefix", format!("{name}: warm-turn prefill tokens"), warm.prefill as f64, "tok");
+    let mut warm_ttfts = warm.ttfts;
     warm_ttfts.sort_by(f64::total_cmp);
     let p90 = warm_ttfts.get(warm_ttfts.len() * 9 / 10).copied().unwrap_or(0.0);
     report.finding("shared-prefix", format!("{name}: warm-turn TTFT p50"), median(warm_ttfts), "ms");
@@ -462,8 +472,8 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
             });
         }
         // Per backend: requests, prompt tokens, cached tokens.
-        let (per_backend, warm_ttfts) = per_backend_totals(tasks, n).await?;
-        let prefill = report_prefix_run(report, &name, &per_backend, warm_ttfts, best_prefill, &mut load_series);
+        let (per_backend, warm) = per_backend_totals(tasks, n).await?;
+        let prefill = report_prefix_run(report, &name, &per_backend, warm, best_prefill, &mut load_series);
         if routing.is_none() {
             best_prefill = prefill;
         }
