@@ -227,6 +227,58 @@ async fn fetch(client: &UpstreamClient, backend: &Backend, path: &str, timeout: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::route::{prefix, RouteHints};
+    use std::collections::HashMap;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    /// Wait (polling the backend's probe counter) for the probe after the `seen`th.
+    async fn next_probe(backend: &Backend, seen: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while backend.stats.probes.load(Relaxed) <= seen {
+            assert!(std::time::Instant::now() < deadline, "no probe within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        backend.stats.probes.load(Relaxed)
+    }
+
+    #[tokio::test]
+    async fn one_failed_request_keeps_the_cache_and_a_backend_that_stops_answering_probes_loses_it() {
+        let listen = "127.0.0.1:0".parse().unwrap();
+        let cfg = switchyard_testkit::MockConfig { models: vec!["m".into()], ..Default::default() };
+        let mock = switchyard_testkit::MockServer::start(listen, cfg).await.unwrap();
+        let yaml = format!(
+            "routing: {{strategy: cache-aware}}\nhealth: {{interval: 1h}}\nbackends:\n - {{name: a, url: '{}', models: [m]}}",
+            mock.url()
+        );
+        let config = Config::from_yaml(&yaml, &HashMap::<String, String>::new()).unwrap();
+        let router = Arc::new(Router::new(&config).unwrap());
+        let backend = router.backends[0].clone();
+        backend.health.set_up(true);
+        let prompt = vec![b'x'; 640];
+        let hints = RouteHints { chain: prefix::chain(&[&prompt]), ..RouteHints::default() };
+        drop(router.select_with("m", &hints, &[]).unwrap());
+        let held = || router.prefix.as_ref().map_or(0, |p| p.held(0));
+        assert_eq!(held(), 10);
+        let client = crate::upstream::build(Duration::from_secs(1)).unwrap();
+        let prober = tokio::spawn(run(router.clone(), backend.clone(), client, config.health.clone()));
+        // One turn of this single-threaded runtime: the prober starts (the backend up, as after
+        // the start-up probe) and waits for its interval or a wake-up.
+        tokio::task::yield_now().await;
+        // A request failed (a connection closed under it): marked down, the probe woken at once
+        // finds it answering. Not a restart: what it cached stays.
+        backend.mark_failed("test");
+        let seen = next_probe(&backend, 0).await;
+        assert!(backend.health.is_up());
+        assert_eq!(held(), 10, "one failed request cost the backend its cache");
+        // It stops answering probes (it died, and will come back empty).
+        mock.kill();
+        backend.mark_failed("test");
+        next_probe(&backend, seen).await;
+        assert!(!backend.health.is_up());
+        assert_eq!(held(), 0, "a backend that stopped answering probes kept its cache");
+        prober.abort();
+    }
 
     #[test]
     fn parses_both_list_shapes() {
