@@ -207,19 +207,32 @@ fn one_slot_kv() -> MockConfig {
 /// Wait (polling `/metrics`, no sleeps) until every backend is up with its one slot known and
 /// `rounds` health probes made: the gateway's steady state, not its first seconds.
 async fn until_steady(client: &TestClient, gw: &switchyard_gateway::RunningGateway, backends: usize, rounds: u64) {
+    until_metrics(client, gw, "reached steady state", |text| {
+        (0..backends).all(|i| {
+            let b = format!("{{backend=\"b{i}\"}} ");
+            metric(text, &format!("switchyard_backend_up{b}")) == Some(1)
+                && metric(text, &format!("switchyard_backend_capacity{b}")) == Some(1)
+                && metric(text, &format!("switchyard_backend_probes_total{b}")).unwrap_or(0) >= rounds
+        })
+    })
+    .await;
+}
+
+/// Poll the gateway's `/metrics` (no sleeps; a `/health` request between reads) until `done`
+/// holds, for at most 20 s.
+async fn until_metrics(
+    client: &TestClient,
+    gw: &switchyard_gateway::RunningGateway,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
-        let steady = (0..backends).all(|i| {
-            let b = format!("{{backend=\"b{i}\"}} ");
-            metric(&text, &format!("switchyard_backend_up{b}")) == Some(1)
-                && metric(&text, &format!("switchyard_backend_capacity{b}")) == Some(1)
-                && metric(&text, &format!("switchyard_backend_probes_total{b}")).unwrap_or(0) >= rounds
-        });
-        if steady {
+        if done(&text) {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "the gateway never reached steady state:\n{text}");
+        assert!(std::time::Instant::now() < deadline, "the gateway never {what}:\n{text}");
         tokio::task::yield_now().await;
         let _ = client.get(&format!("{}/health", gw.url())).await;
     }
@@ -368,19 +381,10 @@ async fn a_continuation_whose_backend_is_down_says_so_and_is_counted() {
     assert!(metric(&text, "switchyard_affinity_given_up_total{reason=\"down\"} ").unwrap_or(0) >= 1, "{text}");
 }
 
-/// Poll `/metrics` (no sleeps) until the gateway reports `backend` up (1) or down (0).
+/// Until the gateway reports `backend` up (1) or down (0).
 async fn until_up(client: &TestClient, gw: &switchyard_gateway::RunningGateway, backend: &str, up: u64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let name = format!("switchyard_backend_up{{backend=\"{backend}\"}} ");
-    loop {
-        let text = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
-        if metric(&text, &name) == Some(up) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{backend} never became {up}:\n{text}");
-        tokio::task::yield_now().await;
-        let _ = client.get(&format!("{}/health", gw.url())).await;
-    }
+    until_metrics(client, gw, &format!("reported {backend} as {up}"), |text| metric(text, &name) == Some(up)).await;
 }
 
 #[tokio::test]
