@@ -11,6 +11,7 @@ mod mcp;
 mod presets;
 mod prices;
 mod raw;
+pub mod security;
 mod telemetry;
 
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ pub use duration::parse_duration;
 pub use exports::{ExportConfig, ExportSink, ObjectFormat, S3Target};
 pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
+pub use security::SecurityConfig;
 pub use telemetry::{Sampler, TelemetryConfig};
 
 /// A map looked up on every request (models, aliases, prices, keys): foldhash, seeded per
@@ -334,6 +336,8 @@ pub struct Config {
     pub console: ConsoleConfig,
     /// The response cache (`cache:`); off by default.
     pub cache: CacheConfig,
+    /// Which origins and `Host` names reach `/mcp`, `/ui` and `/admin` (`security:`).
+    pub security: SecurityConfig,
 }
 
 /// `console: {enabled, session_ttl, store_bodies, max_stored_body_bytes}`.

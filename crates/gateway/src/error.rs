@@ -75,6 +75,8 @@ pub enum GatewayError {
         retry_after_secs: u64,
         headers: Box<http::HeaderMap>,
     },
+    /// The request's `Host` is not one this gateway answers to (`security.allowed_hosts`).
+    MisdirectedHost,
     /// Something broke inside the gateway (details are in the log, under the request id).
     Internal,
 }
@@ -103,6 +105,7 @@ impl GatewayError {
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             GatewayError::Forbidden { .. } => StatusCode::FORBIDDEN,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            GatewayError::MisdirectedHost => StatusCode::MISDIRECTED_REQUEST,
             GatewayError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             GatewayError::BadGateway { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -129,6 +132,7 @@ impl GatewayError {
             GatewayError::Unauthorized { .. } => "unauthorized",
             GatewayError::Forbidden { .. } => "forbidden",
             GatewayError::RateLimited { .. } => "rate_limited",
+            GatewayError::MisdirectedHost => "misdirected_host",
             GatewayError::Internal => "internal",
             GatewayError::BadGateway { .. } => "bad_gateway",
         }
@@ -215,6 +219,12 @@ impl GatewayError {
             }
             GatewayError::Forbidden { message, code } => (message.clone(), "permission_error", None, Some(*code)),
             GatewayError::RateLimited { message, code, .. } => (message.clone(), "rate_limit_error", None, Some(*code)),
+            GatewayError::MisdirectedHost => (
+                "this gateway does not answer to that Host (security.allowed_hosts)".to_owned(),
+                "invalid_request_error",
+                None,
+                Some("misdirected_host"),
+            ),
             GatewayError::Internal => (
                 "internal error; the gateway log has details under this request's x-request-id".to_owned(),
                 "server_error",

@@ -6,6 +6,7 @@
 mod conn;
 mod head;
 mod idle;
+mod origin;
 pub mod routes;
 mod tls;
 

@@ -51,6 +51,7 @@ pub struct RawConfig {
     #[serde(default)]
     console: super::console::RawConsole,
     cache: Option<super::cache::RawCache>,
+    security: Option<super::security::RawSecurity>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -270,6 +271,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         exports,
         console: super::console::validate(raw.console)?,
         cache: super::cache::validate(raw.cache)?,
+        security: super::security::validate(raw.security, listen)?,
         source: None,
     })
 }

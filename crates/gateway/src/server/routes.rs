@@ -33,16 +33,11 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     let endpoint = Endpoint::from_path(path);
     let api = if path.starts_with("/api/") { Api::Ollama } else { translate::client_api(endpoint) };
     let mut trace = app.telemetry.as_ref().map(|t| t.begin(req.headers(), req.method(), endpoint, path, &rid, started));
-    if path.starts_with("/admin") && req.uri().path().starts_with("/admin") {
-        return answer_other(&app, Box::pin(admin_gate(&app, req)).await, rid, trace);
-    }
-    if req.uri().path() == "/ui" || req.uri().path().starts_with("/ui/") {
-        let result = Box::pin(console::handle(&app, req, started, &rid, &mut trace)).await;
-        return answer_other(&app, result, rid, trace);
-    }
-    if req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/") {
-        let path = req.uri().path().to_owned();
-        let result = Box::pin(mcp::handle(&app, req, &path, &rid)).await;
+    if let Some(area) = BrowserReachable::of(req.uri().path()) {
+        let result = match super::origin::check(&app.config.security, &req) {
+            Ok(()) => Box::pin(browser_reachable(&app, area, req, started, &rid, &mut trace)).await,
+            Err(e) => Err(e),
+        };
         return answer_other(&app, result, rid, trace);
     }
     // Each handler's future is boxed: they are kilobytes (the proxy's ~10 KB), and hyper moves
@@ -74,6 +69,49 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     // A proxied request's trace ends with its answer (its meter has it); any other ends here.
     finish_trace(&app, trace, resp.status().as_u16());
     resp
+}
+
+/// The routes a browser page could be made to call on the user's behalf: their `Origin` and
+/// `Host` are checked first (`server/origin.rs`).
+#[derive(Clone, Copy)]
+enum BrowserReachable {
+    Admin,
+    Console,
+    Mcp,
+}
+
+impl BrowserReachable {
+    fn of(path: &str) -> Option<BrowserReachable> {
+        let under =
+            |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'));
+        if path.starts_with("/admin") {
+            Some(BrowserReachable::Admin)
+        } else if under("/ui") {
+            Some(BrowserReachable::Console)
+        } else if under("/mcp") {
+            Some(BrowserReachable::Mcp)
+        } else {
+            None
+        }
+    }
+}
+
+async fn browser_reachable(
+    app: &Arc<App>,
+    area: BrowserReachable,
+    req: Request<Incoming>,
+    started: Instant,
+    rid: &http::HeaderValue,
+    trace: &mut Option<crate::telemetry::Tracing>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    match area {
+        BrowserReachable::Admin => admin_gate(app, req).await,
+        BrowserReachable::Console => console::handle(app, req, started, rid, trace).await,
+        BrowserReachable::Mcp => {
+            let path = req.uri().path().to_owned();
+            mcp::handle(app, req, &path, rid).await
+        }
+    }
 }
 
 /// The answer of a handler outside the model APIs (admin, console, MCP): errors in OpenAI's shape,

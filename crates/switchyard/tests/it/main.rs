@@ -27,6 +27,7 @@ mod guards;
 mod keys;
 mod limits;
 mod mcp;
+mod origin;
 mod providers;
 mod reload;
 mod resume;
