@@ -1,7 +1,8 @@
 """The official Google Gen AI Python SDK (`google-genai`), pointed at the gateway's Gemini API
-(`/v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`), against every
-backend type: OpenAI-compatible, Anthropic and Ollama reached by translation, and a Gemini
-backend reached as it is.
+with the SDK's defaults (only `base_url` set: API version `v1`, so `/v1/models/{model}:generateContent`,
+`:streamGenerateContent?alt=sse` and `GET /v1/models`, the path OpenAI clients also call), against
+every backend type: OpenAI-compatible, Anthropic and Ollama reached by translation, and a Gemini
+backend reached as it is. `v1beta`, which older code sets, is checked too.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def url(backend_mocks: dict[str, Proc], tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def client(url: str) -> genai.Client:
-    return genai.Client(api_key="unused", http_options=types.HttpOptions(base_url=url, api_version="v1beta"))
+    return genai.Client(api_key="unused", http_options=types.HttpOptions(base_url=url))
 
 
 @pytest.fixture(params=MODELS, ids=["openai-backend", "anthropic-backend", "ollama-backend", "gemini-backend"])
@@ -115,10 +116,26 @@ def test_errors_arrive_as_the_sdk_expects(client: genai.Client) -> None:
     assert caught.value.code == 404
 
 
-def test_models_are_listed_and_found(client: genai.Client) -> None:
+@pytest.mark.parametrize("api_version", [None, "v1beta"])
+def test_models_are_listed_and_found(url: str, api_version: str | None) -> None:
+    client = genai.Client(api_key="unused", http_options=types.HttpOptions(base_url=url, api_version=api_version))
     names = {m.name for m in client.models.list()}
     assert {f"models/{m}" for m in MODELS} <= names
     assert client.models.get(model=GE_MODEL).name == f"models/{GE_MODEL}"
+    assert client.models.get(model=f"models/{GE_MODEL}").name == f"models/{GE_MODEL}"
     with pytest.raises(genai.errors.ClientError) as caught:
         client.models.get(model="no-such-model")
     assert caught.value.code == 404
+
+
+def test_openai_clients_still_get_openai_shapes_on_the_same_paths(url: str) -> None:
+    """`GET /v1/models` without Google's key header is OpenAI's list, and `/v1/models/{id}` OpenAI's model."""
+    import httpx
+
+    listed = httpx.get(f"{url}/v1/models").json()
+    assert listed["object"] == "list" and GE_MODEL in {m["id"] for m in listed["data"]}
+    one = httpx.get(f"{url}/v1/models/{GE_MODEL}").json()
+    assert one["id"] == GE_MODEL and one["object"] == "model"
+    assert httpx.get(f"{url}/v1/models/no-such-model").status_code == 404
+    gemini = httpx.get(f"{url}/v1/models", params={"key": "k"}).json()
+    assert f"models/{GE_MODEL}" in {m["name"] for m in gemini["models"]}

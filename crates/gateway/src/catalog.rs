@@ -28,8 +28,51 @@ pub async fn ollama(app: &App, headers: &HeaderMap, path: &str) -> Result<Respon
     Ok(json_response(StatusCode::OK, body))
 }
 
+/// `GET /v1/models`: Gemini's shape when the request is Google's (`is_google`), OpenAI's
+/// otherwise — both SDKs call the same path under their default API version.
+pub fn models(app: &App, headers: &HeaderMap, query: Option<&str>) -> Response<GatewayBody> {
+    if is_google(headers, query) {
+        gemini_models(app, None, "v1")
+    } else {
+        openai_models(app)
+    }
+}
+
+/// `GET /v1/models/{id}` (or `/models/{id}`): one model, in Gemini's shape for Google's requests
+/// and OpenAI's otherwise; `GET /v1beta/models[/{id}]` is always Gemini's.
+pub fn model(
+    app: &App,
+    path: &str,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    if let Some(rest) = path.strip_prefix("/v1beta/models") {
+        let id = rest.trim_matches('/');
+        return Ok(gemini_models(app, (!id.is_empty()).then_some(id), "v1beta"));
+    }
+    let id = path.strip_prefix("/models/").unwrap_or(path).trim_end_matches('/');
+    if is_google(headers, query) {
+        return Ok(gemini_models(app, Some(id.strip_prefix("models/").unwrap_or(id)), "v1"));
+    }
+    let entry = openai_entries(app).into_iter().find(|m| m["id"] == id);
+    match entry {
+        Some(entry) => Ok(json_value(StatusCode::OK, &entry)),
+        None => Err(GatewayError::ModelNotFound { model: id.to_owned() }),
+    }
+}
+
+/// A request from one of Google's SDKs: its key in `x-goog-api-key` or the `key=` query
+/// parameter, as Google's API takes it. Every other client is answered as OpenAI's.
+pub fn is_google(headers: &HeaderMap, query: Option<&str>) -> bool {
+    headers.contains_key("x-goog-api-key") || query.is_some_and(|q| q.split('&').any(|pair| pair.starts_with("key=")))
+}
+
 /// One de-duplicated catalogue of the models served by healthy backends, plus usable aliases.
-pub fn models(app: &App) -> Response<GatewayBody> {
+pub fn openai_models(app: &App) -> Response<GatewayBody> {
+    json_value(StatusCode::OK, &json!({"object": "list", "data": openai_entries(app)}))
+}
+
+fn openai_entries(app: &App) -> Vec<serde_json::Value> {
     let catalogue = app.router.catalogue();
     let mut data: Vec<serde_json::Value> = catalogue
         .iter()
@@ -44,12 +87,12 @@ pub fn models(app: &App) -> Response<GatewayBody> {
             );
         }
     }
-    json_value(StatusCode::OK, &json!({"object": "list", "data": data}))
+    data
 }
 
-/// Gemini's `GET /v1beta/models` (the same catalogue, as `models/{id}` entries) and
-/// `GET /v1beta/models/{id}` (one, or a 404 in Gemini's error shape).
-pub fn gemini_models(app: &App, path: &str) -> Response<GatewayBody> {
+/// Gemini's model list (the same catalogue, as `models/{id}` entries), or one model, or a 404
+/// in Gemini's error shape.
+fn gemini_models(app: &App, one: Option<&str>, version: &str) -> Response<GatewayBody> {
     let catalogue = app.router.catalogue();
     let mut ids: Vec<&str> = catalogue.keys().map(String::as_str).collect();
     ids.extend(app.config.aliases.iter().filter(|(_, t)| catalogue.contains_key(*t)).map(|(a, _)| a.as_str()));
@@ -59,16 +102,14 @@ pub fn gemini_models(app: &App, path: &str) -> Response<GatewayBody> {
         json!({"name": format!("models/{id}"), "displayName": id,
                "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]})
     };
-    match path.trim_end_matches('/').strip_prefix("/v1beta/models").unwrap_or("") {
-        "" => json_value(StatusCode::OK, &json!({ "models": ids.iter().map(|id| entry(id)).collect::<Vec<_>>() })),
-        one => match one.strip_prefix('/').filter(|id| ids.contains(id)) {
-            Some(id) => json_value(StatusCode::OK, &entry(id)),
-            None => {
-                let message = format!("models{one} is not found for API version v1beta");
-                let body = json!({"error": {"code": 404, "message": message, "status": "NOT_FOUND"}});
-                json_value(StatusCode::NOT_FOUND, &body)
-            }
-        },
+    match one {
+        None => json_value(StatusCode::OK, &json!({ "models": ids.iter().map(|id| entry(id)).collect::<Vec<_>>() })),
+        Some(id) if ids.contains(&id) => json_value(StatusCode::OK, &entry(id)),
+        Some(id) => {
+            let message = format!("models/{id} is not found for API version {version}");
+            let body = json!({"error": {"code": 404, "message": message, "status": "NOT_FOUND"}});
+            json_value(StatusCode::NOT_FOUND, &body)
+        }
     }
 }
 

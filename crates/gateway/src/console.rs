@@ -96,7 +96,7 @@ async fn api_route(
         (&Method::GET, "/requests") => api::requests(app, query).await,
         (&Method::GET, "/requests/bodies") => api::request_bodies(app, query).await,
         (&Method::GET, "/backends") => Ok(api::backends(app)),
-        (&Method::GET, "/models") => Ok(crate::catalog::models(app)),
+        (&Method::GET, "/models") => Ok(crate::catalog::openai_models(app)),
         (&Method::GET, "/mcp") => Ok(mcp::mcp(app).await),
         (&Method::POST, "/chat/completions") => {
             // The playground: the real pipeline, as the master key.

@@ -46,12 +46,14 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
         (ep, &Method::POST, _) if ep.is_proxied() => {
             Box::pin(proxy::forward(&app, endpoint, req, started, &rid, &mut trace)).await
         }
-        (Endpoint::Models, &Method::GET, _) => Ok(catalog::models(&app)),
+        (Endpoint::Models, &Method::GET, _) => Ok(catalog::models(&app, req.headers(), req.uri().query())),
         (Endpoint::Other, &Method::GET, "/api/tags" | "/api/ps" | "/api/version") => {
             catalog::ollama(&app, req.headers(), path).await
         }
-        (Endpoint::Other, &Method::GET, p) if p == "/v1beta/models" || p.starts_with("/v1beta/models/") => {
-            Ok(catalog::gemini_models(&app, p))
+        (Endpoint::Other, &Method::GET, p)
+            if p.starts_with("/models/") || p == "/v1beta/models" || p.starts_with("/v1beta/models/") =>
+        {
+            catalog::model(&app, p, req.headers(), req.uri().query())
         }
         (Endpoint::Other, &Method::GET, "/health") => Ok(catalog::health()),
         (Endpoint::Other, &Method::GET, "/ready") => Ok(catalog::ready(&app)),
