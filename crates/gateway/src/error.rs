@@ -7,6 +7,8 @@ use http::StatusCode;
 use switchyard_protocol::chat::{Api, ApiError, ErrorKind, TranslateError};
 use switchyard_protocol::openai::{ErrorBody, ErrorDetail};
 
+const MISDIRECTED: &str = "this gateway does not answer to that Host (security.allowed_hosts)";
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum GatewayError {
     /// A backend answered with a body the gateway could not translate for the client.
@@ -219,12 +221,9 @@ impl GatewayError {
             }
             GatewayError::Forbidden { message, code } => (message.clone(), "permission_error", None, Some(*code)),
             GatewayError::RateLimited { message, code, .. } => (message.clone(), "rate_limit_error", None, Some(*code)),
-            GatewayError::MisdirectedHost => (
-                "this gateway does not answer to that Host (security.allowed_hosts)".to_owned(),
-                "invalid_request_error",
-                None,
-                Some("misdirected_host"),
-            ),
+            GatewayError::MisdirectedHost => {
+                (MISDIRECTED.to_owned(), "invalid_request_error", None, Some("misdirected_host"))
+            }
             GatewayError::Internal => (
                 "internal error; the gateway log has details under this request's x-request-id".to_owned(),
                 "server_error",

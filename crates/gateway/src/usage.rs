@@ -55,6 +55,16 @@ pub trait UsageSink: Send + Sync + 'static {
         -> impl Future<Output = Result<u64, String>> + Send;
     /// The checkpoint stored by the last successful `write_batch`, `0` if none.
     fn checkpoint(&self) -> impl Future<Output = Result<u64, String>> + Send;
+    /// Keep where the batch about to be sent for the first time ends, so that a restart cuts the
+    /// same batch again and its resend carries the same batch key (`Idempotency-Key`). Sinks
+    /// whose receivers cannot dedupe by batch need not keep it.
+    fn intend(&self, _end: u64) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
+    /// The end kept by the last `intend`, if any.
+    fn intended(&self) -> impl Future<Output = Result<Option<u64>, String>> + Send {
+        async { Ok(None) }
+    }
 }
 
 impl<T: UsageSink> UsageSink for Arc<T> {
@@ -68,6 +78,14 @@ impl<T: UsageSink> UsageSink for Arc<T> {
 
     fn checkpoint(&self) -> impl Future<Output = Result<u64, String>> + Send {
         (**self).checkpoint()
+    }
+
+    fn intend(&self, end: u64) -> impl Future<Output = Result<(), String>> + Send {
+        (**self).intend(end)
+    }
+
+    fn intended(&self) -> impl Future<Output = Result<Option<u64>, String>> + Send {
+        (**self).intended()
     }
 }
 

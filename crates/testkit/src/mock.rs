@@ -185,8 +185,21 @@ pub struct MockControl {
     otlp_exports: AtomicU64,
     /// Ids of the records webhook deliveries (`POST /hooks/...`) carried, in arrival order.
     delivered: Mutex<Vec<String>>,
+    /// As a receiver that dedupes by `Idempotency-Key` keeps them: each key's batch once.
+    hook_store: Mutex<HookStore>,
+    /// How long a webhook delivery seen for the first time waits (after it is stored) before
+    /// it is answered: a receiver slower than the sender's timeout.
+    hook_delay_ns: AtomicU64,
     /// Azure and Bedrock APIs only: the path (and query) of every POST, in arrival order.
     posted_paths: Mutex<Vec<String>>,
+}
+
+/// What a webhook receiver that dedupes by `Idempotency-Key` has kept.
+#[derive(Debug, Default)]
+struct HookStore {
+    keys: std::collections::HashSet<String>,
+    ids: Vec<String>,
+    repeats: u64,
 }
 
 fn duration_to_ns(d: Duration) -> u64 {
@@ -221,6 +234,8 @@ impl MockControl {
             ledger: Mutex::new(None),
             otlp_exports: AtomicU64::new(0),
             delivered: Mutex::new(Vec::new()),
+            hook_store: Mutex::new(HookStore::default()),
+            hook_delay_ns: AtomicU64::new(0),
             posted_paths: Mutex::new(Vec::new()),
         };
         c.set_fail_rate(cfg.fail_rate);
@@ -345,6 +360,39 @@ impl MockControl {
 
     pub(crate) fn delivered(&self, ids: impl Iterator<Item = String>) {
         self.delivered.lock().unwrap_or_else(PoisonError::into_inner).extend(ids);
+    }
+
+    /// Record ids as a receiver that drops batches whose `Idempotency-Key` it has seen keeps
+    /// them (batches without a key are all kept).
+    pub fn stored_ids(&self) -> Vec<String> {
+        self.hook_store.lock().unwrap_or_else(PoisonError::into_inner).ids.clone()
+    }
+
+    /// `Idempotency-Key`s seen again (a batch retried or resent), counted once per repeat.
+    pub fn repeated_keys(&self) -> u64 {
+        self.hook_store.lock().unwrap_or_else(PoisonError::into_inner).repeats
+    }
+
+    /// Keep a delivery by its key; `false` when the key was seen before (nothing kept).
+    pub(crate) fn store_once(&self, key: Option<&str>, ids: &[String]) -> bool {
+        let mut store = self.hook_store.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(key) = key {
+            if !store.keys.insert(key.to_owned()) {
+                store.repeats += 1;
+                return false;
+            }
+        }
+        store.ids.extend_from_slice(ids);
+        true
+    }
+
+    /// Sets how long a first-seen webhook delivery is held before its answer.
+    pub fn set_hook_delay(&self, delay: Duration) {
+        self.hook_delay_ns.store(duration_to_ns(delay), Ordering::Relaxed);
+    }
+
+    pub(crate) fn hook_delay(&self) -> Duration {
+        Duration::from_nanos(self.hook_delay_ns.load(Ordering::Relaxed))
     }
 
     /// OTLP export requests received (the mock doubles as a telemetry receiver).

@@ -62,7 +62,7 @@ pub fn validate(raw: Option<RawSecurity>, listen: SocketAddr) -> Result<Security
         let normalised = if origin == "*" { Some("*".to_owned()) } else { normalise_origin(origin) };
         let Some(normalised) = normalised else {
             return Err(ConfigError::at(
-                &format!("security.allowed_origins[{i}]"),
+                format!("security.allowed_origins[{i}]"),
                 format!("`{origin}` is not an origin like https://console.example.com (or `*`)"),
             ));
         };
@@ -73,7 +73,7 @@ pub fn validate(raw: Option<RawSecurity>, listen: SocketAddr) -> Result<Security
         for (i, host) in hosts.iter().enumerate() {
             if host.is_empty() || host.contains(['/', ' ']) {
                 return Err(ConfigError::at(
-                    &format!("security.allowed_hosts[{i}]"),
+                    format!("security.allowed_hosts[{i}]"),
                     format!("`{host}` is not a host name like gateway.internal, *.example.com or *"),
                 ));
             }

@@ -113,4 +113,12 @@ impl UsageSink for OtlpLogsSink {
     async fn checkpoint(&self) -> Result<u64, String> {
         self.checkpoint.load()
     }
+
+    async fn intend(&self, end: u64) -> Result<(), String> {
+        self.checkpoint.intend(end)
+    }
+
+    async fn intended(&self) -> Result<Option<u64>, String> {
+        self.checkpoint.intended()
+    }
 }

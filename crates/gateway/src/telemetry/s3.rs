@@ -160,6 +160,14 @@ impl UsageSink for S3Sink {
         self.start.store(checkpoint, Relaxed);
         Ok(checkpoint)
     }
+
+    async fn intend(&self, end: u64) -> Result<(), String> {
+        self.checkpoint.intend(end)
+    }
+
+    async fn intended(&self) -> Result<Option<u64>, String> {
+        self.checkpoint.intended()
+    }
 }
 
 /// `object_store`'s HTTP client, made of the gateway's own hyper client (rustls, no reqwest).

@@ -30,8 +30,9 @@ impl WebhookSink {
         let body = serde_json::to_vec(records).map_err(|e| format!("encoding records: {e}"))?;
         let mut req = Request::post(self.url.clone())
             .header(header::CONTENT_TYPE, "application/json")
-            // The batch's end in this journal: a batch sent again after a crash carries the same
-            // records' ids, and a receiver that keys on these can drop the repeat.
+            // The batch's end in this journal: a batch retried, or resent after a crash, is the
+            // same batch (the writer freezes it and keeps its end before the first try), so a
+            // receiver that keeps each key once stores each record once.
             .header(&IDEMPOTENCY_KEY, format!("{}-{checkpoint}", self.journal_id));
         for (name, value) in &self.headers {
             req = req.header(name, value.clone());
@@ -61,5 +62,13 @@ impl UsageSink for WebhookSink {
 
     async fn checkpoint(&self) -> Result<u64, String> {
         self.checkpoint.load()
+    }
+
+    async fn intend(&self, end: u64) -> Result<(), String> {
+        self.checkpoint.intend(end)
+    }
+
+    async fn intended(&self) -> Result<Option<u64>, String> {
+        self.checkpoint.intended()
     }
 }

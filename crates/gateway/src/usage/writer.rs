@@ -4,7 +4,9 @@
 //! records; when the journal has no more, linger up to `linger` for the batch to fill; call
 //! `write_batch(records, checkpoint after them)`. Idle, it sleeps until an `append` wakes it.
 //! When the sink fails the batch is kept (its records are in the journal anyway) and retried
-//! with exponential backoff; records read during the outage count as `spilled`, and as
+//! with exponential backoff, frozen: the same records, not grown by what arrived meanwhile, so a
+//! retry carries the same batch key. Before a batch is first offered its end goes to the sink
+//! (`UsageSink::intend`), and the first batch after a restart is cut there again; records read during the outage count as `spilled`, and as
 //! `replayed` once written. Files whose records are all stored are deleted. An export sink has a
 //! `max_backlog`: a sink that falls further behind loses its oldest records, counted as `dropped`,
 //! rather than letting the journal grow until the disk is full.
@@ -205,6 +207,12 @@ struct Tail {
     consumer: usize,
     counters: Arc<UsageCounters>,
     max_backlog: Option<u64>,
+    /// The batch has been offered to the sink: it is resent as it is (same records, same end,
+    /// so the same batch key) until delivered, never grown by what arrived meanwhile.
+    frozen: bool,
+    /// Where the batch a previous process was sending ended (`UsageSink::intended`): the first
+    /// batch after a restart is cut there again.
+    cut_at: Option<Checkpoint>,
 }
 
 impl Tail {
@@ -215,11 +223,33 @@ impl Tail {
             self.mark_synced = false;
         }
         self.shed()?;
+        let caught_up = match self.cut_at.take() {
+            None => self.read_lines(max.saturating_sub(self.records.len()))?,
+            Some(cut) => {
+                let mut caught_up = false;
+                while self.reader.position() < cut && self.records.len() < max && !caught_up {
+                    caught_up = self.read_lines(1)?;
+                }
+                self.frozen = !self.records.is_empty();
+                caught_up
+            }
+        };
+        self.end = self.reader.position();
+        self.caught_up = caught_up;
+        // Nothing pending: every record of the generations already left is stored.
+        if self.records.is_empty() && self.end.generation > self.removed_below {
+            self.journal.release(self.consumer, self.end.generation)?;
+            self.removed_below = self.end.generation;
+        }
+        Ok(())
+    }
+
+    /// Read up to `room` lines into the batch; whether the reader caught up with the journal.
+    fn read_lines(&mut self, room: usize) -> io::Result<bool> {
         let counters: &UsageCounters = &self.counters;
         let start_generation = self.journal.start_generation();
         let (records, fresh, replay, outage) = (&mut self.records, &mut self.fresh, &mut self.replay, self.outage);
         let mut corrupt = 0;
-        let room = max.saturating_sub(records.len());
         let fill = self.reader.read(room, |generation, line| match serde_json::from_slice::<UsageRecord>(line) {
             Ok(record) => {
                 records.push(record);
@@ -238,14 +268,7 @@ impl Tail {
             tracing::warn!(lines = corrupt, "skipped corrupt usage journal lines");
             UsageCounters::add(&counters.corrupt, corrupt);
         }
-        self.end = self.reader.position();
-        self.caught_up = fill.caught_up;
-        // Nothing pending: every record of the generations already left is stored.
-        if self.records.is_empty() && self.end.generation > self.removed_below {
-            self.journal.release(self.consumer, self.end.generation)?;
-            self.removed_below = self.end.generation;
-        }
-        Ok(())
+        Ok(fill.caught_up)
     }
 
     /// Past `max_backlog`: drop the oldest records not yet delivered (the batch in hand, which is
@@ -261,7 +284,7 @@ impl Tail {
         UsageCounters::add(&self.counters.dropped, dropped);
         tracing::warn!(dropped, max_backlog = max, "export sink too far behind; its oldest records are dropped");
         self.records.clear();
-        (self.fresh, self.replay) = (0, 0);
+        (self.fresh, self.replay, self.frozen, self.cut_at) = (0, 0, false, None);
         self.end = self.reader.position();
         self.journal.release(self.consumer, self.end.generation)?;
         self.removed_below = self.end.generation;
@@ -279,7 +302,7 @@ impl Tail {
         // The marker vouches for the database's checkpoint only (see reader.rs).
         self.mark_synced = self.consumer == 0 && !self.journal.is_synced();
         self.records.clear();
-        (self.fresh, self.replay) = (0, 0);
+        (self.fresh, self.replay, self.frozen) = (0, 0, false);
     }
 
     fn failed(&mut self, counters: &UsageCounters, error: &str) {
@@ -294,6 +317,17 @@ impl Tail {
         self.fresh = 0;
         self.outage = true;
     }
+}
+
+/// Send the batch; the first time, keep where it ends first, so a resend after a restart is the
+/// same batch under the same key.
+async fn offer<S: UsageSink>(sink: &S, tail: &mut Tail) -> Result<u64, String> {
+    let end = tail.end.encode();
+    if !tail.frozen {
+        sink.intend(end).await?;
+        tail.frozen = true;
+    }
+    sink.write_batch(&tail.records, end).await
 }
 
 /// Run `f` on the blocking pool with the tail. `None` if the blocking task was lost (runtime
@@ -369,6 +403,16 @@ async fn start<S: UsageSink>(
         }
     };
     backoff.reset();
+    let cut_at = match sink.intended().await {
+        Ok(end) => end.filter(|end| *end > checkpoint).map(Checkpoint::decode),
+        Err(error) => {
+            tracing::warn!(
+                error,
+                "the export's batch in flight at the last stop is unknown; the first batch is cut anew"
+            );
+            None
+        }
+    };
     Some(Tail {
         journal: journal.clone(),
         end: reader.position(),
@@ -383,6 +427,8 @@ async fn start<S: UsageSink>(
         consumer,
         counters,
         max_backlog: cfg.max_backlog,
+        frozen: false,
+        cut_at,
     })
 }
 
@@ -410,7 +456,7 @@ async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mu
                 next_fsync = Some(Instant::now() + every);
             }
         }
-        if tail.records.len() < batch_max {
+        if tail.records.len() < batch_max && !tail.frozen {
             tail = match blocking(tail, move |t| t.fill(batch_max)).await {
                 Some(tail) => tail,
                 None => return false,
@@ -433,7 +479,7 @@ async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mu
             }
             continue;
         }
-        if tail.records.len() < batch_max && tail.caught_up && !draining {
+        if tail.records.len() < batch_max && tail.caught_up && !draining && !tail.frozen {
             let until = *linger_until.get_or_insert_with(|| Instant::now() + cfg.linger);
             if Instant::now() < until {
                 tokio::select! {
@@ -443,7 +489,7 @@ async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mu
                 continue;
             }
         }
-        match sink.write_batch(&tail.records, tail.end.encode()).await {
+        match offer(&sink, &mut tail).await {
             Ok(inserted) => {
                 tail.written(&counters, inserted);
                 linger_until = None;

@@ -393,3 +393,111 @@ async fn an_object_an_earlier_try_left_is_kept_and_only_the_rest_of_its_batch_is
     let rest = first.replace(".jsonl", ".3.jsonl");
     assert!(objects.iter().any(|(key, ids)| *key == rest && ids.first() == Some(&sent[3])), "{objects:?}");
 }
+
+/// The gateway binary on `config`, SIGKILLed when dropped; its base URL.
+struct Process(std::process::Child);
+
+impl Process {
+    fn start(config: &std::path::Path) -> (Process, String) {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .env_remove("SWITCHYARD_MASTER_KEY")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
+        (Process(child), base)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill(); // SIGKILL
+        let _ = self.0.wait();
+    }
+}
+
+async fn send_to(client: &TestClient, base: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let r = client
+            .post_json(&format!("{base}/v1/chat/completions"), chat_body("m", false).as_bytes(), &[])
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        ids.push(r.header("x-request-id").unwrap().to_owned());
+    }
+    ids
+}
+
+/// Wait (bounded) until `f` holds.
+async fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A receiver that keeps each `Idempotency-Key`'s batch once stores every record exactly once,
+/// though the gateway sends batches again: after a delivery slower than the sink's `timeout`
+/// (the same process retries) and after a SIGKILL while a delivery is in flight (the next
+/// process resends). Records that arrive meanwhile never join the batch being retried: a batch
+/// that grew would come under a new key, and a deduping receiver would store its first part twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_deduping_by_idempotency_key_stores_each_record_once_across_a_timeout_and_a_sigkill() {
+    let backend = mock(&["m"]).await;
+    let hook = mock(&[]).await;
+    let dir = scratch_dir();
+    let config = |timeout: &str| {
+        let yaml = format!(
+            "listen: 127.0.0.1:0\nstorage: {{url: 'sqlite://{0}/switchyard.db', usage_journal_dir: '{0}/usage'}}\n\
+             exports:\n  - {{name: hook, type: webhook, url: '{1}/hooks/usage', batch_size: 50, batch_delay: 20ms, timeout: {timeout}}}\n\
+             backends:\n  - {{name: b0, url: '{2}'}}\n",
+            dir.display(),
+            hook.url(),
+            backend.url()
+        );
+        let path = dir.join(format!("gateway-{timeout}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        path
+    };
+    let client = TestClient::new();
+    let stored = || hook.control().stored_ids().len();
+
+    // A receiver slower than the sink's timeout: it has the batch, the gateway retries it.
+    hook.control().set_hook_delay(Duration::from_millis(1500));
+    let (gateway, base) = Process::start(&config("300ms"));
+    let mut sent = send_to(&client, &base, 5).await;
+    until("the first batch is stored", || stored() == 5).await;
+    sent.extend(send_to(&client, &base, 5).await);
+    until("the retry is seen", || hook.control().repeated_keys() >= 1).await;
+    hook.control().set_hook_delay(Duration::ZERO);
+    until("all ten are delivered", || hook.control().stored_ids().len() >= 10).await;
+    drop(gateway);
+
+    // SIGKILL while a delivery is in flight, with more records journalled behind it.
+    hook.control().set_hook_delay(Duration::from_secs(30));
+    let (gateway, base) = Process::start(&config("60s"));
+    let before = stored();
+    sent.extend(send_to(&client, &base, 5).await);
+    until("the batch in flight is stored", || stored() > before).await;
+    sent.extend(send_to(&client, &base, 5).await);
+    drop(gateway);
+    hook.control().set_hook_delay(Duration::ZERO);
+    let (_gateway, base) = Process::start(&config("60s"));
+    sent.extend(send_to(&client, &base, 5).await);
+    until("every record is stored", || stored() >= sent.len()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // a late duplicate would land by now
+
+    let kept = hook.control().stored_ids();
+    let unique: HashSet<&String> = kept.iter().collect();
+    assert_eq!(unique.len(), kept.len(), "a record was stored twice (a resend came under a new key)");
+    assert_eq!(unique, sent.iter().collect::<HashSet<_>>());
+    assert!(hook.control().delivered_ids().len() > kept.len(), "no batch was sent twice: the test proved nothing");
+}

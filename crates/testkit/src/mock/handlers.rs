@@ -125,11 +125,20 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
         if state.control.should_fail() {
             return state.json(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(b"{\"error\":\"down\"}"));
         }
+        let key = req.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let records: Vec<Value> = match read_body(req.into_body()).await.map(|b| serde_json::from_slice(&b)) {
             Some(Ok(records)) => records,
             _ => return state.json(StatusCode::BAD_REQUEST, Bytes::from_static(b"{\"error\":\"not a JSON array\"}")),
         };
-        state.control.delivered(records.iter().map(|r| r["id"].as_str().unwrap_or("-").to_owned()));
+        let ids: Vec<String> = records.iter().map(|r| r["id"].as_str().unwrap_or("-").to_owned()).collect();
+        state.control.delivered(ids.iter().cloned());
+        // A repeat of a key already kept is answered at once, as deduping receivers do.
+        if state.control.store_once(key.as_deref(), &ids) {
+            let delay = state.control.hook_delay();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+        }
         return state.json(StatusCode::OK, Bytes::from_static(b"{}"));
     }
     if req.method() == Method::POST {
