@@ -55,6 +55,12 @@ pub trait UsageSink: Send + Sync + 'static {
         -> impl Future<Output = Result<u64, String>> + Send;
     /// The checkpoint stored by the last successful `write_batch`, `0` if none.
     fn checkpoint(&self) -> impl Future<Output = Result<u64, String>> + Send;
+    /// Whether receivers dedupe by batch (a batch key such as `Idempotency-Key`): then a batch
+    /// once offered is retried as it is, never grown, and its end is kept (`intend`) before the
+    /// first try. A sink idempotent record by record (the database) lets batches grow.
+    fn batches_are_keyed(&self) -> bool {
+        false
+    }
     /// Keep where the batch about to be sent for the first time ends, so that a restart cuts the
     /// same batch again and its resend carries the same batch key (`Idempotency-Key`). Sinks
     /// whose receivers cannot dedupe by batch need not keep it.
@@ -78,6 +84,10 @@ impl<T: UsageSink> UsageSink for Arc<T> {
 
     fn checkpoint(&self) -> impl Future<Output = Result<u64, String>> + Send {
         (**self).checkpoint()
+    }
+
+    fn batches_are_keyed(&self) -> bool {
+        (**self).batches_are_keyed()
     }
 
     fn intend(&self, end: u64) -> impl Future<Output = Result<(), String>> + Send {

@@ -114,6 +114,10 @@ impl UsageSink for OtlpLogsSink {
         self.checkpoint.load()
     }
 
+    fn batches_are_keyed(&self) -> bool {
+        true
+    }
+
     async fn intend(&self, end: u64) -> Result<(), String> {
         self.checkpoint.intend(end)
     }

@@ -161,6 +161,10 @@ impl UsageSink for S3Sink {
         Ok(checkpoint)
     }
 
+    fn batches_are_keyed(&self) -> bool {
+        true
+    }
+
     async fn intend(&self, end: u64) -> Result<(), String> {
         self.checkpoint.intend(end)
     }

@@ -4,9 +4,10 @@
 //! records; when the journal has no more, linger up to `linger` for the batch to fill; call
 //! `write_batch(records, checkpoint after them)`. Idle, it sleeps until an `append` wakes it.
 //! When the sink fails the batch is kept (its records are in the journal anyway) and retried
-//! with exponential backoff, frozen: the same records, not grown by what arrived meanwhile, so a
-//! retry carries the same batch key. Before a batch is first offered its end goes to the sink
-//! (`UsageSink::intend`), and the first batch after a restart is cut there again; records read during the outage count as `spilled`, and as
+//! with exponential backoff; to a sink whose receivers dedupe by batch (`batches_are_keyed`: the
+//! export sinks) it is frozen: the same records, not grown by what arrived meanwhile, so a retry
+//! carries the same batch key, and its end goes to the sink before the first try
+//! (`UsageSink::intend`), so the first batch after a restart is cut there again; records read during the outage count as `spilled`, and as
 //! `replayed` once written. Files whose records are all stored are deleted. An export sink has a
 //! `max_backlog`: a sink that falls further behind loses its oldest records, counted as `dropped`,
 //! rather than letting the journal grow until the disk is full.
@@ -319,11 +320,11 @@ impl Tail {
     }
 }
 
-/// Send the batch; the first time, keep where it ends first, so a resend after a restart is the
-/// same batch under the same key.
+/// Send the batch; to a sink whose receivers dedupe by batch, keep where it ends before the first
+/// try and freeze it, so a retry or a resend after a restart is the same batch under the same key.
 async fn offer<S: UsageSink>(sink: &S, tail: &mut Tail) -> Result<u64, String> {
     let end = tail.end.encode();
-    if !tail.frozen {
+    if !tail.frozen && sink.batches_are_keyed() {
         sink.intend(end).await?;
         tail.frozen = true;
     }
