@@ -16,8 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::hub::Hub;
 use crate::jsonrpc::{self, Id, Message, RpcError, METHOD_NOT_FOUND};
+use crate::relay::{ClientCaps, Out, Outbound, ToClient};
 use crate::session::SessionSigner;
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{Relay, Upstream, UpstreamError, NOTIFICATION_BACKLOG};
 use crate::version;
 
 /// Which endpoint a request came to.
@@ -117,6 +118,16 @@ pub struct Front {
     ended: Mutex<HashMap<String, i64>>,
     /// Code Mode, when `mcp.code_mode.enabled`.
     code_mode: Option<crate::code_mode::CodeMode>,
+    /// Servers' requests relayed to clients, waiting for their answers.
+    outbound: Arc<Outbound>,
+}
+
+/// Who sent a request: its session (or flight key), era and what it offered at `initialize`.
+struct Caller<'a> {
+    session: &'a str,
+    /// A stateless-revision request, whose results must carry `resultType`.
+    modern: bool,
+    caps: ClientCaps,
 }
 
 /// Ended sessions remembered before expired ones are swept.
@@ -141,6 +152,7 @@ impl Front {
             ended: Mutex::new(HashMap::new()),
             closing: tokio::sync::watch::channel(false).0,
             code_mode: None,
+            outbound: Arc::new(Outbound::default()),
         })
     }
 
@@ -266,10 +278,10 @@ impl Front {
             let e = RpcError::new(jsonrpc::INVALID_REQUEST, "missing Mcp-Session-Id: send `initialize` first");
             return Answer::rpc_error(400, None, e);
         };
-        if !self.session_valid(session_id, req.key, req.now_unix) {
+        let Some(caps) = self.session_caps(session_id, req.key, req.now_unix) else {
             let e = RpcError::new(jsonrpc::INVALID_REQUEST, "unknown or expired session: initialize again");
             return Answer::rpc_error(404, None, e);
-        }
+        };
         match message {
             Message::Notification { method, params } => {
                 if method == "notifications/cancelled" {
@@ -277,10 +289,18 @@ impl Front {
                 }
                 Answer::empty(202)
             }
-            // Answers to requests we never send (sampling, roots): accepted and dropped.
-            Message::Response { .. } => Answer::empty(202),
+            // The client's answer to a server's request we relayed; anything else is dropped.
+            Message::Response { id, outcome } => {
+                if !self.outbound.answer(session_id, &id, outcome) {
+                    tracing::debug!(
+                        "an MCP client answered a request that is not waiting (ended, or another instance's)"
+                    );
+                }
+                Answer::empty(202)
+            }
             Message::Request { id, method, params } => {
-                self.request(&req, session_id, false, id, &method, params.unwrap_or_else(|| json!({}))).await
+                let caller = Caller { session: session_id, modern: false, caps };
+                self.request(&req, &caller, id, &method, params.unwrap_or_else(|| json!({}))).await
             }
         }
     }
@@ -307,7 +327,7 @@ impl Front {
         let params = params.unwrap_or_else(|| json!({}));
         match method.as_str() {
             "server/discover" => {
-                let mut result = self.server_description(req.scope);
+                let mut result = self.description(req.scope).await;
                 result["supportedVersions"] = json!(supported_versions());
                 result["resultType"] = json!("complete");
                 result["ttlMs"] = json!(0);
@@ -320,7 +340,8 @@ impl Front {
                 // request gets a key of its own.
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let flight = format!("~{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-                self.request(req, &flight, true, id, &method, params).await
+                let caller = Caller { session: &flight, modern: true, caps: ClientCaps::default() };
+                self.request(req, &caller, id, &method, params).await
             }
         }
     }
@@ -328,7 +349,7 @@ impl Front {
     /// Capabilities, instructions and server info: what `initialize` and `server/discover` say.
     fn server_description(&self, scope: Scope<'_>) -> Value {
         let capabilities = match scope {
-            Scope::All => json!({"tools": {"listChanged": true}}),
+            Scope::All => json!({"tools": {"listChanged": true}, "logging": {}}),
             // One server: what it offers (tools, resources, prompts), as ours.
             Scope::Server(_) => json!({"tools": {"listChanged": true}, "resources": {}, "prompts": {}}),
             Scope::Code => json!({"tools": {}}),
@@ -349,7 +370,46 @@ impl Front {
     }
 
     fn session_valid(&self, id: &str, key: Option<&str>, now_unix: i64) -> bool {
-        self.signer.verify(id, key, now_unix).is_some() && !crate::hub_lock(&self.ended).contains_key(id)
+        self.session_caps(id, key, now_unix).is_some()
+    }
+
+    /// What the client of a valid session offered; None for an invalid or ended session.
+    fn session_caps(&self, id: &str, key: Option<&str>, now_unix: i64) -> Option<ClientCaps> {
+        let session = self.signer.verify(id, key, now_unix)?;
+        (!crate::hub_lock(&self.ended).contains_key(id)).then(|| ClientCaps::from_flags(&session.caps))
+    }
+
+    /// `server_description`, and for one server passed through, what that server itself says
+    /// at `initialize`: its capabilities (those the gateway passes on), `serverInfo` and
+    /// `instructions`.
+    async fn description(&self, scope: Scope<'_>) -> Value {
+        let mut description = self.server_description(scope);
+        let Scope::Server(name) = scope else { return description };
+        let Some(upstream) = self.hub.upstream(name) else { return description };
+        let Some(init) = upstream.init_result().await else { return description };
+        let offered = init.get("capabilities").and_then(Value::as_object);
+        let mut capabilities = serde_json::Map::new();
+        for cap in ["tools", "resources", "prompts", "logging", "completions"] {
+            if let Some(value) = offered.and_then(|o| o.get(cap)) {
+                capabilities.insert(cap.to_owned(), value.clone());
+            }
+        }
+        // The gateway tells clients when a server's tools change, whether the server can or not.
+        capabilities.insert("tools".to_owned(), json!({"listChanged": true}));
+        description["capabilities"] = Value::Object(capabilities);
+        if let Some(info) = init.get("serverInfo").filter(|i| i.is_object()) {
+            description["serverInfo"] = info.clone();
+            description["_meta"] = json!({"io.modelcontextprotocol/serverInfo": info});
+        }
+        match init.get("instructions").and_then(Value::as_str) {
+            Some(text) => description["instructions"] = json!(text),
+            None => {
+                if let Some(d) = description.as_object_mut() {
+                    d.remove("instructions");
+                }
+            }
+        }
+        description
     }
 
     fn end_session(&self, id: &str, key: Option<&str>, now_unix: i64) {
@@ -364,27 +424,27 @@ impl Front {
     async fn initialize(&self, req: &Request<'_>, id: &Id, params: Option<&Value>) -> Answer {
         let requested = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str);
         let agreed = version::negotiate(requested);
-        let mut result = self.server_description(req.scope);
+        let mut result = self.description(req.scope).await;
         result["protocolVersion"] = json!(agreed);
         if let Some(m) = result.as_object_mut() {
             m.remove("_meta");
         }
+        let caps = ClientCaps::offered(params);
         let mut answer = Answer::json(200, jsonrpc::result_value(id, &result));
-        answer.session = Some(self.signer.issue(agreed, req.key, req.now_unix));
+        answer.session = Some(self.signer.issue_with(agreed, &caps.flags(), req.key, req.now_unix));
         answer
     }
 
-    /// `modern`: a stateless-revision request, whose results must carry `resultType`.
     async fn request(
         self: &Arc<Self>,
         req: &Request<'_>,
-        session: &str,
-        modern: bool,
+        caller: &Caller<'_>,
         id: Id,
         method: &str,
         params: Value,
     ) -> Answer {
         let permits = req.permits.as_ref();
+        let modern = caller.modern;
         match (method, req.scope) {
             ("ping", _) => Answer::json(200, jsonrpc::result_value(&id, &json!({}))),
             ("tools/list", Scope::All) => {
@@ -412,14 +472,23 @@ impl Front {
             ("tools/list", Scope::Code) => {
                 Answer::json(200, jsonrpc::result_value(&id, &tool_list_of(crate::code_mode::tool_definitions())))
             }
-            ("tools/call", Scope::Code) => self.code_call(req, modern, id, params).await,
-            ("tools/call", scope) => self.call(req, session, modern, id, scope, params).await,
+            ("tools/call", Scope::Code) => self.code_call(req, caller, id, params).await,
+            ("tools/call", scope) => self.call(req, caller, id, scope, params).await,
+            ("logging/setLevel", Scope::All) => {
+                self.set_level_everywhere(params).await;
+                Answer::json(200, jsonrpc::result_bytes_for(&id, &empty_result(), modern))
+            }
             (_, Scope::Server(server)) if passed_through(method) => {
-                let Some(upstream) = self.hub.upstream(server) else { return Answer::empty(404) };
-                match upstream.request(upstream.next_id(), method, params, None).await {
-                    Ok(result) => Answer::json(200, jsonrpc::result_bytes_for(&id, &result, modern)),
-                    Err(e) => upstream_failure(&id, &e),
-                }
+                let Some(upstream) = self.hub.upstream(server).cloned() else { return Answer::empty(404) };
+                let method = method.to_owned();
+                let work = move |relay: Option<Relay>| async move {
+                    let answer = upstream.request(upstream.next_id(), &method, params, relay).await;
+                    Some(match answer {
+                        Ok(result) => jsonrpc::result_bytes_for(&id, &result, modern),
+                        Err(e) => upstream_failure_bytes(&id, &e),
+                    })
+                };
+                self.answer_relaying(req, caller, None, false, work).await
             }
             _ => Answer::json(
                 200,
@@ -434,12 +503,12 @@ impl Front {
     async fn call(
         self: &Arc<Self>,
         req: &Request<'_>,
-        session: &str,
-        modern: bool,
+        caller: &Caller<'_>,
         id: Id,
         scope: Scope<'_>,
         params: Value,
     ) -> Answer {
+        let (session, modern) = (caller.session, caller.modern);
         let started = Instant::now();
         let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
             return Answer::json(200, jsonrpc::error_bytes(Some(&id), &RpcError::invalid_params("`name` is required")));
@@ -482,6 +551,7 @@ impl Front {
         crate::hub_lock(&self.in_flight)
             .insert(flight_key.clone(), InFlight { upstream: upstream.clone(), upstream_id, cancel: cancel_tx });
         let wants_progress = params.pointer("/_meta/progressToken").is_some();
+        let prefix = matches!(scope, Scope::All).then(|| server.clone());
         let call = Call {
             modern,
             front: self.clone(),
@@ -496,18 +566,80 @@ impl Front {
             request_bytes: req.body.len(),
             started,
         };
-        if req.accepts_sse && wants_progress {
-            // Relay progress as it comes: answer with an SSE stream, the result last.
-            let (tx, rx) = mpsc::channel(64);
-            tokio::spawn(call.run_streaming(tx, cancel_rx));
-            return Answer { status: 200, session: None, body: Body::Events(rx) };
+        // Progress asked for: always a stream. Otherwise JSON, unless the server sends
+        // something (a log message, a request for the client) before its answer.
+        let work = move |relay: Option<Relay>| call.finish(relay, cancel_rx);
+        self.answer_relaying(req, caller, prefix, wants_progress, work).await
+    }
+
+    /// Run `work` with a relay to the client when the client takes an SSE stream: the answer
+    /// as JSON when it comes before anything else, else a stream of what the server sent with
+    /// the answer last (always a stream when `stream`). Without a stream, `work` runs with no
+    /// relay: the server's requests are refused at once and its notifications dropped.
+    async fn answer_relaying<F, Fut>(
+        &self,
+        req: &Request<'_>,
+        caller: &Caller<'_>,
+        server_prefix: Option<String>,
+        stream: bool,
+        work: F,
+    ) -> Answer
+    where
+        F: FnOnce(Option<Relay>) -> Fut,
+        Fut: std::future::Future<Output = Option<Vec<u8>>> + Send + 'static,
+    {
+        if !req.accepts_sse {
+            return Answer::json(200, work(None).await.unwrap_or_default());
         }
-        Answer::json(200, call.run(cancel_rx).await)
+        let (relay, relayed) = mpsc::channel(NOTIFICATION_BACKLOG);
+        let mut to_client = ToClient::new(self.outbound.clone(), caller.session, caller.caps);
+        to_client.server_prefix = server_prefix;
+        if caller.modern {
+            to_client.no_requests = Some(crate::relay::STATELESS_REFUSAL);
+        }
+        let (out, mut answers) = mpsc::channel(NOTIFICATION_BACKLOG);
+        tokio::spawn(crate::relay::pump(work(Some(relay)), relayed, to_client, out));
+        let first = match answers.recv().await {
+            Some(Out::Answer(answer)) if !stream => return Answer::json(200, answer.unwrap_or_default()),
+            Some(first) => first,
+            None => return Answer::json(200, Vec::new()),
+        };
+        let (events, rx) = mpsc::channel(NOTIFICATION_BACKLOG);
+        tokio::spawn(async move {
+            let mut next = Some(first);
+            while let Some(out) = next {
+                let bytes = match out {
+                    Out::Event(bytes) | Out::Answer(Some(bytes)) => bytes,
+                    Out::Answer(None) => return,
+                };
+                if events.send(bytes).await.is_err() {
+                    return;
+                }
+                next = answers.recv().await;
+            }
+        });
+        Answer { status: 200, session: None, body: Body::Events(rx) }
+    }
+
+    /// `logging/setLevel` on the aggregated endpoint: every server is told (those without
+    /// logging refuse, which changes nothing).
+    async fn set_level_everywhere(&self, params: Value) {
+        let mut asked = tokio::task::JoinSet::new();
+        for name in self.hub.server_names() {
+            if let Some(upstream) = self.hub.upstream(name).cloned() {
+                let params = params.clone();
+                asked.spawn(async move {
+                    let _ = upstream.request(upstream.next_id(), "logging/setLevel", params, None).await;
+                });
+            }
+        }
+        while asked.join_next().await.is_some() {}
     }
 
     /// A `tools/call` of Code Mode: permitted as the server `code`, admitted under the key's rate limit,
     /// recorded like any tool call; the program's own calls are checked and recorded one by one.
-    async fn code_call(&self, req: &Request<'_>, modern: bool, id: Id, params: Value) -> Answer {
+    async fn code_call(&self, req: &Request<'_>, caller: &Caller<'_>, id: Id, params: Value) -> Answer {
+        let modern = caller.modern;
         use crate::code_mode::SERVER;
         let started = Instant::now();
         let Some(code_mode) = &self.code_mode else { return Answer::empty(404) };
@@ -618,6 +750,7 @@ fn passed_through(method: &str) -> bool {
     matches!(
         method,
         "resources/list"
+            | "logging/setLevel"
             | "resources/templates/list"
             | "resources/read"
             | "resources/subscribe"
@@ -629,6 +762,15 @@ fn passed_through(method: &str) -> bool {
 }
 
 fn upstream_failure(id: &Id, e: &UpstreamError) -> Answer {
+    Answer::json(200, upstream_failure_bytes(id, e))
+}
+
+/// An empty result (`logging/setLevel`'s).
+fn empty_result() -> Box<RawValue> {
+    RawValue::from_string("{}".to_owned()).unwrap_or_else(|_| jsonrpc::null())
+}
+
+fn upstream_failure_bytes(id: &Id, e: &UpstreamError) -> Vec<u8> {
     let error = match e {
         UpstreamError::Rpc(rpc) => rpc.clone(),
         other => {
@@ -636,7 +778,7 @@ fn upstream_failure(id: &Id, e: &UpstreamError) -> Answer {
             RpcError::new(jsonrpc::INTERNAL_ERROR, format!("the upstream MCP server failed ({})", other.kind()))
         }
     };
-    Answer::json(200, jsonrpc::error_bytes(Some(id), &error))
+    jsonrpc::error_bytes(Some(id), &error)
 }
 
 /// One tool call on its way upstream.
@@ -657,38 +799,8 @@ struct Call {
 }
 
 impl Call {
-    async fn run(self, cancel: oneshot::Receiver<()>) -> Vec<u8> {
-        self.finish(None, cancel).await.unwrap_or_default()
-    }
-
-    /// Progress notifications as events while the call runs, then its answer; the client
-    /// closing the stream cancels the call upstream.
-    async fn run_streaming(self, events: mpsc::Sender<Vec<u8>>, cancel: oneshot::Receiver<()>) {
-        let (notes_tx, mut notes_rx) = mpsc::channel(crate::upstream::NOTIFICATION_BACKLOG);
-        let relay_to = events.clone();
-        let relay = tokio::spawn(async move {
-            while let Some(note) = notes_rx.recv().await {
-                if relay_to.send(serde_json::to_vec(&note).unwrap_or_default()).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let answer = tokio::select! {
-            answer = self.finish(Some(notes_tx), cancel) => answer,
-            _ = events.closed() => None,
-        };
-        let _ = relay.await;
-        if let Some(bytes) = answer {
-            let _ = events.send(bytes).await;
-        }
-    }
-
     /// The answer's bytes, or None when the call was cancelled. Reports the call either way.
-    async fn finish(
-        self,
-        notify: Option<crate::upstream::NotificationSink>,
-        cancel: oneshot::Receiver<()>,
-    ) -> Option<Vec<u8>> {
+    async fn finish(self, relay: Option<Relay>, cancel: oneshot::Receiver<()>) -> Option<Vec<u8>> {
         let mut guard = FlightGuard {
             front: self.front.clone(),
             key: self.flight_key.clone(),
@@ -697,7 +809,7 @@ impl Call {
             done: false,
         };
         let outcome = tokio::select! {
-            r = self.front.hub.call(&self.server, self.upstream_id, &self.tool, self.params, notify) => Some(r),
+            r = self.front.hub.call(&self.server, self.upstream_id, &self.tool, self.params, relay) => Some(r),
             _ = cancel => None,
         };
         guard.done = true;
@@ -708,10 +820,7 @@ impl Call {
                 Some(jsonrpc::result_bytes_for(&self.id, &result, self.modern)),
                 if tool_error(&result) { "tool_error" } else { "ok" },
             ),
-            Some(Err(e)) => match upstream_failure(&self.id, &e).body {
-                Body::Json(b) => (Some(b), e.kind()),
-                _ => (None, e.kind()),
-            },
+            Some(Err(e)) => (Some(upstream_failure_bytes(&self.id, &e)), e.kind()),
         };
         (self.on_call)(CallRecord {
             key: self.key,

@@ -17,7 +17,7 @@ use switchyard_protocol::frames::SseParser;
 use tokio::sync::Mutex;
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{within, BoxFuture, ListChangedHook, NotificationSink, Upstream, UpstreamError};
+use crate::upstream::{ask_client, within, BoxFuture, ListChangedHook, Relay, Upstream, UpstreamError};
 use crate::version;
 
 /// Sends one HTTP request: the gateway's pooled client (TLS, timeouts) behind a trait, so this
@@ -36,12 +36,20 @@ struct UpstreamSession {
     /// None when the server issues no session id (a stateless server of the session era).
     id: Option<HeaderValue>,
     version: HeaderValue,
+    /// The server's `initialize` result.
+    init: Value,
 }
 
-pub struct HttpUpstream {
+/// What posting to the server needs, for a task that answers a server's request later.
+#[derive(Clone)]
+struct Poster {
     url: Uri,
     headers: HeaderMap,
     http: Arc<dyn HttpSend>,
+}
+
+pub struct HttpUpstream {
+    poster: Poster,
     timeout: Duration,
     next_id: AtomicU64,
     session: Mutex<Option<Arc<UpstreamSession>>>,
@@ -51,9 +59,7 @@ pub struct HttpUpstream {
 impl HttpUpstream {
     pub fn new(url: Uri, headers: HeaderMap, http: Arc<dyn HttpSend>, timeout: Duration) -> HttpUpstream {
         HttpUpstream {
-            url,
-            headers,
-            http,
+            poster: Poster { url, headers, http },
             timeout,
             next_id: AtomicU64::new(1),
             session: Mutex::new(None),
@@ -69,20 +75,23 @@ impl HttpUpstream {
         let id = self.next_id();
         let params = json!({
             "protocolVersion": version::SESSION[0],
-            "capabilities": {},
+            "capabilities": crate::upstream::client_capabilities(),
             "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
         });
         let resp = self.post(jsonrpc::request_bytes(id, "initialize", &params), None).await?;
         let sid = resp.headers().get(&SESSION_HEADER).cloned();
-        let result = read_answer(resp, id, None, &self.list_changed).await?;
-        let agreed = serde_json::from_str::<Value>(result.get())
-            .ok()
-            .and_then(|r| r.get("protocolVersion").and_then(Value::as_str).map(str::to_owned))
+        let result = self.read_answer(resp, id, None, None).await?;
+        let init = serde_json::from_str::<Value>(result.get()).unwrap_or(Value::Null);
+        let agreed = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
             .filter(|v| version::is_supported(v))
             .ok_or_else(|| UpstreamError::Protocol("initialize answered no protocol version we speak".into()))?;
         let session = Arc::new(UpstreamSession {
             id: sid,
             version: HeaderValue::from_str(&agreed).map_err(|e| UpstreamError::Protocol(e.to_string()))?,
+            init,
         });
         let initialized = jsonrpc::notification_bytes("notifications/initialized", &json!({}));
         let resp = self.post(initialized, Some(&session)).await?;
@@ -106,6 +115,116 @@ impl HttpUpstream {
         body: Vec<u8>,
         session: Option<&UpstreamSession>,
     ) -> Result<Response<Incoming>, UpstreamError> {
+        self.poster.post(body, session).await
+    }
+
+    async fn request_once(
+        &self,
+        id: u64,
+        method: &str,
+        params: &Value,
+        relay: Option<Relay>,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        let mut session = self.session().await?;
+        let body = jsonrpc::request_bytes(id, method, params);
+        let mut resp = self.post(body.clone(), Some(&session)).await?;
+        if resp.status() == StatusCode::NOT_FOUND && session.id.is_some() {
+            // The server ended or forgot our session: open a new one and try once more.
+            self.forget(&session).await;
+            session = self.session().await?;
+            resp = self.post(body, Some(&session)).await?;
+        }
+        self.read_answer(resp, id, relay, Some(&session)).await
+    }
+
+    /// The result of request `id` from an answer given as JSON or as an SSE stream. On a
+    /// stream, notifications go to `relay`, and each request of the server's is handed to the
+    /// client (`ask_client`) and its answer posted back under the server's own id.
+    async fn read_answer(
+        &self,
+        resp: Response<Incoming>,
+        id: u64,
+        relay: Option<Relay>,
+        session: Option<&Arc<UpstreamSession>>,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(UpstreamError::Status(status.as_u16()));
+        }
+        let sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut body = resp.into_body();
+        let want = id.to_string();
+        if !sse {
+            let bytes = read_all(&mut body).await?;
+            return match jsonrpc::parse(&bytes) {
+                Ok(Message::Response { id, outcome }) if id.as_str() == want => outcome.map_err(UpstreamError::Rpc),
+                Ok(_) => Err(UpstreamError::Protocol("the answer is not the response to our request".into())),
+                Err(r) => Err(UpstreamError::Protocol(r.error.message)),
+            };
+        }
+        let mut parser = SseParser::default();
+        let mut events = Events { want, relay, list_changed: &self.list_changed, found: None, asked: Vec::new() };
+        let mut seen = 0usize;
+        loop {
+            let frame = match body.frame().await {
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => return Err(UpstreamError::Unreachable(format!("stream broke: {e}"))),
+                None => break,
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            seen += data.len();
+            if seen > MAX_ANSWER_BYTES {
+                return Err(UpstreamError::Protocol("answer too large".into()));
+            }
+            let _ = parser.feed(&data, |_, event| {
+                events.on(event);
+                Ok(())
+            });
+            self.answer_asked(&mut events.asked, session);
+            if events.found.is_some() {
+                break;
+            }
+        }
+        if events.found.is_none() {
+            let _ = parser.finish(|_, event| {
+                events.on(event);
+                Ok(())
+            });
+            self.answer_asked(&mut events.asked, session);
+        }
+        events.found.unwrap_or_else(|| Err(UpstreamError::Protocol("the stream ended without our response".into())))
+    }
+
+    /// Post each client answer to a server's request back to the server when it comes.
+    fn answer_asked(&self, asked: &mut Vec<Asked>, session: Option<&Arc<UpstreamSession>>) {
+        for (id, answer) in asked.drain(..) {
+            let (poster, session) = (self.poster.clone(), session.cloned());
+            tokio::spawn(async move {
+                let outcome = answer.await.unwrap_or_else(|_| {
+                    Err(jsonrpc::RpcError::new(jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
+                });
+                let bytes = match outcome {
+                    Ok(result) => jsonrpc::result_value(&id, &result),
+                    Err(e) => jsonrpc::error_bytes(Some(&id), &e),
+                };
+                if let Err(e) = poster.post(bytes, session.as_deref()).await {
+                    tracing::debug!(error = %e, "could not answer an MCP server's request");
+                }
+            });
+        }
+    }
+}
+
+impl Poster {
+    async fn post(
+        &self,
+        body: Vec<u8>,
+        session: Option<&UpstreamSession>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
         let mut req = Request::post(self.url.clone())
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
@@ -121,24 +240,46 @@ impl HttpUpstream {
         }
         self.http.send(req).await.map_err(UpstreamError::Unreachable)
     }
+}
 
-    async fn request_once(
-        &self,
-        id: u64,
-        method: &str,
-        params: &Value,
-        notify: Option<NotificationSink>,
-    ) -> Result<Box<RawValue>, UpstreamError> {
-        let mut session = self.session().await?;
-        let body = jsonrpc::request_bytes(id, method, params);
-        let mut resp = self.post(body.clone(), Some(&session)).await?;
-        if resp.status() == StatusCode::NOT_FOUND && session.id.is_some() {
-            // The server ended or forgot our session: open a new one and try once more.
-            self.forget(&session).await;
-            session = self.session().await?;
-            resp = self.post(body, Some(&session)).await?;
+/// A server's request handed to the client: its id (the server's) and the answer to come.
+type Asked = (jsonrpc::Id, tokio::sync::oneshot::Receiver<Result<Value, jsonrpc::RpcError>>);
+
+/// The events of one answer stream as they are read.
+struct Events<'a> {
+    want: String,
+    relay: Option<Relay>,
+    list_changed: &'a ListChangedHook,
+    found: Option<Result<Box<RawValue>, UpstreamError>>,
+    asked: Vec<Asked>,
+}
+
+impl Events<'_> {
+    fn on(&mut self, data: &[u8]) {
+        if self.found.is_some() || data.is_empty() {
+            return;
         }
-        read_answer(resp, id, notify, &self.list_changed).await
+        match jsonrpc::parse(data) {
+            Ok(Message::Response { id, outcome }) if id.as_str() == self.want => {
+                self.found = Some(outcome.map_err(UpstreamError::Rpc));
+            }
+            Ok(Message::Notification { method, .. }) => {
+                // The gateway's own list_changed goes out on clients' GET streams once the
+                // hub has forgotten the old list (`hub.rs`).
+                if method == "notifications/tools/list_changed" {
+                    self.list_changed.fire();
+                    return;
+                }
+                if let (Some(relay), Ok(value)) = (&self.relay, serde_json::from_slice::<Value>(data)) {
+                    let _ = relay.try_send(crate::upstream::Inbound::Note(value));
+                }
+            }
+            Ok(Message::Request { id, method, params }) => {
+                let answer = ask_client(self.relay.as_ref(), &method, params.unwrap_or_else(|| json!({})));
+                self.asked.push((id, answer));
+            }
+            _ => tracing::debug!("upstream MCP event ignored"),
+        }
     }
 }
 
@@ -152,9 +293,13 @@ impl Upstream for HttpUpstream {
         id: u64,
         method: &'a str,
         params: Value,
-        notify: Option<NotificationSink>,
+        relay: Option<Relay>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
-        Box::pin(async move { within(self.timeout, self.request_once(id, method, &params, notify)).await })
+        Box::pin(async move { within(self.timeout, self.request_once(id, method, &params, relay)).await })
+    }
+
+    fn init_result(&self) -> BoxFuture<'_, Option<Value>> {
+        Box::pin(async move { self.session().await.ok().map(|s| s.init.clone()) })
     }
 
     fn list_changed(&self) -> Option<&ListChangedHook> {
@@ -170,91 +315,6 @@ impl Upstream for HttpUpstream {
                 false => Err(UpstreamError::Status(resp.status().as_u16())),
             }
         })
-    }
-}
-
-/// The result of request `id` from an answer given as JSON or as an SSE stream.
-async fn read_answer(
-    resp: Response<Incoming>,
-    id: u64,
-    notify: Option<NotificationSink>,
-    list_changed: &ListChangedHook,
-) -> Result<Box<RawValue>, UpstreamError> {
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(UpstreamError::Status(status.as_u16()));
-    }
-    let sse = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    let mut body = resp.into_body();
-    let want = id.to_string();
-    if !sse {
-        let bytes = read_all(&mut body).await?;
-        return match jsonrpc::parse(&bytes) {
-            Ok(Message::Response { id, outcome }) if id.as_str() == want => outcome.map_err(UpstreamError::Rpc),
-            Ok(_) => Err(UpstreamError::Protocol("the answer is not the response to our request".into())),
-            Err(r) => Err(UpstreamError::Protocol(r.error.message)),
-        };
-    }
-    let mut parser = SseParser::default();
-    let mut found: Option<Result<Box<RawValue>, UpstreamError>> = None;
-    let mut seen = 0usize;
-    loop {
-        let frame = match body.frame().await {
-            Some(Ok(frame)) => frame,
-            Some(Err(e)) => return Err(UpstreamError::Unreachable(format!("stream broke: {e}"))),
-            None => break,
-        };
-        let Ok(data) = frame.into_data() else { continue };
-        seen += data.len();
-        if seen > MAX_ANSWER_BYTES {
-            return Err(UpstreamError::Protocol("answer too large".into()));
-        }
-        let _ = parser.feed(&data, |_, event| {
-            on_event(event, &want, notify.as_ref(), list_changed, &mut found);
-            Ok(())
-        });
-        if found.is_some() {
-            break;
-        }
-    }
-    if found.is_none() {
-        let _ = parser.finish(|_, event| {
-            on_event(event, &want, notify.as_ref(), list_changed, &mut found);
-            Ok(())
-        });
-    }
-    found.unwrap_or_else(|| Err(UpstreamError::Protocol("the stream ended without our response".into())))
-}
-
-fn on_event(
-    data: &[u8],
-    want: &str,
-    notify: Option<&NotificationSink>,
-    list_changed: &ListChangedHook,
-    found: &mut Option<Result<Box<RawValue>, UpstreamError>>,
-) {
-    if found.is_some() || data.is_empty() {
-        return;
-    }
-    match jsonrpc::parse(data) {
-        Ok(Message::Response { id, outcome }) if id.as_str() == want => {
-            *found = Some(outcome.map_err(UpstreamError::Rpc));
-        }
-        Ok(Message::Notification { method, .. }) => {
-            if method == "notifications/tools/list_changed" {
-                list_changed.fire();
-            }
-            if let (Some(sink), Ok(value)) = (notify, serde_json::from_slice::<Value>(data)) {
-                let _ = sink.try_send(value);
-            }
-        }
-        // Requests from the server (sampling, elicitation) need a client session we do not
-        // relay yet; other responses are not ours.
-        _ => tracing::debug!("upstream MCP event ignored"),
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::breaker::Breaker;
 use crate::names;
-use crate::upstream::{NotificationSink, Upstream, UpstreamError};
+use crate::upstream::{Relay, Upstream, UpstreamError};
 
 /// How long a fetched tool list is served before it is fetched again.
 pub const TOOLS_TTL: Duration = Duration::from_secs(60);
@@ -204,11 +204,11 @@ impl Hub {
         id: u64,
         tool: &str,
         mut params: Value,
-        notify: Option<NotificationSink>,
+        relay: Option<Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let s = &self.servers[self.index(server).ok_or_else(|| UpstreamError::Protocol("no such server".into()))?];
         params["name"] = json!(tool);
-        guarded(s, s.spec.upstream.request(id, "tools/call", params, notify)).await
+        guarded(s, s.spec.upstream.request(id, "tools/call", params, relay)).await
     }
 
     /// Whether a server's breaker is open (it failed repeatedly and is being skipped).

@@ -63,7 +63,7 @@ impl Id {
     }
 }
 
-fn null() -> Box<RawValue> {
+pub fn null() -> Box<RawValue> {
     RawValue::NULL.to_owned()
 }
 

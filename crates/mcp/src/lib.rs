@@ -12,6 +12,7 @@ pub mod http_upstream;
 pub mod hub;
 pub mod jsonrpc;
 pub mod names;
+pub mod relay;
 pub mod session;
 pub mod stdio_upstream;
 pub mod upstream;

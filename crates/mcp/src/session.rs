@@ -1,5 +1,7 @@
-//! Session ids that need no session store: `s1.{version}.{key}.{issued}.{nonce}.{mac}` (`nonce`:
-//! 8 random bytes, so two sessions never share an id), where `mac` is
+//! Session ids that need no session store: `s1[-{caps}].{version}.{key}.{issued}.{nonce}.{mac}`
+//! (`caps`: what the client offered at `initialize`, `s`ampling, `e`licitation, `r`oots, so every
+//! instance knows which server requests it may relay to it; `nonce`: 8 random bytes, so two
+//! sessions never share an id), where `mac` is
 //! an HMAC-SHA256 (first 16 bytes, hex) over the rest under the gateway's secret. Any instance
 //! with the same secret accepts a session another instance issued, and a session is bound to the
 //! key that opened it. A forged, altered, foreign-key or expired id is "unknown": the client gets
@@ -14,6 +16,8 @@ type HmacSha256 = Hmac<Sha256>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
     pub version: String,
+    /// The client's capability flags (`s`, `e`, `r`), as `ClientCaps::flags` wrote them.
+    pub caps: String,
     /// The key id that opened it (`-` without keys).
     pub key: String,
     pub issued_unix: i64,
@@ -33,6 +37,11 @@ impl SessionSigner {
     }
 
     pub fn issue(&self, version: &str, key: Option<&str>, now_unix: i64) -> String {
+        self.issue_with(version, "", key, now_unix)
+    }
+
+    /// A session id that also carries the client's capability flags (`[a-z]*`).
+    pub fn issue_with(&self, version: &str, caps: &str, key: Option<&str>, now_unix: i64) -> String {
         let mut nonce = [0u8; 8];
         if getrandom::getrandom(&mut nonce).is_err() {
             // No OS randomness: a process-wide counter still keeps ids apart.
@@ -40,7 +49,9 @@ impl SessionSigner {
             nonce = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_le_bytes();
         }
         let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-        let body = format!("s1.{version}.{}.{now_unix}.{nonce}", key.unwrap_or("-"));
+        let caps: String = caps.chars().filter(char::is_ascii_lowercase).collect();
+        let tag = if caps.is_empty() { "s1".to_owned() } else { format!("s1-{caps}") };
+        let body = format!("{tag}.{version}.{}.{now_unix}.{nonce}", key.unwrap_or("-"));
         format!("{body}.{}", self.tag(&body))
     }
 
@@ -55,8 +66,11 @@ impl SessionSigner {
         parts.next()?; // the nonce
         let issued: i64 = issued.parse().ok()?;
         let fresh = issued <= now_unix + 60 && now_unix - issued <= self.ttl_secs;
-        (s1 == "s1" && owner == key.unwrap_or("-") && fresh).then(|| Session {
+        let caps = if s1 == "s1" { Some("") } else { s1.strip_prefix("s1-") };
+        let caps = caps?;
+        (owner == key.unwrap_or("-") && fresh).then(|| Session {
             version: version.to_owned(),
+            caps: caps.to_owned(),
             key: owner.to_owned(),
             issued_unix: issued,
         })
@@ -97,5 +111,9 @@ mod tests {
         assert_ne!(a.issue("2025-11-25", Some("k_1"), 1_000), id, "two sessions opened together differ");
         let open = a.issue("2025-06-18", None, 5);
         assert_eq!(a.verify(&open, None, 6).unwrap().key, "-");
+        assert_eq!(a.verify(&open, None, 6).unwrap().caps, "");
+        let capable = a.issue_with("2025-06-18", "se", Some("k_1"), 5);
+        assert_eq!(b.verify(&capable, Some("k_1"), 6).unwrap().caps, "se");
+        assert!(b.verify(&capable.replacen("s1-se", "s1-ser", 1), Some("k_1"), 6).is_none(), "caps are signed");
     }
 }

@@ -19,7 +19,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{within, BoxFuture, ListChangedHook, NotificationSink, Upstream, UpstreamError};
+use crate::upstream::{ask_client, within, BoxFuture, Inbound, ListChangedHook, Relay, Upstream, UpstreamError};
 use crate::version;
 
 /// Restart delays grow from this to `MAX_BACKOFF`, and reset after a run of `HEALTHY_RUN`.
@@ -33,11 +33,13 @@ const GRACE: Duration = Duration::from_secs(2);
 /// A line longer than this from the server is a protocol error (the process is restarted).
 const MAX_LINE: usize = 64 * 1024 * 1024;
 
-/// A request waiting for its answer, and where its progress notifications go (by the progress
-/// token it carried).
+/// A request waiting for its answer, and where what the server sends for it goes: progress (by
+/// the token it carried) and, when it is the only request with a client behind it, the server's
+/// own requests and log messages (stdio has one stream for all calls).
 struct Waiting {
     answer: oneshot::Sender<Result<Box<RawValue>, UpstreamError>>,
-    progress: Option<(Value, NotificationSink)>,
+    token: Option<Value>,
+    relay: Option<Relay>,
 }
 
 type Pending = Arc<Mutex<HashMap<u64, Waiting>>>;
@@ -47,6 +49,8 @@ struct Running {
     /// Taken (closing the pipe) when the process is being stopped.
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     pid: u32,
+    /// The server's `initialize` result, once answered.
+    init: std::sync::OnceLock<Value>,
 }
 
 pub struct StdioUpstream {
@@ -119,13 +123,12 @@ impl StdioUpstream {
         id: u64,
         method: &str,
         params: Value,
-        notify: Option<NotificationSink>,
+        relay: Option<Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let running = self.current().await?;
         let (tx, rx) = oneshot::channel();
         let token = params.pointer("/_meta/progressToken").cloned();
-        let progress = token.zip(notify);
-        lock(&self.pending).insert(id, Waiting { answer: tx, progress });
+        lock(&self.pending).insert(id, Waiting { answer: tx, token, relay });
         let _forget = Forget { pending: self.pending.clone(), id };
         write_line(&running, jsonrpc::request_bytes(id, method, &params)).await?;
         rx.await.unwrap_or_else(|_| Err(UpstreamError::Unreachable("the process exited".into())))
@@ -175,9 +178,13 @@ impl Upstream for StdioUpstream {
         id: u64,
         method: &'a str,
         params: Value,
-        notify: Option<NotificationSink>,
+        relay: Option<Relay>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
-        Box::pin(within(self.timeout, self.request_once(id, method, params, notify)))
+        Box::pin(within(self.timeout, self.request_once(id, method, params, relay)))
+    }
+
+    fn init_result(&self) -> BoxFuture<'_, Option<Value>> {
+        Box::pin(async move { self.current().await.ok().and_then(|r| r.init.get().cloned()) })
     }
 
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {
@@ -311,13 +318,17 @@ impl Supervisor {
             });
         }
         let (stdin, stdout) = (child.stdin.take()?, child.stdout.take()?);
-        Some((child, Arc::new(Running { stdin: tokio::sync::Mutex::new(Some(stdin)), pid }), stdout))
+        Some((
+            child,
+            Arc::new(Running { stdin: tokio::sync::Mutex::new(Some(stdin)), pid, init: std::sync::OnceLock::new() }),
+            stdout,
+        ))
     }
 
     /// Initialise, publish, then read the server's messages until it closes stdout.
     async fn serve(&self, process: &Arc<Running>, stdout: ChildStdout) {
         let mut reader = BufReader::new(stdout);
-        let params = json!({"protocolVersion": version::SESSION[0], "capabilities": {},
+        let params = json!({"protocolVersion": version::SESSION[0], "capabilities": crate::upstream::client_capabilities(),
             "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")}});
         if write_line(process, jsonrpc::request_bytes(1, "initialize", &params)).await.is_err() {
             return;
@@ -337,9 +348,16 @@ impl Supervisor {
             }
             if let Ok(Message::Response { id, outcome }) = jsonrpc::parse(trim(&line)) {
                 if id.as_str() == "1" {
-                    if let Err(e) = outcome {
-                        tracing::error!(server = %self.name, error = %e.message, "stdio MCP server refused initialize");
-                        return;
+                    match outcome {
+                        Err(e) => {
+                            tracing::error!(server = %self.name, error = %e.message, "stdio MCP server refused initialize");
+                            return;
+                        }
+                        Ok(result) => {
+                            if let Ok(init) = serde_json::from_str(result.get()) {
+                                let _ = process.init.set(init);
+                            }
+                        }
                     }
                     break;
                 }
@@ -360,8 +378,9 @@ impl Supervisor {
     }
 
     /// A response completes its request; a progress notification goes to the request that
-    /// carried its token; a request from the server gets a minimal answer.
-    async fn dispatch(&self, line: &[u8], process: &Running) {
+    /// carried its token; a request from the server, or a notification that names no request,
+    /// goes to the client of the only request that has one (`sole_client`), else is refused.
+    async fn dispatch(&self, line: &[u8], process: &Arc<Running>) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
@@ -377,26 +396,44 @@ impl Supervisor {
                     self.list_changed.fire();
                     return;
                 }
-                let Some(token) = params.as_ref().and_then(|p| p.get("progressToken")) else { return };
                 let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
-                for waiting in lock(&self.pending).values() {
-                    if let Some((_, sink)) = waiting.progress.as_ref().filter(|(t, _)| t == token) {
-                        let _ = sink.try_send(value.clone());
-                    }
+                let token = params.as_ref().and_then(|p| p.get("progressToken"));
+                let pending = lock(&self.pending);
+                let to = match token {
+                    Some(token) => pending.values().find(|w| w.token.as_ref() == Some(token)),
+                    None => sole_client(&pending),
+                };
+                if let Some(relay) = to.and_then(|w| w.relay.as_ref()) {
+                    let _ = relay.try_send(Inbound::Note(value));
                 }
             }
-            Ok(Message::Request { id, method, .. }) => {
-                let answer = if method == "ping" {
-                    jsonrpc::result_value(&id, &json!({}))
-                } else {
-                    let e = jsonrpc::RpcError::new(jsonrpc::METHOD_NOT_FOUND, "not supported by the gateway");
-                    jsonrpc::error_bytes(Some(&id), &e)
-                };
-                let _ = write_line(process, answer).await;
+            Ok(Message::Request { id, method, params }) => {
+                let relay = sole_client(&lock(&self.pending)).and_then(|w| w.relay.clone());
+                let answer = ask_client(relay.as_ref(), &method, params.unwrap_or_else(|| json!({})));
+                let process = process.clone();
+                tokio::spawn(async move {
+                    let outcome = answer.await.unwrap_or_else(|_| {
+                        Err(jsonrpc::RpcError::new(jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
+                    });
+                    let bytes = match outcome {
+                        Ok(result) => jsonrpc::result_value(&id, &result),
+                        Err(e) => jsonrpc::error_bytes(Some(&id), &e),
+                    };
+                    let _ = write_line(&process, bytes).await;
+                });
             }
             Err(_) => tracing::debug!(server = %self.name, "stdio MCP server wrote a line that is not JSON-RPC"),
         }
     }
+}
+
+/// The one waiting request with a client behind it: where a server's request or log message that
+/// names no request goes. With several, none: guessing could hand one client's question to
+/// another, so the server is refused instead.
+fn sole_client(pending: &HashMap<u64, Waiting>) -> Option<&Waiting> {
+    let mut with_client = pending.values().filter(|w| w.relay.is_some());
+    let first = with_client.next();
+    first.filter(|_| with_client.next().is_none())
 }
 
 /// Close stdin and wait; then SIGTERM the group and wait; then SIGKILL it. Reaps the child.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::jsonrpc::RpcError;
 
@@ -43,14 +43,61 @@ pub async fn within<T>(
     tokio::time::timeout(limit, answer).await.unwrap_or(Err(UpstreamError::Timeout))
 }
 
-/// Notifications an upstream sent while answering (e.g. `notifications/progress`), as whole
-/// JSON-RPC messages, for the caller to relay.
-/// Bounded: a notification that finds it full (the client reads slower than the upstream
-/// reports) is dropped, which progress can afford; memory per call stays bounded.
-pub type NotificationSink = mpsc::Sender<Value>;
+/// What an upstream sends the client while it answers one of the client's requests.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A notification (`notifications/progress`, `notifications/message`), the whole message.
+    Note(Value),
+    /// A request of the server's for the client (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`, `ping`): the client's answer goes back on `reply`, and from there to the
+    /// server under the server's own request id.
+    Request { method: String, params: Value, reply: oneshot::Sender<Result<Value, RpcError>> },
+}
 
-/// How many notifications wait for a slow client before newer ones are dropped.
+/// Where an upstream relays what it sends while answering, for the caller to pass to the client.
+/// Bounded: a notification that finds it full (the client reads slower than the upstream
+/// reports) is dropped, which progress can afford; a request that finds it full is refused.
+pub type Relay = mpsc::Sender<Inbound>;
+
+/// How many messages wait for a slow client before newer ones are dropped.
 pub const NOTIFICATION_BACKLOG: usize = 64;
+
+/// Hand a server's request to the client behind `relay`, or answer it at once when there is no
+/// client to ask (Code Mode, a call made without one, a client gone or too far behind): `ping`
+/// is answered by the gateway, anything else refused with an error that says why.
+pub fn ask_client(relay: Option<&Relay>, method: &str, params: Value) -> oneshot::Receiver<Result<Value, RpcError>> {
+    let (reply, answer) = oneshot::channel();
+    let refused = match relay {
+        Some(relay) => match relay.try_send(Inbound::Request { method: method.to_owned(), params, reply }) {
+            Ok(()) => return answer,
+            Err(e) => match e.into_inner() {
+                Inbound::Request { reply, .. } => reply,
+                Inbound::Note(_) => return answer,
+            },
+        },
+        None => reply,
+    };
+    let _ = refused.send(refuse(method));
+    answer
+}
+
+/// What the gateway offers as a client to every upstream: it relays sampling, elicitation and
+/// roots requests to the client whose call the server is answering, and refuses them at once
+/// (an error, never a wait) when that client did not offer them.
+pub fn client_capabilities() -> Value {
+    serde_json::json!({"sampling": {}, "elicitation": {}, "roots": {"listChanged": false}})
+}
+
+/// The answer to a server's request no client can take.
+pub fn refuse(method: &str) -> Result<Value, RpcError> {
+    if method == "ping" {
+        return Ok(serde_json::json!({}));
+    }
+    Err(RpcError::new(
+        crate::jsonrpc::METHOD_NOT_FOUND,
+        format!("`{method}` cannot be answered: no client that offers it is attached to this request"),
+    ))
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamError {
@@ -95,15 +142,22 @@ pub trait Upstream: Send + Sync {
     /// A fresh request id on this upstream: the caller keeps it to cancel the request.
     fn next_id(&self) -> u64;
 
-    /// Send `method` with `params` as request `id` and wait for its result. Notifications the
-    /// server sends on the way go to `notify` when given.
+    /// Send `method` with `params` as request `id` and wait for its result. What the server
+    /// sends on the way (notifications, requests for the client) goes to `relay` when given;
+    /// without one, the server's requests are answered at once (`ask_client`).
     fn request<'a>(
         &'a self,
         id: u64,
         method: &'a str,
         params: Value,
-        notify: Option<NotificationSink>,
+        relay: Option<Relay>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>>;
+
+    /// The server's own `initialize` result (capabilities, `serverInfo`, `instructions`), once
+    /// it has been initialised; None for servers that cannot say.
+    fn init_result(&self) -> BoxFuture<'_, Option<Value>> {
+        Box::pin(async { None })
+    }
 
     /// Send a notification; nothing comes back.
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>>;

@@ -1,0 +1,272 @@
+//! What an upstream sends while it answers a client's request, relayed to that client: its
+//! notifications as they are (a log message's `logger` prefixed with the server on the
+//! aggregated `/mcp`), and its own requests (sampling, elicitation, roots, ping) under ids of
+//! the gateway's, whose answers the client POSTs back (`Outbound::answer`) and the upstream gets
+//! under its own id. A request the client did not offer at `initialize`, or one the protocol era
+//! cannot carry, is refused at once: the server never waits on a client that cannot answer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::jsonrpc::{self, Id, RpcError};
+use crate::upstream::Inbound;
+
+/// What a client offered at `initialize` that a server may ask of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClientCaps {
+    pub sampling: bool,
+    pub elicitation: bool,
+    pub roots: bool,
+}
+
+impl ClientCaps {
+    /// From `initialize`'s `params.capabilities`.
+    pub fn offered(params: Option<&Value>) -> ClientCaps {
+        let caps = params.and_then(|p| p.get("capabilities"));
+        let has = |name: &str| caps.and_then(|c| c.get(name)).is_some_and(|v| !v.is_null());
+        ClientCaps { sampling: has("sampling"), elicitation: has("elicitation"), roots: has("roots") }
+    }
+
+    /// As carried in the session id (`session.rs`).
+    pub fn flags(self) -> String {
+        [(self.sampling, 's'), (self.elicitation, 'e'), (self.roots, 'r')]
+            .into_iter()
+            .filter_map(|(on, c)| on.then_some(c))
+            .collect()
+    }
+
+    pub fn from_flags(flags: &str) -> ClientCaps {
+        ClientCaps { sampling: flags.contains('s'), elicitation: flags.contains('e'), roots: flags.contains('r') }
+    }
+
+    /// Whether the client can take a server's `method`; `ping` needs no capability.
+    fn allows(self, method: &str) -> bool {
+        match method {
+            "ping" => true,
+            "sampling/createMessage" => self.sampling,
+            "elicitation/create" => self.elicitation,
+            "roots/list" => self.roots,
+            _ => false,
+        }
+    }
+}
+
+/// A server's request waiting for the client's answer.
+struct Asked {
+    session: String,
+    reply: oneshot::Sender<Result<Value, RpcError>>,
+}
+
+/// The server requests relayed to clients and not answered yet, by the id the client saw.
+#[derive(Default)]
+pub struct Outbound {
+    next: AtomicU64,
+    waiting: Mutex<HashMap<String, Asked>>,
+}
+
+/// Server requests waiting for clients, past which more are refused (each is one call's).
+const MAX_WAITING: usize = 10_000;
+
+impl Outbound {
+    fn ask(&self, session: &str, reply: oneshot::Sender<Result<Value, RpcError>>) -> Result<u64, RpcError> {
+        let mut waiting = crate::hub_lock(&self.waiting);
+        if waiting.len() >= MAX_WAITING {
+            return Err(RpcError::new(jsonrpc::INTERNAL_ERROR, "too many server requests wait for clients"));
+        }
+        let id = self.next.fetch_add(1, Relaxed) + 1;
+        waiting.insert(id.to_string(), Asked { session: session.to_owned(), reply });
+        Ok(id)
+    }
+
+    /// The client's answer to request `id`: true when it was one of ours for this session.
+    pub fn answer(&self, session: &str, id: &Id, outcome: Result<Box<RawValue>, RpcError>) -> bool {
+        let mut waiting = crate::hub_lock(&self.waiting);
+        if waiting.get(id.as_str()).is_none_or(|a| a.session != session) {
+            return false;
+        }
+        let Some(asked) = waiting.remove(id.as_str()) else { return false };
+        drop(waiting);
+        let outcome = outcome.map(|raw| serde_json::from_str(raw.get()).unwrap_or(Value::Null));
+        asked.reply.send(outcome).is_ok()
+    }
+
+    fn forget(&self, ids: &[u64]) {
+        let mut waiting = crate::hub_lock(&self.waiting);
+        for id in ids {
+            waiting.remove(&id.to_string());
+        }
+    }
+}
+
+/// How one request's relayed messages reach its client.
+pub struct ToClient {
+    pub outbound: Arc<Outbound>,
+    pub session: String,
+    pub caps: ClientCaps,
+    /// On the aggregated `/mcp`: the server whose log messages are prefixed with its name.
+    pub server_prefix: Option<String>,
+    /// Why server requests cannot be relayed at all (the stateless revision), if so.
+    pub no_requests: Option<&'static str>,
+    /// Requests asked under this relay: forgotten when it ends (their servers get an error).
+    asked: Vec<u64>,
+}
+
+/// Refusal of the stateless revision, which has no server-to-client requests over a POST's stream.
+pub const STATELESS_REFUSAL: &str =
+    "the stateless protocol revision carries no server requests on a POST's stream; use a session-era client";
+
+impl ToClient {
+    pub fn new(outbound: Arc<Outbound>, session: &str, caps: ClientCaps) -> ToClient {
+        ToClient {
+            outbound,
+            session: session.to_owned(),
+            caps,
+            server_prefix: None,
+            no_requests: None,
+            asked: Vec::new(),
+        }
+    }
+
+    /// The SSE event to send the client for `inbound`, if any.
+    pub fn event(&mut self, inbound: Inbound) -> Option<Vec<u8>> {
+        match inbound {
+            Inbound::Note(mut note) => {
+                // The stateless revision streams progress only (log messages need a `logLevel`
+                // in the request's `_meta`, which the gateway does not pass on yet).
+                let method = note.get("method").and_then(Value::as_str);
+                if self.no_requests.is_some() && method != Some("notifications/progress") {
+                    return None;
+                }
+                if let Some(server) = &self.server_prefix {
+                    prefix_logger(&mut note, server);
+                }
+                serde_json::to_vec(&note).ok()
+            }
+            Inbound::Request { method, params, reply } => {
+                let refusal = match self.no_requests {
+                    Some(why) if method != "ping" => Some(why.to_owned()),
+                    Some(_) => None,
+                    None => (!self.caps.allows(&method))
+                        .then(|| format!("the client did not offer the capability `{method}` needs")),
+                };
+                if let Some(message) = refusal {
+                    let _ = reply.send(Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, message)));
+                    return None;
+                }
+                match self.outbound.ask(&self.session, reply) {
+                    Ok(id) => {
+                        self.asked.push(id);
+                        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+                            .ok()
+                    }
+                    Err(_) => None,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ToClient {
+    fn drop(&mut self) {
+        self.outbound.forget(&self.asked);
+    }
+}
+
+/// `notifications/message` from one of several servers: its `logger` names the server.
+fn prefix_logger(note: &mut Value, server: &str) {
+    if note.get("method").and_then(Value::as_str) != Some("notifications/message") {
+        return;
+    }
+    let Some(params) = note.get_mut("params").and_then(Value::as_object_mut) else { return };
+    let logger = match params.get("logger").and_then(Value::as_str) {
+        Some(logger) => format!("{server}/{logger}"),
+        None => server.to_owned(),
+    };
+    params.insert("logger".into(), Value::String(logger));
+}
+
+/// One message of a relayed answer: something the server sent, or the answer itself (None when
+/// the call was cancelled).
+pub enum Out {
+    Event(Vec<u8>),
+    Answer(Option<Vec<u8>>),
+}
+
+/// Run `work` (an upstream exchange whose messages arrive on `relayed`) and pass what it sends
+/// to `out`, its answer last. Ends when the client is gone (`out` closed), dropping `work`, which
+/// cancels it upstream.
+pub async fn pump(
+    work: impl std::future::Future<Output = Option<Vec<u8>>>,
+    mut relayed: mpsc::Receiver<Inbound>,
+    mut to_client: ToClient,
+    out: mpsc::Sender<Out>,
+) {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            answer = &mut work => {
+                while let Ok(inbound) = relayed.try_recv() {
+                    if let Some(bytes) = to_client.event(inbound) {
+                        let _ = out.send(Out::Event(bytes)).await;
+                    }
+                }
+                let _ = out.send(Out::Answer(answer)).await;
+                return;
+            }
+            Some(inbound) = relayed.recv() => {
+                if let Some(bytes) = to_client.event(inbound) {
+                    if out.send(Out::Event(bytes)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            _ = out.closed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_round_trip_through_flags_and_gate_requests() {
+        let caps =
+            ClientCaps::offered(Some(&json!({"capabilities": {"sampling": {}, "roots": {"listChanged": true}}})));
+        assert_eq!(caps.flags(), "sr");
+        assert_eq!(ClientCaps::from_flags("sr"), caps);
+        assert!(caps.allows("sampling/createMessage") && caps.allows("roots/list") && caps.allows("ping"));
+        assert!(!caps.allows("elicitation/create") && !caps.allows("tools/call"));
+        assert_eq!(ClientCaps::offered(None).flags(), "");
+    }
+
+    #[test]
+    fn a_request_gets_a_gateway_id_and_only_its_session_may_answer_it() {
+        let outbound = Arc::new(Outbound::default());
+        let mut to = ToClient::new(outbound.clone(), "s-a", ClientCaps { sampling: true, ..Default::default() });
+        let (reply, answer) = oneshot::channel();
+        let event = to.event(Inbound::Request { method: "sampling/createMessage".into(), params: json!({}), reply });
+        let sent: Value = serde_json::from_slice(&event.unwrap()).unwrap();
+        let id = Id::number(sent["id"].as_u64().unwrap());
+        let result = || Ok(RawValue::from_string("{\"role\":\"assistant\"}".into()).unwrap());
+        assert!(!outbound.answer("s-b", &id, result()), "another session cannot answer it");
+        assert!(outbound.answer("s-a", &id, result()));
+        assert_eq!(answer.blocking_recv().unwrap().unwrap()["role"], "assistant");
+        let (reply, refused) = oneshot::channel();
+        assert!(to.event(Inbound::Request { method: "elicitation/create".into(), params: json!({}), reply }).is_none());
+        assert!(refused.blocking_recv().unwrap().is_err(), "not offered: refused at once");
+    }
+
+    #[test]
+    fn log_messages_name_their_server_on_the_aggregated_endpoint() {
+        let mut note =
+            json!({"method": "notifications/message", "params": {"level": "info", "logger": "db", "data": 1}});
+        prefix_logger(&mut note, "files");
+        assert_eq!(note["params"]["logger"], "files/db");
+    }
+}
