@@ -2,11 +2,13 @@
 //! a session it does not know), for the gateway's MCP tests and benchmarks. Tools:
 //! `echo {text}`, `add {a, b}`, `slow {ms, steps}` (progress notifications over SSE when the
 //! caller sent a progress token; stops when cancelled), `fail` (`isError: true`),
-//! `large {kb}`, plus `tool_0..N` to make listings span pages. It records what reached it
+//! `large {kb}`, plus `tool_0..N` to make listings span pages; `sample`, `elicit`, `roots`,
+//! `ping_client` and `log` ask things of the client (`ask.rs`). It records what reached it
 //! (calls, cancellations, the `Authorization` header) for tests to assert on, also as
 //! `GET /mock/stats` for tests that run it as a process. `run_stdio` serves
 //! the same tools on stdin/stdout, one JSON-RPC message per line.
 
+mod ask;
 mod server;
 mod stdio;
 
@@ -52,6 +54,10 @@ pub struct McpStats {
     pub stopped_early: u64,
     /// The most `slow` calls that were running at once.
     pub peak_slow: u64,
+    /// The capabilities the client declared at its last `initialize`.
+    pub client_capabilities: serde_json::Value,
+    /// The level of the last `logging/setLevel`.
+    pub log_level: Option<String>,
 }
 
 #[derive(Default)]
@@ -63,6 +69,9 @@ pub(crate) struct Shared {
     pub(crate) cancels: Mutex<BTreeMap<String, tokio::sync::watch::Sender<bool>>>,
     /// `slow` calls running now.
     pub(crate) slow_running: std::sync::atomic::AtomicU64,
+    /// Requests sent to the client, waiting for its answer (by id as JSON text).
+    pub(crate) asked: Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<serde_json::Value>>>,
+    pub(crate) next_ask: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -231,3 +231,12 @@ async fn malformed_calls_get_json_rpc_errors() {
     let too_big = TestClient::new().post_json(&url, &huge, &headers).await.unwrap();
     assert_eq!(too_big.status, 413);
 }
+
+#[tokio::test]
+async fn a_servers_request_to_a_program_is_answered_with_an_error_at_once() {
+    let (gw, m, _) = code_gateway("").await;
+    let result = execute(&gw, MASTER, "const r = await tools.files.sample({prompt: 'x'}); return r;").await;
+    let text = result.to_string();
+    assert!(text.contains("error -32601") && text.contains("cannot be answered"), "{text}");
+    assert_eq!(m.stats().calls.get("sample"), Some(&1));
+}

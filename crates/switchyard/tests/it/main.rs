@@ -27,6 +27,7 @@ mod guards;
 mod keys;
 mod limits;
 mod mcp;
+mod mcp_relay;
 mod origin;
 mod providers;
 mod reload;

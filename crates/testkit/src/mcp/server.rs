@@ -122,19 +122,28 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             Some(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse error"}})),
         );
     };
+    if super::ask::answered(&state.shared, &msg) {
+        return reply(StatusCode::ACCEPTED, None);
+    }
     let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
     let id = msg.get("id").cloned();
     let params = msg.get("params").cloned().unwrap_or(json!({}));
     if method == "initialize" {
         let sid = format!("mock-{}", state.next_session.fetch_add(1, Relaxed));
         lock(&state.shared.sessions).insert(sid.clone());
-        lock(&state.shared.stats).initialized += 1;
+        {
+            let mut stats = lock(&state.shared.stats);
+            stats.initialized += 1;
+            stats.client_capabilities = params.get("capabilities").cloned().unwrap_or(Value::Null);
+        }
         let mut resp = reply(
             StatusCode::OK,
             Some(json!({"jsonrpc": "2.0", "id": id, "result": {
                 "protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!("2025-11-25")),
-                "capabilities": {"tools": {"listChanged": true}, "resources": {}, "prompts": {}},
-                "serverInfo": {"name": "switchyard-mock-mcp", "version": "1"}
+                "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}, "prompts": {},
+                    "logging": {}, "completions": {}},
+                "serverInfo": {"name": "switchyard-mock-mcp", "version": "1"},
+                "instructions": "The mock MCP server: echo, add, slow, and tools that ask the client."
             }})),
         );
         if let Ok(v) = HeaderValue::from_str(&sid) {
@@ -160,7 +169,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let state2 = state.clone();
     let id2 = id.clone();
     let work = tokio::spawn(async move { answer(&state2, &method, params, &id2, tx).await });
-    if state.cfg.sse || wants_progress(&msg) {
+    if state.cfg.sse || wants_progress(&msg) || super::ask::needs_stream(&msg) {
         return sse(rx, work, id);
     }
     drop(rx);
@@ -226,6 +235,7 @@ fn process_tools() -> Vec<Value> {
 
 fn all_tools(cfg: &McpMockConfig, shared: &Shared) -> Vec<Value> {
     let mut tools = fixed_tools();
+    tools.extend(super::ask::tools());
     if shared.tools_changed.load(Relaxed) {
         tools.push(json!({"name": "added_tool", "description": "Appeared after change_tools.", "inputSchema": {"type": "object"}}));
     }
@@ -270,6 +280,14 @@ pub(super) async fn answer(
         }
         "prompts/list" => Ok(json!({"prompts": [{"name": "greet", "description": "Say hello."}]})),
         "prompts/get" => Ok(json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}]})),
+        "logging/setLevel" => {
+            lock(&state.shared.stats).log_level = params.get("level").and_then(Value::as_str).map(str::to_owned);
+            Ok(json!({}))
+        }
+        "resources/subscribe" | "resources/unsubscribe" => Ok(json!({})),
+        "completion/complete" => {
+            Ok(json!({"completion": {"values": ["alpha", "alpine"], "total": 2, "hasMore": false}}))
+        }
         "tools/call" => {
             let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
             *lock(&state.shared.stats).calls.entry(name.clone()).or_default() += 1;
@@ -277,6 +295,9 @@ pub(super) async fn answer(
                 tokio::time::sleep(Duration::from_millis(state.cfg.call_delay_ms)).await;
             }
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
+            if let Some(result) = super::ask::call(&state.shared, &name, &args, &notes).await {
+                return Ok(result);
+            }
             match name.as_str() {
                 "echo" | "write_file" => {
                     Ok(text(args.get("text").or(args.get("path")).and_then(Value::as_str).unwrap_or_default()))

@@ -19,6 +19,9 @@ pub async fn run_stdio(mut cfg: McpMockConfig) -> std::io::Result<()> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
+        if super::ask::answered(&state.shared, &msg) {
+            continue;
+        }
         let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
         let params = msg.get("params").cloned().unwrap_or(json!({}));
         let Some(id) = msg.get("id").cloned() else {
@@ -33,11 +36,14 @@ pub async fn run_stdio(mut cfg: McpMockConfig) -> std::io::Result<()> {
         if method.is_empty() {
             continue; // an answer to something we never asked
         }
+        if method == "initialize" {
+            lock(&state.shared.stats).client_capabilities = params.get("capabilities").cloned().unwrap_or(Value::Null);
+        }
         let (state, out) = (state.clone(), out.clone());
         tokio::spawn(async move {
             let reply = if method == "initialize" {
                 Ok(json!({"protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!("2025-11-25")),
-                    "capabilities": {"tools": {"listChanged": true}}, "serverInfo": {"name": "switchyard-mock-mcp-stdio", "version": "1"}}))
+                    "capabilities": {"tools": {"listChanged": true}, "logging": {}}, "serverInfo": {"name": "switchyard-mock-mcp-stdio", "version": "1"}}))
             } else {
                 let (tx, mut rx) = mpsc::channel::<Value>(64);
                 let writer = {
