@@ -80,9 +80,9 @@ def test_initialize_and_the_aggregated_catalogue(mcp_stack):
     names, tools = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
     assert all(NAME.match(n) for n in names), names
     assert names == sorted(names), "a deterministic order"
-    # files: 6 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 7;
-    # local (stdio): 7 + pid, crash, spawn_sleeper.
-    assert len(names) == 6 + 95 + 7 + 10
+    # files: 11 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 12;
+    # local (stdio): 12 + pid, crash, spawn_sleeper.
+    assert len(names) == 11 + 95 + 12 + 15
     assert "files__tool_94" in names and "files__write_file" not in names and "search__slow" in names
     echo = next(t for t in tools if t.name == "files__echo")
     assert echo.inputSchema["required"] == ["text"], "schemas pass through"
@@ -256,3 +256,50 @@ def test_code_mode_runs_a_program_over_all_three_upstreams(mcp_stack):
         assert failed.isError and "time limit exceeded" in failed.content[0].text
 
     run(with_session, f"{mcp_stack['url']}/mcp/code", MASTER, body)
+
+
+def test_a_servers_sampling_elicitation_roots_and_logs_reach_the_sdk(mcp_stack):
+    """Server-to-client requests through /mcp/{server} and /mcp, from a JSON, an SSE and a stdio
+    upstream: the SDK's callbacks answer them and the server gets the answers."""
+    from mcp import types
+
+    logs: list[tuple[str, str | None]] = []
+
+    async def sampling(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked = params.messages[0].content.text
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=f"answer to {asked}"), model="sdk-model"
+        )
+
+    async def elicitation(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def roots(context) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
+
+    async def logging(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append((params.level, params.logger))
+
+    async def session_on(url: str, calls: list[tuple[str, dict]]):
+        async with streamablehttp_client(url, headers={"Authorization": f"Bearer {MASTER}"}) as (read, write, _):
+            async with ClientSession(
+                read, write, sampling_callback=sampling, elicitation_callback=elicitation,
+                list_roots_callback=roots, logging_callback=logging,
+            ) as session:
+                await session.initialize()
+                await session.set_logging_level("debug")
+                return [(await session.call_tool(name, args)).content[0].text for name, args in calls]
+
+    base = mcp_stack["url"]
+    texts = run(session_on, f"{base}/mcp/files", [
+        ("sample", {"prompt": "2+2?"}), ("elicit", {}), ("roots", {}), ("log", {"text": "hi"}),
+    ])
+    assert texts == ["sample: answer to 2+2?", 'elicit: accept {"name":"Ada"}', "roots: file:///work", "logged"]
+    assert ("info", "mock") in logs
+    texts = run(session_on, f"{base}/mcp", [
+        ("search__sample", {"prompt": "sse?"}), ("local__sample", {"prompt": "stdio?"}), ("local__log", {}),
+    ])
+    assert texts == ["sample: answer to sse?", "sample: answer to stdio?", "logged"]
+    assert ("info", "local/mock") in logs, logs
+    stats = httpx.get(mcp_stack["files"].url.replace("/mcp", "/mock/stats")).json()
+    assert stats["calls"].get("sample", 0) >= 1
