@@ -189,6 +189,9 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
         telemetry.render(&mut text);
     }
     app.exports.render(&mut text);
+    if let Some(mcp) = &app.mcp {
+        crate::metrics::mcp::render_server_requests(&mcp.server_requests(), &mut text);
+    }
     if let Some(cache) = &app.cache {
         cache.render(&mut text);
     }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-mod mcp;
+pub(crate) mod mcp;
 pub mod series;
 
 use crate::endpoint::Endpoint;

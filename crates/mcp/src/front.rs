@@ -227,6 +227,11 @@ impl Front {
         Answer { status: 200, session: None, body: Body::Events(rx) }
     }
 
+    /// Servers' requests to clients so far, by server, method and outcome (`/metrics`).
+    pub fn server_requests(&self) -> crate::relay::RequestCounts {
+        self.outbound.counts()
+    }
+
     pub fn hub(&self) -> &Arc<Hub> {
         &self.hub
     }
@@ -488,7 +493,7 @@ impl Front {
                         Err(e) => upstream_failure_bytes(&id, &e),
                     })
                 };
-                self.answer_relaying(req, caller, None, false, work).await
+                self.answer_relaying(req, caller, (server, false), false, work).await
             }
             _ => Answer::json(
                 200,
@@ -551,7 +556,7 @@ impl Front {
         crate::hub_lock(&self.in_flight)
             .insert(flight_key.clone(), InFlight { upstream: upstream.clone(), upstream_id, cancel: cancel_tx });
         let wants_progress = params.pointer("/_meta/progressToken").is_some();
-        let prefix = matches!(scope, Scope::All).then(|| server.clone());
+        let (relayed_for, aggregated) = (server.clone(), matches!(scope, Scope::All));
         let call = Call {
             modern,
             front: self.clone(),
@@ -569,7 +574,7 @@ impl Front {
         // Progress asked for: always a stream. Otherwise JSON, unless the server sends
         // something (a log message, a request for the client) before its answer.
         let work = move |relay: Option<Relay>| call.finish(relay, cancel_rx);
-        self.answer_relaying(req, caller, prefix, wants_progress, work).await
+        self.answer_relaying(req, caller, (&relayed_for, aggregated), wants_progress, work).await
     }
 
     /// Run `work` with a relay to the client when the client takes an SSE stream: the answer
@@ -580,7 +585,7 @@ impl Front {
         &self,
         req: &Request<'_>,
         caller: &Caller<'_>,
-        server_prefix: Option<String>,
+        server: (&str, bool),
         stream: bool,
         work: F,
     ) -> Answer
@@ -592,8 +597,9 @@ impl Front {
             return Answer::json(200, work(None).await.unwrap_or_default());
         }
         let (relay, relayed) = mpsc::channel(NOTIFICATION_BACKLOG);
-        let mut to_client = ToClient::new(self.outbound.clone(), caller.session, caller.caps);
-        to_client.server_prefix = server_prefix;
+        let (server, aggregated) = server;
+        let mut to_client = ToClient::new(self.outbound.clone(), caller.session, server, caller.caps);
+        to_client.server_prefix = aggregated.then(|| server.to_owned());
         if caller.modern {
             to_client.no_requests = Some(crate::relay::STATELESS_REFUSAL);
         }

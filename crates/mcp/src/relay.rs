@@ -59,28 +59,69 @@ impl ClientCaps {
 /// A server's request waiting for the client's answer.
 struct Asked {
     session: String,
+    server: String,
+    method: &'static str,
     reply: oneshot::Sender<Result<Value, RpcError>>,
 }
 
-/// The server requests relayed to clients and not answered yet, by the id the client saw.
+/// The server requests relayed to clients and not answered yet, by the id the client saw, and
+/// how many each server made, by method and outcome (for `/metrics`).
 #[derive(Default)]
 pub struct Outbound {
     next: AtomicU64,
     waiting: Mutex<HashMap<String, Asked>>,
+    counts: Mutex<RequestCounts>,
+}
+
+/// (server, method, outcome) → requests. Methods other than the four a client answers count as
+/// `other`, so labels stay bounded; outcomes are `relayed` (sent to the client), `answered` (its
+/// answer went back) and `refused` (answered for it at once).
+pub type RequestCounts = std::collections::BTreeMap<(String, &'static str, &'static str), u64>;
+
+fn method_label(method: &str) -> &'static str {
+    match method {
+        "sampling/createMessage" => "sampling/createMessage",
+        "elicitation/create" => "elicitation/create",
+        "roots/list" => "roots/list",
+        "ping" => "ping",
+        _ => "other",
+    }
 }
 
 /// Server requests waiting for clients, past which more are refused (each is one call's).
 const MAX_WAITING: usize = 10_000;
 
 impl Outbound {
-    fn ask(&self, session: &str, reply: oneshot::Sender<Result<Value, RpcError>>) -> Result<u64, RpcError> {
+    fn ask(
+        &self,
+        session: &str,
+        server: &str,
+        method: &str,
+        reply: oneshot::Sender<Result<Value, RpcError>>,
+    ) -> Option<u64> {
+        let method = method_label(method);
         let mut waiting = crate::hub_lock(&self.waiting);
         if waiting.len() >= MAX_WAITING {
-            return Err(RpcError::new(jsonrpc::INTERNAL_ERROR, "too many server requests wait for clients"));
+            drop(waiting);
+            let _ =
+                reply.send(Err(RpcError::new(jsonrpc::INTERNAL_ERROR, "too many server requests wait for clients")));
+            self.count(server, method, "refused");
+            return None;
         }
         let id = self.next.fetch_add(1, Relaxed) + 1;
-        waiting.insert(id.to_string(), Asked { session: session.to_owned(), reply });
-        Ok(id)
+        waiting.insert(id.to_string(), Asked { session: session.to_owned(), server: server.to_owned(), method, reply });
+        drop(waiting);
+        self.count(server, method, "relayed");
+        Some(id)
+    }
+
+    fn count(&self, server: &str, method: &'static str, outcome: &'static str) {
+        *crate::hub_lock(&self.counts).entry((server.to_owned(), method, outcome)).or_default() += 1;
+    }
+
+    /// Every server request counted so far.
+    pub fn counts(&self) -> RequestCounts {
+        crate::hub_lock(&self.counts).clone()
     }
 
     /// The client's answer to request `id`: true when it was one of ours for this session.
@@ -92,6 +133,7 @@ impl Outbound {
         let Some(asked) = waiting.remove(id.as_str()) else { return false };
         drop(waiting);
         let outcome = outcome.map(|raw| serde_json::from_str(raw.get()).unwrap_or(Value::Null));
+        self.count(&asked.server, asked.method, "answered");
         asked.reply.send(outcome).is_ok()
     }
 
@@ -107,6 +149,8 @@ impl Outbound {
 pub struct ToClient {
     pub outbound: Arc<Outbound>,
     pub session: String,
+    /// The server whose messages these are (metric labels).
+    pub server: String,
     pub caps: ClientCaps,
     /// On the aggregated `/mcp`: the server whose log messages are prefixed with its name.
     pub server_prefix: Option<String>,
@@ -121,10 +165,11 @@ pub const STATELESS_REFUSAL: &str =
     "the stateless protocol revision carries no server requests on a POST's stream; use a session-era client";
 
 impl ToClient {
-    pub fn new(outbound: Arc<Outbound>, session: &str, caps: ClientCaps) -> ToClient {
+    pub fn new(outbound: Arc<Outbound>, session: &str, server: &str, caps: ClientCaps) -> ToClient {
         ToClient {
             outbound,
             session: session.to_owned(),
+            server: server.to_owned(),
             caps,
             server_prefix: None,
             no_requests: None,
@@ -156,16 +201,12 @@ impl ToClient {
                 };
                 if let Some(message) = refusal {
                     let _ = reply.send(Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, message)));
+                    self.outbound.count(&self.server, method_label(&method), "refused");
                     return None;
                 }
-                match self.outbound.ask(&self.session, reply) {
-                    Ok(id) => {
-                        self.asked.push(id);
-                        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-                            .ok()
-                    }
-                    Err(_) => None,
-                }
+                let id = self.outbound.ask(&self.session, &self.server, &method, reply)?;
+                self.asked.push(id);
+                serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).ok()
             }
         }
     }
@@ -248,7 +289,8 @@ mod tests {
     #[test]
     fn a_request_gets_a_gateway_id_and_only_its_session_may_answer_it() {
         let outbound = Arc::new(Outbound::default());
-        let mut to = ToClient::new(outbound.clone(), "s-a", ClientCaps { sampling: true, ..Default::default() });
+        let mut to =
+            ToClient::new(outbound.clone(), "s-a", "docs", ClientCaps { sampling: true, ..Default::default() });
         let (reply, answer) = oneshot::channel();
         let event = to.event(Inbound::Request { method: "sampling/createMessage".into(), params: json!({}), reply });
         let sent: Value = serde_json::from_slice(&event.unwrap()).unwrap();
@@ -260,6 +302,10 @@ mod tests {
         let (reply, refused) = oneshot::channel();
         assert!(to.event(Inbound::Request { method: "elicitation/create".into(), params: json!({}), reply }).is_none());
         assert!(refused.blocking_recv().unwrap().is_err(), "not offered: refused at once");
+        let counts = outbound.counts();
+        assert_eq!(counts[&("docs".to_owned(), "sampling/createMessage", "relayed")], 1);
+        assert_eq!(counts[&("docs".to_owned(), "sampling/createMessage", "answered")], 1);
+        assert_eq!(counts[&("docs".to_owned(), "elicitation/create", "refused")], 1);
     }
 
     #[test]

@@ -73,6 +73,23 @@ impl McpMetrics {
     }
 }
 
+/// `switchyard_mcp_server_requests_total{server,method,outcome}`: what MCP servers asked of
+/// clients (sampling, elicitation, roots, ping), relayed, answered or refused at once.
+pub fn render_server_requests(counts: &switchyard_mcp::relay::RequestCounts, out: &mut String) {
+    if counts.is_empty() {
+        return;
+    }
+    out.push_str("# HELP switchyard_mcp_server_requests_total MCP servers' requests to clients, by server, method and outcome.\n");
+    out.push_str("# TYPE switchyard_mcp_server_requests_total counter\n");
+    for ((server, method, outcome), n) in counts {
+        let _ = writeln!(
+            out,
+            "switchyard_mcp_server_requests_total{{server=\"{}\",method=\"{method}\",outcome=\"{outcome}\"}} {n}",
+            escape(server)
+        );
+    }
+}
+
 /// A label value with `\`, `"` and newlines escaped, as the exposition format requires.
 pub(super) fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")

@@ -137,6 +137,9 @@ async fn a_servers_requests_reach_the_client_and_its_answers_reach_the_server() 
         assert_eq!(text_of(&result), "sample: Paris", "{path}");
     }
     assert!(docs.stats().client_capabilities.get("sampling").is_some(), "the gateway offers sampling upstream");
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    let line = r#"switchyard_mcp_server_requests_total{server="docs",method="sampling/createMessage",outcome="answered"} 2"#;
+    assert!(metrics.contains(line), "{metrics}");
 
     // Elicitation, roots and ping the same way; an error the client answers reaches the server too.
     let (client, _) = Client::open(&gw, "/mcp/docs", serde_json::from_str(EVERYTHING).unwrap()).await;
@@ -184,6 +187,9 @@ async fn what_the_client_did_not_offer_is_refused_at_once() {
     let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "roots", "arguments": {}}});
     let r = client.http.post_json(&client.url, body.to_string().as_bytes(), &headers).await.unwrap();
     assert!(text_of(&r.json()).starts_with("error -32601"), "{}", r.text());
+    let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    let line = r#"switchyard_mcp_server_requests_total{server="docs",method="sampling/createMessage",outcome="refused"} 1"#;
+    assert!(metrics.contains(line), "{metrics}");
 }
 
 #[tokio::test]
