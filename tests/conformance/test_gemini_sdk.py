@@ -139,3 +139,16 @@ def test_openai_clients_still_get_openai_shapes_on_the_same_paths(url: str) -> N
     assert httpx.get(f"{url}/v1/models/no-such-model").status_code == 404
     gemini = httpx.get(f"{url}/v1/models", params={"key": "k"}).json()
     assert f"models/{GE_MODEL}" in {m["name"] for m in gemini["models"]}
+
+
+@pytest.mark.parametrize("model", [GE_MODEL, "oa-model"])
+def test_the_node_sdk_with_its_defaults(url: str, model: str) -> None:
+    """`@google/genai` (Node) with only `baseUrl` set: API version v1 everywhere."""
+    from node_sdk import run_node
+
+    out = run_node("gemini.mjs", url, model)
+    assert {f"models/{m}" for m in MODELS} <= set(out["listed"]), out
+    assert out["got"] == f"models/{model}"
+    assert out["plain"].strip() == CONTENT.strip(), out
+    assert out["streamed"].strip() == CONTENT.strip(), out
+    assert out["missing"] == 404, out
