@@ -80,9 +80,9 @@ def test_initialize_and_the_aggregated_catalogue(mcp_stack):
     names, tools = run(with_session, f"{mcp_stack['url']}/mcp", MASTER, body)
     assert all(NAME.match(n) for n in names), names
     assert names == sorted(names), "a deterministic order"
-    # files: 11 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 12;
-    # local (stdio): 12 + pid, crash, spawn_sleeper.
-    assert len(names) == 11 + 95 + 12 + 15
+    # files: 13 fixed tools (write_file denied by config) + 95 generated across 3 pages; search: 14;
+    # local (stdio): 14 + pid, crash, spawn_sleeper.
+    assert len(names) == 13 + 95 + 14 + 17
     assert "files__tool_94" in names and "files__write_file" not in names and "search__slow" in names
     echo = next(t for t in tools if t.name == "files__echo")
     assert echo.inputSchema["required"] == ["text"], "schemas pass through"

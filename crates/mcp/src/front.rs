@@ -200,6 +200,8 @@ impl Front {
         };
         let (tx, rx) = mpsc::channel(16);
         let mut changes = self.hub.changes();
+        let mut notes = self.hub.notes();
+        let aggregated = matches!(req.scope, Scope::All);
         let mut closing = self.closing.subscribe();
         if *closing.borrow() {
             return Answer::empty(503);
@@ -216,6 +218,16 @@ impl Front {
                                 return;
                             }
                         }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                    note = notes.recv() => match note {
+                        Ok((server, note)) => {
+                            let Some(bytes) = unrelated_note(&server, &note, only.as_deref(), aggregated) else { continue };
+                            if tx.send(bytes).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                     },
                     _ = tx.closed() => return,
@@ -720,6 +732,25 @@ impl Front {
             }
         }
     }
+}
+
+/// What a GET stream in scope `only` (one server; None: every server, `aggregated`) passes on of
+/// a server's notification that named no call: everything of its own server; on the aggregated
+/// endpoint only log messages, their `logger` naming the server (resources and prompts are not
+/// aggregated).
+fn unrelated_note(server: &str, note: &Value, only: Option<&str>, aggregated: bool) -> Option<Vec<u8>> {
+    if only.is_some_and(|o| o != server) {
+        return None;
+    }
+    if !aggregated {
+        return serde_json::to_vec(note).ok();
+    }
+    if note.get("method").and_then(Value::as_str) != Some("notifications/message") {
+        return None;
+    }
+    let mut note = note.clone();
+    crate::relay::prefix_logger(&mut note, server);
+    serde_json::to_vec(&note).ok()
 }
 
 /// A `tools/list` result: one page, and the 2026-07-28 fields older clients ignore (the list

@@ -17,7 +17,9 @@ use switchyard_protocol::frames::SseParser;
 use tokio::sync::Mutex;
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{ask_client, within, BoxFuture, ListChangedHook, Relay, Upstream, UpstreamError};
+use crate::upstream::{
+    ask_client, route_unrelated, within, BoxFuture, ListChangedHook, NoteHook, Relay, Upstream, UpstreamError,
+};
 use crate::version;
 
 /// Sends one HTTP request: the gateway's pooled client (TLS, timeouts) behind a trait, so this
@@ -38,7 +40,33 @@ struct UpstreamSession {
     version: HeaderValue,
     /// The server's `initialize` result.
     init: Value,
+    /// Set once the server forgot this session: its GET stream stops reconnecting.
+    ended: std::sync::atomic::AtomicBool,
 }
+
+/// Calls in flight that have a client behind them, by our request id: where a server's request
+/// or log message that names no request goes when there is exactly one (`sole`).
+type Waiting = Arc<std::sync::Mutex<std::collections::HashMap<u64, Relay>>>;
+
+fn sole(waiting: &Waiting) -> Option<Relay> {
+    let waiting = waiting.lock().unwrap_or_else(|p| p.into_inner());
+    let mut relays = waiting.values();
+    let first = relays.next().cloned();
+    first.filter(|_| relays.next().is_none())
+}
+
+/// Removes a call from `Waiting` however it ends.
+struct Registered(Waiting, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
+    }
+}
+
+/// How long a GET stream the server closed waits before it is opened again, at first and at most.
+const RELISTEN_MIN: Duration = Duration::from_secs(1);
+const RELISTEN_MAX: Duration = Duration::from_secs(30);
 
 /// What posting to the server needs, for a task that answers a server's request later.
 #[derive(Clone)]
@@ -54,6 +82,10 @@ pub struct HttpUpstream {
     next_id: AtomicU64,
     session: Mutex<Option<Arc<UpstreamSession>>>,
     list_changed: ListChangedHook,
+    notes: NoteHook,
+    waiting: Waiting,
+    /// Dropped with the upstream: its GET stream's task ends.
+    alive: tokio::sync::watch::Sender<()>,
 }
 
 impl HttpUpstream {
@@ -64,6 +96,9 @@ impl HttpUpstream {
             next_id: AtomicU64::new(1),
             session: Mutex::new(None),
             list_changed: ListChangedHook::default(),
+            notes: NoteHook::default(),
+            waiting: Arc::default(),
+            alive: tokio::sync::watch::channel(()).0,
         }
     }
 
@@ -92,11 +127,24 @@ impl HttpUpstream {
             id: sid,
             version: HeaderValue::from_str(&agreed).map_err(|e| UpstreamError::Protocol(e.to_string()))?,
             init,
+            ended: std::sync::atomic::AtomicBool::new(false),
         });
         let initialized = jsonrpc::notification_bytes("notifications/initialized", &json!({}));
         let resp = self.post(initialized, Some(&session)).await?;
         if !resp.status().is_success() {
             return Err(UpstreamError::Status(resp.status().as_u16()));
+        }
+        // Open the session's GET stream before the first call: servers send what relates to no
+        // request there (and some send their sampling and elicitation requests there too).
+        if let Some(stream) = self.poster.listen(&session).await {
+            let listener = Listener {
+                poster: self.poster.clone(),
+                session: session.clone(),
+                waiting: self.waiting.clone(),
+                list_changed: self.list_changed.clone(),
+                notes: self.notes.clone(),
+            };
+            tokio::spawn(listener.run(stream, self.alive.subscribe()));
         }
         *slot = Some(session.clone());
         Ok(session)
@@ -106,6 +154,7 @@ impl HttpUpstream {
     async fn forget(&self, stale: &Arc<UpstreamSession>) {
         let mut slot = self.session.lock().await;
         if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, stale)) {
+            stale.ended.store(true, Relaxed);
             *slot = None;
         }
     }
@@ -126,6 +175,10 @@ impl HttpUpstream {
         relay: Option<Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let mut session = self.session().await?;
+        let _registered = relay.clone().map(|relay| {
+            self.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(id, relay);
+            Registered(self.waiting.clone(), id)
+        });
         let body = jsonrpc::request_bytes(id, method, params);
         let mut resp = self.post(body.clone(), Some(&session)).await?;
         if resp.status() == StatusCode::NOT_FOUND && session.id.is_some() {
@@ -202,24 +255,122 @@ impl HttpUpstream {
     /// Post each client answer to a server's request back to the server when it comes.
     fn answer_asked(&self, asked: &mut Vec<Asked>, session: Option<&Arc<UpstreamSession>>) {
         for (id, answer) in asked.drain(..) {
-            let (poster, session) = (self.poster.clone(), session.cloned());
-            tokio::spawn(async move {
-                let outcome = answer.await.unwrap_or_else(|_| {
-                    Err(jsonrpc::RpcError::new(jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
-                });
-                let bytes = match outcome {
-                    Ok(result) => jsonrpc::result_value(&id, &result),
-                    Err(e) => jsonrpc::error_bytes(Some(&id), &e),
+            self.poster.answer_later(id, answer, session.cloned());
+        }
+    }
+}
+
+/// The task that reads a session's GET stream: server requests and notifications that name no
+/// call of ours, routed by `route_unrelated`; opened again (with backoff) when the server closes
+/// it, until the session ends or the upstream is dropped.
+struct Listener {
+    poster: Poster,
+    session: Arc<UpstreamSession>,
+    waiting: Waiting,
+    list_changed: ListChangedHook,
+    notes: NoteHook,
+}
+
+impl Listener {
+    async fn run(self, mut stream: Incoming, mut alive: tokio::sync::watch::Receiver<()>) {
+        let mut pause = RELISTEN_MIN;
+        loop {
+            let mut parser = SseParser::default();
+            loop {
+                let frame = tokio::select! {
+                    frame = stream.frame() => frame,
+                    _ = alive.changed() => return,
                 };
-                if let Err(e) = poster.post(bytes, session.as_deref()).await {
-                    tracing::debug!(error = %e, "could not answer an MCP server's request");
+                let Some(Ok(frame)) = frame else { break };
+                let Ok(data) = frame.into_data() else { continue };
+                pause = RELISTEN_MIN;
+                let _ = parser.feed(&data, |_, event| {
+                    self.on(event);
+                    Ok(())
+                });
+            }
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    _ = alive.changed() => return,
                 }
-            });
+                if self.session.ended.load(Relaxed) {
+                    return;
+                }
+                pause = (pause * 2).min(RELISTEN_MAX);
+                if let Some(again) = self.poster.listen(&self.session).await {
+                    stream = again;
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on(&self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        match jsonrpc::parse(data) {
+            Ok(Message::Notification { method, .. }) if method == "notifications/tools/list_changed" => {
+                self.list_changed.fire();
+            }
+            Ok(Message::Notification { method, params }) => {
+                let sole = sole(&self.waiting);
+                route_unrelated(&method, params, data, sole.as_ref(), &self.notes);
+            }
+            Ok(Message::Request { id, method, params }) => {
+                let sole = sole(&self.waiting);
+                if let Some(answer) = route_unrelated(&method, params, data, sole.as_ref(), &self.notes) {
+                    self.poster.answer_later(id, answer, Some(self.session.clone()));
+                }
+            }
+            _ => tracing::debug!("upstream MCP event ignored"),
         }
     }
 }
 
 impl Poster {
+    /// Open the session's GET stream; None when the server offers none (405) or fails.
+    async fn listen(&self, session: &UpstreamSession) -> Option<Incoming> {
+        let mut req = Request::get(self.url.clone()).body(Full::new(Bytes::new())).ok()?;
+        let h = req.headers_mut();
+        h.extend(self.headers.clone());
+        h.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        if let Some(id) = &session.id {
+            h.insert(SESSION_HEADER.clone(), id.clone());
+        }
+        h.insert(VERSION_HEADER.clone(), session.version.clone());
+        let resp = tokio::time::timeout(RELISTEN_MAX, self.http.send(req)).await.ok()?.ok()?;
+        let sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        (resp.status().is_success() && sse).then(|| resp.into_body())
+    }
+
+    /// Post the client's answer to a server's request `id` once it comes.
+    fn answer_later(
+        &self,
+        id: jsonrpc::Id,
+        answer: tokio::sync::oneshot::Receiver<Result<Value, jsonrpc::RpcError>>,
+        session: Option<Arc<UpstreamSession>>,
+    ) {
+        let poster = self.clone();
+        tokio::spawn(async move {
+            let outcome = answer.await.unwrap_or_else(|_| {
+                Err(jsonrpc::RpcError::new(jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
+            });
+            let bytes = match outcome {
+                Ok(result) => jsonrpc::result_value(&id, &result),
+                Err(e) => jsonrpc::error_bytes(Some(&id), &e),
+            };
+            if let Err(e) = poster.post(bytes, session.as_deref()).await {
+                tracing::debug!(error = %e, "could not answer an MCP server's request");
+            }
+        });
+    }
+
     async fn post(
         &self,
         body: Vec<u8>,
@@ -304,6 +455,10 @@ impl Upstream for HttpUpstream {
 
     fn list_changed(&self) -> Option<&ListChangedHook> {
         Some(&self.list_changed)
+    }
+
+    fn notes(&self) -> Option<&NoteHook> {
+        Some(&self.notes)
     }
 
     fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {

@@ -60,6 +60,9 @@ pub struct Hub {
     servers: Vec<Server>,
     /// The alias of each server that says its tool list changed, for clients' GET streams.
     changes: tokio::sync::broadcast::Sender<String>,
+    /// Notifications servers sent outside any call (resource updates, list changes, log
+    /// messages), with the server's alias, for clients' GET streams.
+    notes: tokio::sync::broadcast::Sender<(String, Arc<Value>)>,
 }
 
 impl Hub {
@@ -78,6 +81,7 @@ impl Hub {
                 })
                 .collect(),
             changes: tokio::sync::broadcast::channel(64).0,
+            notes: tokio::sync::broadcast::channel(256).0,
         };
         for s in &hub.servers {
             if let Some(hook) = s.spec.upstream.list_changed() {
@@ -88,8 +92,19 @@ impl Hub {
                     let _ = changes.send(name.clone());
                 }));
             }
+            if let Some(hook) = s.spec.upstream.notes() {
+                let (notes, name) = (hub.notes.clone(), s.spec.name.clone());
+                hook.set(Arc::new(move |note| {
+                    let _ = notes.send((name.clone(), Arc::new(note)));
+                }));
+            }
         }
         hub
+    }
+
+    /// Notifications servers send outside any call from now on, with the server's alias.
+    pub fn notes(&self) -> tokio::sync::broadcast::Receiver<(String, Arc<Value>)> {
+        self.notes.subscribe()
     }
 
     /// Aliases of servers whose tool lists change from now on.

@@ -219,7 +219,7 @@ impl Drop for ToClient {
 }
 
 /// `notifications/message` from one of several servers: its `logger` names the server.
-fn prefix_logger(note: &mut Value, server: &str) {
+pub(crate) fn prefix_logger(note: &mut Value, server: &str) {
     if note.get("method").and_then(Value::as_str) != Some("notifications/message") {
         return;
     }

@@ -19,7 +19,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
 use crate::jsonrpc::{self, Message};
-use crate::upstream::{ask_client, within, BoxFuture, Inbound, ListChangedHook, Relay, Upstream, UpstreamError};
+use crate::upstream::{
+    route_unrelated, within, BoxFuture, Inbound, ListChangedHook, NoteHook, Relay, Upstream, UpstreamError,
+};
 use crate::version;
 
 /// Restart delays grow from this to `MAX_BACKOFF`, and reset after a run of `HEALTHY_RUN`.
@@ -65,6 +67,7 @@ pub struct StdioUpstream {
     /// Process starts, for tests and metrics.
     starts: Arc<AtomicU64>,
     list_changed: ListChangedHook,
+    notes: NoteHook,
 }
 
 impl StdioUpstream {
@@ -76,8 +79,10 @@ impl StdioUpstream {
         let (stop_tx, stop_rx) = oneshot::channel();
         let starts = Arc::new(AtomicU64::new(0));
         let list_changed = ListChangedHook::default();
+        let notes = NoteHook::default();
         let supervisor = Supervisor {
             list_changed: list_changed.clone(),
+            notes: notes.clone(),
             name: name.to_owned(),
             command,
             env,
@@ -95,6 +100,7 @@ impl StdioUpstream {
             supervisor: Mutex::new(Some(tokio::spawn(supervisor.run(stop_rx)))),
             starts,
             list_changed,
+            notes,
         }
     }
 
@@ -201,6 +207,10 @@ impl Upstream for StdioUpstream {
     fn list_changed(&self) -> Option<&ListChangedHook> {
         Some(&self.list_changed)
     }
+
+    fn notes(&self) -> Option<&NoteHook> {
+        Some(&self.notes)
+    }
 }
 
 async fn write_line(running: &Running, mut line: Vec<u8>) -> Result<(), UpstreamError> {
@@ -235,6 +245,7 @@ impl Drop for GroupGuard {
 
 struct Supervisor {
     list_changed: ListChangedHook,
+    notes: NoteHook,
     name: String,
     command: Vec<String>,
     env: Vec<(String, String)>,
@@ -396,20 +407,21 @@ impl Supervisor {
                     self.list_changed.fire();
                     return;
                 }
-                let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
-                let token = params.as_ref().and_then(|p| p.get("progressToken"));
-                let pending = lock(&self.pending);
-                let to = match token {
-                    Some(token) => pending.values().find(|w| w.token.as_ref() == Some(token)),
-                    None => sole_client(&pending),
-                };
-                if let Some(relay) = to.and_then(|w| w.relay.as_ref()) {
-                    let _ = relay.try_send(Inbound::Note(value));
+                if let Some(token) = params.as_ref().and_then(|p| p.get("progressToken")) {
+                    let Ok(value) = serde_json::from_slice::<Value>(line) else { return };
+                    let pending = lock(&self.pending);
+                    let to = pending.values().find(|w| w.token.as_ref() == Some(token));
+                    if let Some(relay) = to.and_then(|w| w.relay.as_ref()) {
+                        let _ = relay.try_send(Inbound::Note(value));
+                    }
+                    return;
                 }
+                let relay = sole_client(&lock(&self.pending)).and_then(|w| w.relay.clone());
+                route_unrelated(&method, params, line, relay.as_ref(), &self.notes);
             }
             Ok(Message::Request { id, method, params }) => {
                 let relay = sole_client(&lock(&self.pending)).and_then(|w| w.relay.clone());
-                let answer = ask_client(relay.as_ref(), &method, params.unwrap_or_else(|| json!({})));
+                let Some(answer) = route_unrelated(&method, params, line, relay.as_ref(), &self.notes) else { return };
                 let process = process.clone();
                 tokio::spawn(async move {
                     let outcome = answer.await.unwrap_or_else(|_| {

@@ -35,6 +35,54 @@ impl ListChangedHook {
     }
 }
 
+/// Where an upstream reports the notifications no call of a client's is waiting for
+/// (`notifications/resources/updated`, `notifications/resources/list_changed`,
+/// `notifications/prompts/list_changed`, a log message outside any call): the hub passes them to
+/// clients' GET streams.
+#[derive(Default, Clone)]
+pub struct NoteHook(Arc<Mutex<Option<OnNote>>>);
+
+/// What to do with such a notification (the whole message).
+pub type OnNote = Arc<dyn Fn(Value) + Send + Sync>;
+
+impl NoteHook {
+    pub fn set(&self, hook: OnNote) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    pub fn fire(&self, note: Value) {
+        let hook = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(hook) = hook {
+            hook(note);
+        }
+    }
+}
+
+/// Where a server's message that names no request goes: the client of the only call in flight
+/// that has one (`relay`), or for a notification with no such call, `notes`. Requests with no
+/// single owner are refused: guessing could hand one client's question to another.
+pub fn route_unrelated(
+    method: &str,
+    params: Option<Value>,
+    message: &[u8],
+    sole: Option<&Relay>,
+    notes: &NoteHook,
+) -> Option<oneshot::Receiver<Result<Value, RpcError>>> {
+    let relayed_to_a_call = matches!(method, "notifications/message" | "notifications/progress");
+    if method.starts_with("notifications/") {
+        let Ok(note) = serde_json::from_slice::<Value>(message) else { return None };
+        match sole.filter(|_| relayed_to_a_call) {
+            Some(relay) => {
+                let _ = relay.try_send(Inbound::Note(note));
+            }
+            None if method != "notifications/progress" => notes.fire(note),
+            None => {}
+        }
+        return None;
+    }
+    Some(ask_client(sole, method, params.unwrap_or_else(|| serde_json::json!({}))))
+}
+
 /// `answer`, or `UpstreamError::Timeout` when it takes longer than `limit`.
 pub async fn within<T>(
     limit: std::time::Duration,
@@ -164,6 +212,11 @@ pub trait Upstream: Send + Sync {
 
     /// Where this upstream reports a changed tool list, if it can.
     fn list_changed(&self) -> Option<&ListChangedHook> {
+        None
+    }
+
+    /// Where this upstream reports notifications no call is waiting for, if it can.
+    fn notes(&self) -> Option<&NoteHook> {
         None
     }
 

@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     /// Requests sent to the client, waiting for its answer (by id as JSON text).
     pub(crate) asked: Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<serde_json::Value>>>,
     pub(crate) next_ask: std::sync::atomic::AtomicU64,
+    /// Each session's GET stream, where messages that relate to no request go.
+    pub(crate) streams: Mutex<std::collections::HashMap<String, tokio::sync::mpsc::Sender<serde_json::Value>>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -110,7 +110,7 @@ async fn the_aggregated_endpoint_lists_every_page_of_every_server_and_calls_thro
     let list = s.call(1, "tools/list", json!({})).await;
     let names: Vec<&str> =
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 2 * 12 + 95, "every upstream page, both servers (12 fixed tools each)");
+    assert_eq!(names.len(), 2 * 14 + 95, "every upstream page, both servers (14 fixed tools each)");
     assert!(names.iter().all(|n| valid_tool_name(n)), "{names:?}");
     assert!(names.windows(2).all(|w| w[0] < w[1]), "deterministic order");
     assert!(names.contains(&"files__tool_94") && names.contains(&"search__echo"));
@@ -461,7 +461,7 @@ async fn the_stateless_revision_needs_no_session_and_names_its_version_in_meta()
         )
         .await
         .json();
-    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 12);
+    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 14);
     let unknown = s
         .post(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": meta("2099-01-01")}}), &[])
         .await;

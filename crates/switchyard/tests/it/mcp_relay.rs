@@ -138,7 +138,8 @@ async fn a_servers_requests_reach_the_client_and_its_answers_reach_the_server() 
     }
     assert!(docs.stats().client_capabilities.get("sampling").is_some(), "the gateway offers sampling upstream");
     let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
-    let line = r#"switchyard_mcp_server_requests_total{server="docs",method="sampling/createMessage",outcome="answered"} 2"#;
+    let line =
+        r#"switchyard_mcp_server_requests_total{server="docs",method="sampling/createMessage",outcome="answered"} 2"#;
     assert!(metrics.contains(line), "{metrics}");
 
     // Elicitation, roots and ping the same way; an error the client answers reaches the server too.
@@ -188,7 +189,8 @@ async fn what_the_client_did_not_offer_is_refused_at_once() {
     let r = client.http.post_json(&client.url, body.to_string().as_bytes(), &headers).await.unwrap();
     assert!(text_of(&r.json()).starts_with("error -32601"), "{}", r.text());
     let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
-    let line = r#"switchyard_mcp_server_requests_total{server="docs",method="sampling/createMessage",outcome="refused"} 1"#;
+    let line =
+        r#"switchyard_mcp_server_requests_total{server="docs",method="sampling/createMessage",outcome="refused"} 1"#;
     assert!(metrics.contains(line), "{metrics}");
 }
 
@@ -232,4 +234,32 @@ async fn logging_passes_through_and_initialize_is_the_servers_own() {
     assert_eq!((docs.stats().log_level.as_deref(), other.stats().log_level.as_deref()), (Some("error"), Some("error")));
     let mut events = all.call(2, "other__log", json!({"text": "hello"})).await;
     assert_eq!(events.next().await["params"]["logger"], "other/mock");
+}
+
+#[tokio::test]
+async fn what_a_server_sends_on_its_get_stream_reaches_the_right_client() {
+    let docs = mcp_mock().await;
+    let gw = gateway(&[("docs", &docs)], "").await;
+    let (client, _) = Client::open(&gw, "/mcp/docs", serde_json::from_str(EVERYTHING).unwrap()).await;
+    // A sampling request the server sends on its GET stream (naming no request) while one call
+    // is in flight goes to that call's client.
+    let mut events = client.call(1, "sample_on_get", json!({"prompt": "via GET"})).await;
+    let asked = events.next().await;
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"role": "assistant",
+        "content": {"type": "text", "text": "got it"}, "model": "m"}});
+    assert_eq!(client.post(&answer).await.status(), 202);
+    assert_eq!(text_of(&events.next().await), "sample_on_get: got it");
+
+    // A resource update outside any call reaches the client's own GET stream.
+    let headers = [("accept", "text/event-stream"), ("mcp-session-id", client.session.as_str())];
+    let stream = client.http.send(Method::GET, &client.url, Bytes::new(), &headers).await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut listening = Events::of(stream.map(|b| b.map_err(|e| e.to_string()).boxed_unsync())).await;
+    let mut events = client.call(2, "touch_resource", json!({"uri": "mock://readme"})).await;
+    assert_eq!(text_of(&events.next().await), "touched");
+    let updated = listening.next().await;
+    assert_eq!(updated["method"], "notifications/resources/updated", "{updated}");
+    assert_eq!(updated["params"]["uri"], "mock://readme");
+    assert_eq!(listening.next().await["method"], "notifications/resources/list_changed");
 }

@@ -2,8 +2,10 @@
 //! (`sampling/createMessage`), `elicit {message}` (`elicitation/create`), `roots` (`roots/list`),
 //! `ping_client` (`ping`), each answering with what the client said (or the error it got), and
 //! `log {level, text}` (a `notifications/message` before the answer). The requests go out on the
-//! call's stream; the client's answers come back as POSTed (or written) responses, routed here
-//! by id (`answered`).
+//! call's stream (`sample_on_get`: on the session's GET stream, as some SDKs send requests that
+//! name no related request); the client's answers come back as POSTed (or written) responses,
+//! routed here by id (`answered`). `touch_resource {uri}` announces on GET streams that a resource
+//! changed (`notifications/resources/updated`, `notifications/resources/list_changed`).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -24,6 +26,8 @@ pub(crate) fn tools() -> Vec<Value> {
         json!({"name": "roots", "description": "List the client's roots.", "inputSchema": obj(json!({}))}),
         json!({"name": "ping_client", "description": "Ping the client.", "inputSchema": obj(json!({}))}),
         json!({"name": "log", "description": "Send a log message, then answer.", "inputSchema": obj(json!({"level": {"type": "string"}, "text": {"type": "string"}}))}),
+        json!({"name": "sample_on_get", "description": "Ask the client's model on the GET stream.", "inputSchema": obj(json!({"prompt": {"type": "string"}}))}),
+        json!({"name": "touch_resource", "description": "Announce that a resource changed.", "inputSchema": obj(json!({"uri": {"type": "string"}}))}),
     ]
 }
 
@@ -50,8 +54,18 @@ pub(crate) fn answered(shared: &Shared, msg: &Value) -> bool {
 
 /// Run one of this file's tools; None when `name` is not one.
 pub(crate) async fn call(shared: &Shared, name: &str, args: &Value, notes: &mpsc::Sender<Value>) -> Option<Value> {
+    let on_get: Option<mpsc::Sender<Value>> = lock(&shared.streams).values().next().cloned();
     let (method, params) = match name {
-        "sample" => {
+        "touch_resource" => {
+            let uri = args.get("uri").and_then(Value::as_str).unwrap_or("mock://readme");
+            let Some(stream) = on_get else { return Some(text_result("error: no GET stream")) };
+            let updated =
+                json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}});
+            let _ = stream.send(updated).await;
+            let _ = stream.send(json!({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"})).await;
+            return Some(text_result("touched"));
+        }
+        "sample" | "sample_on_get" => {
             let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("hello");
             let message = json!({"role": "user", "content": {"type": "text", "text": prompt}});
             ("sampling/createMessage", json!({"messages": [message], "maxTokens": 64}))
@@ -77,7 +91,12 @@ pub(crate) async fn call(shared: &Shared, name: &str, args: &Value, notes: &mpsc
     let (tx, rx) = oneshot::channel();
     lock(&shared.asked).insert(Value::String(id.clone()).to_string(), tx);
     let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    if notes.send(request).await.is_err() {
+    let stream = match (name, on_get) {
+        ("sample_on_get", Some(stream)) => stream,
+        ("sample_on_get", None) => return Some(text_result("error: no GET stream")),
+        _ => notes.clone(),
+    };
+    if stream.send(request).await.is_err() {
         return Some(text_result("error: no stream to the client"));
     }
     let answer = match tokio::time::timeout(WAIT, rx).await {
@@ -97,7 +116,7 @@ pub(crate) async fn call(shared: &Shared, name: &str, args: &Value, notes: &mpsc
 /// What a client's result says, briefly.
 fn summary(name: &str, result: &Value) -> String {
     match name {
-        "sample" => result.pointer("/content/text").and_then(Value::as_str).unwrap_or("?").to_owned(),
+        "sample" | "sample_on_get" => result.pointer("/content/text").and_then(Value::as_str).unwrap_or("?").to_owned(),
         "elicit" => format!(
             "{} {}",
             result.get("action").and_then(Value::as_str).unwrap_or("?"),

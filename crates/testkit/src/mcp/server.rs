@@ -109,6 +109,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             stats.authorizations.push(auth.to_owned());
         }
     }
+    if req.method() == Method::GET {
+        return get_stream(&state, &req);
+    }
     if req.method() != Method::POST {
         return reply(StatusCode::METHOD_NOT_ALLOWED, None);
     }
@@ -175,6 +178,27 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     drop(rx);
     let result = work.await.unwrap_or_else(|_| Err((-32603, "panicked".into())));
     reply(StatusCode::OK, Some(envelope(&id, result)))
+}
+
+/// A session's GET stream: messages that relate to no request (`ask.rs` sends some there).
+fn get_stream(state: &State, req: &Request<Incoming>) -> Response<Body> {
+    let session = req.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let Some(session) = session.filter(|s| lock(&state.shared.sessions).contains(s)) else {
+        return reply(StatusCode::NOT_FOUND, None);
+    };
+    let (tx, mut rx) = mpsc::channel::<Value>(64);
+    lock(&state.shared.streams).insert(session, tx);
+    let (frames, body) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        while let Some(message) = rx.recv().await {
+            if frames.send(Bytes::from(format!("event: message\ndata: {message}\n\n"))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut resp = Response::new(http_body_util::Either::Right(ChannelBody(body)));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp
 }
 
 fn wants_progress(msg: &Value) -> bool {
