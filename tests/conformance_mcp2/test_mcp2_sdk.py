@@ -142,3 +142,37 @@ def test_closing_the_stream_cancels_the_call_upstream(gateway):
             break
         anyio.run(anyio.sleep, 0.02)
     assert after["stopped_early"] == before["stopped_early"] + 1, after
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_servers_sampling_and_elicitation_reach_the_sdk_in_both_eras(gateway, mode):
+    """Stateless (auto): the server's question comes back as an `input_required` result and the
+    SDK retries with its answer; legacy: on the call's stream. From an HTTP and a stdio upstream."""
+    from mcp import types
+
+    async def sampling(context, params):
+        asked = params.messages[0].content.text
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=f"v2 answer to {asked}"), model="m"
+        )
+
+    async def elicitation(context, params):
+        return types.ElicitResult(action="accept", content={"name": "Lin"})
+
+    async def main():
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {MASTER}"})
+        client = Client(
+            streamable_http_client(gateway, http_client=http), mode=mode,
+            sampling_callback=sampling, elicitation_callback=elicitation,
+        )
+        async with client:
+            a = await client.call_tool("files__sample", {"prompt": "eras?"})
+            b = await client.call_tool("local__sample", {"prompt": "stdio?"})
+            c = await client.call_tool("files__elicit", {})
+            return client.protocol_version, a.content[0].text, b.content[0].text, c.content[0].text
+
+    version, a, b, c = anyio.run(main)
+    assert version == ("2026-07-28" if mode == "auto" else "2025-11-25")
+    assert a == "sample: v2 answer to eras?"
+    assert b == "sample: v2 answer to stdio?"
+    assert c == 'elicit: accept {"name":"Lin"}'

@@ -14,11 +14,14 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+mod input_required;
+mod relayed;
+
 use crate::hub::Hub;
 use crate::jsonrpc::{self, Id, Message, RpcError, METHOD_NOT_FOUND};
-use crate::relay::{ClientCaps, Out, Outbound, ToClient};
+use crate::relay::{ClientCaps, Outbound};
 use crate::session::SessionSigner;
-use crate::upstream::{Relay, Upstream, UpstreamError, NOTIFICATION_BACKLOG};
+use crate::upstream::{Relay, Upstream, UpstreamError};
 use crate::version;
 
 /// Which endpoint a request came to.
@@ -120,6 +123,8 @@ pub struct Front {
     code_mode: Option<crate::code_mode::CodeMode>,
     /// Servers' requests relayed to clients, waiting for their answers.
     outbound: Arc<Outbound>,
+    /// Stateless-revision calls waiting for their clients' input (`front/input_required.rs`).
+    parked: Mutex<HashMap<String, input_required::Parked>>,
 }
 
 /// Who sent a request: its session (or flight key), era and what it offered at `initialize`.
@@ -153,6 +158,7 @@ impl Front {
             closing: tokio::sync::watch::channel(false).0,
             code_mode: None,
             outbound: Arc::new(Outbound::default()),
+            parked: Mutex::new(HashMap::new()),
         })
     }
 
@@ -357,7 +363,7 @@ impl Front {
                 // request gets a key of its own.
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let flight = format!("~{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-                let caller = Caller { session: &flight, modern: true, caps: ClientCaps::default() };
+                let caller = Caller { session: &flight, modern: true, caps: ClientCaps::in_meta(&params) };
                 self.request(req, &caller, id, &method, params).await
             }
         }
@@ -462,6 +468,9 @@ impl Front {
     ) -> Answer {
         let permits = req.permits.as_ref();
         let modern = caller.modern;
+        if modern && params.get("requestState").is_some() {
+            return self.resume(req, id, &params).await;
+        }
         match (method, req.scope) {
             ("ping", _) => Answer::json(200, jsonrpc::result_value(&id, &json!({}))),
             ("tools/list", Scope::All) => {
@@ -498,6 +507,7 @@ impl Front {
             (_, Scope::Server(server)) if passed_through(method) => {
                 let Some(upstream) = self.hub.upstream(server).cloned() else { return Answer::empty(404) };
                 let method = method.to_owned();
+                let answer_id = id.clone();
                 let work = move |relay: Option<Relay>| async move {
                     let answer = upstream.request(upstream.next_id(), &method, params, relay).await;
                     Some(match answer {
@@ -505,7 +515,7 @@ impl Front {
                         Err(e) => upstream_failure_bytes(&id, &e),
                     })
                 };
-                self.answer_relaying(req, caller, (server, false), false, work).await
+                self.answer_relaying(req, caller, &answer_id, (server, false), false, work).await
             }
             _ => Answer::json(
                 200,
@@ -585,58 +595,9 @@ impl Front {
         };
         // Progress asked for: always a stream. Otherwise JSON, unless the server sends
         // something (a log message, a request for the client) before its answer.
+        let answer_id = call.id.clone();
         let work = move |relay: Option<Relay>| call.finish(relay, cancel_rx);
-        self.answer_relaying(req, caller, (&relayed_for, aggregated), wants_progress, work).await
-    }
-
-    /// Run `work` with a relay to the client when the client takes an SSE stream: the answer
-    /// as JSON when it comes before anything else, else a stream of what the server sent with
-    /// the answer last (always a stream when `stream`). Without a stream, `work` runs with no
-    /// relay: the server's requests are refused at once and its notifications dropped.
-    async fn answer_relaying<F, Fut>(
-        &self,
-        req: &Request<'_>,
-        caller: &Caller<'_>,
-        server: (&str, bool),
-        stream: bool,
-        work: F,
-    ) -> Answer
-    where
-        F: FnOnce(Option<Relay>) -> Fut,
-        Fut: std::future::Future<Output = Option<Vec<u8>>> + Send + 'static,
-    {
-        if !req.accepts_sse {
-            return Answer::json(200, work(None).await.unwrap_or_default());
-        }
-        let (relay, relayed) = mpsc::channel(NOTIFICATION_BACKLOG);
-        let (server, aggregated) = server;
-        let mut to_client = ToClient::new(self.outbound.clone(), caller.session, server, caller.caps);
-        to_client.server_prefix = aggregated.then(|| server.to_owned());
-        if caller.modern {
-            to_client.no_requests = Some(crate::relay::STATELESS_REFUSAL);
-        }
-        let (out, mut answers) = mpsc::channel(NOTIFICATION_BACKLOG);
-        tokio::spawn(crate::relay::pump(work(Some(relay)), relayed, to_client, out));
-        let first = match answers.recv().await {
-            Some(Out::Answer(answer)) if !stream => return Answer::json(200, answer.unwrap_or_default()),
-            Some(first) => first,
-            None => return Answer::json(200, Vec::new()),
-        };
-        let (events, rx) = mpsc::channel(NOTIFICATION_BACKLOG);
-        tokio::spawn(async move {
-            let mut next = Some(first);
-            while let Some(out) = next {
-                let bytes = match out {
-                    Out::Event(bytes) | Out::Answer(Some(bytes)) => bytes,
-                    Out::Answer(None) => return,
-                };
-                if events.send(bytes).await.is_err() {
-                    return;
-                }
-                next = answers.recv().await;
-            }
-        });
-        Answer { status: 200, session: None, body: Body::Events(rx) }
+        self.answer_relaying(req, caller, &answer_id, (&relayed_for, aggregated), wants_progress, work).await
     }
 
     /// `logging/setLevel` on the aggregated endpoint: every server is told (those without

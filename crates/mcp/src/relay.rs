@@ -154,15 +154,13 @@ pub struct ToClient {
     pub caps: ClientCaps,
     /// On the aggregated `/mcp`: the server whose log messages are prefixed with its name.
     pub server_prefix: Option<String>,
-    /// Why server requests cannot be relayed at all (the stateless revision), if so.
-    pub no_requests: Option<&'static str>,
+    /// A stateless-revision request: only progress is streamed (log messages need a `logLevel`
+    /// in the request's `_meta`, which the gateway does not pass on yet); server requests become
+    /// `input_required` results (`front/input_required.rs`).
+    pub stateless: bool,
     /// Requests asked under this relay: forgotten when it ends (their servers get an error).
     asked: Vec<u64>,
 }
-
-/// Refusal of the stateless revision, which has no server-to-client requests over a POST's stream.
-pub const STATELESS_REFUSAL: &str =
-    "the stateless protocol revision carries no server requests on a POST's stream; use a session-era client";
 
 impl ToClient {
     pub fn new(outbound: Arc<Outbound>, session: &str, server: &str, caps: ClientCaps) -> ToClient {
@@ -172,32 +170,33 @@ impl ToClient {
             server: server.to_owned(),
             caps,
             server_prefix: None,
-            no_requests: None,
+            stateless: false,
             asked: Vec::new(),
         }
     }
 
-    /// The SSE event to send the client for `inbound`, if any.
-    pub fn event(&mut self, inbound: Inbound) -> Option<Vec<u8>> {
+    /// What to pass the client for `inbound`, if anything.
+    pub fn event(&mut self, inbound: Inbound) -> Option<Out> {
         match inbound {
             Inbound::Note(mut note) => {
-                // The stateless revision streams progress only (log messages need a `logLevel`
-                // in the request's `_meta`, which the gateway does not pass on yet).
                 let method = note.get("method").and_then(Value::as_str);
-                if self.no_requests.is_some() && method != Some("notifications/progress") {
+                if self.stateless && method != Some("notifications/progress") {
                     return None;
                 }
                 if let Some(server) = &self.server_prefix {
                     prefix_logger(&mut note, server);
                 }
-                serde_json::to_vec(&note).ok()
+                serde_json::to_vec(&note).ok().map(Out::Event)
             }
             Inbound::Request { method, params, reply } => {
-                let refusal = match self.no_requests {
-                    Some(why) if method != "ping" => Some(why.to_owned()),
-                    Some(_) => None,
-                    None => (!self.caps.allows(&method))
-                        .then(|| format!("the client did not offer the capability `{method}` needs")),
+                // The stateless revision has no ping (the gateway answers it); a capability the
+                // client did not offer is refused.
+                let refusal = if self.stateless && method == "ping" {
+                    let _ = reply.send(Ok(json!({})));
+                    return None;
+                } else {
+                    (!self.caps.allows(&method))
+                        .then(|| format!("the client did not offer the capability `{method}` needs"))
                 };
                 if let Some(message) = refusal {
                     let _ = reply.send(Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, message)));
@@ -206,7 +205,7 @@ impl ToClient {
                 }
                 let id = self.outbound.ask(&self.session, &self.server, &method, reply)?;
                 self.asked.push(id);
-                serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).ok()
+                Some(Out::Ask(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})))
             }
         }
     }
@@ -231,11 +230,20 @@ pub(crate) fn prefix_logger(note: &mut Value, server: &str) {
     params.insert("logger".into(), Value::String(logger));
 }
 
-/// One message of a relayed answer: something the server sent, or the answer itself (None when
-/// the call was cancelled).
+/// One message of a relayed answer: a notification, a request of the server's for the client
+/// (under the gateway's id), or the answer itself (None when the call was cancelled).
 pub enum Out {
     Event(Vec<u8>),
+    Ask(Value),
     Answer(Option<Vec<u8>>),
+}
+
+impl ClientCaps {
+    /// A stateless-revision request's capabilities (`_meta["io.modelcontextprotocol/clientCapabilities"]`).
+    pub fn in_meta(params: &Value) -> ClientCaps {
+        let caps = params.get("_meta").and_then(|m| m.get(crate::version::CAPABILITIES_KEY));
+        ClientCaps::offered(caps.map(|c| json!({"capabilities": c})).as_ref())
+    }
 }
 
 /// Run `work` (an upstream exchange whose messages arrive on `relayed`) and pass what it sends
@@ -252,16 +260,16 @@ pub async fn pump(
         tokio::select! {
             answer = &mut work => {
                 while let Ok(inbound) = relayed.try_recv() {
-                    if let Some(bytes) = to_client.event(inbound) {
-                        let _ = out.send(Out::Event(bytes)).await;
+                    if let Some(message) = to_client.event(inbound) {
+                        let _ = out.send(message).await;
                     }
                 }
                 let _ = out.send(Out::Answer(answer)).await;
                 return;
             }
             Some(inbound) = relayed.recv() => {
-                if let Some(bytes) = to_client.event(inbound) {
-                    if out.send(Out::Event(bytes)).await.is_err() {
+                if let Some(message) = to_client.event(inbound) {
+                    if out.send(message).await.is_err() {
                         return;
                     }
                 }
@@ -293,7 +301,7 @@ mod tests {
             ToClient::new(outbound.clone(), "s-a", "docs", ClientCaps { sampling: true, ..Default::default() });
         let (reply, answer) = oneshot::channel();
         let event = to.event(Inbound::Request { method: "sampling/createMessage".into(), params: json!({}), reply });
-        let sent: Value = serde_json::from_slice(&event.unwrap()).unwrap();
+        let Some(Out::Ask(sent)) = event else { panic!("a request for the client") };
         let id = Id::number(sent["id"].as_u64().unwrap());
         let result = || Ok(RawValue::from_string("{\"role\":\"assistant\"}".into()).unwrap());
         assert!(!outbound.answer("s-b", &id, result()), "another session cannot answer it");

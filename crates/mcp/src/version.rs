@@ -7,6 +7,8 @@ pub const STATELESS: &str = "2026-07-28";
 
 /// Where a stateless-revision request names its version: `params._meta[META_KEY]`.
 pub const META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+/// Where a stateless-revision request names what its client offers: `params._meta[CAPABILITIES_KEY]`.
+pub const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// Session revisions (an `initialize` handshake and `Mcp-Session-Id`), newest first.
 pub const SESSION: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
