@@ -151,4 +151,16 @@ def test_the_node_sdk_with_its_defaults(url: str, model: str) -> None:
     assert out["got"] == f"models/{model}"
     assert out["plain"].strip() == CONTENT.strip(), out
     assert out["streamed"].strip() == CONTENT.strip(), out
+    assert out["counted"] == 4 if model == GE_MODEL else out["counted"] > 0, out
     assert out["missing"] == 404, out
+
+
+@pytest.mark.parametrize("api_version", [None, "v1beta"])
+def test_count_tokens(url: str, api_version: str | None) -> None:
+    """`countTokens` goes to a Gemini backend as it is, and is estimated by the gateway for others."""
+    client = genai.Client(api_key="unused", http_options=types.HttpOptions(base_url=url, api_version=api_version))
+    counted = client.models.count_tokens(model=GE_MODEL, contents="one two three four")
+    assert counted.total_tokens == 4, "the Gemini backend's own count (the mock counts words)"
+    for model in ["oa-model", "an-model", "ol-model"]:
+        estimated = client.models.count_tokens(model=model, contents="one two three four")
+        assert estimated.total_tokens and estimated.total_tokens > 0, model

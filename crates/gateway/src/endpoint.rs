@@ -25,6 +25,8 @@ pub enum Endpoint {
     GeminiGenerate,
     /// Gemini `POST /v1beta/models/{model}:streamGenerateContent` (`?alt=sse`).
     GeminiStream,
+    /// Gemini `POST /v1beta/models/{model}:countTokens`.
+    GeminiCountTokens,
     Other,
 }
 
@@ -133,6 +135,14 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
     },
     Spec {
         path: None,
+        model_in: ModelIn::Path,
+        charged: false,
+        resumable: false,
+        cacheable: false,
+        ..row(Endpoint::GeminiCountTokens, "", "gemini_count_tokens", "/v1beta/models/{model}:countTokens")
+    },
+    Spec {
+        path: None,
         route: None,
         model_in: ModelIn::Nowhere,
         resumable: false,
@@ -142,7 +152,7 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
 ];
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 13] = [
+    pub const ALL: [Endpoint; 14] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -155,6 +165,7 @@ impl Endpoint {
         Endpoint::OllamaEmbed,
         Endpoint::GeminiGenerate,
         Endpoint::GeminiStream,
+        Endpoint::GeminiCountTokens,
         Endpoint::Other,
     ];
 
@@ -173,25 +184,23 @@ impl Endpoint {
         if let Some(spec) = TABLE.iter().find(|s| s.path == Some(path)) {
             return spec.endpoint;
         }
-        match Endpoint::gemini_model(path) {
-            Some((_, true)) => Endpoint::GeminiStream,
-            Some((_, false)) => Endpoint::GeminiGenerate,
-            None => Endpoint::Other,
-        }
+        Endpoint::gemini_model(path).map_or(Endpoint::Other, |(_, endpoint)| endpoint)
     }
 
-    /// The model a Gemini path names (`/v1beta/models/{model}:generateContent`, or
-    /// `:streamGenerateContent`; `/v1/models/...` as given without `/v1`), and whether it streams.
-    pub fn gemini_model(path: &str) -> Option<(&str, bool)> {
+    /// The model a Gemini path names (`/v1beta/models/{model}:generateContent`,
+    /// `:streamGenerateContent` or `:countTokens`; `/v1/models/...` as given without `/v1`), and
+    /// which endpoint its method is.
+    pub fn gemini_model(path: &str) -> Option<(&str, Endpoint)> {
         let rest = ["/v1beta/models/", "/v1/models/", "/models/"].iter().find_map(|p| path.strip_prefix(p))?;
         // The method follows the last colon: model ids may hold colons (`...-v1:0` on Bedrock).
         let (model, method) = rest.rsplit_once(':')?;
-        let stream = match method {
-            "generateContent" => false,
-            "streamGenerateContent" => true,
+        let endpoint = match method {
+            "generateContent" => Endpoint::GeminiGenerate,
+            "streamGenerateContent" => Endpoint::GeminiStream,
+            "countTokens" => Endpoint::GeminiCountTokens,
             _ => return None,
         };
-        (!model.is_empty() && !model.contains('/')).then_some((model, stream))
+        (!model.is_empty() && !model.contains('/')).then_some((model, endpoint))
     }
 
     /// The route as clients write it (`/v1/chat/completions`), for span names; None for `Other`.

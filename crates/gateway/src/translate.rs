@@ -33,10 +33,12 @@ pub enum Wire {
     /// Bedrock's `Converse` (`ConverseStream` for streams); the URL names the model
     /// (`Backend::target_for`).
     Bedrock,
+    /// Gemini's `countTokens`; the URL names the model.
+    GeminiCountTokens,
 }
 
 impl Wire {
-    pub const ALL: [Wire; 10] = [
+    pub const ALL: [Wire; 11] = [
         Wire::OpenAiChat,
         Wire::OpenAiCompletions,
         Wire::OpenAiEmbeddings,
@@ -47,6 +49,7 @@ impl Wire {
         Wire::OllamaEmbed,
         Wire::Gemini,
         Wire::Bedrock,
+        Wire::GeminiCountTokens,
     ];
 
     /// Path under the backend's base URL.
@@ -60,7 +63,7 @@ impl Wire {
             Wire::OllamaChat => "/api/chat",
             Wire::OllamaGenerate => "/api/generate",
             Wire::OllamaEmbed => "/api/embed",
-            Wire::Gemini => "/v1beta/models",
+            Wire::Gemini | Wire::GeminiCountTokens => "/v1beta/models",
             Wire::Bedrock => "/model",
         }
     }
@@ -71,10 +74,12 @@ impl Wire {
             BackendKind::OpenAi | BackendKind::Azure => {
                 matches!(self, Wire::OpenAiChat | Wire::OpenAiCompletions | Wire::OpenAiEmbeddings)
             }
-            BackendKind::Gemini => self == Wire::Gemini,
+            BackendKind::Gemini => matches!(self, Wire::Gemini | Wire::GeminiCountTokens),
             BackendKind::Bedrock => self == Wire::Bedrock,
             // Ollama serves its native API and an OpenAI-compatible one under /v1.
-            BackendKind::Ollama => !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens | Wire::Gemini),
+            BackendKind::Ollama => {
+                !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens | Wire::Gemini | Wire::GeminiCountTokens)
+            }
             BackendKind::Anthropic => matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
         }
     }
@@ -92,6 +97,7 @@ impl Wire {
             Endpoint::OllamaGenerate => Wire::OllamaGenerate,
             Endpoint::OllamaEmbed => Wire::OllamaEmbed,
             Endpoint::GeminiGenerate | Endpoint::GeminiStream => Wire::Gemini,
+            Endpoint::GeminiCountTokens => Wire::GeminiCountTokens,
             Endpoint::Responses | Endpoint::Models | Endpoint::Other => return None,
         })
     }
@@ -128,7 +134,7 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::OllamaGenerate
         | Endpoint::GeminiGenerate
         | Endpoint::GeminiStream => Plan::Translate(chat),
-        Endpoint::CountTokens => Plan::Local,
+        Endpoint::CountTokens | Endpoint::GeminiCountTokens => Plan::Local,
         Endpoint::Embeddings | Endpoint::OllamaEmbed
             if !matches!(kind, BackendKind::Anthropic | BackendKind::Gemini | BackendKind::Bedrock) =>
         {
@@ -146,7 +152,7 @@ pub fn client_api(endpoint: Endpoint) -> Api {
         Endpoint::Responses => Api::Responses,
         Endpoint::Messages | Endpoint::CountTokens => Api::Anthropic,
         Endpoint::OllamaChat | Endpoint::OllamaGenerate | Endpoint::OllamaEmbed => Api::Ollama,
-        Endpoint::GeminiGenerate | Endpoint::GeminiStream => Api::Gemini,
+        Endpoint::GeminiGenerate | Endpoint::GeminiStream | Endpoint::GeminiCountTokens => Api::Gemini,
         _ => Api::OpenAiChat,
     }
 }

@@ -4,6 +4,7 @@
 //! `GenerateContentResponse`, `FunctionCall`/`FunctionResponse`, `UsageMetadata`, the `google.rpc`
 //! error shape). The model is named in the URL, not in the body.
 
+mod count_tokens;
 mod request;
 mod request_decode;
 mod response;
@@ -11,6 +12,7 @@ mod response_encode;
 mod stream_decode;
 mod stream_encode;
 
+pub use count_tokens::{decode_count_tokens_request, encode_count_tokens_response};
 pub use request::encode_request;
 pub use request_decode::decode_request;
 pub use response::decode_response;

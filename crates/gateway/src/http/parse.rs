@@ -119,6 +119,8 @@ pub fn parse_request_at(
         Endpoint::Completions => (fields.prompt, "prompt", false),
         Endpoint::Embeddings | Endpoint::OllamaEmbed | Endpoint::Responses => (fields.input, "input", false),
         Endpoint::GeminiGenerate | Endpoint::GeminiStream => (fields.contents, "contents", true),
+        // `contents`, or a whole `generateContentRequest`.
+        Endpoint::GeminiCountTokens => (None, "", false),
         // Ollama's generate may come without a prompt (it loads the model).
         Endpoint::OllamaGenerate | Endpoint::Models | Endpoint::Other => (None, "", false),
     };

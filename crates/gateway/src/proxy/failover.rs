@@ -253,7 +253,9 @@ impl<'f> Failover<'f> {
                     Planned::Skip
                 }
             },
-            Plan::Local => Planned::Local(Box::new(translation::count_tokens_locally(&mut exchange.bodies)?)),
+            Plan::Local => {
+                Planned::Local(Box::new(translation::count_tokens_locally(&mut exchange.bodies, call.endpoint)?))
+            }
             Plan::Unsupported(feature) => {
                 call.app.metrics.count_error("unsupported_feature");
                 self.failure = Some(GatewayError::bad_request(

@@ -80,11 +80,15 @@ pub fn response_context(request_id: &HeaderValue, model: &str) -> ResponseContex
 }
 
 /// `POST /v1/messages/count_tokens` for a model no Anthropic backend serves: an estimate.
-pub fn count_tokens_locally(bodies: &mut Bodies) -> Result<Response<GatewayBody>, GatewayError> {
+pub fn count_tokens_locally(bodies: &mut Bodies, endpoint: Endpoint) -> Result<Response<GatewayBody>, GatewayError> {
     let decoded = bodies.decoded().map_err(|e| GatewayError::from_translate(&e))?;
     let request = decoded.chat().ok_or(GatewayError::Internal)?;
     let count = anthropic::estimate_input_tokens(request);
-    Ok(json_response(StatusCode::OK, anthropic::encode_count_tokens_response(count)))
+    let body = match endpoint {
+        Endpoint::GeminiCountTokens => switchyard_protocol::gemini::encode_count_tokens_response(count),
+        _ => anthropic::encode_count_tokens_response(count),
+    };
+    Ok(json_response(StatusCode::OK, body))
 }
 
 /// A translated answer read whole: the client-shaped body and the usage the backend reported.

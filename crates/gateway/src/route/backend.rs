@@ -168,6 +168,9 @@ impl Backend {
             let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
             return format!("{target}/{model}:{method}").parse().ok();
         }
+        if wire == Wire::GeminiCountTokens {
+            return format!("{target}/{model}:countTokens").parse().ok();
+        }
         let Some(version) = self.cfg.api_version.as_deref().filter(|_| self.cfg.kind == BackendKind::Azure) else {
             return Some(target.clone());
         };

@@ -33,6 +33,7 @@ impl Decoded {
                 req.stream = endpoint == Endpoint::GeminiStream;
                 Decoded::Chat(Box::new(req))
             }
+            Endpoint::GeminiCountTokens => Decoded::Chat(Box::new(gemini::decode_count_tokens_request(body)?)),
             Endpoint::Completions | Endpoint::Models | Endpoint::Other => {
                 return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned()))
             }

@@ -24,6 +24,27 @@ fn error(state: &State, status: StatusCode, message: &str, rpc_status: &str) -> 
     state.json(status, body.to_string())
 }
 
+/// `countTokens`: one token per whitespace-separated word of the text parts (a mock's count, so
+/// tests can tell it from the gateway's own estimate).
+async fn count_tokens(state: &State, body: Incoming) -> Response<MockBody> {
+    let Some(bytes) = read_body(body).await else {
+        return error(state, StatusCode::BAD_REQUEST, "could not read the request body", "INVALID_ARGUMENT");
+    };
+    let Ok(request) = serde_json::from_slice::<Value>(&bytes) else {
+        return error(state, StatusCode::BAD_REQUEST, "Invalid JSON payload received.", "INVALID_ARGUMENT");
+    };
+    let request = request.get("generateContentRequest").unwrap_or(&request);
+    let words: usize = request["contents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["parts"].as_array().into_iter().flatten())
+        .filter_map(|p| p["text"].as_str())
+        .map(|t| t.split_whitespace().count())
+        .sum();
+    state.json(StatusCode::OK, json!({"totalTokens": words}).to_string())
+}
+
 pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<MockBody> {
     let (parts, body) = req.into_parts();
     match parts.headers.get("x-goog-api-key").and_then(|v| v.to_str().ok()) {
@@ -46,6 +67,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
         return error(state, StatusCode::NOT_FOUND, "Not found", "NOT_FOUND");
     };
     let stream = match method {
+        "countTokens" if parts.method == Method::POST => return count_tokens(state, body).await,
         "generateContent" => false,
         "streamGenerateContent" if parts.uri.query() == Some("alt=sse") => true,
         "streamGenerateContent" => {
