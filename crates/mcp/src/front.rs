@@ -107,6 +107,8 @@ pub type OnCall = Arc<dyn Fn(CallRecord) + Send + Sync>;
 struct InFlight {
     upstream: Arc<dyn Upstream>,
     upstream_id: u64,
+    /// What the client offered, as the upstream call was sent (its session).
+    offers: ClientCaps,
     cancel: oneshot::Sender<()>,
 }
 
@@ -501,7 +503,7 @@ impl Front {
             ("tools/call", Scope::Code) => self.code_call(req, caller, id, params).await,
             ("tools/call", scope) => self.call(req, caller, id, scope, params).await,
             ("logging/setLevel", Scope::All) => {
-                self.set_level_everywhere(params).await;
+                self.set_level_everywhere(params, caller.caps).await;
                 Answer::json(200, jsonrpc::result_bytes_for(&id, &empty_result(), modern))
             }
             (_, Scope::Server(server)) if passed_through(method) => {
@@ -573,10 +575,14 @@ impl Front {
         }
         let Some(upstream) = self.hub.upstream(&server).cloned() else { return Answer::empty(404) };
         let upstream_id = upstream.next_id();
+        // The session the call goes to: what the client offered, when it can be asked anything.
+        let offers = if req.accepts_sse || caller.modern { caller.caps } else { ClientCaps::default() };
         let (cancel_tx, cancel_rx) = oneshot::channel();
         let flight_key = (session.to_owned(), id.as_str().to_owned());
-        crate::hub_lock(&self.in_flight)
-            .insert(flight_key.clone(), InFlight { upstream: upstream.clone(), upstream_id, cancel: cancel_tx });
+        crate::hub_lock(&self.in_flight).insert(
+            flight_key.clone(),
+            InFlight { upstream: upstream.clone(), upstream_id, offers, cancel: cancel_tx },
+        );
         let wants_progress = params.pointer("/_meta/progressToken").is_some();
         let (relayed_for, aggregated) = (server.clone(), matches!(scope, Scope::All));
         let call = Call {
@@ -601,14 +607,16 @@ impl Front {
     }
 
     /// `logging/setLevel` on the aggregated endpoint: every server is told (those without
-    /// logging refuse, which changes nothing).
-    async fn set_level_everywhere(&self, params: Value) {
+    /// logging refuse, which changes nothing), in the sessions this client's calls go to.
+    async fn set_level_everywhere(&self, params: Value, caps: ClientCaps) {
         let mut asked = tokio::task::JoinSet::new();
         for name in self.hub.server_names() {
             if let Some(upstream) = self.hub.upstream(name).cloned() {
                 let params = params.clone();
+                // A relay nobody reads: it only names the session; the server asks nothing here.
+                let relay = Relay::new(mpsc::channel(1).0, caps);
                 asked.spawn(async move {
-                    let _ = upstream.request(upstream.next_id(), "logging/setLevel", params, None).await;
+                    let _ = upstream.request(upstream.next_id(), "logging/setLevel", params, Some(relay)).await;
                 });
             }
         }
@@ -686,7 +694,7 @@ impl Front {
             let reason = params.and_then(|p| p.get("reason")).cloned().unwrap_or(json!("cancelled by the client"));
             if let Err(e) = f
                 .upstream
-                .notify("notifications/cancelled", json!({"requestId": f.upstream_id, "reason": reason}))
+                .notify("notifications/cancelled", json!({"requestId": f.upstream_id, "reason": reason}), f.offers)
                 .await
             {
                 tracing::debug!(error = %e, "could not forward a cancellation upstream");
@@ -803,6 +811,7 @@ impl Call {
             front: self.front.clone(),
             key: self.flight_key.clone(),
             upstream_id: self.upstream_id,
+            offers: relay.as_ref().map_or_else(ClientCaps::default, |r| r.offers),
             server: self.server.clone(),
             done: false,
         };
@@ -847,6 +856,7 @@ struct FlightGuard {
     front: Arc<Front>,
     key: (String, String),
     upstream_id: u64,
+    offers: ClientCaps,
     server: String,
     done: bool,
 }
@@ -858,10 +868,10 @@ impl Drop for FlightGuard {
             // No runtime (it is shutting down): the upstream is going away with it anyway.
             let runtime = tokio::runtime::Handle::try_current();
             if let (Some(upstream), Ok(runtime)) = (self.front.hub.upstream(&self.server).cloned(), runtime) {
-                let id = self.upstream_id;
+                let (id, offers) = (self.upstream_id, self.offers);
                 runtime.spawn(async move {
                     let params = json!({"requestId": id, "reason": "the client went away"});
-                    let _ = upstream.notify("notifications/cancelled", params).await;
+                    let _ = upstream.notify("notifications/cancelled", params, offers).await;
                 });
             }
         }

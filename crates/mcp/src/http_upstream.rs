@@ -17,6 +17,7 @@ use switchyard_protocol::frames::SseParser;
 use tokio::sync::Mutex;
 
 use crate::jsonrpc::{self, Message};
+use crate::relay::ClientCaps;
 use crate::upstream::{
     ask_client, route_unrelated, within, BoxFuture, ListChangedHook, NoteHook, Relay, Upstream, UpstreamError,
 };
@@ -80,7 +81,10 @@ pub struct HttpUpstream {
     poster: Poster,
     timeout: Duration,
     next_id: AtomicU64,
-    session: Mutex<Option<Arc<UpstreamSession>>>,
+    /// One session per set of client capabilities (`ClientCaps::flags`): each declares exactly
+    /// what the clients whose calls it carries offered, so a server asks only what they can answer.
+    sessions: Mutex<std::collections::HashMap<String, Arc<UpstreamSession>>>,
+
     list_changed: ListChangedHook,
     notes: NoteHook,
     waiting: Waiting,
@@ -94,7 +98,8 @@ impl HttpUpstream {
             poster: Poster { url, headers, http },
             timeout,
             next_id: AtomicU64::new(1),
-            session: Mutex::new(None),
+            sessions: Mutex::new(std::collections::HashMap::new()),
+
             list_changed: ListChangedHook::default(),
             notes: NoteHook::default(),
             waiting: Arc::default(),
@@ -102,15 +107,16 @@ impl HttpUpstream {
         }
     }
 
-    async fn session(&self) -> Result<Arc<UpstreamSession>, UpstreamError> {
-        let mut slot = self.session.lock().await;
-        if let Some(s) = slot.as_ref() {
+    async fn session(&self, caps: ClientCaps) -> Result<Arc<UpstreamSession>, UpstreamError> {
+        let flags = caps.flags();
+        let mut sessions = self.sessions.lock().await;
+        if let Some(s) = sessions.get(&flags) {
             return Ok(s.clone());
         }
         let id = self.next_id();
         let params = json!({
             "protocolVersion": version::SESSION[0],
-            "capabilities": crate::upstream::client_capabilities(),
+            "capabilities": crate::upstream::client_capabilities(caps),
             "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")},
         });
         let resp = self.post(jsonrpc::request_bytes(id, "initialize", &params), None).await?;
@@ -146,16 +152,16 @@ impl HttpUpstream {
             };
             tokio::spawn(listener.run(stream, self.alive.subscribe()));
         }
-        *slot = Some(session.clone());
+        sessions.insert(flags, session.clone());
         Ok(session)
     }
 
     /// Forget `stale` (the server answered 404 for it) unless another caller already did.
     async fn forget(&self, stale: &Arc<UpstreamSession>) {
-        let mut slot = self.session.lock().await;
-        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, stale)) {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(flags) = sessions.iter().find(|(_, s)| Arc::ptr_eq(s, stale)).map(|(f, _)| f.clone()) {
             stale.ended.store(true, Relaxed);
-            *slot = None;
+            sessions.remove(&flags);
         }
     }
 
@@ -174,7 +180,8 @@ impl HttpUpstream {
         params: &Value,
         relay: Option<Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
-        let mut session = self.session().await?;
+        let caps = relay.as_ref().map_or_else(ClientCaps::default, |r| r.offers);
+        let mut session = self.session(caps).await?;
         let _registered = relay.clone().map(|relay| {
             self.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(id, relay);
             Registered(self.waiting.clone(), id)
@@ -184,7 +191,7 @@ impl HttpUpstream {
         if resp.status() == StatusCode::NOT_FOUND && session.id.is_some() {
             // The server ended or forgot our session: open a new one and try once more.
             self.forget(&session).await;
-            session = self.session().await?;
+            session = self.session(caps).await?;
             resp = self.post(body, Some(&session)).await?;
         }
         self.read_answer(resp, id, relay, Some(&session)).await
@@ -450,7 +457,7 @@ impl Upstream for HttpUpstream {
     }
 
     fn init_result(&self) -> BoxFuture<'_, Option<Value>> {
-        Box::pin(async move { self.session().await.ok().map(|s| s.init.clone()) })
+        Box::pin(async move { self.session(ClientCaps::default()).await.ok().map(|s| s.init.clone()) })
     }
 
     fn list_changed(&self) -> Option<&ListChangedHook> {
@@ -461,9 +468,14 @@ impl Upstream for HttpUpstream {
         Some(&self.notes)
     }
 
-    fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {
+    fn notify<'a>(
+        &'a self,
+        method: &'a str,
+        params: Value,
+        offers: ClientCaps,
+    ) -> BoxFuture<'a, Result<(), UpstreamError>> {
         Box::pin(async move {
-            let session = self.session().await?;
+            let session = self.session(offers).await?;
             let resp = self.post(jsonrpc::notification_bytes(method, &params), Some(&session)).await?;
             match resp.status().is_success() {
                 true => Ok(()),

@@ -25,6 +25,9 @@ pub struct ClientCaps {
 }
 
 impl ClientCaps {
+    /// Everything a client can offer (what a stdio server, one session for every client, is told).
+    pub const ALL: ClientCaps = ClientCaps { sampling: true, elicitation: true, roots: true };
+
     /// From `initialize`'s `params.capabilities`.
     pub fn offered(params: Option<&Value>) -> ClientCaps {
         let caps = params.and_then(|p| p.get("capabilities"));

@@ -193,7 +193,12 @@ impl Upstream for StdioUpstream {
         Box::pin(async move { self.current().await.ok().and_then(|r| r.init.get().cloned()) })
     }
 
-    fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>> {
+    fn notify<'a>(
+        &'a self,
+        method: &'a str,
+        params: Value,
+        _offers: crate::relay::ClientCaps,
+    ) -> BoxFuture<'a, Result<(), UpstreamError>> {
         Box::pin(async move {
             let running = self.current().await?;
             write_line(&running, jsonrpc::notification_bytes(method, &params)).await
@@ -339,7 +344,7 @@ impl Supervisor {
     /// Initialise, publish, then read the server's messages until it closes stdout.
     async fn serve(&self, process: &Arc<Running>, stdout: ChildStdout) {
         let mut reader = BufReader::new(stdout);
-        let params = json!({"protocolVersion": version::SESSION[0], "capabilities": crate::upstream::client_capabilities(),
+        let params = json!({"protocolVersion": version::SESSION[0], "capabilities": crate::upstream::client_capabilities(crate::relay::ClientCaps::ALL),
             "clientInfo": {"name": "switchyard", "version": env!("CARGO_PKG_VERSION")}});
         if write_line(process, jsonrpc::request_bytes(1, "initialize", &params)).await.is_err() {
             return;

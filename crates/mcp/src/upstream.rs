@@ -102,10 +102,25 @@ pub enum Inbound {
     Request { method: String, params: Value, reply: oneshot::Sender<Result<Value, RpcError>> },
 }
 
-/// Where an upstream relays what it sends while answering, for the caller to pass to the client.
-/// Bounded: a notification that finds it full (the client reads slower than the upstream
+/// Where an upstream relays what it sends while answering, for the caller to pass to the client,
+/// and what that client offered (an HTTP upstream is spoken to in a session that declares exactly
+/// that). Bounded: a notification that finds it full (the client reads slower than the upstream
 /// reports) is dropped, which progress can afford; a request that finds it full is refused.
-pub type Relay = mpsc::Sender<Inbound>;
+#[derive(Clone, Debug)]
+pub struct Relay {
+    tx: mpsc::Sender<Inbound>,
+    pub offers: crate::relay::ClientCaps,
+}
+
+impl Relay {
+    pub fn new(tx: mpsc::Sender<Inbound>, offers: crate::relay::ClientCaps) -> Relay {
+        Relay { tx, offers }
+    }
+
+    pub fn try_send(&self, inbound: Inbound) -> Result<(), mpsc::error::TrySendError<Inbound>> {
+        self.tx.try_send(inbound)
+    }
+}
 
 /// How many messages wait for a slow client before newer ones are dropped.
 pub const NOTIFICATION_BACKLOG: usize = 64;
@@ -129,11 +144,21 @@ pub fn ask_client(relay: Option<&Relay>, method: &str, params: Value) -> oneshot
     answer
 }
 
-/// What the gateway offers as a client to every upstream: it relays sampling, elicitation and
-/// roots requests to the client whose call the server is answering, and refuses them at once
-/// (an error, never a wait) when that client did not offer them.
-pub fn client_capabilities() -> Value {
-    serde_json::json!({"sampling": {}, "elicitation": {}, "roots": {"listChanged": false}})
+/// What the gateway offers as a client upstream on behalf of clients that offered `caps`: it
+/// relays those requests to the client whose call the server is answering (and refuses any other
+/// at once, an error, never a wait).
+pub fn client_capabilities(caps: crate::relay::ClientCaps) -> Value {
+    let mut offered = serde_json::Map::new();
+    if caps.sampling {
+        offered.insert("sampling".into(), serde_json::json!({}));
+    }
+    if caps.elicitation {
+        offered.insert("elicitation".into(), serde_json::json!({}));
+    }
+    if caps.roots {
+        offered.insert("roots".into(), serde_json::json!({"listChanged": false}));
+    }
+    Value::Object(offered)
 }
 
 /// The answer to a server's request no client can take.
@@ -207,8 +232,14 @@ pub trait Upstream: Send + Sync {
         Box::pin(async { None })
     }
 
-    /// Send a notification; nothing comes back.
-    fn notify<'a>(&'a self, method: &'a str, params: Value) -> BoxFuture<'a, Result<(), UpstreamError>>;
+    /// Send a notification; nothing comes back. `offers`: what the client of the request it is
+    /// about offered (its `Relay::offers`), so it goes to the session that request went to.
+    fn notify<'a>(
+        &'a self,
+        method: &'a str,
+        params: Value,
+        offers: crate::relay::ClientCaps,
+    ) -> BoxFuture<'a, Result<(), UpstreamError>>;
 
     /// Where this upstream reports a changed tool list, if it can.
     fn list_changed(&self) -> Option<&ListChangedHook> {

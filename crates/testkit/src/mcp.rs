@@ -54,8 +54,8 @@ pub struct McpStats {
     pub stopped_early: u64,
     /// The most `slow` calls that were running at once.
     pub peak_slow: u64,
-    /// The capabilities the client declared at its last `initialize`.
-    pub client_capabilities: serde_json::Value,
+    /// The capabilities the client declared at each `initialize`, in order.
+    pub client_capabilities: Vec<serde_json::Value>,
     /// The level of the last `logging/setLevel`.
     pub log_level: Option<String>,
 }

@@ -136,7 +136,13 @@ async fn a_servers_requests_reach_the_client_and_its_answers_reach_the_server() 
         assert_eq!(result["id"], 5);
         assert_eq!(text_of(&result), "sample: Paris", "{path}");
     }
-    assert!(docs.stats().client_capabilities.get("sampling").is_some(), "the gateway offers sampling upstream");
+    let declared = docs.stats().client_capabilities;
+    assert!(
+        declared.contains(
+            &serde_json::from_str(r#"{"sampling": {}, "elicitation": {}, "roots": {"listChanged": false}}"#).unwrap()
+        ),
+        "{declared:?}"
+    );
     let metrics = TestClient::new().get(&format!("{}/metrics", gw.url())).await.unwrap().text();
     let line =
         r#"switchyard_mcp_server_requests_total{server="docs",method="sampling/createMessage",outcome="answered"} 2"#;
@@ -177,6 +183,10 @@ async fn what_the_client_did_not_offer_is_refused_at_once() {
     let answer = events.next().await;
     assert!(text_of(&answer).starts_with("error -32601"), "{answer}");
     assert!(text_of(&answer).contains("did not offer"), "{answer}");
+    // Negotiated honestly: the session this client's calls go to offers the server only roots.
+    let declared = docs.stats().client_capabilities;
+    assert!(declared.contains(&json!({"roots": {"listChanged": false}})), "{declared:?}");
+    assert!(declared.iter().all(|c| c.get("sampling").is_none()), "nobody here offered sampling: {declared:?}");
     // A ping needs no capability.
     let mut events = client.call(2, "ping_client", json!({})).await;
     let asked = events.next().await;

@@ -137,7 +137,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         {
             let mut stats = lock(&state.shared.stats);
             stats.initialized += 1;
-            stats.client_capabilities = params.get("capabilities").cloned().unwrap_or(Value::Null);
+            stats.client_capabilities.push(params.get("capabilities").cloned().unwrap_or(Value::Null));
         }
         let mut resp = reply(
             StatusCode::OK,

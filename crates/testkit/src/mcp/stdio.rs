@@ -37,7 +37,9 @@ pub async fn run_stdio(mut cfg: McpMockConfig) -> std::io::Result<()> {
             continue; // an answer to something we never asked
         }
         if method == "initialize" {
-            lock(&state.shared.stats).client_capabilities = params.get("capabilities").cloned().unwrap_or(Value::Null);
+            lock(&state.shared.stats)
+                .client_capabilities
+                .push(params.get("capabilities").cloned().unwrap_or(Value::Null));
         }
         let (state, out) = (state.clone(), out.clone());
         tokio::spawn(async move {
