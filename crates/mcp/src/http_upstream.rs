@@ -365,13 +365,7 @@ impl Poster {
     ) {
         let poster = self.clone();
         tokio::spawn(async move {
-            let outcome = answer.await.unwrap_or_else(|_| {
-                Err(jsonrpc::RpcError::new(jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
-            });
-            let bytes = match outcome {
-                Ok(result) => jsonrpc::result_value(&id, &result),
-                Err(e) => jsonrpc::error_bytes(Some(&id), &e),
-            };
+            let bytes = crate::upstream::reply_to_server(id, answer).await;
             if let Err(e) = poster.post(bytes, session.as_deref()).await {
                 tracing::debug!(error = %e, "could not answer an MCP server's request");
             }

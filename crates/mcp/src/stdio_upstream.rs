@@ -429,14 +429,7 @@ impl Supervisor {
                 let Some(answer) = route_unrelated(&method, params, line, relay.as_ref(), &self.notes) else { return };
                 let process = process.clone();
                 tokio::spawn(async move {
-                    let outcome = answer.await.unwrap_or_else(|_| {
-                        Err(jsonrpc::RpcError::new(jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
-                    });
-                    let bytes = match outcome {
-                        Ok(result) => jsonrpc::result_value(&id, &result),
-                        Err(e) => jsonrpc::error_bytes(Some(&id), &e),
-                    };
-                    let _ = write_line(&process, bytes).await;
+                    let _ = write_line(&process, crate::upstream::reply_to_server(id, answer).await).await;
                 });
             }
             Err(_) => tracing::debug!(server = %self.name, "stdio MCP server wrote a line that is not JSON-RPC"),

@@ -161,6 +161,18 @@ pub fn client_capabilities(caps: crate::relay::ClientCaps) -> Value {
     Value::Object(offered)
 }
 
+/// The response to a server's request `id` once its client answers (an error when the client
+/// went away first), ready to send the server.
+pub async fn reply_to_server(id: crate::jsonrpc::Id, answer: oneshot::Receiver<Result<Value, RpcError>>) -> Vec<u8> {
+    let outcome = answer.await.unwrap_or_else(|_| {
+        Err(RpcError::new(crate::jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
+    });
+    match outcome {
+        Ok(result) => crate::jsonrpc::result_value(&id, &result),
+        Err(e) => crate::jsonrpc::error_bytes(Some(&id), &e),
+    }
+}
+
 /// The answer to a server's request no client can take.
 pub fn refuse(method: &str) -> Result<Value, RpcError> {
     if method == "ping" {

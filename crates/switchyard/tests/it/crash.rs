@@ -6,9 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,23 +15,11 @@ use crate::common::*;
 use http_body_util::BodyExt;
 use switchyard_testkit::{MockConfig, TestClient};
 
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 const KILLS: usize = 10;
 const WORKERS: usize = 8;
 
 fn start(config: &Path) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(config)
-        .env_remove("SWITCHYARD_MASTER_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
-    (child, base)
+    spawn_gateway(config)
 }
 
 /// One request, streamed or not; `true` when the client received the whole answer.

@@ -399,18 +399,7 @@ struct Process(std::process::Child);
 
 impl Process {
     fn start(config: &std::path::Path) -> (Process, String) {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-            .args(["serve", "--config"])
-            .arg(config)
-            .env_remove("SWITCHYARD_MASTER_KEY")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
+        let (child, base) = spawn_gateway(config);
         (Process(child), base)
     }
 }

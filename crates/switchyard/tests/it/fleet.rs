@@ -494,7 +494,6 @@ async fn a_budget_is_spent_once_across_the_fleet_and_seeded_from_the_database() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_killed_while_holding_parallel_slots_frees_them_within_their_ttl() {
-    use std::io::BufRead;
     let redis = RedisServer::start();
     // Requests are held until the test lets them go: the killed instance dies holding them.
     let backend = mock_with(&["m"], MockConfig { latency: Duration::from_secs(30), ..MockConfig::default() }).await;
@@ -517,17 +516,7 @@ async fn an_instance_killed_while_holding_parallel_slots_frees_them_within_their
         ),
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env_remove("SWITCHYARD_MASTER_KEY")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
+    let (mut child, base) = spawn_gateway(&config);
 
     for _ in 0..4 {
         let (client, key, url) = (TestClient::new(), key.clone(), format!("{base}/v1/chat/completions"));

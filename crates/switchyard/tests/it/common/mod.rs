@@ -189,3 +189,21 @@ pub fn every_api(model: &str, text: &str) -> Vec<(&'static str, serde_json::Valu
 pub fn metric(text: &str, line_start: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(line_start)).and_then(|v| v.trim().parse().ok())
 }
+
+/// The real gateway binary serving `config` (no master key from the environment), as a child
+/// process; its base URL from the `listening on` line it prints when ready.
+pub fn spawn_gateway(config: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env_remove("SWITCHYARD_MASTER_KEY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
+    (child, base)
+}
