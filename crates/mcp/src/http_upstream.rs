@@ -19,7 +19,8 @@ use tokio::sync::Mutex;
 use crate::jsonrpc::{self, Message};
 use crate::relay::ClientCaps;
 use crate::upstream::{
-    ask_client, route_unrelated, within, BoxFuture, ListChangedHook, NoteHook, Relay, Upstream, UpstreamError,
+    ask_client, route_unrelated, within_unless_asking, BoxFuture, ListChangedHook, NoteHook, Relay, Upstream,
+    UpstreamError,
 };
 use crate::version;
 
@@ -360,7 +361,7 @@ impl Poster {
     fn answer_later(
         &self,
         id: jsonrpc::Id,
-        answer: tokio::sync::oneshot::Receiver<Result<Value, jsonrpc::RpcError>>,
+        answer: crate::upstream::ClientAnswer,
         session: Option<Arc<UpstreamSession>>,
     ) {
         let poster = self.clone();
@@ -395,7 +396,7 @@ impl Poster {
 }
 
 /// A server's request handed to the client: its id (the server's) and the answer to come.
-type Asked = (jsonrpc::Id, tokio::sync::oneshot::Receiver<Result<Value, jsonrpc::RpcError>>);
+type Asked = (jsonrpc::Id, crate::upstream::ClientAnswer);
 
 /// The events of one answer stream as they are read.
 struct Events<'a> {
@@ -447,7 +448,10 @@ impl Upstream for HttpUpstream {
         params: Value,
         relay: Option<Relay>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
-        Box::pin(async move { within(self.timeout, self.request_once(id, method, &params, relay)).await })
+        Box::pin(async move {
+            let asking = relay.clone();
+            within_unless_asking(self.timeout, asking.as_ref(), self.request_once(id, method, &params, relay)).await
+        })
     }
 
     fn init_result(&self) -> BoxFuture<'_, Option<Value>> {

@@ -20,7 +20,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::jsonrpc::{self, Message};
 use crate::upstream::{
-    route_unrelated, within, BoxFuture, Inbound, ListChangedHook, NoteHook, Relay, Upstream, UpstreamError,
+    route_unrelated, within_unless_asking, BoxFuture, Inbound, ListChangedHook, NoteHook, Relay, Upstream,
+    UpstreamError,
 };
 use crate::version;
 
@@ -186,7 +187,10 @@ impl Upstream for StdioUpstream {
         params: Value,
         relay: Option<Relay>,
     ) -> BoxFuture<'a, Result<Box<RawValue>, UpstreamError>> {
-        Box::pin(within(self.timeout, self.request_once(id, method, params, relay)))
+        Box::pin(async move {
+            let asking = relay.clone();
+            within_unless_asking(self.timeout, asking.as_ref(), self.request_once(id, method, params, relay)).await
+        })
     }
 
     fn init_result(&self) -> BoxFuture<'_, Option<Value>> {

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
@@ -67,7 +68,7 @@ pub fn route_unrelated(
     message: &[u8],
     sole: Option<&Relay>,
     notes: &NoteHook,
-) -> Option<oneshot::Receiver<Result<Value, RpcError>>> {
+) -> Option<ClientAnswer> {
     let relayed_to_a_call = matches!(method, "notifications/message" | "notifications/progress");
     if method.starts_with("notifications/") {
         let Ok(note) = serde_json::from_slice::<Value>(message) else { return None };
@@ -110,11 +111,14 @@ pub enum Inbound {
 pub struct Relay {
     tx: mpsc::Sender<Inbound>,
     pub offers: crate::relay::ClientCaps,
+    /// The server's requests handed to this call's client and not answered yet: while there are
+    /// any, the call's timeout waits (a person may be answering), up to `CLIENT_ANSWER_MAX`.
+    asking: Arc<AtomicUsize>,
 }
 
 impl Relay {
     pub fn new(tx: mpsc::Sender<Inbound>, offers: crate::relay::ClientCaps) -> Relay {
-        Relay { tx, offers }
+        Relay { tx, offers, asking: Arc::default() }
     }
 
     pub fn try_send(&self, inbound: Inbound) -> Result<(), mpsc::error::TrySendError<Inbound>> {
@@ -128,20 +132,76 @@ pub const NOTIFICATION_BACKLOG: usize = 64;
 /// Hand a server's request to the client behind `relay`, or answer it at once when there is no
 /// client to ask (Code Mode, a call made without one, a client gone or too far behind): `ping`
 /// is answered by the gateway, anything else refused with an error that says why.
-pub fn ask_client(relay: Option<&Relay>, method: &str, params: Value) -> oneshot::Receiver<Result<Value, RpcError>> {
+pub fn ask_client(relay: Option<&Relay>, method: &str, params: Value) -> ClientAnswer {
     let (reply, answer) = oneshot::channel();
     let refused = match relay {
         Some(relay) => match relay.try_send(Inbound::Request { method: method.to_owned(), params, reply }) {
-            Ok(()) => return answer,
+            Ok(()) => {
+                relay.asking.fetch_add(1, Ordering::Relaxed);
+                return ClientAnswer { answer, _asking: Some(Asking(relay.asking.clone())) };
+            }
             Err(e) => match e.into_inner() {
                 Inbound::Request { reply, .. } => reply,
-                Inbound::Note(_) => return answer,
+                Inbound::Note(_) => return ClientAnswer { answer, _asking: None },
             },
         },
         None => reply,
     };
     let _ = refused.send(refuse(method));
-    answer
+    ClientAnswer { answer, _asking: None }
+}
+
+/// A client's answer to a server's request, to come; while it is awaited, the call it belongs to
+/// counts as asking its client.
+pub struct ClientAnswer {
+    answer: oneshot::Receiver<Result<Value, RpcError>>,
+    _asking: Option<Asking>,
+}
+
+impl Future for ClientAnswer {
+    type Output = Result<Result<Value, RpcError>, oneshot::error::RecvError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        Pin::new(&mut self.answer).poll(cx)
+    }
+}
+
+/// One outstanding request to a client, counted while it lives.
+struct Asking(Arc<AtomicUsize>);
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The longest a call waits on its client's answers past its own timeout.
+pub const CLIENT_ANSWER_MAX: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// `answer`, or `UpstreamError::Timeout` after `limit` — a limit that waits while the server is
+/// asking the call's client something (`relay`'s outstanding requests), up to `CLIENT_ANSWER_MAX`
+/// more: the server is not the slow one then, and the timeout would otherwise count toward its
+/// breaker.
+pub async fn within_unless_asking<T>(
+    limit: std::time::Duration,
+    relay: Option<&Relay>,
+    answer: impl Future<Output = Result<T, UpstreamError>>,
+) -> Result<T, UpstreamError> {
+    let Some(asking) = relay.map(|r| r.asking.clone()) else { return within(limit, answer).await };
+    let started = tokio::time::Instant::now();
+    let mut deadline = started + limit;
+    tokio::pin!(answer);
+    loop {
+        tokio::select! {
+            result = &mut answer => return result,
+            () = tokio::time::sleep_until(deadline) => {
+                if asking.load(Ordering::Relaxed) == 0 || deadline >= started + limit + CLIENT_ANSWER_MAX {
+                    return Err(UpstreamError::Timeout);
+                }
+                deadline = (deadline + limit).min(started + limit + CLIENT_ANSWER_MAX);
+            }
+        }
+    }
 }
 
 /// What the gateway offers as a client upstream on behalf of clients that offered `caps`: it
@@ -163,7 +223,7 @@ pub fn client_capabilities(caps: crate::relay::ClientCaps) -> Value {
 
 /// The response to a server's request `id` once its client answers (an error when the client
 /// went away first), ready to send the server.
-pub async fn reply_to_server(id: crate::jsonrpc::Id, answer: oneshot::Receiver<Result<Value, RpcError>>) -> Vec<u8> {
+pub async fn reply_to_server(id: crate::jsonrpc::Id, answer: ClientAnswer) -> Vec<u8> {
     let outcome = answer.await.unwrap_or_else(|_| {
         Err(RpcError::new(crate::jsonrpc::INTERNAL_ERROR, "the client went away before answering"))
     });

@@ -19,6 +19,15 @@ async fn mcp_mock() -> McpMock {
 }
 
 async fn gateway(servers: &[(&str, &McpMock)], extra: &str) -> switchyard_gateway::RunningGateway {
+    gateway_with(servers, extra, "").await
+}
+
+/// `server_extra`: more of each server's entry (`, timeout: 1s`).
+async fn gateway_with(
+    servers: &[(&str, &McpMock)],
+    extra: &str,
+    server_extra: &str,
+) -> switchyard_gateway::RunningGateway {
     let dir = scratch_dir();
     let mut yaml = format!(
         "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\n{extra}mcp:\n  servers:\n",
@@ -26,7 +35,7 @@ async fn gateway(servers: &[(&str, &McpMock)], extra: &str) -> switchyard_gatewa
         dir.display()
     );
     for (name, mock) in servers {
-        yaml.push_str(&format!("    - {{name: {name}, url: '{}'}}\n", mock.url()));
+        yaml.push_str(&format!("    - {{name: {name}, url: '{}'{server_extra}}}\n", mock.url()));
     }
     gateway_yaml(&yaml).await
 }
@@ -272,4 +281,24 @@ async fn what_a_server_sends_on_its_get_stream_reaches_the_right_client() {
     assert_eq!(updated["method"], "notifications/resources/updated", "{updated}");
     assert_eq!(updated["params"]["uri"], "mock://readme");
     assert_eq!(listening.next().await["method"], "notifications/resources/list_changed");
+}
+
+#[tokio::test]
+async fn a_call_waiting_on_its_clients_answer_outlives_the_servers_timeout() {
+    let docs = mcp_mock().await;
+    let gw = gateway_with(&[("docs", &docs)], "", ", timeout: 1s").await;
+    let (client, _) = Client::open(&gw, "/mcp/docs", serde_json::from_str(EVERYTHING).unwrap()).await;
+    let mut events = client.call(1, "elicit", json!({"message": "Take your time"})).await;
+    let asked = events.next().await;
+    assert_eq!(asked["method"], "elicitation/create");
+    // A person answering: slower than the server's 1 s timeout, which must not end the call.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let answer =
+        json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"name": "Slow"}}});
+    assert_eq!(client.post(&answer).await.status(), 202);
+    assert_eq!(text_of(&events.next().await), r#"elicit: accept {"name":"Slow"}"#);
+    // Without a question outstanding, the timeout still holds.
+    let mut events = client.call(2, "slow", json!({"ms": 3000})).await;
+    let answer = events.next().await;
+    assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("timeout"), "{answer}");
 }
