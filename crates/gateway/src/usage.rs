@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use crate::records::UsageRecord;
 
+mod checkpoint_file;
 pub mod extract;
 pub mod journal;
 pub(crate) mod priority;
@@ -31,6 +32,7 @@ mod segment;
 pub mod sse;
 pub mod writer;
 
+pub use checkpoint_file::CheckpointFile;
 pub use extract::{inject_include_usage, usage_from_response, BodyUsageTap};
 pub use journal::{Checkpoint, Journal, JournalOptions};
 pub use sse::SseUsageTap;
@@ -55,21 +57,12 @@ pub trait UsageSink: Send + Sync + 'static {
         -> impl Future<Output = Result<u64, String>> + Send;
     /// The checkpoint stored by the last successful `write_batch`, `0` if none.
     fn checkpoint(&self) -> impl Future<Output = Result<u64, String>> + Send;
-    /// Whether receivers dedupe by batch (a batch key such as `Idempotency-Key`): then a batch
-    /// once offered is retried as it is, never grown, and its end is kept (`intend`) before the
-    /// first try. A sink idempotent record by record (the database) lets batches grow.
-    fn batches_are_keyed(&self) -> bool {
-        false
-    }
-    /// Keep where the batch about to be sent for the first time ends, so that a restart cuts the
-    /// same batch again and its resend carries the same batch key (`Idempotency-Key`). Sinks
-    /// whose receivers cannot dedupe by batch need not keep it.
-    fn intend(&self, _end: u64) -> impl Future<Output = Result<(), String>> + Send {
-        async { Ok(()) }
-    }
-    /// The end kept by the last `intend`, if any.
-    fn intended(&self) -> impl Future<Output = Result<Option<u64>, String>> + Send {
-        async { Ok(None) }
+    /// An export sink's checkpoint file: its receivers dedupe by batch (a batch key such as
+    /// `Idempotency-Key`), so a batch once offered is retried as it is, never grown, and its end
+    /// is kept there before the first try, for a restart to cut the same batch again. None for a
+    /// sink idempotent record by record (the database), whose batches may grow.
+    fn checkpoint_file(&self) -> Option<&CheckpointFile> {
+        None
     }
 }
 
@@ -86,16 +79,8 @@ impl<T: UsageSink> UsageSink for Arc<T> {
         (**self).checkpoint()
     }
 
-    fn batches_are_keyed(&self) -> bool {
-        (**self).batches_are_keyed()
-    }
-
-    fn intend(&self, end: u64) -> impl Future<Output = Result<(), String>> + Send {
-        (**self).intend(end)
-    }
-
-    fn intended(&self) -> impl Future<Output = Result<Option<u64>, String>> + Send {
-        (**self).intended()
+    fn checkpoint_file(&self) -> Option<&CheckpointFile> {
+        (**self).checkpoint_file()
     }
 }
 

@@ -6,54 +6,12 @@
 //! checkpoint sends that batch again, under the same record ids).
 
 use std::fmt::Write as _;
-use std::io;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{ExportConfig, ExportSink};
-use crate::usage::{Journal, UsageCounters, UsageSink, UsageWriter, WriterConfig};
-
-/// A sink's checkpoint, as a decimal number in a file, replaced atomically (write, rename).
-pub struct CheckpointFile(PathBuf);
-
-impl CheckpointFile {
-    pub fn load(&self) -> Result<u64, String> {
-        match std::fs::read_to_string(&self.0) {
-            Ok(text) => text.trim().parse().map_err(|_| format!("{} is not a checkpoint", self.0.display())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(format!("reading {}: {e}", self.0.display())),
-        }
-    }
-
-    pub fn store(&self, checkpoint: u64) -> Result<(), String> {
-        write_atomically(&self.0, checkpoint)
-    }
-
-    /// Where the batch being sent ends (`NAME.sending` beside the checkpoint): a restart cuts
-    /// that batch again, so its resend carries the same `Idempotency-Key`.
-    pub fn intend(&self, end: u64) -> Result<(), String> {
-        write_atomically(&self.0.with_extension("sending"), end)
-    }
-
-    pub fn intended(&self) -> Result<Option<u64>, String> {
-        let path = self.0.with_extension("sending");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => text.trim().parse().map(Some).map_err(|_| format!("{} is not a checkpoint", path.display())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("reading {}: {e}", path.display())),
-        }
-    }
-}
-
-/// `value` in decimal into `path`, replaced atomically (write, rename).
-fn write_atomically(path: &std::path::Path, value: u64) -> Result<(), String> {
-    let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
-    std::fs::write(&tmp, value.to_string())
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| format!("writing {}: {e}", path.display()))
-}
+use crate::usage::{CheckpointFile, Journal, UsageCounters, UsageSink, UsageWriter, WriterConfig};
 
 /// The running sinks.
 #[derive(Default)]
@@ -94,7 +52,7 @@ impl Exports {
                 idle: true,
                 ..WriterConfig::default()
             };
-            let checkpoint = CheckpointFile(dir.join(format!("{}.checkpoint", export.name)));
+            let checkpoint = CheckpointFile::new(dir.join(format!("{}.checkpoint", export.name)));
             let (timeout, journal_id) = (export.timeout, journal.id().to_owned());
             let writer = match &export.sink {
                 ExportSink::Webhook { url, headers } => {

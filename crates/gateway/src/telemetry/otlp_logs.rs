@@ -11,8 +11,8 @@ use opentelemetry_otlp::{LogExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter as _, SdkLogRecord, SdkLoggerProvider};
 use opentelemetry_sdk::Resource;
 
-use super::exports::CheckpointFile;
 use crate::records::UsageRecord;
+use crate::usage::CheckpointFile;
 use crate::usage::UsageSink;
 
 pub struct OtlpLogsSink {
@@ -114,15 +114,7 @@ impl UsageSink for OtlpLogsSink {
         self.checkpoint.load()
     }
 
-    fn batches_are_keyed(&self) -> bool {
-        true
-    }
-
-    async fn intend(&self, end: u64) -> Result<(), String> {
-        self.checkpoint.intend(end)
-    }
-
-    async fn intended(&self) -> Result<Option<u64>, String> {
-        self.checkpoint.intended()
+    fn checkpoint_file(&self) -> Option<&CheckpointFile> {
+        Some(&self.checkpoint)
     }
 }

@@ -24,10 +24,10 @@ use object_store::client::{
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 
-use super::exports::CheckpointFile;
 use crate::config::{ObjectFormat, S3Target};
 use crate::records::UsageRecord;
 use crate::upstream::UpstreamClient;
+use crate::usage::CheckpointFile;
 use crate::usage::UsageSink;
 
 pub struct S3Sink {
@@ -161,16 +161,8 @@ impl UsageSink for S3Sink {
         Ok(checkpoint)
     }
 
-    fn batches_are_keyed(&self) -> bool {
-        true
-    }
-
-    async fn intend(&self, end: u64) -> Result<(), String> {
-        self.checkpoint.intend(end)
-    }
-
-    async fn intended(&self) -> Result<Option<u64>, String> {
-        self.checkpoint.intended()
+    fn checkpoint_file(&self) -> Option<&CheckpointFile> {
+        Some(&self.checkpoint)
     }
 }
 

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full};
 
-use super::exports::CheckpointFile;
 use crate::records::UsageRecord;
 use crate::upstream::UpstreamClient;
+use crate::usage::CheckpointFile;
 use crate::usage::UsageSink;
 
 pub struct WebhookSink {
@@ -64,15 +64,7 @@ impl UsageSink for WebhookSink {
         self.checkpoint.load()
     }
 
-    fn batches_are_keyed(&self) -> bool {
-        true
-    }
-
-    async fn intend(&self, end: u64) -> Result<(), String> {
-        self.checkpoint.intend(end)
-    }
-
-    async fn intended(&self) -> Result<Option<u64>, String> {
-        self.checkpoint.intended()
+    fn checkpoint_file(&self) -> Option<&CheckpointFile> {
+        Some(&self.checkpoint)
     }
 }

@@ -4,11 +4,11 @@
 //! records; when the journal has no more, linger up to `linger` for the batch to fill; call
 //! `write_batch(records, checkpoint after them)`. Idle, it sleeps until an `append` wakes it.
 //! When the sink fails the batch is kept (its records are in the journal anyway) and retried
-//! with exponential backoff; to a sink whose receivers dedupe by batch (`batches_are_keyed`: the
+//! with exponential backoff; to a sink whose receivers dedupe by batch (`checkpoint_file`: the
 //! export sinks) it is frozen: the same records, not grown by what arrived meanwhile, so a retry
-//! carries the same batch key, and its end goes to the sink before the first try
-//! (`UsageSink::intend`), so the first batch after a restart is cut there again; records read during the outage count as `spilled`, and as
-//! `replayed` once written. Files whose records are all stored are deleted. An export sink has a
+//! carries the same batch key, and its end goes to the sink's file before the first try
+//! (`CheckpointFile::intend`), so the first batch after a restart is cut there again. Records
+//! read during the outage count as `spilled`, and as `replayed` once written. Files whose records are all stored are deleted. An export sink has a
 //! `max_backlog`: a sink that falls further behind loses its oldest records, counted as `dropped`,
 //! rather than letting the journal grow until the disk is full.
 //!
@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::journal::{Checkpoint, Journal};
 use super::reader::JournalReader;
-use super::{UsageCounters, UsageSink};
+use super::{CheckpointFile, UsageCounters, UsageSink};
 use crate::records::UsageRecord;
 
 #[derive(Debug, Clone)]
@@ -211,7 +211,7 @@ struct Tail {
     /// The batch has been offered to the sink: it is resent as it is (same records, same end,
     /// so the same batch key) until delivered, never grown by what arrived meanwhile.
     frozen: bool,
-    /// Where the batch a previous process was sending ended (`UsageSink::intended`): the first
+    /// Where the batch a previous process was sending ended (`CheckpointFile::intended`): the first
     /// batch after a restart is cut there again.
     cut_at: Option<Checkpoint>,
 }
@@ -324,8 +324,8 @@ impl Tail {
 /// try and freeze it, so a retry or a resend after a restart is the same batch under the same key.
 async fn offer<S: UsageSink>(sink: &S, tail: &mut Tail) -> Result<u64, String> {
     let end = tail.end.encode();
-    if !tail.frozen && sink.batches_are_keyed() {
-        sink.intend(end).await?;
+    if let Some(file) = sink.checkpoint_file().filter(|_| !tail.frozen) {
+        file.intend(end)?;
         tail.frozen = true;
     }
     sink.write_batch(&tail.records, end).await
@@ -404,7 +404,7 @@ async fn start<S: UsageSink>(
         }
     };
     backoff.reset();
-    let cut_at = match sink.intended().await {
+    let cut_at = match sink.checkpoint_file().map_or(Ok(None), CheckpointFile::intended) {
         Ok(end) => end.filter(|end| *end > checkpoint).map(Checkpoint::decode),
         Err(error) => {
             tracing::warn!(
