@@ -30,7 +30,11 @@ impl ClientCaps {
 
     /// From `initialize`'s `params.capabilities`.
     pub fn offered(params: Option<&Value>) -> ClientCaps {
-        let caps = params.and_then(|p| p.get("capabilities"));
+        ClientCaps::of(params.and_then(|p| p.get("capabilities")))
+    }
+
+    /// From a capabilities object.
+    fn of(caps: Option<&Value>) -> ClientCaps {
         let has = |name: &str| caps.and_then(|c| c.get(name)).is_some_and(|v| !v.is_null());
         ClientCaps { sampling: has("sampling"), elicitation: has("elicitation"), roots: has("roots") }
     }
@@ -155,8 +159,8 @@ pub struct ToClient {
     /// The server whose messages these are (metric labels).
     pub server: String,
     pub caps: ClientCaps,
-    /// On the aggregated `/mcp`: the server whose log messages are prefixed with its name.
-    pub server_prefix: Option<String>,
+    /// On the aggregated `/mcp`: log messages' `logger` is prefixed with `server`.
+    pub aggregated: bool,
     /// A stateless-revision request: only progress is streamed (log messages need a `logLevel`
     /// in the request's `_meta`, which the gateway does not pass on yet); server requests become
     /// `input_required` results (`front/input_required.rs`).
@@ -172,7 +176,7 @@ impl ToClient {
             session: session.to_owned(),
             server: server.to_owned(),
             caps,
-            server_prefix: None,
+            aggregated: false,
             stateless: false,
             asked: Vec::new(),
         }
@@ -186,8 +190,8 @@ impl ToClient {
                 if self.stateless && method != Some("notifications/progress") {
                     return None;
                 }
-                if let Some(server) = &self.server_prefix {
-                    prefix_logger(&mut note, server);
+                if self.aggregated {
+                    prefix_logger(&mut note, &self.server);
                 }
                 serde_json::to_vec(&note).ok().map(Out::Event)
             }
@@ -244,8 +248,7 @@ pub enum Out {
 impl ClientCaps {
     /// A stateless-revision request's capabilities (`_meta["io.modelcontextprotocol/clientCapabilities"]`).
     pub fn in_meta(params: &Value) -> ClientCaps {
-        let caps = params.get("_meta").and_then(|m| m.get(crate::version::CAPABILITIES_KEY));
-        ClientCaps::offered(caps.map(|c| json!({"capabilities": c})).as_ref())
+        ClientCaps::of(params.get("_meta").and_then(|m| m.get(crate::version::CAPABILITIES_KEY)))
     }
 }
 

@@ -37,7 +37,7 @@ impl Front {
         let relay = Relay::new(relay, caller.caps);
         let (server, aggregated) = server;
         let mut to_client = ToClient::new(self.outbound.clone(), caller.session, server, caller.caps);
-        to_client.server_prefix = aggregated.then(|| server.to_owned());
+        to_client.aggregated = aggregated;
         to_client.stateless = caller.modern;
         let (out, mut answers) = mpsc::channel(NOTIFICATION_BACKLOG);
         tokio::spawn(crate::relay::pump(work(Some(relay)), relayed, to_client, out));
