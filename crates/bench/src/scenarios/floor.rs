@@ -23,8 +23,9 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         mock.url
     );
     let gateway = start_gateway(&config, pin)?;
-    // Idle, before any request: what each costs to keep running.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // Idle, before any request: what each costs to keep running, read once start-up is over (the
+    // gateway lets go of the pages only start-up touched 5 s after it starts: server.rs).
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
     for (label, proc) in [("bare proxy", &bare), ("gateway", &gateway)] {
         if let Some(rss) = proc.rss_bytes() {
             report.finding("floor", format!("idle RSS, {label}"), rss as f64 / (1 << 20) as f64, "MiB");
