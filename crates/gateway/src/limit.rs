@@ -42,10 +42,16 @@ impl Limiter {
     }
 
     /// Admit or refuse one request for `key` with `estimate` tokens, atomically across limits.
-    pub async fn acquire(&self, key: &str, limits: &Limits, estimate: u64) -> Result<Permit, Refused> {
+    pub async fn acquire(
+        &self,
+        key: &str,
+        limits: &Limits,
+        estimate: u64,
+        until: std::time::Instant,
+    ) -> Result<Permit, Refused> {
         match &self.shared {
             None => self.memory.acquire(key, limits, estimate).map_err(Refused::Limited),
-            Some(shared) => shared.acquire(key, limits, estimate).await,
+            Some(shared) => shared.acquire(key, limits, estimate, until).await,
         }
     }
 }

@@ -85,9 +85,9 @@ pub async fn forward(
     let mut exchange = parse(app, endpoint, parts.uri.path(), body)?;
     // Boxed, as the later phases are: inline, their kilobytes of state would be copied with this
     // future on each move, also on the paths that never await them.
-    let admitted = Box::pin(permits::take(app, &identity, &exchange.routed)).await?;
-    let stream = exchange.routed.stream;
     let deadline = started + app.config.timeouts.request;
+    let admitted = Box::pin(permits::take(app, &identity, &exchange.routed, deadline)).await?;
+    let stream = exchange.routed.stream;
     let call = Call { app, endpoint, headers: &parts.headers, request_id, started, deadline, stream };
     let mut settlement = Settlement::open(&call, &identity, &exchange.routed, admitted, trace);
     let result = Box::pin(proceed(&call, &identity, &mut exchange, &mut settlement)).await;

@@ -1,7 +1,11 @@
 //! The state a fleet of gateways shares through Redis (`redis:`): one multiplexed connection,
-//! every call bounded by `redis.timeout` and behind a breaker (so no request waits on a dead
-//! Redis), and a heartbeat that registers this instance among the live ones (what `local_share`
-//! divides limits by) and closes the breaker again when Redis is back. What is shared lives in
+//! calls behind a breaker (so no request waits on a dead Redis), and a heartbeat that registers
+//! this instance among the live ones (what `local_share` divides limits by), opens the breaker
+//! when Redis stops answering and closes it again when Redis is back. A call whose answer is
+//! optional (a conversation's pin) is bounded by `redis.timeout`; an admission is not: its script
+//! counts in Redis whether or not the answer is read, so a late answer is waited for (`call_held`)
+//! and never replaced by a fallback admission on top of it. Slowness alone never opens the
+//! breaker: errors do, and a heartbeat unanswered for `HEARTBEAT_WAIT`. What is shared lives in
 //! the modules that use it: limits in `limit/shared.rs`, key changes in `shared/revocation.rs`,
 //! conversations' backends in `shared/affinity.rs`, backend health hints in `shared/health.rs`.
 
@@ -13,7 +17,7 @@ use std::fmt::Write;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 
@@ -25,6 +29,10 @@ const BREAKER_FAILURES: u32 = 3;
 /// The heartbeat's period; an instance counts as live for three of them.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 const INSTANCE_TTL_MS: u64 = 3000;
+/// How long the heartbeat waits for its answer before counting a failure: far longer than
+/// `redis.timeout`, so a Redis that is slow under load (answering in tens of milliseconds) is not
+/// taken for a dead one and its limits left to the fallback.
+const HEARTBEAT_WAIT: Duration = Duration::from_millis(500);
 
 /// Every Redis key the gateway writes starts with this.
 pub const PREFIX: &str = "switchyard:";
@@ -38,6 +46,10 @@ pub struct Shared {
     failures: AtomicU32,
     /// The breaker is open.
     down: AtomicBool,
+    /// Wakes held calls when the breaker opens (their answer may never come).
+    opened: tokio::sync::Notify,
+    /// Held calls answered after `redis.timeout`: waited for, not replaced by a fallback.
+    late: AtomicU64,
     /// Live instances at the last heartbeat (this one included); what `local_share` divides by.
     live: AtomicU32,
     /// Failed or timed-out calls, and requests decided by an `on_failure` policy instead.
@@ -56,6 +68,9 @@ pub enum SharedError {
     /// The breaker is open: the call was not tried.
     Unavailable,
     Timeout,
+    /// A held call was sent and the breaker opened (or the request's deadline passed) before
+    /// its answer came: whether Redis ran it is unknown.
+    InDoubt,
     Redis(redis::RedisError),
 }
 
@@ -74,7 +89,10 @@ impl Shared {
         let client = redis::Client::open(info).map_err(|e| format!("redis.url: {e}"))?;
         let manager = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(250))))
-            .set_response_timeout(Some(config.timeout))
+            // No response timeout in the client: a timed-out script may still have run, and the
+            // client would report it as an I/O error that `call` sends again. The gateway bounds
+            // each call itself (`call`, `call_held`).
+            .set_response_timeout(None)
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
         let connection =
@@ -89,6 +107,8 @@ impl Shared {
             instance,
             failures: AtomicU32::new(0),
             down: AtomicBool::new(false),
+            opened: tokio::sync::Notify::new(),
+            late: AtomicU64::new(0),
             live: AtomicU32::new(1),
             errors: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
@@ -122,6 +142,12 @@ impl Shared {
                 "Redis calls that failed or timed out (redis.timeout).",
                 "counter",
                 self.errors.load(Relaxed),
+            ),
+            (
+                "switchyard_redis_late_answers_total",
+                "Admissions whose Redis answer came after redis.timeout: waited for, never replaced by a fallback admission.",
+                "counter",
+                self.late.load(Relaxed),
             ),
             (
                 "switchyard_redis_fallbacks_total",
@@ -201,6 +227,45 @@ impl Shared {
         outcome
     }
 
+    /// Run a call whose effect stands in Redis whether or not its answer is read (an admission
+    /// script): past `redis.timeout` it is still waited for, until its answer comes, the breaker
+    /// opens or `until` passes; then it is `InDoubt`, and its caller must not act as if Redis had
+    /// not run it. Not sent while the breaker is open (`Unavailable`).
+    pub async fn call_held<T, F, Fut>(&self, f: F, until: Instant) -> Result<T, SharedError>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let opened = self.opened.notified();
+        tokio::pin!(opened);
+        opened.as_mut().enable();
+        if !self.available() {
+            return Err(SharedError::Unavailable);
+        }
+        let sent = Instant::now();
+        let attempts = async {
+            match f(self.connection.clone()).await {
+                Err(e) if e.is_connection_dropped() || e.is_io_error() => f(self.connection.clone()).await,
+                other => other,
+            }
+        };
+        let outcome = tokio::select! {
+            answer = attempts => answer.map_err(SharedError::Redis),
+            () = opened => Err(SharedError::InDoubt),
+            () = tokio::time::sleep_until(until.into()) => Err(SharedError::InDoubt),
+        };
+        match &outcome {
+            Ok(_) => {
+                if sent.elapsed() > self.config.timeout {
+                    self.late.fetch_add(1, Relaxed);
+                }
+                self.succeeded();
+            }
+            Err(e) => self.failed(e),
+        }
+        outcome
+    }
+
     fn succeeded(&self) {
         if self.failures.load(Relaxed) != 0 {
             self.failures.store(0, Relaxed);
@@ -212,9 +277,19 @@ impl Shared {
 
     fn failed(&self, error: &SharedError) {
         self.errors.fetch_add(1, Relaxed);
+        // A late answer is not a dead Redis: only errors (and the heartbeat's own wait) open the
+        // breaker, else a loaded Redis would send every limit to its fallback.
+        if matches!(error, SharedError::Timeout | SharedError::InDoubt | SharedError::Unavailable) {
+            return;
+        }
+        self.count_failure(error);
+    }
+
+    fn count_failure(&self, error: &SharedError) {
         let failures = self.failures.fetch_add(1, Relaxed) + 1;
         if failures >= BREAKER_FAILURES && !self.down.swap(true, Relaxed) {
             tracing::warn!(error = ?error, "redis is failing: limits fall back to their on_failure policies");
+            self.opened.notify_waiters();
         }
     }
 
@@ -241,13 +316,16 @@ impl Shared {
                 let mut c = self.connection.clone();
                 script.key(&key).arg(&self.instance).arg(INSTANCE_TTL_MS).invoke_async::<u32>(&mut c).await
             };
-            match tokio::time::timeout(self.config.timeout, call).await {
+            match tokio::time::timeout(HEARTBEAT_WAIT.max(self.config.timeout), call).await {
                 Ok(Ok(live)) => {
                     self.live.store(live, Relaxed);
                     self.succeeded();
                 }
                 Ok(Err(e)) => self.failed(&SharedError::Redis(e)),
-                Err(_) => self.failed(&SharedError::Timeout),
+                Err(_) => {
+                    self.errors.fetch_add(1, Relaxed);
+                    self.count_failure(&SharedError::Timeout);
+                }
             }
         }
     }

@@ -27,7 +27,7 @@ use super::lease::{Drawn, Grant, Leases, Redraw, Unused, Want};
 use super::shared_scripts::{ACQUIRE, FINISH, REFRESH};
 use super::{Limits, MemoryLimiter, Permit, RateLimited, Refused, Snapshot};
 use crate::config::FailurePolicy;
-use crate::shared::{Shared, HEARTBEAT, PREFIX};
+use crate::shared::{Shared, SharedError, HEARTBEAT, PREFIX};
 
 /// How long a parallel slot outlives its last refresh (a killed instance's slots free by then).
 const HOLDER_TTL_MS: u64 = 5000;
@@ -103,7 +103,15 @@ impl SharedLimiter {
 
     /// Admit or refuse one request for `key`, atomically across every limit and instance: from
     /// this instance's lease of the key's quota when it holds one, else by one script in Redis.
-    pub async fn acquire(self: &Arc<Self>, key: &str, limits: &Limits, estimate: u64) -> Result<Permit, Refused> {
+    /// Past `redis.timeout` the script's answer is still waited for, up to `until` (the request's
+    /// deadline): it counts in Redis either way, so a fallback admission on top would overshoot.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        key: &str,
+        limits: &Limits,
+        estimate: u64,
+        until: Instant,
+    ) -> Result<Permit, Refused> {
         let miss = match self.leases.draw(key, limits, estimate, Instant::now()) {
             Ok(drawn) => return Ok(self.leased(key, limits, estimate, drawn)),
             Err(miss) => miss,
@@ -116,9 +124,10 @@ impl SharedLimiter {
         let sent = Instant::now();
         // An expired lease's units sent along stay charged if no answer comes: the script may
         // have run before the answer was lost, and giving them back twice would overshoot.
-        let Some(mut figures) = self.ask(key, limits, estimate, holder, (want, first_slot), unused.as_ref()).await
-        else {
-            return self.fallback(key, limits, estimate);
+        let asked = self.ask(key, limits, estimate, holder, (want, first_slot), unused.as_ref(), until).await;
+        let mut figures = match asked {
+            Ok(figures) => figures,
+            Err(unanswered) => return self.unanswered(key, limits, estimate, &unanswered),
         };
         if figures[0] != 1 {
             drop(refreshing.take());
@@ -128,10 +137,10 @@ impl SharedLimiter {
                 // in one script.
                 Redraw::Expired(unused) => {
                     let again = (Want::default(), 0);
-                    let Some(again) = self.ask(key, limits, estimate, holder, again, Some(&unused)).await else {
-                        return self.fallback(key, limits, estimate);
-                    };
-                    figures = again;
+                    match self.ask(key, limits, estimate, holder, again, Some(&unused), until).await {
+                        Ok(again) => figures = again,
+                        Err(unanswered) => return self.unanswered(key, limits, estimate, &unanswered),
+                    }
                 }
                 Redraw::Wait(_) | Redraw::Nothing => {}
             }
@@ -187,8 +196,8 @@ impl SharedLimiter {
         Ok(Permit::shared(snapshot, hold))
     }
 
-    /// Run the admission script for one request: its figures, or `None` when Redis gave no
-    /// answer.
+    /// Run the admission script for one request: its figures, or why Redis gave none.
+    #[allow(clippy::too_many_arguments)] // one script's arguments, each its own thing
     async fn ask(
         &self,
         key: &str,
@@ -197,31 +206,59 @@ impl SharedLimiter {
         holder: Option<u64>,
         (want, first_slot): (Want, u64),
         unused: Option<&Unused>,
-    ) -> Option<Vec<i64>> {
+        until: Instant,
+    ) -> Result<Vec<i64>, SharedError> {
         let (window, holders) = (window_key(key), holders_key(key));
         let figures = self
             .shared
-            .call(|mut c| {
-                let mut call = self.acquire.key(&window);
-                call.key(&holders)
-                    .arg(limits.rpm.unwrap_or(0))
-                    .arg(limits.tpm.unwrap_or(0))
-                    .arg(limits.max_parallel.unwrap_or(0))
-                    .arg(estimate)
-                    .arg(holder.map(|n| self.holder_name(n)).unwrap_or_default())
-                    .arg(HOLDER_TTL_MS)
-                    .arg(want.requests_per_s)
-                    .arg(want.tokens_per_s)
-                    .arg(self.shared.live_instances());
-                match unused {
-                    Some(u) => call.arg(u.second).arg(u.requests).arg(u.tokens),
-                    None => call.arg("").arg(0).arg(0),
-                };
-                call.arg(want.slots).arg(&self.holder_prefix).arg(first_slot);
-                async move { call.invoke_async::<Vec<i64>>(&mut c).await }
-            })
-            .await;
-        figures.ok().filter(|f| f.len() == 11)
+            .call_held(
+                |mut c| {
+                    let mut call = self.acquire.key(&window);
+                    call.key(&holders)
+                        .arg(limits.rpm.unwrap_or(0))
+                        .arg(limits.tpm.unwrap_or(0))
+                        .arg(limits.max_parallel.unwrap_or(0))
+                        .arg(estimate)
+                        .arg(holder.map(|n| self.holder_name(n)).unwrap_or_default())
+                        .arg(HOLDER_TTL_MS)
+                        .arg(want.requests_per_s)
+                        .arg(want.tokens_per_s)
+                        .arg(self.shared.live_instances());
+                    match unused {
+                        Some(u) => call.arg(u.second).arg(u.requests).arg(u.tokens),
+                        None => call.arg("").arg(0).arg(0),
+                    };
+                    call.arg(want.slots).arg(&self.holder_prefix).arg(first_slot);
+                    async move { call.invoke_async::<Vec<i64>>(&mut c).await }
+                },
+                until,
+            )
+            .await?;
+        // Answered, so it ran: an answer of another shape is a broken script, and in doubt.
+        if figures.len() == 11 {
+            Ok(figures)
+        } else {
+            Err(SharedError::InDoubt)
+        }
+    }
+
+    /// No figures from Redis. Not sent (the breaker is open, or the connection failed): the
+    /// limit's `on_failure` policy decides. Sent and unanswered: the script may have counted the
+    /// request, so admitting it locally as well could overshoot; it is refused, unless the
+    /// policy is `open` (the operator chose availability over the limit).
+    fn unanswered(&self, key: &str, limits: &Limits, estimate: u64, why: &SharedError) -> Result<Permit, Refused> {
+        if !matches!(why, SharedError::InDoubt) {
+            return self.fallback(key, limits, estimate);
+        }
+        self.shared.count_fallback();
+        let config = &self.shared.config;
+        let rate_open = (limits.rpm.is_none() && limits.tpm.is_none()) || config.rate_policy == FailurePolicy::Open;
+        let parallel_open = limits.max_parallel.is_none() || config.parallel_policy == FailurePolicy::Open;
+        if rate_open && parallel_open {
+            Ok(Permit::unlimited())
+        } else {
+            Err(Refused::Unavailable)
+        }
     }
 
     /// A refused request's last chance: this instance's own lease (waiting, within

@@ -2,6 +2,8 @@
 //! reservation. In a fleet both are Redis scripts; they are sent together, so the request waits
 //! for one round trip, not two (the multiplexed connection pipelines them).
 
+use std::time::Instant;
+
 use crate::app::App;
 use crate::auth::{model_allowed, Identity};
 use crate::error::GatewayError;
@@ -14,6 +16,7 @@ pub async fn take(
     app: &App,
     principal: &Identity,
     routed: &RoutedRequest,
+    deadline: Instant,
 ) -> Result<(Option<Permit>, Option<BudgetPermit>), GatewayError> {
     let Some(key) = principal.key() else { return Ok((None, None)) };
     if !model_allowed(&key.models, &routed.model) && !model_allowed(&key.models, &routed.requested) {
@@ -23,9 +26,10 @@ pub async fn take(
         });
     }
     if key.budget_usd.is_none() {
-        return Ok((admit(app, principal, routed).await?, None));
+        return Ok((admit(app, principal, routed, deadline).await?, None));
     }
-    let (permit, budget) = tokio::join!(admit(app, principal, routed), reserve_budget(app, principal, routed));
+    let (permit, budget) =
+        tokio::join!(admit(app, principal, routed, deadline), reserve_budget(app, principal, routed));
     Ok((permit?, budget?))
 }
 
@@ -85,14 +89,19 @@ async fn reserve_budget(
 const DEFAULT_COMPLETION_ESTIMATE: u64 = 256;
 
 /// A virtual key's rate limits; an admitted request holds its permit.
-async fn admit(app: &App, principal: &Identity, routed: &RoutedRequest) -> Result<Option<Permit>, GatewayError> {
+async fn admit(
+    app: &App,
+    principal: &Identity,
+    routed: &RoutedRequest,
+    deadline: Instant,
+) -> Result<Option<Permit>, GatewayError> {
     let Some(key) = principal.key() else { return Ok(None) };
     let limits = Limits { rpm: key.rpm, tpm: key.tpm, max_parallel: key.max_parallel };
     if limits.is_unlimited() {
         return Ok(None);
     }
     let estimate = (routed.body.len() as u64).div_ceil(4) + routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE);
-    app.limiter.acquire(&key.id, &limits, estimate).await.map(Some).map_err(|refused| {
+    app.limiter.acquire(&key.id, &limits, estimate, deadline).await.map(Some).map_err(|refused| {
         let r = match refused {
             Refused::Limited(r) => r,
             Refused::Unavailable => return GatewayError::LimitsUnavailable,

@@ -1,14 +1,15 @@
 //! A fleet: three gateways sharing one database and a real `redis-server`. A key's requests,
 //! tokens and parallel requests per minute hold across the fleet exactly as on one instance; a
 //! key revoked on one instance is refused on the others within a second (within a few when
-//! the notification channel is cut); with Redis stopped or frozen each instance follows its
-//! `redis.on_failure` policy without hanging, and shared limits come back when Redis does.
+//! the notification channel is cut); a Redis that answers late is waited for (exact, never a
+//! fallback on top); with Redis stopped or frozen each instance follows its `redis.on_failure`
+//! policy without hanging, and shared limits come back when Redis does.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use std::time::{Duration, Instant};
 
-use crate::common::redis::RedisServer;
+use crate::common::redis::{LateRedis, RedisServer};
 use crate::common::*;
 use http::Method;
 use switchyard_gateway::RunningGateway;
@@ -55,6 +56,12 @@ async fn fleet_with(
     policies: &[&str],
     extra: &str,
 ) -> Fleet {
+    let redis = format!("url: '{}', timeout: 3s", redis.url());
+    fleet_on(place, mocks, &redis, policies, extra).await
+}
+
+/// Gateways on one database and the Redis `redis:` settings (without `on_failure`) name.
+async fn fleet_on(place: &Place, mocks: &[&MockServer], redis: &str, policies: &[&str], extra: &str) -> Fleet {
     static JOURNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let (dir, db) = (&place.dir, &place.db);
     let mut gateways = Vec::new();
@@ -64,10 +71,9 @@ async fn fleet_with(
             "listen: 127.0.0.1:0\n\
              storage: {{url: '{db}', usage_journal_dir: '{}/usage{i}'}}\n\
              auth: {{master_key: {MASTER}, secret: {TEST_SECRET}}}\n\
-             redis: {{url: '{}', timeout: 3s, on_failure: {{rate: {policy}, parallel: {policy}}}}}\n\
+             redis: {{{redis}, on_failure: {{rate: {policy}, parallel: {policy}}}}}\n\
              {extra}backends:\n{}",
             dir.display(),
-            redis.url(),
             backends_yaml(mocks)
         );
         gateways.push(gateway_yaml(&yaml).await);
@@ -423,17 +429,48 @@ async fn with_redis_stopped_each_policy_holds_and_shared_limits_come_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_redis_costs_no_request_its_answer() {
+async fn late_redis_answers_never_become_extra_admissions() {
+    // Every reply comes 150 ms late, three times the default redis.timeout (50 ms), as from a
+    // Redis on a loaded machine. Admission scripts count in Redis whether or not their answer is
+    // read, so each is waited for: neither a fallback admission on top nor a resend.
+    let redis = RedisServer::start();
+    let late = LateRedis::start(&redis, Duration::from_millis(150)).await;
+    let backend = mock(&["m"]).await;
+    let fleet = fleet_on(&place(), &[&backend], &format!("url: '{}'", late.url()), &["local_share"; 3], "").await;
+    fleet.until_all_live(3).await;
+    let (_, key) = fleet.create_key(r#"{"rpm": 100}"#).await;
+    let answers = fleet.burst(&key, &chat_body("m", false), 300).await;
+    let mut late_answers = 0.0;
+    for i in 0..3 {
+        late_answers += fleet.metric(i, "switchyard_redis_late_answers_total").await.unwrap_or(0.0);
+        assert_eq!(fleet.metric(i, "switchyard_redis_fallbacks_total").await, Some(0.0), "instance {i}");
+        assert_eq!(fleet.metric(i, "switchyard_redis_up").await, Some(1.0), "slowness is not an outage");
+    }
+    assert_eq!((count(&answers, 200), count(&answers, 429)), (100, 200), "exactly the limit, fleet-wide");
+    assert!(late_answers >= 3.0, "the answers were late: {late_answers}");
+    assert_eq!(backend.control().request_count(), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_admits_no_request_twice_then_its_policy_decides() {
     let redis = RedisServer::start();
     let backend = mock(&["m"]).await;
     let fleet = fleet(&[&backend], &redis, &["local_share"]).await;
     let (_, key) = fleet.create_key(r#"{"rpm": 1000}"#).await;
     assert_eq!(fleet.chat(0, &key, &chat_body("m", false)).await.status, 200);
     redis.pause();
-    // The first calls time out (redis.timeout) and open the breaker; the rest skip Redis.
-    let answers = fleet.burst(&key, &chat_body("m", false), 50).await;
-    assert_eq!(count(&answers, 200), 50);
+    // Sent and never answered: each may have counted in Redis, so none is admitted locally on
+    // top; they are refused when the heartbeat finds Redis gone and opens the breaker.
+    let answers = fleet.burst(&key, &chat_body("m", false), 20).await;
+    assert_eq!(count(&answers, 503), 20);
+    for r in &answers {
+        assert_eq!(r.json()["error"]["code"], "limits_unavailable");
+        assert_eq!(r.header("retry-after"), Some("1"));
+    }
     assert_eq!(fleet.metric(0, "switchyard_redis_up").await, Some(0.0));
+    // With the breaker open nothing is sent to Redis: the policy (its local share) admits.
+    let answers = fleet.burst(&key, &chat_body("m", false), 20).await;
+    assert_eq!(count(&answers, 200), 20);
     redis.resume();
     fleet.until_metric(0, "switchyard_redis_up", 1.0).await;
     assert_eq!(fleet.chat(0, &key, &chat_body("m", false)).await.status, 200);

@@ -128,3 +128,56 @@ impl RedisServer {
         }
     }
 }
+
+/// A Redis that answers late: a proxy in front of a `RedisServer` that passes commands on at once
+/// and releases each reply `delay` after it came back, in order — a Redis slower than
+/// `redis.timeout`, as one on a loaded machine is. Stops with the test's runtime.
+pub struct LateRedis {
+    pub port: u16,
+}
+
+impl LateRedis {
+    pub async fn start(target: &RedisServer, delay: Duration) -> LateRedis {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = target.port;
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay_late(client, target, delay));
+            }
+        });
+        LateRedis { port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+async fn relay_late(client: tokio::net::TcpStream, target: u16, delay: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else { return };
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let commands = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+    });
+    let (replies, mut held) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 16 << 10];
+        while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+            if replies.send((tokio::time::Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    });
+    while let Some((due, bytes)) = held.recv().await {
+        tokio::time::sleep_until(due).await;
+        if client_write.write_all(&bytes).await.is_err() {
+            break;
+        }
+    }
+    commands.abort();
+    reader.abort();
+}
