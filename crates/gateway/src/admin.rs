@@ -1,5 +1,8 @@
-//! The admin API under `/admin`: virtual keys (create, list, read, update, revoke) and usage
-//! reports (JSON or CSV), guarded by the master key. Documented in `openapi.json` beside this file.
+//! The admin API under `/admin`: virtual keys (create, list, read, update, revoke), teams and
+//! users (`admin/orgs.rs`) and usage reports (JSON or CSV), guarded by the master key.
+//! Documented in `openapi.json` beside this file.
+
+mod orgs;
 
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -13,7 +16,7 @@ use crate::app::App;
 use crate::auth::key;
 use crate::error::GatewayError;
 use crate::http::{full, json_value, GatewayBody};
-use crate::records::KeyRecord;
+use crate::records::{KeyRecord, LevelLimits};
 use crate::store::{Bucket, UsageQuery};
 
 const OPENAPI: &str = include_str!("admin/openapi.json");
@@ -39,6 +42,12 @@ pub struct KeyFields {
     mcp_tools: Option<Option<Vec<String>>>,
     /// PATCH only: `true` revokes, `false` reinstates.
     revoked: Option<bool>,
+    /// The team the key belongs to (`null` takes it out of its team).
+    #[serde(default, deserialize_with = "nullable")]
+    team_id: Option<Option<String>>,
+    /// The user the key belongs to (`null` for none).
+    #[serde(default, deserialize_with = "nullable")]
+    user_id: Option<Option<String>>,
 }
 
 /// A present field, `null` included (`Some(None)`), as opposed to an absent one (`None`).
@@ -71,7 +80,7 @@ fn key_json(k: &KeyRecord) -> Value {
         "budget_usd": k.budget_usd, "budget_period": k.budget_period, "expires_at": ts(k.expires_at),
         "revoked_at": ts(k.revoked_at), "created_at": rfc3339(k.created_at),
         "metadata": {"user": k.user, "team": k.team, "tags": k.tags},
-        "mcp_servers": k.mcp_servers, "mcp_tools": k.mcp_tools,
+        "mcp_servers": k.mcp_servers, "mcp_tools": k.mcp_tools, "team_id": k.team_id, "user_id": k.user_id,
     })
 }
 
@@ -96,25 +105,29 @@ fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> 
         }
         k.models = v;
     }
-    for (name, v) in [("rpm", f.rpm.map(u64::from)), ("tpm", f.tpm), ("max_parallel", f.max_parallel.map(u64::from))] {
-        if v == Some(0) {
-            return Err(bad(format!("`{name}` must be at least 1 (omit it for no limit)"), None));
-        }
+    let mut limits = LevelLimits {
+        rpm: k.rpm,
+        tpm: k.tpm,
+        max_parallel: k.max_parallel,
+        budget_usd: k.budget_usd,
+        budget_period: k.budget_period.take(),
+    };
+    let given = orgs::LimitFields {
+        rpm: f.rpm,
+        tpm: f.tpm,
+        max_parallel: f.max_parallel,
+        budget_usd: f.budget_usd,
+        budget_period: f.budget_period,
+    };
+    let checked = given.apply(&mut limits);
+    (k.rpm, k.tpm, k.max_parallel, k.budget_usd, k.budget_period) =
+        (limits.rpm, limits.tpm, limits.max_parallel, limits.budget_usd, limits.budget_period);
+    checked?;
+    if let Some(team) = f.team_id {
+        k.team_id = team;
     }
-    k.rpm = f.rpm.or(k.rpm);
-    k.tpm = f.tpm.or(k.tpm);
-    k.max_parallel = f.max_parallel.or(k.max_parallel);
-    if let Some(b) = f.budget_usd {
-        if !b.is_finite() || b < 0.0 {
-            return Err(bad("`budget_usd` must be a non-negative number", Some("budget_usd")));
-        }
-        k.budget_usd = Some(b);
-    }
-    if let Some(p) = f.budget_period {
-        if !matches!(p.as_str(), "daily" | "weekly" | "monthly") {
-            return Err(bad("`budget_period` must be daily, weekly or monthly", Some("budget_period")));
-        }
-        k.budget_period = Some(p);
+    if let Some(user) = f.user_id {
+        k.user_id = user;
     }
     if let Some(t) = f.expires_at {
         k.expires_at = Some(parse_time(&t, "expires_at")?);
@@ -164,6 +177,10 @@ pub async fn handle(
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
     let now = app.clock.unix_secs();
+    // Boxed: the organisations' handlers would otherwise grow every admin request's future.
+    if let Some(answer) = Box::pin(orgs::handle(app, store, method, path.trim_end_matches('/'), &body, now)).await {
+        return answer;
+    }
     match (method, path.trim_end_matches('/')) {
         (&Method::GET, "/admin/openapi.json") => {
             let mut resp = Response::new(full(Bytes::from_static(OPENAPI.as_bytes())));
@@ -178,6 +195,7 @@ pub async fn handle(
             let (id, secret, full_key) = key::generate().map_err(internal)?;
             let mut record = KeyRecord::new(id, app.auth.hasher().hash(&secret), now);
             apply(&mut record, fields, now)?;
+            owners_exist(store, &record).await?;
             store.insert_key(&record).await.map_err(internal)?;
             let mut out = key_json(&record);
             out["key"] = json!(full_key);
@@ -203,6 +221,7 @@ pub async fn handle(
                 Method::GET => Ok(json_value(StatusCode::OK, &key_json(&record))),
                 Method::PATCH => {
                     apply(&mut record, parse_fields(&body)?, now)?;
+                    owners_exist(store, &record).await?;
                     store.update_key(&record).await.map_err(internal)?;
                     app.auth.evict(id);
                     announce(app, id).await;
@@ -295,6 +314,21 @@ async fn reload(app: &App) -> Result<Response<GatewayBody>, GatewayError> {
         Ok(message) => Ok(json_value(StatusCode::OK, &serde_json::json!({ "reloaded": true, "message": message }))),
         Err(why) => Err(GatewayError::bad_request(format!("configuration not reloaded: {why}"), None)),
     }
+}
+
+/// A key's team and user must exist.
+async fn owners_exist(store: &crate::store::Store, key: &KeyRecord) -> Result<(), GatewayError> {
+    if let Some(team) = &key.team_id {
+        if store.get_team(team).await.map_err(internal)?.is_none() {
+            return Err(bad(format!("no team with id `{team}`"), Some("team_id")));
+        }
+    }
+    if let Some(user) = &key.user_id {
+        if store.get_user(user).await.map_err(internal)?.is_none() {
+            return Err(bad(format!("no user with id `{user}`"), Some("user_id")));
+        }
+    }
+    Ok(())
 }
 
 /// Tell the rest of the fleet (when there is one) that a key changed.

@@ -66,7 +66,7 @@ impl KeyLookup for StoreKeys {
         let id = id.to_owned();
         Box::pin(async move {
             match &self.0 {
-                Some(store) => store.get_key(&id).await.map_err(|e| e.to_string()),
+                Some(store) => store.get_key_with_owners(&id).await.map_err(|e| e.to_string()),
                 None => Ok(None),
             }
         })

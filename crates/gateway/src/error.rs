@@ -60,6 +60,10 @@ pub enum GatewayError {
     NotFound {
         message: String,
     },
+    /// The change would break a uniqueness rule (a team's name, a user's email).
+    Conflict {
+        message: String,
+    },
     /// Missing, malformed, unknown, revoked or expired key.
     Unauthorized {
         message: String,
@@ -104,6 +108,7 @@ impl GatewayError {
             | GatewayError::KeysUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
+            GatewayError::Conflict { .. } => StatusCode::CONFLICT,
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             GatewayError::Forbidden { .. } => StatusCode::FORBIDDEN,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -131,6 +136,7 @@ impl GatewayError {
             GatewayError::LimitsUnavailable => "limits_unavailable",
             GatewayError::KeysUnavailable => "keys_unavailable",
             GatewayError::NotFound { .. } => "not_found",
+            GatewayError::Conflict { .. } => "conflict",
             GatewayError::Unauthorized { .. } => "unauthorized",
             GatewayError::Forbidden { .. } => "forbidden",
             GatewayError::RateLimited { .. } => "rate_limited",
@@ -216,6 +222,7 @@ impl GatewayError {
                 Some("keys_unavailable"),
             ),
             GatewayError::NotFound { message } => (message.clone(), "invalid_request_error", None, Some("not_found")),
+            GatewayError::Conflict { message } => (message.clone(), "invalid_request_error", None, Some("conflict")),
             GatewayError::Unauthorized { message, code } => {
                 (message.clone(), "invalid_request_error", None, Some(*code))
             }

@@ -40,19 +40,41 @@ impl Limiter {
     pub fn shared(&self) -> Option<&Arc<SharedLimiter>> {
         self.shared.as_ref()
     }
+}
 
-    /// Admit or refuse one request for `key` with `estimate` tokens, atomically across limits.
-    pub async fn acquire(
+impl Limiter {
+    /// Admit or refuse one request at every level it is charged to (`(id, limits)`: a key, its
+    /// user, its team). In memory all levels are checked and charged under one lock. In a fleet
+    /// each level is its own script, in order; a refusal at a later level gives back what the
+    /// earlier ones held (their parallel slots and token reservations), but the request stays
+    /// counted against an earlier level's rpm until it leaves the window: a refusal can only
+    /// ever make a level admit fewer, never more.
+    pub async fn acquire_levels(
         &self,
-        key: &str,
-        limits: &Limits,
+        levels: &[(&str, Limits)],
         estimate: u64,
         until: std::time::Instant,
     ) -> Result<Permit, Refused> {
-        match &self.shared {
-            None => self.memory.acquire(key, limits, estimate).map_err(Refused::Limited),
-            Some(shared) => shared.acquire(key, limits, estimate, until).await,
+        let Some(shared) = &self.shared else {
+            return self.memory.acquire_levels(levels, estimate).map_err(Refused::Limited);
+        };
+        let mut permit: Option<Permit> = None;
+        for (id, limits) in levels {
+            let level = match shared.acquire(id, limits, estimate, until).await {
+                Ok(level) => level,
+                Err(refused) => {
+                    if let Some(mut earlier) = permit {
+                        earlier.settle(0);
+                    }
+                    return Err(refused);
+                }
+            };
+            permit = Some(match permit {
+                None => level,
+                Some(p) => p.join(level),
+            });
         }
+        Ok(permit.unwrap_or_else(Permit::unlimited))
     }
 }
 
@@ -76,6 +98,8 @@ enum Hold {
     Shared(shared::Hold),
     /// Nothing to give back (a limit left open while Redis is away).
     Nothing,
+    /// A request charged at several levels (its key, user and team): each level's hold.
+    Levels(Vec<Hold>),
 }
 
 impl Permit {
@@ -91,11 +115,37 @@ impl Permit {
         Permit { snapshot: Snapshot::default(), hold: Hold::Nothing }
     }
 
+    /// One permit for a request admitted at two levels: both holds, and what the client is told
+    /// is the tighter of the two (the level with less left).
+    pub fn join(self, other: Permit) -> Permit {
+        let tighter = |a: Option<(u64, u64, Duration)>, b: Option<(u64, u64, Duration)>| match (a, b) {
+            (Some(a), Some(b)) => Some(if b.1 < a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        let snapshot = Snapshot {
+            requests: tighter(self.snapshot.requests, other.snapshot.requests),
+            tokens: tighter(self.snapshot.tokens, other.snapshot.tokens),
+        };
+        let mut holds = match self.hold {
+            Hold::Levels(holds) => holds,
+            hold => vec![hold],
+        };
+        holds.push(other.hold);
+        Permit { snapshot, hold: Hold::Levels(holds) }
+    }
+
     pub fn settle(&mut self, actual_tokens: u64) {
-        match &mut self.hold {
+        self.hold.settle(actual_tokens);
+    }
+}
+
+impl Hold {
+    fn settle(&mut self, actual_tokens: u64) {
+        match self {
             Hold::Memory(h) => h.settle(actual_tokens),
             Hold::Shared(h) => h.settle(actual_tokens),
             Hold::Nothing => {}
+            Hold::Levels(holds) => holds.iter_mut().for_each(|h| h.settle(actual_tokens)),
         }
     }
 }
@@ -128,6 +178,17 @@ pub struct RateLimited {
     pub limit: u64,
     pub retry_after: Duration,
     pub snapshot: Snapshot,
+}
+
+impl RateLimited {
+    /// Whether `limits` has the limit this refusal names, at this value.
+    pub fn limit_of(&self, limits: &Limits) -> bool {
+        match self.which {
+            "parallel" => limits.max_parallel.map(u64::from) == Some(self.limit),
+            "requests" => limits.rpm.map(u64::from) == Some(self.limit),
+            _ => limits.tpm == Some(self.limit),
+        }
+    }
 }
 
 static LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");

@@ -1,5 +1,7 @@
-//! Rows the gateway stores: virtual keys and usage records. Plain data shared by the key store,
-//! the usage journal and the SQL backends.
+//! Rows the gateway stores: virtual keys, teams, users and usage records. Plain data shared by
+//! the key store, the usage journal and the SQL backends.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,13 +35,103 @@ pub struct KeyRecord {
     /// MCP tools this key may use (globs over `{server}__{tool}`); None = all.
     #[serde(default)]
     pub mcp_tools: Option<Vec<String>>,
+    /// The team the key belongs to (`/admin/teams`): its limits, budget and allow-lists apply too.
+    #[serde(default)]
+    pub team_id: Option<String>,
+    /// The user the key belongs to (`/admin/users`): their limits and budget apply too.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// The key's team and user as they were when the key was looked up (not stored with it).
+    #[serde(skip)]
+    pub owners: Owners,
+}
+
+/// A key's team and user records, loaded with the key (and cached with it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Owners {
+    pub team: Option<Arc<TeamRecord>>,
+    pub user: Option<Arc<UserRecord>>,
+}
+
+/// The limits a team, a user or a key may carry; `None` is no limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LevelLimits {
+    pub rpm: Option<u32>,
+    pub tpm: Option<u64>,
+    pub max_parallel: Option<u32>,
+    pub budget_usd: Option<f64>,
+    /// `daily` | `weekly` | `monthly`; None = a lifetime budget.
+    pub budget_period: Option<String>,
+}
+
+/// A team: its members' keys share its limits and budget, within its allow-lists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamRecord {
+    /// `t_…`.
+    pub id: String,
+    /// Unique; what usage records, JWT and OIDC claims name the team by.
+    pub name: String,
+    /// Allowed model globs; empty = all.
+    pub models: Vec<String>,
+    pub limits: LevelLimits,
+    pub mcp_servers: Option<Vec<String>>,
+    pub mcp_tools: Option<Vec<String>>,
+    pub created_at: i64,
+}
+
+/// A person (or service) the gateway knows: a role, memberships, and optional limits of their own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserRecord {
+    /// `u_…`.
+    pub id: String,
+    /// Unique.
+    pub email: String,
+    pub name: Option<String>,
+    /// `admin` | `team_admin` | `member` | `viewer`.
+    pub role: String,
+    pub limits: LevelLimits,
+    pub created_at: i64,
+}
+
+/// A user's place in a team.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Membership {
+    pub team_id: String,
+    pub user_id: String,
+    /// `team_admin` | `member`.
+    pub role: String,
+    pub created_at: i64,
+}
+
+impl KeyRecord {
+    /// The user its usage is recorded under: its user's email, else its `metadata.user` tag.
+    pub fn user_name(&self) -> Option<&str> {
+        self.owners.user.as_ref().map(|u| u.email.as_str()).or(self.user.as_deref())
+    }
+
+    /// The team its usage is recorded under: its team's name, else its `metadata.team` tag.
+    pub fn team_name(&self) -> Option<&str> {
+        self.owners.team.as_ref().map(|t| t.name.as_str()).or(self.team.as_deref())
+    }
+
+    /// Whether this key may use `model` (or the alias the client named): within its own
+    /// allow-list and its team's (an empty list allows every model).
+    pub fn allows_model(&self, model: &str) -> bool {
+        let allowed = |globs: &[String]| globs.is_empty() || crate::glob::any(globs, model);
+        allowed(&self.models) && self.owners.team.as_ref().is_none_or(|t| allowed(&t.models))
+    }
 }
 
 impl KeyRecord {
     /// Whether this key may use `tool` of MCP server `server`.
     pub fn mcp_permits(&self, server: &str, tool: &str) -> bool {
-        self.mcp_servers.as_ref().is_none_or(|g| crate::glob::any(g, server))
-            && self.mcp_tools.as_ref().is_none_or(|g| crate::glob::any(g, &format!("{server}__{tool}")))
+        let permits = |servers: &Option<Vec<String>>, tools: &Option<Vec<String>>| {
+            servers.as_ref().is_none_or(|g| crate::glob::any(g, server))
+                && tools.as_ref().is_none_or(|g| crate::glob::any(g, &format!("{server}__{tool}")))
+        };
+        // The key's lists intersected with its team's.
+        permits(&self.mcp_servers, &self.mcp_tools)
+            && self.owners.team.as_ref().is_none_or(|t| permits(&t.mcp_servers, &t.mcp_tools))
     }
 
     /// A key with no limits, no metadata and no expiry.
@@ -62,6 +154,9 @@ impl KeyRecord {
             created_at,
             mcp_servers: None,
             mcp_tools: None,
+            team_id: None,
+            user_id: None,
+            owners: Owners::default(),
         }
     }
 }

@@ -36,6 +36,7 @@ macro_rules! with_pool {
 mod error;
 mod keys;
 mod migrations;
+mod orgs;
 mod report;
 mod requests;
 mod usage;

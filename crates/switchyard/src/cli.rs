@@ -110,6 +110,10 @@ enum Command {
     },
     /// Manage virtual keys through a running gateway's admin API.
     Keys(crate::keys::KeysArgs),
+    /// Manage teams and their members through a running gateway's admin API.
+    Teams(crate::orgs::TeamsArgs),
+    /// Manage users through a running gateway's admin API.
+    Users(crate::orgs::UsersArgs),
     /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory.
     Bench(Box<switchyard_bench::BenchArgs>),
     /// Start mock backends and the real gateway, show routing and failover, then keep serving.
@@ -230,6 +234,8 @@ pub fn main() -> ExitCode {
             }
             Command::Bench(args) => switchyard_bench::run(*args).await,
             Command::Keys(args) => crate::keys::run(args).await,
+            Command::Teams(args) => crate::orgs::teams(args).await,
+            Command::Users(args) => crate::orgs::users(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
             Command::BenchBareProxy { listen, upstream } => switchyard_bench::bare_proxy::run(listen, &upstream).await,
             Command::SeedUsage { storage, records, end_ms } => {

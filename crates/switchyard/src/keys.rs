@@ -52,6 +52,12 @@ struct Policy {
     /// MCP tools the key may use, comma-separated globs over `{server}__{tool}` (default: all).
     #[arg(long, value_delimiter = ',')]
     mcp_tools: Option<Vec<String>>,
+    /// The team the key belongs to (`switchyard teams list`): its limits and budget apply too.
+    #[arg(long)]
+    team_id: Option<String>,
+    /// The user the key belongs to (`switchyard users list`).
+    #[arg(long)]
+    user_id: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -90,6 +96,8 @@ impl Policy {
         put("expires_at", json!(self.expires_at));
         put("mcp_servers", json!(self.mcp_servers));
         put("mcp_tools", json!(self.mcp_tools));
+        put("team_id", json!(self.team_id));
+        put("user_id", json!(self.user_id));
         let mut meta = Map::new();
         for (k, v) in [("user", json!(self.user)), ("team", json!(self.team)), ("tags", json!(self.tags))] {
             if !v.is_null() {
@@ -112,9 +120,24 @@ pub async fn run(args: KeysArgs) -> Result<(), String> {
         KeysAction::Update { id, policy } => (Method::PATCH, format!("/admin/keys/{id}"), policy.to_json()),
         KeysAction::Revoke { id } => (Method::DELETE, format!("/admin/keys/{id}"), Value::Null),
     };
-    let auth = args.master_key.as_ref().map(|k| format!("Bearer {k}"));
+    admin_call(base, args.master_key.as_deref(), method, &path, &body).await?;
+    if matches!(args.action, KeysAction::Create(_)) {
+        eprintln!("Store this key now: it is not shown again.");
+    }
+    Ok(())
+}
+
+/// One admin API call (`body` Null for none); prints the JSON answer, or says why it failed.
+pub async fn admin_call(
+    base: &str,
+    master_key: Option<&str>,
+    method: Method,
+    path: &str,
+    body: &Value,
+) -> Result<(), String> {
+    let auth = master_key.map(|k| format!("Bearer {k}"));
     let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
-    let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap_or_default() };
+    let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(body).unwrap_or_default() };
     let resp = TestClient::new()
         .request(method, &format!("{base}{path}"), body.into(), &headers)
         .await
@@ -125,8 +148,5 @@ pub async fn run(args: KeysArgs) -> Result<(), String> {
         return Err(format!("{}: {message}", resp.status));
     }
     println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
-    if matches!(args.action, KeysAction::Create(_)) {
-        eprintln!("Store this key now: it is not shown again.");
-    }
     Ok(())
 }

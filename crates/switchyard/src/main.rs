@@ -6,6 +6,7 @@ mod cli;
 mod demo;
 mod fd_limit;
 mod keys;
+mod orgs;
 mod seed;
 
 fn main() -> std::process::ExitCode {

@@ -68,14 +68,16 @@ impl Identity {
             || self.subject.as_ref().is_some_and(|s| s.roles.contains(&Role::Admin))
     }
 
-    /// The user a request is charged to: the subject's, else the key's tag.
+    /// The user a request is charged to: the subject's, else the key's user (by email), else the
+    /// key's tag.
     pub fn user(&self) -> Option<&str> {
-        self.subject.as_ref().and_then(|s| s.user.as_deref()).or_else(|| self.key()?.user.as_deref())
+        self.subject.as_ref().and_then(|s| s.user.as_deref()).or_else(|| self.key()?.user_name())
     }
 
-    /// The team a request is charged to: the subject's first, else the key's tag.
+    /// The team a request is charged to: the subject's first, else the key's team (by name),
+    /// else the key's tag.
     pub fn team(&self) -> Option<&str> {
-        self.subject.as_ref().and_then(|s| s.teams.first().map(String::as_str)).or_else(|| self.key()?.team.as_deref())
+        self.subject.as_ref().and_then(|s| s.teams.first().map(String::as_str)).or_else(|| self.key()?.team_name())
     }
 }
 

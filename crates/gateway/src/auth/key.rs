@@ -26,7 +26,7 @@ pub fn parse(token: &str) -> Option<ParsedKey<'_>> {
     (hex(id, ID_HEX) && hex(secret, SECRET_HEX)).then_some(ParsedKey { id, secret })
 }
 
-fn random_hex(bytes: usize) -> Result<String, String> {
+pub(crate) fn random_hex(bytes: usize) -> Result<String, String> {
     let mut buf = vec![0u8; bytes];
     getrandom::getrandom(&mut buf).map_err(|e| format!("no randomness available: {e}"))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())

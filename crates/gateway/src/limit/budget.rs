@@ -82,6 +82,8 @@ pub struct BudgetPermit {
 enum Hold {
     Local(LocalHold),
     Shared(super::shared_budget::Hold),
+    /// A request charged to several budgets (its key's, its user's, its team's).
+    Levels(Vec<Hold>),
 }
 
 impl BudgetPermit {
@@ -89,11 +91,28 @@ impl BudgetPermit {
         BudgetPermit { hold: Hold::Shared(hold) }
     }
 
+    /// One permit for a request reserved against two budgets: both reservations.
+    pub fn join(self, other: BudgetPermit) -> BudgetPermit {
+        let mut holds = match self.hold {
+            Hold::Levels(holds) => holds,
+            hold => vec![hold],
+        };
+        holds.push(other.hold);
+        BudgetPermit { hold: Hold::Levels(holds) }
+    }
+
     /// Replace the reservation with the real cost.
     pub fn settle(self, cost: f64) {
-        match self.hold {
+        self.hold.settle(cost);
+    }
+}
+
+impl Hold {
+    fn settle(self, cost: f64) {
+        match self {
             Hold::Local(mut h) => h.release(cost),
             Hold::Shared(h) => h.settle(cost),
+            Hold::Levels(holds) => holds.into_iter().for_each(|h| h.settle(cost)),
         }
     }
 }

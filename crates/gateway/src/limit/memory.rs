@@ -70,6 +70,74 @@ impl KeyWindow {
         Duration::from_millis(((s + BUCKETS as u64) * 1000).saturating_sub(now_ms))
     }
 
+    /// Why one more request with `estimate` tokens would break `limits`, if it would.
+    fn refusal(&self, limits: &Limits, estimate: u64, now_ms: u64) -> Option<RateLimited> {
+        if let Some(max) = limits.max_parallel {
+            if self.parallel >= max {
+                return Some(RateLimited {
+                    which: "parallel",
+                    limit: u64::from(max),
+                    retry_after: Duration::from_secs(1),
+                    snapshot: self.snapshot(limits, now_ms),
+                });
+            }
+        }
+        if let Some(rpm) = limits.rpm {
+            if self.request_sum >= u64::from(rpm) {
+                // When enough of the oldest admissions stop counting for one more to fit.
+                let mut freed = u64::from(rpm).saturating_sub(self.request_sum);
+                let at = self.seconds().find(|&(_, i)| {
+                    freed += u64::from(self.requests[i]);
+                    freed >= 1
+                });
+                return Some(RateLimited {
+                    which: "requests",
+                    limit: u64::from(rpm),
+                    retry_after: at.map_or(Duration::from_secs(1), |(s, _)| KeyWindow::expiry(s, now_ms)),
+                    snapshot: self.snapshot(limits, now_ms),
+                });
+            }
+        }
+        let tpm = limits.tpm?;
+        if self.token_sum + estimate <= tpm {
+            return None;
+        }
+        // When enough of the oldest reservations stop counting for this one to fit (an estimate
+        // above the whole limit never fits: the window's length is the answer).
+        let mut freed = tpm.saturating_sub(self.token_sum);
+        let at = self.seconds().find(|&(_, i)| {
+            freed += self.tokens[i];
+            freed >= estimate
+        });
+        Some(RateLimited {
+            which: "tokens",
+            limit: tpm,
+            retry_after: at
+                .map_or(Duration::from_secs(BUCKETS as u64), |(s, _)| KeyWindow::expiry(s, now_ms))
+                .max(Duration::from_millis(1)),
+            snapshot: self.snapshot(limits, now_ms),
+        })
+    }
+
+    /// Count one admitted request: its token reservation, and whether it holds a parallel slot.
+    fn charge(&mut self, limits: &Limits, estimate: u64, now_s: u64) -> (Option<Reservation>, bool) {
+        let i = (now_s % BUCKETS as u64) as usize;
+        if limits.rpm.is_some() {
+            self.requests[i] += 1;
+            self.request_sum += 1;
+        }
+        let reservation = limits.tpm.map(|_| {
+            self.tokens[i] += estimate;
+            self.token_sum += estimate;
+            Reservation { second: now_s, tokens: estimate }
+        });
+        let parallel = limits.max_parallel.is_some();
+        if parallel {
+            self.parallel += 1;
+        }
+        (reservation, parallel)
+    }
+
     fn snapshot(&self, limits: &Limits, now_ms: u64) -> Snapshot {
         let reset = |nonzero: &dyn Fn(usize) -> bool| {
             self.seconds().find(|&(_, i)| nonzero(i)).map_or(Duration::ZERO, |(s, _)| Self::expiry(s, now_ms))
@@ -136,74 +204,46 @@ impl MemoryLimiter {
         estimate: u64,
         now_ms: u64,
     ) -> Result<Permit, RateLimited> {
+        self.acquire_levels_at(&[(key, *limits)], estimate, now_ms)
+    }
+
+    /// Admit or refuse one request at every level it is charged to (a key, its user, its team),
+    /// atomically: under one lock every level is checked before any is charged, so a refusal at
+    /// one level leaves the others as they were.
+    pub fn acquire_levels(self: &Arc<Self>, levels: &[(&str, Limits)], estimate: u64) -> Result<Permit, RateLimited> {
+        self.acquire_levels_at(levels, estimate, self.now_ms())
+    }
+
+    fn acquire_levels_at(
+        self: &Arc<Self>,
+        levels: &[(&str, Limits)],
+        estimate: u64,
+        now_ms: u64,
+    ) -> Result<Permit, RateLimited> {
         let now_s = now_ms / 1000;
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        if keys.len() >= SWEEP_ABOVE && !keys.contains_key(key) {
-            keys.retain(|_, w| w.parallel > 0 || now_s.saturating_sub(w.head) < BUCKETS as u64);
-        }
-        let w = keys.entry(key.to_owned()).or_insert_with(|| KeyWindow::new(now_s));
-        w.advance(now_s);
-        if let Some(max) = limits.max_parallel {
-            if w.parallel >= max {
-                return Err(RateLimited {
-                    which: "parallel",
-                    limit: u64::from(max),
-                    retry_after: Duration::from_secs(1),
-                    snapshot: w.snapshot(limits, now_ms),
-                });
+        for (key, limits) in levels {
+            if keys.len() >= SWEEP_ABOVE && !keys.contains_key(*key) {
+                keys.retain(|_, w| w.parallel > 0 || now_s.saturating_sub(w.head) < BUCKETS as u64);
+            }
+            let w = keys.entry((*key).to_owned()).or_insert_with(|| KeyWindow::new(now_s));
+            w.advance(now_s);
+            if let Some(refused) = w.refusal(limits, estimate, now_ms) {
+                return Err(refused);
             }
         }
-        if let Some(rpm) = limits.rpm {
-            if w.request_sum >= u64::from(rpm) {
-                // When enough of the oldest admissions stop counting for one more to fit.
-                let mut freed = u64::from(rpm).saturating_sub(w.request_sum);
-                let at = w.seconds().find(|&(_, i)| {
-                    freed += u64::from(w.requests[i]);
-                    freed >= 1
-                });
-                return Err(RateLimited {
-                    which: "requests",
-                    limit: u64::from(rpm),
-                    retry_after: at.map_or(Duration::from_secs(1), |(s, _)| KeyWindow::expiry(s, now_ms)),
-                    snapshot: w.snapshot(limits, now_ms),
-                });
-            }
+        let mut permit: Option<Permit> = None;
+        for (key, limits) in levels {
+            let Some(w) = keys.get_mut(*key) else { continue };
+            let (reservation, parallel) = w.charge(limits, estimate, now_s);
+            let hold = Hold { limiter: self.clone(), key: (*key).to_owned(), reservation, parallel };
+            let level = Permit::memory(w.snapshot(limits, now_ms), hold);
+            permit = Some(match permit {
+                None => level,
+                Some(p) => p.join(level),
+            });
         }
-        if let Some(tpm) = limits.tpm {
-            if w.token_sum + estimate > tpm {
-                // When enough of the oldest reservations stop counting for this one to fit (an
-                // estimate above the whole limit never fits: the window's length is the answer).
-                let mut freed = tpm.saturating_sub(w.token_sum);
-                let at = w.seconds().find(|&(_, i)| {
-                    freed += w.tokens[i];
-                    freed >= estimate
-                });
-                return Err(RateLimited {
-                    which: "tokens",
-                    limit: tpm,
-                    retry_after: at
-                        .map_or(Duration::from_secs(BUCKETS as u64), |(s, _)| KeyWindow::expiry(s, now_ms))
-                        .max(Duration::from_millis(1)),
-                    snapshot: w.snapshot(limits, now_ms),
-                });
-            }
-        }
-        let i = (now_s % BUCKETS as u64) as usize;
-        if limits.rpm.is_some() {
-            w.requests[i] += 1;
-            w.request_sum += 1;
-        }
-        let reservation = limits.tpm.map(|_| {
-            w.tokens[i] += estimate;
-            w.token_sum += estimate;
-            Reservation { second: now_s, tokens: estimate }
-        });
-        let parallel = limits.max_parallel.is_some();
-        if parallel {
-            w.parallel += 1;
-        }
-        let snapshot = w.snapshot(limits, now_ms);
-        Ok(Permit::memory(snapshot, Hold { limiter: self.clone(), key: key.to_owned(), reservation, parallel }))
+        Ok(permit.unwrap_or_else(Permit::unlimited))
     }
 
     fn settle(&self, key: &str, reservation: Reservation, actual: u64, now_ms: u64) {

@@ -105,7 +105,7 @@ impl Cached {
         let key_ns = || key.map_or_else(|| "key:".to_owned(), |k| format!("key:{}", k.id));
         let namespace = match config.namespace {
             CacheNamespace::Key => key_ns(),
-            CacheNamespace::Team => key.and_then(|k| k.team.as_ref()).map_or_else(key_ns, |t| format!("team:{t}")),
+            CacheNamespace::Team => key.and_then(|k| k.team_name()).map_or_else(key_ns, |t| format!("team:{t}")),
             CacheNamespace::Global => String::new(),
         };
         let beta = headers.get("anthropic-beta").map_or(&[][..], HeaderValue::as_bytes);

@@ -45,6 +45,12 @@ pub async fn announce(shared: &Shared, id: &str) {
     }
 }
 
+/// Tell the fleet that many keys changed at once (their team or user did): every instance
+/// forgets its cached keys.
+pub async fn announce_all(shared: &Shared) {
+    announce(shared, "*").await;
+}
+
 /// Forget one cached key (`Some(id)`), or every cached key (`None`).
 pub type Evict = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
@@ -65,7 +71,8 @@ async fn subscribe(shared: Arc<Shared>, evict: Evict, seen: Arc<AtomicU64>) {
     };
     let on_message = move |payload: &str| {
         let Some((version, id)) = payload.split_once(' ') else { return };
-        evict(Some(id));
+        // `*`: a change that reaches many keys (a team's limits), announced with `announce_all`.
+        evict(Some(id).filter(|id| *id != "*"));
         if let Ok(version) = version.parse::<u64>() {
             // Only a message that follows the last one seen moves the mark; a gap is left for
             // the version check to find.

@@ -24,6 +24,7 @@ const SQLITE: Embedded = &[
     (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/sqlite/0006_daily_rollup.sql")),
     (7, "0007_request_bodies.sql", include_str!("../../../../migrations/sqlite/0007_request_bodies.sql")),
     (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/sqlite/0008_request_log_failures.sql")),
+    (9, "0009_teams_users.sql", include_str!("../../../../migrations/sqlite/0009_teams_users.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -35,6 +36,7 @@ const POSTGRES: Embedded = &[
     (6, "0006_daily_rollup.sql", include_str!("../../../../migrations/postgres/0006_daily_rollup.sql")),
     (7, "0007_request_bodies.sql", include_str!("../../../../migrations/postgres/0007_request_bodies.sql")),
     (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/postgres/0008_request_log_failures.sql")),
+    (9, "0009_teams_users.sql", include_str!("../../../../migrations/postgres/0009_teams_users.sql")),
 ];
 
 #[derive(Debug)]

@@ -304,6 +304,24 @@ impl Store {
             with_pool!(self, |pool| sqlx::query_scalar(sql).bind(key_id).bind(from).fetch_one(pool).await?);
         Ok(spend)
     }
+
+    /// Spend since `since_ms` of the usage recorded under `value` in `column` (`team` or
+    /// `user_name`), over every key (the all-keys rows excluded), as `key_spend` counts hours.
+    pub(super) async fn spend_where(
+        &self,
+        column: &'static str,
+        value: &str,
+        since_ms: i64,
+    ) -> Result<f64, StoreError> {
+        let from = if since_ms <= 0 { i64::MIN } else { hour_floor(since_ms) };
+        let sql = format!(
+            "SELECT CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION) FROM usage_hourly \
+             WHERE {column} = $1 AND key_id <> '*' AND hour_ms >= $2"
+        );
+        let spend: f64 =
+            with_pool!(self, |pool| sqlx::query_scalar(&sql).bind(value).bind(from).fetch_one(pool).await?);
+        Ok(spend)
+    }
 }
 
 #[cfg(test)]

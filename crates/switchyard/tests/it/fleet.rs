@@ -103,9 +103,14 @@ impl Fleet {
 
     /// `n` requests at once, sprayed round-robin over the instances; their statuses.
     async fn burst(&self, key: &str, body: &str, n: usize) -> Vec<TestResponse> {
+        self.burst_keys(&[key.to_owned()], body, n).await
+    }
+
+    /// `n` requests at once, round-robin over the instances and, independently, over `keys`.
+    async fn burst_keys(&self, keys: &[String], body: &str, n: usize) -> Vec<TestResponse> {
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..n {
-            let (client, key, body) = (self.client.clone(), key.to_owned(), body.to_owned());
+            let (client, key, body) = (self.client.clone(), keys[i % keys.len()].clone(), body.to_owned());
             let url = format!("{}/v1/chat/completions", self.gateways[i % self.gateways.len()].url());
             tasks.spawn(async move {
                 let auth = format!("Bearer {key}");
@@ -527,6 +532,65 @@ async fn a_budget_is_spent_once_across_the_fleet_and_seeded_from_the_database() 
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "budget_exceeded");
     assert_eq!(redis.hget(&counter, "spent"), Some(((budget * 1e6).round() as i64).to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teams_rpm_and_budget_hold_across_the_fleet_whichever_keys_spend_them() {
+    let redis = RedisServer::start();
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(500), ..MockConfig::default() }).await;
+    let probe = TestClient::new()
+        .post_json(&format!("{}/v1/chat/completions", backend.url()), chat_body("m", false).as_bytes(), &[])
+        .await
+        .unwrap();
+    let completion = probe.json()["usage"]["completion_tokens"].as_u64().unwrap();
+    // Input free, output priced so that a request (max_tokens = what the mock answers) reserves,
+    // and costs, exactly $0.01.
+    let prices =
+        format!("prices: {{m: {{input_per_million: 0, output_per_million: {}}}}}\n", 10_000.0 / completion as f64);
+    let fleet = fleet_priced(&place(), &[&backend], &redis, &prices).await;
+    fleet.until_all_live(3).await;
+    let team = |body: &str| {
+        let fleet = &fleet;
+        let body = body.to_owned();
+        async move {
+            let r = fleet.admin(0, Method::POST, "/admin/teams", &body).await;
+            assert_eq!(r.status, 201, "{}", r.text());
+            r.json()["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let keys_of = |team: String, n: usize| {
+        let fleet = &fleet;
+        async move {
+            let mut keys = Vec::new();
+            for _ in 0..n {
+                keys.push(fleet.create_key(&format!(r#"{{"team_id": "{team}"}}"#)).await.1);
+            }
+            keys
+        }
+    };
+    let body = format!(r#"{{"model":"m","max_tokens":{completion},"messages":[{{"role":"user","content":"hello"}}]}}"#);
+
+    // rpm 100 shared by 3 keys, 300 requests spread over the instances.
+    let limited = keys_of(team(r#"{"name": "rpm-team", "rpm": 100}"#).await, 3).await;
+    let answers = fleet.burst_keys(&limited, &body, 300).await;
+    assert_eq!((count(&answers, 200), count(&answers, 429)), (100, 200), "exactly the team's rpm, fleet-wide");
+
+    // $1.00 shared by 5 keys, 1,000 requests at once over the instances.
+    let budgeted = keys_of(team(r#"{"name": "budget-team", "budget_usd": 1.0}"#).await, 5).await;
+    let answers = fleet.burst_keys(&budgeted, &body, 1000).await;
+    let admitted = count(&answers, 200);
+    for r in answers.iter().filter(|r| r.status != 200) {
+        assert_eq!((r.status.as_u16(), r.json()["error"]["code"].as_str()), (429, Some("budget_exceeded")));
+    }
+    let spent: f64 = answers
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| r.json()["usage"]["completion_tokens"].as_f64().unwrap() * 10_000.0 / completion as f64 / 1e6)
+        .sum();
+    // At most one request's reservation over the budget per instance (here none: reservations
+    // are exact).
+    assert!(spent <= 1.0 + 3.0 * 0.01 + 1e-9, "spent ${spent} of $1.00 in {admitted} requests");
+    assert!(admitted >= 97, "the budget was spent: {admitted}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

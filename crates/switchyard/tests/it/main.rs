@@ -28,6 +28,7 @@ mod keys;
 mod limits;
 mod mcp;
 mod mcp_relay;
+mod orgs;
 mod origin;
 mod providers;
 mod reload;

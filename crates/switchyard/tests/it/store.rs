@@ -129,6 +129,9 @@ fn key(id: &str, created_at: i64) -> KeyRecord {
         created_at,
         mcp_servers: Some(vec!["github".into(), "files-*".into()]),
         mcp_tools: None,
+        team_id: None,
+        user_id: None,
+        owners: Default::default(),
     }
 }
 

@@ -1,0 +1,403 @@
+//! The admin API's organisations: teams (`/admin/teams`, their members), users (`/admin/users`).
+//! A team's or user's limits and budget apply to their keys' requests beside the key's own; a
+//! change to one reaches every instance's key cache at once (`announce_all`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{bad, internal, nullable, rfc3339};
+use crate::app::App;
+use crate::error::GatewayError;
+use crate::http::{json_value, GatewayBody};
+use crate::limit::period_start;
+use crate::records::{LevelLimits, Membership, TeamRecord, UserRecord};
+use crate::store::{Store, StoreError};
+
+/// The limit fields teams, users and keys share; PATCH changes those present.
+#[derive(Debug, Default, Deserialize)]
+pub struct LimitFields {
+    pub rpm: Option<u32>,
+    pub tpm: Option<u64>,
+    pub max_parallel: Option<u32>,
+    pub budget_usd: Option<f64>,
+    pub budget_period: Option<String>,
+}
+
+impl LimitFields {
+    /// Validate each present field and set it on `to`.
+    pub fn apply(self, to: &mut LevelLimits) -> Result<(), GatewayError> {
+        for (name, v) in
+            [("rpm", self.rpm.map(u64::from)), ("tpm", self.tpm), ("max_parallel", self.max_parallel.map(u64::from))]
+        {
+            if v == Some(0) {
+                return Err(bad(format!("`{name}` must be at least 1 (omit it for no limit)"), None));
+            }
+        }
+        to.rpm = self.rpm.or(to.rpm);
+        to.tpm = self.tpm.or(to.tpm);
+        to.max_parallel = self.max_parallel.or(to.max_parallel);
+        if let Some(b) = self.budget_usd {
+            if !b.is_finite() || b < 0.0 {
+                return Err(bad("`budget_usd` must be a non-negative number", Some("budget_usd")));
+            }
+            to.budget_usd = Some(b);
+        }
+        if let Some(p) = self.budget_period {
+            if !matches!(p.as_str(), "daily" | "weekly" | "monthly") {
+                return Err(bad("`budget_period` must be daily, weekly or monthly", Some("budget_period")));
+            }
+            to.budget_period = Some(p);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TeamFields {
+    name: Option<String>,
+    models: Option<Vec<String>>,
+    rpm: Option<u32>,
+    tpm: Option<u64>,
+    max_parallel: Option<u32>,
+    budget_usd: Option<f64>,
+    budget_period: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    mcp_servers: Option<Option<Vec<String>>>,
+    #[serde(default, deserialize_with = "nullable")]
+    mcp_tools: Option<Option<Vec<String>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserFields {
+    email: Option<String>,
+    name: Option<String>,
+    role: Option<String>,
+    rpm: Option<u32>,
+    tpm: Option<u64>,
+    max_parallel: Option<u32>,
+    budget_usd: Option<f64>,
+    budget_period: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemberFields {
+    user_id: String,
+    role: Option<String>,
+}
+
+/// The roles a user may have, and a member may have in a team.
+const USER_ROLES: [&str; 4] = ["admin", "team_admin", "member", "viewer"];
+const MEMBER_ROLES: [&str; 2] = ["team_admin", "member"];
+
+fn parse<T: for<'de> Deserialize<'de> + Default>(body: &Bytes, what: &str) -> Result<T, GatewayError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| bad(format!("invalid {what} fields: {e}"), None))
+}
+
+fn limits_json(l: &LevelLimits) -> Value {
+    json!({"rpm": l.rpm, "tpm": l.tpm, "max_parallel": l.max_parallel, "budget_usd": l.budget_usd,
+           "budget_period": l.budget_period})
+}
+
+fn merged(mut head: Value, more: Value) -> Value {
+    if let (Some(head), Value::Object(more)) = (head.as_object_mut(), more) {
+        head.extend(more);
+    }
+    head
+}
+
+fn team_json(t: &TeamRecord) -> Value {
+    merged(
+        json!({"id": t.id, "name": t.name, "models": t.models, "mcp_servers": t.mcp_servers,
+               "mcp_tools": t.mcp_tools, "created_at": rfc3339(t.created_at)}),
+        limits_json(&t.limits),
+    )
+}
+
+fn user_json(u: &UserRecord) -> Value {
+    merged(
+        json!({"id": u.id, "email": u.email, "name": u.name, "role": u.role, "created_at": rfc3339(u.created_at)}),
+        limits_json(&u.limits),
+    )
+}
+
+fn member_json(m: &Membership) -> Value {
+    json!({"team_id": m.team_id, "user_id": m.user_id, "role": m.role, "created_at": rfc3339(m.created_at)})
+}
+
+fn new_id(prefix: &str) -> Result<String, GatewayError> {
+    crate::auth::key::random_hex(6).map(|hex| format!("{prefix}{hex}")).map_err(internal)
+}
+
+fn conflict_or_internal(what: &str) -> impl Fn(StoreError) -> GatewayError + '_ {
+    move |e| match e {
+        StoreError::Conflict => GatewayError::Conflict { message: format!("{what} already exists") },
+        e => internal(e),
+    }
+}
+
+fn apply_team(t: &mut TeamRecord, f: TeamFields) -> Result<(), GatewayError> {
+    if let Some(name) = f.name {
+        if name.trim().is_empty() || name == crate::store::ALL_KEYS {
+            return Err(bad("`name` must be a non-empty name other than `*`", Some("name")));
+        }
+        t.name = name;
+    }
+    if let Some(models) = f.models {
+        if models.iter().any(String::is_empty) {
+            return Err(bad("`models` entries must not be empty", Some("models")));
+        }
+        t.models = models;
+    }
+    let limits = LimitFields {
+        rpm: f.rpm,
+        tpm: f.tpm,
+        max_parallel: f.max_parallel,
+        budget_usd: f.budget_usd,
+        budget_period: f.budget_period,
+    };
+    limits.apply(&mut t.limits)?;
+    for (name, v, slot) in
+        [("mcp_servers", f.mcp_servers, &mut t.mcp_servers), ("mcp_tools", f.mcp_tools, &mut t.mcp_tools)]
+    {
+        if let Some(v) = v {
+            if v.as_ref().is_some_and(|globs| globs.iter().any(String::is_empty)) {
+                return Err(bad(format!("`{name}` entries must not be empty"), None));
+            }
+            *slot = v;
+        }
+    }
+    Ok(())
+}
+
+fn apply_user(u: &mut UserRecord, f: UserFields) -> Result<(), GatewayError> {
+    if let Some(email) = f.email {
+        if !email.contains('@') || email.trim() != email {
+            return Err(bad("`email` must be an email address", Some("email")));
+        }
+        u.email = email;
+    }
+    if let Some(name) = f.name {
+        u.name = Some(name);
+    }
+    if let Some(role) = f.role {
+        if !USER_ROLES.contains(&role.as_str()) {
+            return Err(bad("`role` must be admin, team_admin, member or viewer", Some("role")));
+        }
+        u.role = role;
+    }
+    let limits = LimitFields {
+        rpm: f.rpm,
+        tpm: f.tpm,
+        max_parallel: f.max_parallel,
+        budget_usd: f.budget_usd,
+        budget_period: f.budget_period,
+    };
+    limits.apply(&mut u.limits)
+}
+
+/// `/admin/teams…` and `/admin/users…`; `None` for other paths.
+pub async fn handle(
+    app: &Arc<App>,
+    store: &Store,
+    method: &Method,
+    path: &str,
+    body: &Bytes,
+    now: i64,
+) -> Option<Result<Response<GatewayBody>, GatewayError>> {
+    let rest = path.strip_prefix("/admin/")?;
+    let (collection, rest) = rest.split_once('/').map_or((rest, None), |(c, r)| (c, Some(r)));
+    let answer = match collection {
+        "teams" => teams(app, store, method, rest, body, now).await,
+        "users" => users(app, store, method, rest, body, now).await,
+        _ => return None,
+    };
+    Some(answer)
+}
+
+async fn teams(
+    app: &Arc<App>,
+    store: &Store,
+    method: &Method,
+    rest: Option<&str>,
+    body: &Bytes,
+    now: i64,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let Some(rest) = rest.filter(|r| !r.is_empty()) else {
+        return match *method {
+            Method::POST => {
+                let fields: TeamFields = parse(body, "team")?;
+                if fields.name.is_none() {
+                    return Err(bad("a team needs a `name`", Some("name")));
+                }
+                let mut team = TeamRecord {
+                    id: new_id("t_")?,
+                    name: String::new(),
+                    models: Vec::new(),
+                    limits: LevelLimits::default(),
+                    mcp_servers: None,
+                    mcp_tools: None,
+                    created_at: now,
+                };
+                apply_team(&mut team, fields)?;
+                store.insert_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
+                Ok(json_value(StatusCode::CREATED, &team_json(&team)))
+            }
+            Method::GET => {
+                let teams = store.list_teams().await.map_err(internal)?;
+                Ok(json_value(
+                    StatusCode::OK,
+                    &json!({"object": "list", "data": teams.iter().map(team_json).collect::<Vec<_>>()}),
+                ))
+            }
+            _ => Err(GatewayError::MethodNotAllowed),
+        };
+    };
+    let (id, sub) = rest.split_once('/').map_or((rest, None), |(id, sub)| (id, Some(sub)));
+    let mut team = store
+        .get_team(id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| GatewayError::NotFound { message: format!("no team with id `{id}`") })?;
+    match (method, sub) {
+        (&Method::GET, None) => team_detail(app, store, &team).await,
+        (&Method::PATCH, None) => {
+            apply_team(&mut team, parse(body, "team")?)?;
+            store.update_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
+            keys_changed(app).await;
+            Ok(json_value(StatusCode::OK, &team_json(&team)))
+        }
+        (&Method::DELETE, None) => {
+            store.delete_team(id).await.map_err(internal)?;
+            keys_changed(app).await;
+            Ok(json_value(StatusCode::OK, &json!({"id": id, "deleted": true})))
+        }
+        (&Method::POST, Some("members")) => {
+            let fields: MemberFields =
+                serde_json::from_slice(body).map_err(|e| bad(format!("invalid member fields: {e}"), None))?;
+            let role = fields.role.unwrap_or_else(|| "member".to_owned());
+            if !MEMBER_ROLES.contains(&role.as_str()) {
+                return Err(bad("`role` must be team_admin or member", Some("role")));
+            }
+            if store.get_user(&fields.user_id).await.map_err(internal)?.is_none() {
+                return Err(GatewayError::NotFound { message: format!("no user with id `{}`", fields.user_id) });
+            }
+            let member = Membership { team_id: team.id.clone(), user_id: fields.user_id, role, created_at: now };
+            store.put_member(&member).await.map_err(internal)?;
+            Ok(json_value(StatusCode::CREATED, &member_json(&member)))
+        }
+        (&Method::GET, Some("members")) => {
+            let members = store.memberships(Some(id), None).await.map_err(internal)?;
+            Ok(json_value(
+                StatusCode::OK,
+                &json!({"object": "list", "data": members.iter().map(member_json).collect::<Vec<_>>()}),
+            ))
+        }
+        (&Method::DELETE, Some(member)) if member.starts_with("members/") => {
+            let user_id = &member["members/".len()..];
+            if !store.delete_member(id, user_id).await.map_err(internal)? {
+                return Err(GatewayError::NotFound { message: format!("`{user_id}` is not a member of `{id}`") });
+            }
+            Ok(json_value(StatusCode::OK, &json!({"team_id": id, "user_id": user_id, "deleted": true})))
+        }
+        (_, None | Some("members")) => Err(GatewayError::MethodNotAllowed),
+        _ => Err(GatewayError::RouteNotFound),
+    }
+}
+
+/// A team with its members, its keys' ids and its spend in the budget's current period.
+async fn team_detail(app: &App, store: &Store, team: &TeamRecord) -> Result<Response<GatewayBody>, GatewayError> {
+    let members = store.memberships(Some(&team.id), None).await.map_err(internal)?;
+    let keys = store.team_keys(&team.id).await.map_err(internal)?;
+    let since = period_start(team.limits.budget_period.as_deref(), app.clock.unix_ms());
+    let spend = store.team_spend(&team.name, since).await.map_err(internal)?;
+    let mut out = team_json(team);
+    out["members"] = members.iter().map(member_json).collect();
+    out["keys"] = keys.iter().map(|k| json!(k.id)).collect();
+    out["spend_usd"] = json!(spend);
+    Ok(json_value(StatusCode::OK, &out))
+}
+
+async fn users(
+    app: &Arc<App>,
+    store: &Store,
+    method: &Method,
+    rest: Option<&str>,
+    body: &Bytes,
+    now: i64,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let Some(id) = rest.filter(|r| !r.is_empty()) else {
+        return match *method {
+            Method::POST => {
+                let fields: UserFields = parse(body, "user")?;
+                if fields.email.is_none() {
+                    return Err(bad("a user needs an `email`", Some("email")));
+                }
+                let mut user = UserRecord {
+                    id: new_id("u_")?,
+                    email: String::new(),
+                    name: None,
+                    role: "member".to_owned(),
+                    limits: LevelLimits::default(),
+                    created_at: now,
+                };
+                apply_user(&mut user, fields)?;
+                store.insert_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
+                Ok(json_value(StatusCode::CREATED, &user_json(&user)))
+            }
+            Method::GET => {
+                let users = store.list_users().await.map_err(internal)?;
+                Ok(json_value(
+                    StatusCode::OK,
+                    &json!({"object": "list", "data": users.iter().map(user_json).collect::<Vec<_>>()}),
+                ))
+            }
+            _ => Err(GatewayError::MethodNotAllowed),
+        };
+    };
+    if id.contains('/') {
+        return Err(GatewayError::RouteNotFound);
+    }
+    let mut user = store
+        .get_user(id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| GatewayError::NotFound { message: format!("no user with id `{id}`") })?;
+    match *method {
+        Method::GET => {
+            let teams = store.memberships(None, Some(id)).await.map_err(internal)?;
+            let mut out = user_json(&user);
+            out["teams"] = teams.iter().map(member_json).collect();
+            Ok(json_value(StatusCode::OK, &out))
+        }
+        Method::PATCH => {
+            apply_user(&mut user, parse(body, "user")?)?;
+            store.update_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
+            keys_changed(app).await;
+            Ok(json_value(StatusCode::OK, &user_json(&user)))
+        }
+        Method::DELETE => {
+            store.delete_user(id).await.map_err(internal)?;
+            keys_changed(app).await;
+            Ok(json_value(StatusCode::OK, &json!({"id": id, "deleted": true})))
+        }
+        _ => Err(GatewayError::MethodNotAllowed),
+    }
+}
+
+/// A team's or user's change reaches the keys cached with it, here and across the fleet.
+async fn keys_changed(app: &App) {
+    app.auth.evict_all();
+    if let Some(shared) = &app.shared {
+        crate::shared::revocation::announce_all(shared).await;
+    }
+}
