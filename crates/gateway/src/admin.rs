@@ -2,6 +2,7 @@
 //! users (`admin/orgs.rs`) and usage reports (JSON or CSV), guarded by the master key.
 //! Documented in `openapi.json` beside this file.
 
+pub mod audit;
 mod orgs;
 
 use std::sync::Arc;
@@ -170,6 +171,7 @@ fn parse_fields(body: &Bytes) -> Result<KeyFields, GatewayError> {
 
 pub async fn handle(
     app: &Arc<App>,
+    actor: &audit::Actor,
     method: &Method,
     path: &str,
     query: Option<&str>,
@@ -178,7 +180,8 @@ pub async fn handle(
     let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
     let now = app.clock.unix_secs();
     // Boxed: the organisations' handlers would otherwise grow every admin request's future.
-    if let Some(answer) = Box::pin(orgs::handle(app, store, method, path.trim_end_matches('/'), &body, now)).await {
+    let orgs = orgs::handle(app, actor, store, method, path.trim_end_matches('/'), &body, now);
+    if let Some(answer) = Box::pin(orgs).await {
         return answer;
     }
     match (method, path.trim_end_matches('/')) {
@@ -198,6 +201,7 @@ pub async fn handle(
             owners_exist(store, &record).await?;
             store.insert_key(&record).await.map_err(internal)?;
             let mut out = key_json(&record);
+            audit::record(app, actor, "key.create", &record.id, None, Some(&out)).await;
             out["key"] = json!(full_key);
             Ok(json_value(StatusCode::CREATED, &out))
         }
@@ -209,7 +213,16 @@ pub async fn handle(
             ))
         }
         (&Method::GET, "/admin/usage") => usage(app, query).await,
-        (&Method::POST, "/admin/reload") => reload(app).await,
+        (&Method::GET, "/admin/audit") => audit::page(app, query).await,
+        (&Method::POST, "/admin/reload") => {
+            let answer = reload(app).await;
+            let outcome = match &answer {
+                Ok(_) => json!({"reloaded": true}),
+                Err(e) => json!({"reloaded": false, "error": e.to_string()}),
+            };
+            audit::record(app, actor, "config.reload", "config", None, Some(&outcome)).await;
+            answer
+        }
         (m, p) if p.starts_with("/admin/keys/") => {
             let id = &p["/admin/keys/".len()..];
             if id.is_empty() || id.contains('/') {
@@ -217,6 +230,7 @@ pub async fn handle(
             }
             let not_found = || GatewayError::NotFound { message: format!("no key with id `{id}`") };
             let mut record = store.get_key(id).await.map_err(internal)?.ok_or_else(not_found)?;
+            let before = key_json(&record);
             match *m {
                 Method::GET => Ok(json_value(StatusCode::OK, &key_json(&record))),
                 Method::PATCH => {
@@ -225,7 +239,9 @@ pub async fn handle(
                     store.update_key(&record).await.map_err(internal)?;
                     app.auth.evict(id);
                     announce(app, id).await;
-                    Ok(json_value(StatusCode::OK, &key_json(&record)))
+                    let after = key_json(&record);
+                    audit::record(app, actor, "key.update", id, Some(&before), Some(&after)).await;
+                    Ok(json_value(StatusCode::OK, &after))
                 }
                 Method::DELETE => {
                     if record.revoked_at.is_none() {
@@ -234,12 +250,14 @@ pub async fn handle(
                     }
                     app.auth.evict(id);
                     announce(app, id).await;
-                    Ok(json_value(StatusCode::OK, &key_json(&record)))
+                    let after = key_json(&record);
+                    audit::record(app, actor, "key.revoke", id, Some(&before), Some(&after)).await;
+                    Ok(json_value(StatusCode::OK, &after))
                 }
                 _ => Err(GatewayError::MethodNotAllowed),
             }
         }
-        (_, "/admin/keys" | "/admin/usage" | "/admin/openapi.json" | "/admin/reload") => {
+        (_, "/admin/keys" | "/admin/usage" | "/admin/audit" | "/admin/openapi.json" | "/admin/reload") => {
             Err(GatewayError::MethodNotAllowed)
         }
         _ => Err(GatewayError::RouteNotFound),

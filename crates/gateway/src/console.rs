@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use crate::admin::audit::Actor;
 use crate::app::App;
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
@@ -36,6 +37,7 @@ pub async fn handle(
     started: Instant,
     rid: &HeaderValue,
     trace: &mut Option<crate::telemetry::Tracing>,
+    peer: std::net::SocketAddr,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     if !app.config.console.enabled {
         return Err(GatewayError::RouteNotFound);
@@ -51,10 +53,11 @@ pub async fn handle(
         (&Method::GET, "/ui/login") if logged_in && app.auth.enabled() => Ok(redirect("/ui", None)),
         (&Method::GET, "/ui/login") if req.uri().query().is_some_and(|q| q.contains("failed")) => Ok(refused_login()),
         (&Method::GET, "/ui/login") => Ok(page("login.html", req.headers())),
-        (&Method::POST, "/ui/login") => login(app, req, now).await,
+        (&Method::POST, "/ui/login") => login(app, req, now, peer).await,
         (&Method::POST, "/ui/logout") => {
             if let Some(token) = &token {
                 app.auth.console_logout(token, now);
+                admin::audit::record(app, &Actor::console(Some(peer)), "console.logout", "console", None, None).await;
             }
             Ok(redirect("/ui/login", Some(format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"))))
         }
@@ -71,7 +74,8 @@ pub async fn handle(
                     code: "csrf",
                 });
             }
-            Box::pin(api_route(app, req, &path, started, rid, trace)).await
+            let actor = Actor::console(Some(peer));
+            Box::pin(api_route(app, req, &path, started, rid, trace, &actor)).await
         }
         (_, "/ui" | "/ui/" | "/ui/login" | "/ui/logout") => Err(GatewayError::MethodNotAllowed),
         _ => Err(GatewayError::RouteNotFound),
@@ -85,6 +89,7 @@ async fn api_route(
     started: Instant,
     rid: &HeaderValue,
     trace: &mut Option<crate::telemetry::Tracing>,
+    actor: &Actor,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let route = &path["/ui/api".len()..];
     let query = req.uri().query().map(str::to_owned);
@@ -120,7 +125,7 @@ async fn api_route(
             let (parts, body) = req.into_parts();
             let body = parse::read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read)
                 .await?;
-            admin::handle(app, &parts.method, &format!("/admin{route}"), query, body).await
+            admin::handle(app, actor, &parts.method, &format!("/admin{route}"), query, body).await
         }
         (
             _,
@@ -132,7 +137,12 @@ async fn api_route(
 }
 
 /// `POST /ui/login` (a form with `key`): a session cookie and the console, or the form again.
-async fn login(app: &App, req: Request<Incoming>, now: i64) -> Result<Response<GatewayBody>, GatewayError> {
+async fn login(
+    app: &App,
+    req: Request<Incoming>,
+    now: i64,
+    peer: std::net::SocketAddr,
+) -> Result<Response<GatewayBody>, GatewayError> {
     let (parts, body) = req.into_parts();
     let body = parse::read_body(&parts.headers, body, LOGIN_BODY_LIMIT, app.config.timeouts.body_read).await?;
     let form: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
@@ -143,12 +153,15 @@ async fn login(app: &App, req: Request<Incoming>, now: i64) -> Result<Response<G
     }
     match app.auth.console_login(given, now + ttl) {
         Some(token) => {
+            admin::audit::record(app, &Actor::console(Some(peer)), "console.login", "console", None, None).await;
             let secure = if app.config.tls.is_some() { "; Secure" } else { "" };
             let cookie = format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={ttl}{secure}");
             Ok(redirect("/ui", Some(cookie)))
         }
         None => {
             tracing::warn!("console login refused: not the master key");
+            let someone = Actor { name: "unknown (wrong key)".to_owned(), client: Some(peer) };
+            admin::audit::record(app, &someone, "console.login_failed", "console", None, None).await;
             Ok(redirect("/ui/login?failed=1", None))
         }
     }

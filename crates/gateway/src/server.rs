@@ -388,7 +388,7 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, _) = match accepted {
+                let (stream, peer) = match accepted {
                     Ok(conn) => conn,
                     Err(e) => {
                         // Typically out of file descriptors: back off instead of spinning.
@@ -412,7 +412,7 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
                     seen.request();
                     // Each request on the snapshot current when it arrives.
                     let app = current.load_full();
-                    async move { Ok::<_, Infallible>(routes::handle(app, req).await) }
+                    async move { Ok::<_, Infallible>(routes::handle(app, req, peer).await) }
                 });
                 let mut draining = draining.clone();
                 let (builder, head_limit, max_head) =

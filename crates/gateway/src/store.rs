@@ -33,6 +33,7 @@ macro_rules! with_pool {
     }};
 }
 
+mod audit;
 mod error;
 mod keys;
 mod migrations;
@@ -44,6 +45,7 @@ mod usage;
 /// key_id / user / team of the usage rollup rows summed over all keys.
 pub use usage::ALL as ALL_KEYS;
 
+pub use audit::{verify_run, AuditRow, Break, NewAudit, GENESIS};
 pub use error::StoreError;
 pub use report::{Bucket, GroupBy, UsageBucket, UsageGroup, UsageQuery, UsageReport, UsageTotals};
 pub use requests::{RequestQuery, RequestRow, StatusFilter};

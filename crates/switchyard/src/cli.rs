@@ -114,6 +114,8 @@ enum Command {
     Teams(crate::orgs::TeamsArgs),
     /// Manage users through a running gateway's admin API.
     Users(crate::orgs::UsersArgs),
+    /// Check the audit log's hash chain in the configured database.
+    Audit(crate::audit::AuditArgs),
     /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory.
     Bench(Box<switchyard_bench::BenchArgs>),
     /// Start mock backends and the real gateway, show routing and failover, then keep serving.
@@ -236,6 +238,7 @@ pub fn main() -> ExitCode {
             Command::Keys(args) => crate::keys::run(args).await,
             Command::Teams(args) => crate::orgs::teams(args).await,
             Command::Users(args) => crate::orgs::users(args).await,
+            Command::Audit(args) => crate::audit::run(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
             Command::BenchBareProxy { listen, upstream } => switchyard_bench::bare_proxy::run(listen, &upstream).await,
             Command::SeedUsage { storage, records, end_ms } => {
@@ -260,7 +263,7 @@ fn init_tracing() {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
 }
 
-fn load(path: &std::path::Path) -> Result<Config, String> {
+pub fn load(path: &std::path::Path) -> Result<Config, String> {
     Config::load(path, &ProcessEnv).map_err(|e| format!("{}: {e}", path.display()))
 }
 

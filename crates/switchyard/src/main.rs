@@ -2,6 +2,7 @@
 //! (`switchyard-gateway`), the benchmark suite (`switchyard-bench`) and the mock backends
 //! (`switchyard-testkit`).
 
+mod audit;
 mod cli;
 mod demo;
 mod fd_limit;

@@ -9,6 +9,7 @@ use http::{Method, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::audit::{self, Actor};
 use super::{bad, internal, nullable, rfc3339};
 use crate::app::App;
 use crate::error::GatewayError;
@@ -208,6 +209,7 @@ fn apply_user(u: &mut UserRecord, f: UserFields) -> Result<(), GatewayError> {
 /// `/admin/teams…` and `/admin/users…`; `None` for other paths.
 pub async fn handle(
     app: &Arc<App>,
+    actor: &Actor,
     store: &Store,
     method: &Method,
     path: &str,
@@ -217,21 +219,34 @@ pub async fn handle(
     let rest = path.strip_prefix("/admin/")?;
     let (collection, rest) = rest.split_once('/').map_or((rest, None), |(c, r)| (c, Some(r)));
     let answer = match collection {
-        "teams" => teams(app, store, method, rest, body, now).await,
-        "users" => users(app, store, method, rest, body, now).await,
+        "teams" => teams(&Call { app, actor, store, now }, method, rest, body).await,
+        "users" => users(&Call { app, actor, store, now }, method, rest, body).await,
         _ => return None,
     };
     Some(answer)
 }
 
+/// What every handler here needs: the app, who is acting, the store, the time.
+struct Call<'a> {
+    app: &'a Arc<App>,
+    actor: &'a Actor,
+    store: &'a Store,
+    now: i64,
+}
+
+impl Call<'_> {
+    async fn audit(&self, action: &str, target: &str, before: Option<&Value>, after: Option<&Value>) {
+        audit::record(self.app, self.actor, action, target, before, after).await;
+    }
+}
+
 async fn teams(
-    app: &Arc<App>,
-    store: &Store,
+    call: &Call<'_>,
     method: &Method,
     rest: Option<&str>,
     body: &Bytes,
-    now: i64,
 ) -> Result<Response<GatewayBody>, GatewayError> {
+    let (app, store, now) = (call.app, call.store, call.now);
     let Some(rest) = rest.filter(|r| !r.is_empty()) else {
         return match *method {
             Method::POST => {
@@ -250,7 +265,9 @@ async fn teams(
                 };
                 apply_team(&mut team, fields)?;
                 store.insert_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
-                Ok(json_value(StatusCode::CREATED, &team_json(&team)))
+                let after = team_json(&team);
+                call.audit("team.create", &team.id, None, Some(&after)).await;
+                Ok(json_value(StatusCode::CREATED, &after))
             }
             Method::GET => {
                 let teams = store.list_teams().await.map_err(internal)?;
@@ -268,17 +285,21 @@ async fn teams(
         .await
         .map_err(internal)?
         .ok_or_else(|| GatewayError::NotFound { message: format!("no team with id `{id}`") })?;
+    let before = team_json(&team);
     match (method, sub) {
         (&Method::GET, None) => team_detail(app, store, &team).await,
         (&Method::PATCH, None) => {
             apply_team(&mut team, parse(body, "team")?)?;
             store.update_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
             keys_changed(app).await;
-            Ok(json_value(StatusCode::OK, &team_json(&team)))
+            let after = team_json(&team);
+            call.audit("team.update", id, Some(&before), Some(&after)).await;
+            Ok(json_value(StatusCode::OK, &after))
         }
         (&Method::DELETE, None) => {
             store.delete_team(id).await.map_err(internal)?;
             keys_changed(app).await;
+            call.audit("team.delete", id, Some(&before), None).await;
             Ok(json_value(StatusCode::OK, &json!({"id": id, "deleted": true})))
         }
         (&Method::POST, Some("members")) => {
@@ -293,7 +314,9 @@ async fn teams(
             }
             let member = Membership { team_id: team.id.clone(), user_id: fields.user_id, role, created_at: now };
             store.put_member(&member).await.map_err(internal)?;
-            Ok(json_value(StatusCode::CREATED, &member_json(&member)))
+            let after = member_json(&member);
+            call.audit("team.member.put", id, None, Some(&after)).await;
+            Ok(json_value(StatusCode::CREATED, &after))
         }
         (&Method::GET, Some("members")) => {
             let members = store.memberships(Some(id), None).await.map_err(internal)?;
@@ -307,6 +330,7 @@ async fn teams(
             if !store.delete_member(id, user_id).await.map_err(internal)? {
                 return Err(GatewayError::NotFound { message: format!("`{user_id}` is not a member of `{id}`") });
             }
+            call.audit("team.member.delete", id, Some(&json!({"user_id": user_id})), None).await;
             Ok(json_value(StatusCode::OK, &json!({"team_id": id, "user_id": user_id, "deleted": true})))
         }
         (_, None | Some("members")) => Err(GatewayError::MethodNotAllowed),
@@ -328,13 +352,12 @@ async fn team_detail(app: &App, store: &Store, team: &TeamRecord) -> Result<Resp
 }
 
 async fn users(
-    app: &Arc<App>,
-    store: &Store,
+    call: &Call<'_>,
     method: &Method,
     rest: Option<&str>,
     body: &Bytes,
-    now: i64,
 ) -> Result<Response<GatewayBody>, GatewayError> {
+    let (app, store, now) = (call.app, call.store, call.now);
     let Some(id) = rest.filter(|r| !r.is_empty()) else {
         return match *method {
             Method::POST => {
@@ -352,7 +375,9 @@ async fn users(
                 };
                 apply_user(&mut user, fields)?;
                 store.insert_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
-                Ok(json_value(StatusCode::CREATED, &user_json(&user)))
+                let after = user_json(&user);
+                call.audit("user.create", &user.id, None, Some(&after)).await;
+                Ok(json_value(StatusCode::CREATED, &after))
             }
             Method::GET => {
                 let users = store.list_users().await.map_err(internal)?;
@@ -372,6 +397,7 @@ async fn users(
         .await
         .map_err(internal)?
         .ok_or_else(|| GatewayError::NotFound { message: format!("no user with id `{id}`") })?;
+    let before = user_json(&user);
     match *method {
         Method::GET => {
             let teams = store.memberships(None, Some(id)).await.map_err(internal)?;
@@ -383,11 +409,14 @@ async fn users(
             apply_user(&mut user, parse(body, "user")?)?;
             store.update_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
             keys_changed(app).await;
-            Ok(json_value(StatusCode::OK, &user_json(&user)))
+            let after = user_json(&user);
+            call.audit("user.update", id, Some(&before), Some(&after)).await;
+            Ok(json_value(StatusCode::OK, &after))
         }
         Method::DELETE => {
             store.delete_user(id).await.map_err(internal)?;
             keys_changed(app).await;
+            call.audit("user.delete", id, Some(&before), None).await;
             Ok(json_value(StatusCode::OK, &json!({"id": id, "deleted": true})))
         }
         _ => Err(GatewayError::MethodNotAllowed),

@@ -2,6 +2,7 @@
 //! `x-request-id`, every request is counted; errors render in the shape of the API the client
 //! called (OpenAI's, Anthropic's or Ollama's).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +16,8 @@ use crate::http::{error_response, error_response_in, parse, request_id, GatewayB
 use crate::{admin, catalog, console, mcp, proxy, translate};
 use switchyard_protocol::chat::Api;
 
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBody> {
+/// Answer one request; `peer` is the client's address (what the audit log records).
+pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<GatewayBody> {
     let started = Instant::now();
     let rid = request_id::from_request(req.headers());
     let limit = app.config.listener.max_uri_bytes;
@@ -35,7 +37,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<GatewayBo
     let mut trace = app.telemetry.as_ref().map(|t| t.begin(req.headers(), req.method(), endpoint, path, &rid, started));
     if let Some(area) = BrowserReachable::of(req.uri().path()) {
         let result = match super::origin::check(&app.config.security, &req) {
-            Ok(()) => Box::pin(browser_reachable(&app, area, req, started, &rid, &mut trace)).await,
+            Ok(()) => Box::pin(browser_reachable(&app, area, req, started, &rid, &mut trace, peer)).await,
             Err(e) => Err(e),
         };
         return answer_other(&app, result, rid, trace);
@@ -105,10 +107,11 @@ async fn browser_reachable(
     started: Instant,
     rid: &http::HeaderValue,
     trace: &mut Option<crate::telemetry::Tracing>,
+    peer: SocketAddr,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     match area {
-        BrowserReachable::Admin => admin_gate(app, req).await,
-        BrowserReachable::Console => console::handle(app, req, started, rid, trace).await,
+        BrowserReachable::Admin => admin_gate(app, req, peer).await,
+        BrowserReachable::Console => console::handle(app, req, started, rid, trace, peer).await,
         BrowserReachable::Mcp => {
             let path = req.uri().path().to_owned();
             mcp::handle(app, req, &path, rid).await
@@ -141,7 +144,11 @@ fn finish_trace(app: &App, trace: Option<crate::telemetry::Tracing>, status: u16
 }
 
 /// `/admin/...`: master key required whenever auth is on.
-async fn admin_gate(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<GatewayBody>, GatewayError> {
+async fn admin_gate(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<GatewayBody>, GatewayError> {
     if app.auth.enabled() && !app.auth.is_master(req.headers()) {
         return Err(GatewayError::Unauthorized {
             message: "the admin API needs the master key as `Authorization: Bearer`".to_owned(),
@@ -150,5 +157,6 @@ async fn admin_gate(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<G
     }
     let (parts, body) = req.into_parts();
     let body = parse::read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
-    admin::handle(app, &parts.method, parts.uri.path(), parts.uri.query(), body).await
+    let actor = admin::audit::Actor::master(Some(peer));
+    admin::handle(app, &actor, &parts.method, parts.uri.path(), parts.uri.query(), body).await
 }

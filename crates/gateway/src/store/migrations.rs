@@ -25,6 +25,7 @@ const SQLITE: Embedded = &[
     (7, "0007_request_bodies.sql", include_str!("../../../../migrations/sqlite/0007_request_bodies.sql")),
     (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/sqlite/0008_request_log_failures.sql")),
     (9, "0009_teams_users.sql", include_str!("../../../../migrations/sqlite/0009_teams_users.sql")),
+    (10, "0010_audit_log.sql", include_str!("../../../../migrations/sqlite/0010_audit_log.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -37,6 +38,7 @@ const POSTGRES: Embedded = &[
     (7, "0007_request_bodies.sql", include_str!("../../../../migrations/postgres/0007_request_bodies.sql")),
     (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/postgres/0008_request_log_failures.sql")),
     (9, "0009_teams_users.sql", include_str!("../../../../migrations/postgres/0009_teams_users.sql")),
+    (10, "0010_audit_log.sql", include_str!("../../../../migrations/postgres/0010_audit_log.sql")),
 ];
 
 #[derive(Debug)]
