@@ -71,6 +71,19 @@ impl KeyLookup for StoreKeys {
             }
         })
     }
+
+    fn team_by_name(
+        &self,
+        name: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<crate::records::TeamRecord>, String>> + Send + '_>> {
+        let name = name.to_owned();
+        Box::pin(async move {
+            match &self.0 {
+                Some(store) => store.team_by_name(&name).await.map_err(|e| e.to_string()),
+                None => Ok(None),
+            }
+        })
+    }
 }
 
 /// Where the server secret for key hashes lives when it is not configured: beside the SQLite file.
@@ -107,11 +120,12 @@ impl App {
                 _ => key::generate()?.1.into_bytes(),
             },
         };
-        let auth = Arc::new(Auth::new(
-            config.auth.master_key.clone(),
-            key::Hasher::new(&secret),
-            Arc::new(StoreKeys(store.clone())),
-        ));
+        let mut auth =
+            Auth::new(config.auth.master_key.clone(), key::Hasher::new(&secret), Arc::new(StoreKeys(store.clone())));
+        if !config.auth.jwt.is_empty() {
+            auth = auth.with_jwt(crate::auth::jwt::JwtVerifier::new(&config.auth.jwt, client.clone()));
+        }
+        let auth = Arc::new(auth);
         let mcp = mcp_front(&config, &client, &secret)?;
         let metrics = Arc::new(Metrics::default());
         let memory = Arc::new(MemoryLimiter::new(clock.clone()));

@@ -4,6 +4,7 @@
 //! refused on its very next request.
 
 mod identity;
+pub mod jwt;
 pub mod key;
 pub mod session;
 
@@ -22,6 +23,14 @@ use key::Hasher;
 /// Where keys live (the SQL store in production, a map in tests).
 pub trait KeyLookup: Send + Sync + 'static {
     fn lookup(&self, id: &str) -> Pin<Box<dyn Future<Output = Result<Option<KeyRecord>, String>> + Send + '_>>;
+
+    /// A team by its name (what a token's team claim says); none where teams are not kept.
+    fn team_by_name(
+        &self,
+        _name: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<crate::records::TeamRecord>, String>> + Send + '_>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 pub use identity::{Identity, Role, Subject};
@@ -68,7 +77,14 @@ pub struct Auth {
     tags: RandomState,
     /// Console logins (`/ui`).
     sessions: session::Sessions,
+    /// Bearer tokens from trusted issuers (`auth.jwt`), when configured.
+    jwt: Option<jwt::JwtVerifier>,
+    /// Teams tokens name, by name, with when they were looked up.
+    teams: Mutex<crate::config::FastMap<String, TeamLookup>>,
 }
+
+/// A team looked up by name (None: no such team), and when.
+type TeamLookup = (Instant, Option<Arc<crate::records::TeamRecord>>);
 
 /// The key a client presented, if any.
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
@@ -94,7 +110,15 @@ impl Auth {
             cache: Mutex::default(),
             tags: RandomState::new(),
             sessions: session::Sessions::default(),
+            jwt: None,
+            teams: Mutex::default(),
         }
+    }
+
+    /// Accept bearer tokens from these issuers as well.
+    pub fn with_jwt(mut self, verifier: jwt::JwtVerifier) -> Auth {
+        self.jwt = Some(verifier);
+        self
     }
 
     /// A console session token for `given`, when it is the master key (constant-time compare).
@@ -151,7 +175,14 @@ impl Auth {
         let token = presented_key(headers).ok_or_else(|| {
             unauthorized("missing API key: send `Authorization: Bearer sy-…` or `x-api-key`", "missing_api_key")
         })?;
-        let parsed = key::parse(token).ok_or_else(|| unauthorized("incorrect API key provided", "invalid_api_key"))?;
+        let Some(parsed) = key::parse(token) else {
+            return match &self.jwt {
+                Some(verifier) if jwt::looks_like_jwt(token) || token.len() > jwt::MAX_TOKEN_BYTES => {
+                    self.token_identity(verifier, token, now_unix).await
+                }
+                _ => Err(unauthorized("incorrect API key provided", "invalid_api_key")),
+            };
+        };
         let (record, verified) = self.cached(parsed.id).await?;
         let record = record.ok_or_else(|| unauthorized("incorrect API key provided", "invalid_api_key"))?;
         let tag = self.tags.hash_one(parsed.secret);
@@ -217,6 +248,62 @@ impl Auth {
         }
     }
 
+    /// A verified token's bearer, as a key of its team's with no limits of its own: the team's
+    /// limits, budget and allow-lists apply, and usage is recorded under the token's user and
+    /// team.
+    async fn token_identity(
+        &self,
+        verifier: &jwt::JwtVerifier,
+        token: &str,
+        now_unix: i64,
+    ) -> Result<Identity, GatewayError> {
+        let claims = verifier.verify(token, now_unix).await.map_err(|e| match e {
+            jwt::JwtError::Unavailable => GatewayError::IdentityUnavailable,
+            e => GatewayError::Unauthorized { message: e.message(), code: e.code() },
+        })?;
+        let team = match &claims.team {
+            Some(name) => Some(self.team_named(name).await?.ok_or_else(|| GatewayError::Forbidden {
+                message: format!("the token's team `{name}` is not a team of this gateway"),
+                code: "unknown_team",
+            })?),
+            None => None,
+        };
+        let mut record = KeyRecord::new(format!("jwt:{}", claims.user), Vec::new(), 0);
+        record.name = Some(claims.issuer.clone());
+        record.user = Some(claims.user.clone());
+        record.team = claims.team.clone();
+        record.team_id = team.as_ref().map(|t| t.id.clone());
+        record.owners.team = team;
+        let roles = claims.roles.iter().filter_map(|r| Role::parse(r)).collect();
+        let subject = Subject {
+            user: Some(claims.user.clone()),
+            teams: claims.team.iter().cloned().collect(),
+            roles,
+            claims: None,
+        };
+        Ok(Identity { principal: Principal::Key(Arc::new(record)), subject: Some(Arc::new(subject)) })
+    }
+
+    /// The team with this name, looked up at most every `POSITIVE_TTL`.
+    async fn team_named(&self, name: &str) -> Result<Option<Arc<crate::records::TeamRecord>>, GatewayError> {
+        if let Some((at, team)) = self.teams.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            if at.elapsed() < POSITIVE_TTL {
+                return Ok(team.clone());
+            }
+        }
+        let team = self.store.team_by_name(name).await.map_err(|e| {
+            tracing::error!(error = %e, "team lookup failed");
+            GatewayError::KeysUnavailable
+        })?;
+        let team = team.map(Arc::new);
+        let mut teams = self.teams.lock().unwrap_or_else(|p| p.into_inner());
+        if teams.len() > 10_000 {
+            teams.clear();
+        }
+        teams.insert(name.to_owned(), (Instant::now(), team.clone()));
+        Ok(team)
+    }
+
     /// Forget a key so its next use is looked up again (after update or revocation).
     pub fn evict(&self, id: &str) {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
@@ -227,6 +314,10 @@ impl Auth {
     pub fn evict_all(&self) {
         for entry in self.cache.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
             entry.stale = true;
+        }
+        self.teams.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        if let Some(verifier) = &self.jwt {
+            verifier.forget();
         }
     }
 }

@@ -7,6 +7,7 @@ mod console;
 mod duration;
 mod exports;
 mod interpolate;
+pub mod jwt;
 mod mcp;
 mod presets;
 mod prices;
@@ -244,6 +245,8 @@ pub struct AuthConfig {
     pub master_key: Option<String>,
     /// HMAC secret for key hashes; None = generated once next to the database.
     pub secret: Option<String>,
+    /// Identity providers whose JWTs clients may present (`auth.jwt`).
+    pub jwt: Vec<jwt::JwtIssuer>,
 }
 
 impl fmt::Debug for AuthConfig {
@@ -252,6 +255,7 @@ impl fmt::Debug for AuthConfig {
         f.debug_struct("AuthConfig")
             .field("master_key", &self.master_key.as_ref().map(|_| "<set>"))
             .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("jwt", &self.jwt)
             .finish()
     }
 }

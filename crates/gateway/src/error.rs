@@ -56,6 +56,8 @@ pub enum GatewayError {
     LimitsUnavailable,
     /// The key database cannot be reached and this key is not in the cache.
     KeysUnavailable,
+    /// A bearer token's issuer cannot be reached and no cached key can check the token.
+    IdentityUnavailable,
     /// A named resource (such as an admin key id) does not exist.
     NotFound {
         message: String,
@@ -105,7 +107,8 @@ impl GatewayError {
             | GatewayError::Overloaded { .. }
             | GatewayError::BackendsCooling { .. }
             | GatewayError::LimitsUnavailable
-            | GatewayError::KeysUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | GatewayError::KeysUnavailable
+            | GatewayError::IdentityUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::Conflict { .. } => StatusCode::CONFLICT,
@@ -135,6 +138,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout => "upstream_timeout",
             GatewayError::LimitsUnavailable => "limits_unavailable",
             GatewayError::KeysUnavailable => "keys_unavailable",
+            GatewayError::IdentityUnavailable => "identity_unavailable",
             GatewayError::NotFound { .. } => "not_found",
             GatewayError::Conflict { .. } => "conflict",
             GatewayError::Unauthorized { .. } => "unauthorized",
@@ -143,6 +147,19 @@ impl GatewayError {
             GatewayError::MisdirectedHost => "misdirected_host",
             GatewayError::Internal => "internal",
             GatewayError::BadGateway { .. } => "bad_gateway",
+        }
+    }
+
+    /// What cannot be checked right now, for the 503s that say so.
+    fn unavailable(&self) -> &'static str {
+        match self {
+            GatewayError::KeysUnavailable => {
+                "this key cannot be checked right now (the key database is unreachable); retry shortly"
+            }
+            GatewayError::IdentityUnavailable => {
+                "this token cannot be checked right now (its identity provider is unreachable); retry shortly"
+            }
+            _ => "this key's limits cannot be checked right now (shared state unreachable); retry shortly",
         }
     }
 
@@ -209,18 +226,9 @@ impl GatewayError {
                 None,
                 Some("upstream_timeout"),
             ),
-            GatewayError::LimitsUnavailable => (
-                "this key's limits cannot be checked right now (shared state unreachable); retry shortly".to_owned(),
-                "server_error",
-                None,
-                Some("limits_unavailable"),
-            ),
-            GatewayError::KeysUnavailable => (
-                "this key cannot be checked right now (the key database is unreachable); retry shortly".to_owned(),
-                "server_error",
-                None,
-                Some("keys_unavailable"),
-            ),
+            GatewayError::LimitsUnavailable | GatewayError::KeysUnavailable | GatewayError::IdentityUnavailable => {
+                (self.unavailable().to_owned(), "server_error", None, Some(self.kind()))
+            }
             GatewayError::NotFound { message } => (message.clone(), "invalid_request_error", None, Some("not_found")),
             GatewayError::Conflict { message } => (message.clone(), "invalid_request_error", None, Some("conflict")),
             GatewayError::Unauthorized { message, code } => {

@@ -42,6 +42,19 @@ pub enum Role {
     Viewer,
 }
 
+impl Role {
+    /// `admin`, `team_admin`, `member`, `viewer`.
+    pub fn parse(name: &str) -> Option<Role> {
+        Some(match name {
+            "admin" => Role::Admin,
+            "team_admin" => Role::TeamAdmin,
+            "member" => Role::Member,
+            "viewer" => Role::Viewer,
+            _ => return None,
+        })
+    }
+}
+
 impl From<Principal> for Identity {
     fn from(principal: Principal) -> Identity {
         Identity { principal, subject: None }

@@ -82,6 +82,7 @@ struct RawTls {
 struct RawAuth {
     master_key: Option<String>,
     secret: Option<String>,
+    jwt: Option<Vec<super::jwt::RawJwtIssuer>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -431,6 +432,7 @@ fn validate_auth(raw: RawAuth, env: &dyn Env) -> Result<AuthConfig, ConfigError>
     let auth = AuthConfig {
         master_key: raw.master_key.or_else(|| env.var("SWITCHYARD_MASTER_KEY")).filter(|k| !k.is_empty()),
         secret: raw.secret.or_else(|| env.var("SWITCHYARD_SECRET")).filter(|k| !k.is_empty()),
+        jwt: super::jwt::validate(raw.jwt)?,
     };
     if auth.master_key.as_ref().is_some_and(|k| k.len() < 8) {
         return Err(ConfigError::at("auth.master_key", "must be at least 8 characters"));

@@ -25,6 +25,7 @@ mod failover;
 mod fallback;
 mod fleet;
 mod guards;
+mod jwt;
 mod keys;
 mod limits;
 mod mcp;

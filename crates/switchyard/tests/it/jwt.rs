@@ -1,0 +1,271 @@
+//! JWT client authentication, black-box, against an issuer served here (discovery document and
+//! JWKS, which the test can rotate or take down): a token from a trusted issuer is a key of its
+//! team (limits, budget, usage under its user and team); every malformed or forged token is a
+//! 401 with its own code, never a 500; a provider that cannot be reached is a 503 only when no
+//! cached key can check the token.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::common::*;
+use http::Method;
+use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+use switchyard_gateway::RunningGateway;
+use switchyard_testkit::{TestClient, TestResponse};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MASTER: &str = "master-key-for-tests";
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt");
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{FIXTURES}/{name}")).unwrap()
+}
+
+/// What the issuer serves: its JWKS (None: it answers 503, as a provider that is down).
+struct Issuer {
+    url: String,
+    jwks: Arc<Mutex<Option<Vec<u8>>>>,
+    fetches: Arc<Mutex<usize>>,
+}
+
+impl Issuer {
+    async fn start() -> Issuer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let jwks = Arc::new(Mutex::new(Some(fixture("jwks.json"))));
+        let fetches = Arc::new(Mutex::new(0));
+        let (served, counted, base) = (jwks.clone(), fetches.clone(), url.clone());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (served, counted, base) = (served.clone(), counted.clone(), base.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = conn.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]);
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let body = match path.as_str() {
+                        "/.well-known/openid-configuration" => {
+                            Some(json!({"issuer": base, "jwks_uri": format!("{base}/jwks")}).to_string().into_bytes())
+                        }
+                        "/jwks" => {
+                            *counted.lock().unwrap() += 1;
+                            served.lock().unwrap().clone()
+                        }
+                        _ => None,
+                    };
+                    let answer = match body {
+                        Some(b) => {
+                            let mut a = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                                b.len()
+                            )
+                            .into_bytes();
+                            a.extend(b);
+                            a
+                        }
+                        None => b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                            .to_vec(),
+                    };
+                    let _ = conn.write_all(&answer).await;
+                });
+            }
+        });
+        Issuer { url, jwks, fetches }
+    }
+
+    fn token(&self, alg: Algorithm, kid: &str, key_file: &str, claims: Value) -> String {
+        let mut header = Header::new(alg);
+        header.kid = Some(kid.to_owned());
+        let pem = fixture(key_file);
+        let key = match alg {
+            Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
+            Algorithm::EdDSA => EncodingKey::from_ed_pem(&pem),
+            _ => EncodingKey::from_rsa_pem(&pem),
+        }
+        .unwrap();
+        encode(&header, &claims, &key).unwrap()
+    }
+
+    /// Standard claims for `sub` in `team`, valid for an hour; `extra` overrides.
+    fn claims(&self, sub: &str, team: Option<&str>, extra: Value) -> Value {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let mut c = json!({"iss": self.url, "sub": sub, "aud": ["switchyard"], "iat": now, "exp": now + 3600});
+        if let Some(team) = team {
+            c["groups"] = json!([team]);
+        }
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        c
+    }
+}
+
+async fn gateway_for(
+    issuer: &Issuer,
+    backend: &switchyard_testkit::MockServer,
+    dir: &std::path::Path,
+) -> RunningGateway {
+    let db = db_url(dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\n\
+         auth: {{master_key: {MASTER}, jwt: [{{issuer: '{1}', audiences: [switchyard], team_claim: groups}}]}}\n\
+         backends:\n{2}",
+        dir.display(),
+        issuer.url,
+        backends_yaml(&[backend])
+    );
+    gateway_yaml(&yaml).await
+}
+
+async fn chat_with(client: &TestClient, gw: &RunningGateway, token: &str) -> TestResponse {
+    let auth = format!("Bearer {token}");
+    client
+        .post_json(
+            &format!("{}/v1/chat/completions", gw.url()),
+            chat_body("m", false).as_bytes(),
+            &[("authorization", &auth)],
+        )
+        .await
+        .unwrap()
+}
+
+async fn admin(client: &TestClient, gw: &RunningGateway, method: Method, path: &str, body: &str) -> TestResponse {
+    let auth = format!("Bearer {MASTER}");
+    client
+        .request(method, &format!("{}{path}", gw.url()), body.to_owned().into(), &[("authorization", &auth)])
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_token_is_a_key_of_its_team_and_forged_ones_are_refused_with_a_reason() {
+    let issuer = Issuer::start().await;
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let gw = gateway_for(&issuer, &backend, &dir).await;
+    let client = TestClient::new();
+    let made = admin(&client, &gw, Method::POST, "/admin/teams", r#"{"name": "ml", "rpm": 3}"#).await;
+    assert_eq!(made.status, 201);
+
+    // RS256, ES256 and EdDSA from the issuer's JWKS (found by discovery); the team's rpm holds
+    // across the user's tokens.
+    let rs = issuer.token(Algorithm::RS256, "rsa-1", "rsa1.pem", issuer.claims("svc-a", Some("ml"), json!({})));
+    let es = issuer.token(Algorithm::ES256, "ec-1", "ec1.pem", issuer.claims("svc-a", Some("ml"), json!({})));
+    let ed = issuer.token(Algorithm::EdDSA, "ed-1", "ed1.pem", issuer.claims("svc-a", Some("ml"), json!({})));
+    for token in [&rs, &es, &ed] {
+        let r = chat_with(&client, &gw, token).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let fourth = chat_with(&client, &gw, &rs).await;
+    assert_eq!((fourth.status.as_u16(), fourth.json()["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")));
+    assert!(fourth.json()["error"]["message"].as_str().unwrap().contains("team"));
+    assert_eq!(*issuer.fetches.lock().unwrap(), 1, "the JWKS is fetched once and kept");
+    // Usage is recorded under the token's user and team.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let usage = admin(&client, &gw, Method::GET, "/admin/usage?team=ml&user=svc-a", "").await.json();
+        // The three answered (a refusal by a limit is not a request that reached a model).
+        if usage["totals"]["requests"].as_u64() == Some(3) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "usage never named the team: {usage}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // Every forgery or mistake: a 401 with its own code.
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let unsigned = {
+        let b64 = |v: Value| {
+            use base64::Engine;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        format!("{}.{}.", b64(json!({"alg": "none", "typ": "JWT"})), b64(issuer.claims("x", Some("ml"), json!({}))))
+    };
+    let hs256_with_public_key = encode(
+        &Header { kid: Some("rsa-1".into()), ..Header::new(Algorithm::HS256) },
+        &issuer.claims("x", Some("ml"), json!({})),
+        &EncodingKey::from_secret(&fixture("rsa1.pub.pem")),
+    )
+    .unwrap();
+    let cases = [
+        (
+            issuer.token(Algorithm::RS256, "rsa-1", "rsa1.pem", issuer.claims("x", None, json!({"exp": now - 3600}))),
+            "token_expired",
+        ),
+        (
+            issuer.token(Algorithm::RS256, "rsa-1", "rsa1.pem", issuer.claims("x", None, json!({"nbf": now + 3600}))),
+            "token_not_yet_valid",
+        ),
+        (
+            issuer.token(
+                Algorithm::RS256,
+                "rsa-1",
+                "rsa1.pem",
+                issuer.claims("x", None, json!({"aud": "someone-else"})),
+            ),
+            "invalid_audience",
+        ),
+        (issuer.token(Algorithm::RS256, "rsa-1", "rsa2.pem", issuer.claims("x", None, json!({}))), "invalid_signature"),
+        (issuer.token(Algorithm::RS256, "rsa-9", "rsa1.pem", issuer.claims("x", None, json!({}))), "unknown_key_id"),
+        (
+            issuer.token(
+                Algorithm::RS256,
+                "rsa-1",
+                "rsa1.pem",
+                issuer.claims("x", None, json!({"iss": "https://evil.example"})),
+            ),
+            "unknown_issuer",
+        ),
+        (unsigned, "unsupported_token_algorithm"),
+        (hs256_with_public_key, "unsupported_token_algorithm"),
+        (format!("eyJ{}", "A".repeat(10_000)), "token_too_large"),
+        ("eyJhbGciOiJSUzI1NiJ9.bm90IGpzb24.c2ln".to_owned(), "invalid_token"),
+    ];
+    for (token, code) in &cases {
+        let r = chat_with(&client, &gw, token).await;
+        assert_eq!((r.status.as_u16(), r.json()["error"]["code"].as_str()), (401, Some(*code)), "{code}: {}", r.text());
+    }
+    // A team the gateway does not know.
+    let stranger = issuer.token(Algorithm::RS256, "rsa-1", "rsa1.pem", issuer.claims("y", Some("nobody"), json!({})));
+    let r = chat_with(&client, &gw, &stranger).await;
+    assert_eq!((r.status.as_u16(), r.json()["error"]["code"].as_str()), (403, Some("unknown_team")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_keys_are_fetched_and_a_provider_that_is_down_only_fails_what_no_cached_key_checks() {
+    let issuer = Issuer::start().await;
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let gw = gateway_for(&issuer, &backend, &dir).await;
+    let client = TestClient::new();
+    let old = issuer.token(Algorithm::RS256, "rsa-1", "rsa1.pem", issuer.claims("svc", None, json!({})));
+    let r = chat_with(&client, &gw, &old).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The provider rotates in a new key: a token naming it makes the gateway fetch again.
+    *issuer.jwks.lock().unwrap() = Some(fixture("jwks-rotated.json"));
+    let new = issuer.token(Algorithm::RS256, "rsa-2", "rsa2.pem", issuer.claims("svc", None, json!({})));
+    assert_eq!(chat_with(&client, &gw, &new).await.status, 200);
+    assert_eq!(*issuer.fetches.lock().unwrap(), 2);
+    // Unknown kids do not make it hammer the provider: the first makes it fetch once more, and
+    // finding nothing holds fetches off for 30 s.
+    for i in 0..5 {
+        let forged =
+            issuer.token(Algorithm::RS256, &format!("nope-{i}"), "rsa1.pem", issuer.claims("svc", None, json!({})));
+        assert_eq!(chat_with(&client, &gw, &forged).await.json()["error"]["code"], "unknown_key_id");
+    }
+    assert_eq!(*issuer.fetches.lock().unwrap(), 3);
+    // The provider goes down: cached keys keep checking tokens, new ones too.
+    *issuer.jwks.lock().unwrap() = None;
+    let fresh = issuer.token(Algorithm::ES256, "ec-1", "ec1.pem", issuer.claims("svc-2", None, json!({})));
+    assert_eq!(chat_with(&client, &gw, &fresh).await.status, 200);
+
+    // A gateway that never reached the provider cannot check anything: 503 with Retry-After.
+    let dir = scratch_dir();
+    let cold = gateway_for(&issuer, &backend, &dir).await;
+    let r = chat_with(&client, &cold, &old).await;
+    assert_eq!((r.status.as_u16(), r.json()["error"]["code"].as_str()), (503, Some("identity_unavailable")));
+    assert!(r.header("retry-after").is_some());
+}
