@@ -19,6 +19,50 @@ use crate::records::UsageRecord;
 static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
+/// Where this gateway is, as its client reached it (`Host`; https when it serves TLS).
+fn base_url(app: &App, headers: &http::HeaderMap) -> String {
+    let scheme = if app.config.tls.is_some() { "https" } else { "http" };
+    let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    format!("{scheme}://{host}")
+}
+
+/// An unauthenticated MCP request, when the gateway trusts identity providers: a 401 naming the
+/// protected resource's metadata (`WWW-Authenticate: Bearer resource_metadata=…`, as MCP's
+/// authorization specification and RFC 9728 ask), where an OAuth client finds whom to ask.
+fn oauth_challenge(app: &App, headers: &http::HeaderMap, path: &str, e: &GatewayError) -> Response<GatewayBody> {
+    app.metrics.count_error(e.kind());
+    let mut resp = crate::http::error_response(e);
+    let metadata = format!("{}/.well-known/oauth-protected-resource{path}", base_url(app, headers));
+    let challenge = format!("Bearer resource_metadata=\"{metadata}\"");
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, value);
+    }
+    resp
+}
+
+/// `GET /.well-known/oauth-protected-resource[/mcp[/{server}]]` (RFC 9728): the MCP endpoint as an
+/// OAuth protected resource and the authorization servers (`auth.jwt` issuers) whose tokens it
+/// accepts. 404 when none is configured.
+pub fn protected_resource(
+    app: &App,
+    headers: &http::HeaderMap,
+    path: &str,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let issuers: Vec<&str> = app.config.auth.jwt.iter().map(|i| i.issuer.as_str()).collect();
+    let resource_path = path.strip_prefix("/.well-known/oauth-protected-resource").unwrap_or("");
+    if issuers.is_empty() || app.mcp.is_none() || !(resource_path.is_empty() || resource_path.starts_with("/mcp")) {
+        return Err(GatewayError::RouteNotFound);
+    }
+    let resource_path = if resource_path.is_empty() { "/mcp" } else { resource_path };
+    let doc = serde_json::json!({
+        "resource": format!("{}{resource_path}", base_url(app, headers)),
+        "authorization_servers": issuers,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Switchyard MCP gateway",
+    });
+    Ok(crate::http::json_value(http::StatusCode::OK, &doc))
+}
+
 /// `path` is the request path: `/mcp` or `/mcp/{server}`.
 pub async fn handle(
     app: &App,
@@ -34,7 +78,13 @@ pub async fn handle(
         _ => return Err(GatewayError::RouteNotFound),
     };
     let (parts, body) = req.into_parts();
-    let principal = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
+    let principal = match app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await {
+        Ok(principal) => principal,
+        Err(e @ GatewayError::Unauthorized { .. }) if !app.config.auth.jwt.is_empty() => {
+            return Ok(oauth_challenge(app, &parts.headers, path, &e));
+        }
+        Err(e) => return Err(e),
+    };
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let key = principal.key_record().cloned();
     let on_call = recorder(app, key.clone(), request_id);

@@ -57,6 +57,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
         {
             catalog::model(&app, p, req.headers(), req.uri().query())
         }
+        (Endpoint::Other, &Method::GET, p) if p.starts_with("/.well-known/oauth-protected-resource") => {
+            mcp::protected_resource(&app, req.headers(), p)
+        }
         (Endpoint::Other, &Method::GET, "/health") => Ok(catalog::health()),
         (Endpoint::Other, &Method::GET, "/ready") => Ok(catalog::ready(&app)),
         (Endpoint::Other, &Method::GET, "/metrics") => Ok(catalog::metrics(&app)),

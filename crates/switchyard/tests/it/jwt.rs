@@ -269,3 +269,67 @@ async fn rotated_keys_are_fetched_and_a_provider_that_is_down_only_fails_what_no
     assert_eq!((r.status.as_u16(), r.json()["error"]["code"].as_str()), (503, Some("identity_unavailable")));
     assert!(r.header("retry-after").is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_is_an_oauth_protected_resource_and_a_token_sees_only_its_teams_tools() {
+    use switchyard_testkit::{McpMock, McpMockConfig};
+    let issuer = Issuer::start().await;
+    let files = McpMock::start("127.0.0.1:0".parse().unwrap(), McpMockConfig::default()).await.unwrap();
+    let search = McpMock::start("127.0.0.1:0".parse().unwrap(), McpMockConfig::default()).await.unwrap();
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{0}/usage'}}\n\
+         auth: {{master_key: {MASTER}, jwt: [{{issuer: '{1}', audiences: [switchyard], team_claim: groups}}]}}\n\
+         mcp:\n  servers:\n    - {{name: files, url: '{2}'}}\n    - {{name: search, url: '{3}'}}\n",
+        dir.display(),
+        issuer.url,
+        files.url(),
+        search.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let team = r#"{"name": "docs", "mcp_servers": ["files"]}"#;
+    assert_eq!(admin(&client, &gw, Method::POST, "/admin/teams", team).await.status, 201);
+
+    // RFC 9728: where the resource's authorization servers are.
+    let meta = client.get(&format!("{}/.well-known/oauth-protected-resource/mcp", gw.url())).await.unwrap();
+    assert_eq!(meta.status, 200, "{}", meta.text());
+    let host = gw.url().trim_start_matches("http://").to_owned();
+    assert_eq!(meta.json()["resource"], format!("http://{host}/mcp"));
+    assert_eq!(meta.json()["authorization_servers"], json!([issuer.url]));
+    let root = client.get(&format!("{}/.well-known/oauth-protected-resource", gw.url())).await.unwrap();
+    assert_eq!(root.json()["resource"], format!("http://{host}/mcp"));
+
+    // Unauthenticated: a 401 that names the metadata.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let accept = ("accept", "application/json, text/event-stream");
+    let bare =
+        client.request(Method::POST, &format!("{}/mcp", gw.url()), init.to_string().into(), &[accept]).await.unwrap();
+    assert_eq!(bare.status, 401);
+    assert_eq!(
+        bare.header("www-authenticate"),
+        Some(format!(r#"Bearer resource_metadata="http://{host}/.well-known/oauth-protected-resource/mcp""#).as_str())
+    );
+
+    // The team's token: only the team's server's tools.
+    let token = issuer.token(Algorithm::RS256, "rsa-1", "rsa1.pem", issuer.claims("agent", Some("docs"), json!({})));
+    let auth = format!("Bearer {token}");
+    let headers = [("authorization", auth.as_str()), accept];
+    let url = format!("{}/mcp", gw.url());
+    let r = client.request(Method::POST, &url, init.to_string().into(), &headers).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let session = r.header("mcp-session-id").unwrap().to_owned();
+    let with_session = [("authorization", auth.as_str()), accept, ("mcp-session-id", session.as_str())];
+    let ack = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    client.request(Method::POST, &url, ack.to_string().into(), &with_session).await.unwrap();
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let tools = client.request(Method::POST, &url, list.to_string().into(), &with_session).await.unwrap().json();
+    let names: Vec<&str> =
+        tools["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(!names.is_empty() && names.iter().all(|n| n.starts_with("files__")), "{names:?}");
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search__echo", "arguments": {"text": "x"}}});
+    let refused = client.request(Method::POST, &url, call.to_string().into(), &with_session).await.unwrap().json();
+    assert!(refused.get("error").is_some() || refused["result"]["isError"] == true, "{refused}");
+}
