@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// a budget, none of them reached) created on the gateway this run starts.
     #[arg(long, conflicts_with = "target")]
     pub virtual_key: bool,
+    /// With --virtual-key: the key belongs to a team with limits and a budget of its own (none
+    /// reached), so every request is admitted and reserved at both levels.
+    #[arg(long, requires = "virtual_key")]
+    pub team: bool,
     /// Start the gateway with `storage.record_usage: false` (no usage records): with neither
     /// this nor --virtual-key, the run measures the core alone, on the same build.
     #[arg(long, conflicts_with_all = ["target", "virtual_key"])]

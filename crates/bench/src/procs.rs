@@ -94,8 +94,20 @@ pub async fn create_key(gateway: &str, master_key: &str) -> Result<String, Strin
 
 /// Create a virtual key with `body` (the admin API's JSON); returns the `sy-…` secret.
 pub async fn create_key_with(gateway: &str, master_key: &str, body: &str) -> Result<String, String> {
+    admin_post(gateway, master_key, "/admin/keys", body, "key").await
+}
+
+/// Create a team with limits and a budget a benchmark never reaches; returns its id.
+pub async fn create_team(gateway: &str, master_key: &str) -> Result<String, String> {
+    let body =
+        r#"{"name":"bench","rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000,"budget_usd":1000000000}"#;
+    admin_post(gateway, master_key, "/admin/teams", body, "id").await
+}
+
+/// POST `body` to the admin API's `path`; the answer's string `field`.
+async fn admin_post(gateway: &str, master_key: &str, path: &str, body: &str, field: &str) -> Result<String, String> {
     use http_body_util::{BodyExt, Full};
-    let uri: http::Uri = format!("{}/admin/keys", gateway.trim_end_matches('/')).parse().map_err(|e| format!("{e}"))?;
+    let uri: http::Uri = format!("{}{path}", gateway.trim_end_matches('/')).parse().map_err(|e| format!("{e}"))?;
     let host = uri.authority().map(|a| a.to_string()).unwrap_or_default();
     let stream = tokio::net::TcpStream::connect(&host).await.map_err(|e| format!("cannot reach {host}: {e}"))?;
     let (mut sender, conn) =
@@ -107,13 +119,13 @@ pub async fn create_key_with(gateway: &str, master_key: &str, body: &str) -> Res
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(bytes::Bytes::from(body.to_owned())))
         .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| format!("POST /admin/keys: {e}"))?;
+    let resp = sender.send_request(req).await.map_err(|e| format!("POST {path}: {e}"))?;
     let status = resp.status();
     let bytes = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("POST /admin/keys: {e}"))?;
-    match json.get("key").and_then(|k| k.as_str()) {
-        Some(key) if status.is_success() => Ok(key.to_owned()),
-        _ => Err(format!("POST /admin/keys answered {status}: {}", String::from_utf8_lossy(&bytes))),
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("POST {path}: {e}"))?;
+    match json.get(field).and_then(|k| k.as_str()) {
+        Some(value) if status.is_success() => Ok(value.to_owned()),
+        _ => Err(format!("POST {path} answered {status}: {}", String::from_utf8_lossy(&bytes))),
     }
 }
 

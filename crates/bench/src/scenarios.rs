@@ -139,7 +139,15 @@ async fn setup(args: &BenchArgs, pin: &Pinning) -> Result<Setup, String> {
         start_gateway(&config, pin)?
     };
     if args.virtual_key {
-        let key = procs::create_key(&gateway.url, BENCH_MASTER_KEY).await?;
+        let key = if args.team {
+            let team = procs::create_team(&gateway.url, BENCH_MASTER_KEY).await?;
+            let body = format!(
+                r#"{{"models":["*"],"rpm":1000000000,"tpm":1000000000000,"max_parallel":1000000,"budget_usd":1000000000,"team_id":"{team}","metadata":{{"user":"bench"}}}}"#
+            );
+            procs::create_key_with(&gateway.url, BENCH_MASTER_KEY, &body).await?
+        } else {
+            procs::create_key(&gateway.url, BENCH_MASTER_KEY).await?
+        };
         let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|e| e.to_string())?;
         headers.push((http::header::AUTHORIZATION, value));
     }

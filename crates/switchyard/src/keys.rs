@@ -8,12 +8,8 @@ use switchyard_testkit::TestClient;
 
 #[derive(Args, Debug)]
 pub struct KeysArgs {
-    /// Gateway base URL (before or after the action: `keys --url U list` or `keys list --url U`).
-    #[arg(long, global = true, env = "SWITCHYARD_URL", default_value = "http://127.0.0.1:4100")]
-    url: String,
-    /// Master key (sent as Bearer; before or after the action).
-    #[arg(long, global = true, env = "SWITCHYARD_MASTER_KEY", hide_env_values = true)]
-    master_key: Option<String>,
+    #[command(flatten)]
+    admin: crate::orgs::Admin,
     #[command(subcommand)]
     action: KeysAction,
 }
@@ -112,7 +108,7 @@ impl Policy {
 }
 
 pub async fn run(args: KeysArgs) -> Result<(), String> {
-    let base = args.url.trim_end_matches('/');
+    let base = args.admin.url.trim_end_matches('/');
     let (method, path, body) = match &args.action {
         KeysAction::Create(p) => (Method::POST, "/admin/keys".to_owned(), p.to_json()),
         KeysAction::List => (Method::GET, "/admin/keys".to_owned(), Value::Null),
@@ -120,7 +116,7 @@ pub async fn run(args: KeysArgs) -> Result<(), String> {
         KeysAction::Update { id, policy } => (Method::PATCH, format!("/admin/keys/{id}"), policy.to_json()),
         KeysAction::Revoke { id } => (Method::DELETE, format!("/admin/keys/{id}"), Value::Null),
     };
-    admin_call(base, args.master_key.as_deref(), method, &path, &body).await?;
+    admin_call(base, args.admin.master_key.as_deref(), method, &path, &body).await?;
     if matches!(args.action, KeysAction::Create(_)) {
         eprintln!("Store this key now: it is not shown again.");
     }

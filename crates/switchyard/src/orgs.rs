@@ -7,15 +7,15 @@ use serde_json::{json, Map, Value};
 
 use crate::keys::admin_call;
 
-/// Where the admin API is and the master key, as for `switchyard keys`.
+/// Where the admin API is and the master key, for `switchyard keys|teams|users`.
 #[derive(Args, Debug)]
 pub struct Admin {
-    /// Gateway base URL.
+    /// Gateway base URL (before or after the action: `keys --url U list` or `keys list --url U`).
     #[arg(long, global = true, env = "SWITCHYARD_URL", default_value = "http://127.0.0.1:4100")]
-    url: String,
-    /// Master key (sent as Bearer).
+    pub url: String,
+    /// Master key (sent as Bearer; before or after the action).
     #[arg(long, global = true, env = "SWITCHYARD_MASTER_KEY", hide_env_values = true)]
-    master_key: Option<String>,
+    pub master_key: Option<String>,
 }
 
 /// Limits a team or a user may carry.

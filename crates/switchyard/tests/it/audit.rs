@@ -13,11 +13,7 @@ use switchyard_testkit::{TestClient, TestResponse};
 const MASTER: &str = "master-key-for-tests";
 
 async fn admin(client: &TestClient, gw: &RunningGateway, method: Method, path: &str, body: &str) -> TestResponse {
-    let auth = format!("Bearer {MASTER}");
-    client
-        .request(method, &format!("{}{path}", gw.url()), body.to_owned().into(), &[("authorization", &auth)])
-        .await
-        .unwrap()
+    admin_as(client, gw, MASTER, method, path, body).await
 }
 
 /// `switchyard audit verify --config FILE`: (success, what it printed).

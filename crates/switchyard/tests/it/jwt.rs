@@ -133,11 +133,7 @@ async fn chat_with(client: &TestClient, gw: &RunningGateway, token: &str) -> Tes
 }
 
 async fn admin(client: &TestClient, gw: &RunningGateway, method: Method, path: &str, body: &str) -> TestResponse {
-    let auth = format!("Bearer {MASTER}");
-    client
-        .request(method, &format!("{}{path}", gw.url()), body.to_owned().into(), &[("authorization", &auth)])
-        .await
-        .unwrap()
+    admin_as(client, gw, MASTER, method, path, body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,11 +23,7 @@ async fn org_gateway(mocks: &[&switchyard_testkit::MockServer], dir: &std::path:
 }
 
 async fn admin(client: &TestClient, gw: &RunningGateway, method: Method, path: &str, body: &str) -> TestResponse {
-    let auth = format!("Bearer {MASTER}");
-    client
-        .request(method, &format!("{}{path}", gw.url()), body.to_owned().into(), &[("authorization", &auth)])
-        .await
-        .unwrap()
+    admin_as(client, gw, MASTER, method, path, body).await
 }
 
 /// POST, expecting 201; the answer's `field`.

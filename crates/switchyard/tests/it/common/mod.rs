@@ -207,3 +207,19 @@ pub fn spawn_gateway(config: &std::path::Path) -> (std::process::Child, String) 
     let base = line.trim().strip_prefix("listening on ").expect("the listening line").to_owned();
     (child, base)
 }
+
+/// An admin API call with `master` as Bearer.
+pub async fn admin_as(
+    client: &TestClient,
+    gw: &RunningGateway,
+    master: &str,
+    method: http::Method,
+    path: &str,
+    body: &str,
+) -> TestResponse {
+    let auth = format!("Bearer {master}");
+    client
+        .request(method, &format!("{}{path}", gw.url()), body.to_owned().into(), &[("authorization", &auth)])
+        .await
+        .unwrap()
+}
