@@ -63,6 +63,32 @@ pub fn protected_resource(
     Ok(crate::http::json_value(http::StatusCode::OK, &doc))
 }
 
+/// A tool call counts against the rpm of its key and of the key's team (this instance's
+/// windows, as for every MCP call), both checked under one lock.
+fn tool_call_admission(app: &App, key: Option<&crate::records::KeyRecord>) -> switchyard_mcp::SharedAdmit {
+    let Some(k) = key else { return Arc::new(|| Ok(())) };
+    let rpm = |rpm: Option<u32>| Limits { rpm, tpm: None, max_parallel: None };
+    let mut levels: Vec<(String, Limits, &'static str)> = Vec::new();
+    if k.rpm.is_some() {
+        levels.push((k.id.clone(), rpm(k.rpm), "key"));
+    }
+    if let Some(team) = k.owners.team.as_deref().filter(|t| t.limits.rpm.is_some()) {
+        levels.push((team.id.clone(), rpm(team.limits.rpm), "team"));
+    }
+    if levels.is_empty() {
+        return Arc::new(|| Ok(()));
+    }
+    let limiter = app.limiter.memory().clone();
+    Arc::new(move || {
+        let ids: Vec<(&str, Limits)> = levels.iter().map(|(id, l, _)| (id.as_str(), *l)).collect();
+        limiter.acquire_levels(&ids, 0).map(drop).map_err(|r| {
+            let whose = levels.iter().find(|(_, l, _)| r.limit_of(l)).map_or("key", |(_, _, w)| w);
+            let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+            format!("rate limit reached: {} requests per minute for this {whose}; retry in {secs} s", r.limit)
+        })
+    })
+}
+
 /// `path` is the request path: `/mcp` or `/mcp/{server}`.
 pub async fn handle(
     app: &App,
@@ -95,19 +121,7 @@ pub async fn handle(
         }
         None => Arc::new(|_: &str, _: &str| true),
     };
-    let admit: switchyard_mcp::SharedAdmit = match principal.key().filter(|k| k.rpm.is_some()) {
-        Some(k) => {
-            let (limiter, id) = (app.limiter.memory().clone(), k.id.clone());
-            let limits = Limits { rpm: k.rpm, tpm: None, max_parallel: None };
-            Arc::new(move || {
-                limiter.acquire(&id, &limits, 0).map(drop).map_err(|r| {
-                    let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-                    format!("rate limit reached: {} requests per minute for this key; retry in {secs} s", r.limit)
-                })
-            })
-        }
-        None => Arc::new(|| Ok(())),
-    };
+    let admit = tool_call_admission(app, principal.key());
     let header = |name: &HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let answer = front
         .handle(switchyard_mcp::Request {

@@ -285,7 +285,7 @@ async fn mcp_is_an_oauth_protected_resource_and_a_token_sees_only_its_teams_tool
     );
     let gw = gateway_yaml(&yaml).await;
     let client = TestClient::new();
-    let team = r#"{"name": "docs", "mcp_servers": ["files"]}"#;
+    let team = r#"{"name": "docs", "mcp_servers": ["files"], "rpm": 2}"#;
     assert_eq!(admin(&client, &gw, Method::POST, "/admin/teams", team).await.status, 201);
 
     // RFC 9728: where the resource's authorization servers are.
@@ -328,4 +328,13 @@ async fn mcp_is_an_oauth_protected_resource_and_a_token_sees_only_its_teams_tool
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search__echo", "arguments": {"text": "x"}}});
     let refused = client.request(Method::POST, &url, call.to_string().into(), &with_session).await.unwrap().json();
     assert!(refused.get("error").is_some() || refused["result"]["isError"] == true, "{refused}");
+    // The team's rpm covers tool calls: the refused call counted nothing, so two go through.
+    for id in 3..5 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "files__echo", "arguments": {"text": "x"}}});
+        let r = client.request(Method::POST, &url, call.to_string().into(), &with_session).await.unwrap().json();
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "files__echo", "arguments": {"text": "x"}}});
+    let r = client.request(Method::POST, &url, call.to_string().into(), &with_session).await.unwrap().json();
+    assert_eq!(r["error"]["data"]["reason"], "rate_limited", "{r}");
 }
