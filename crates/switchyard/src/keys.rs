@@ -22,17 +22,8 @@ struct Policy {
     /// Allowed model globs, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     models: Option<Vec<String>>,
-    #[arg(long)]
-    rpm: Option<u32>,
-    #[arg(long)]
-    tpm: Option<u64>,
-    #[arg(long)]
-    max_parallel: Option<u32>,
-    #[arg(long)]
-    budget_usd: Option<f64>,
-    /// daily | weekly | monthly
-    #[arg(long)]
-    budget_period: Option<String>,
+    #[command(flatten)]
+    limits: crate::orgs::Limits,
     /// RFC 3339 time, e.g. 2026-12-31T23:59:59Z
     #[arg(long)]
     expires_at: Option<String>,
@@ -84,11 +75,9 @@ impl Policy {
         };
         put("name", json!(self.name));
         put("models", json!(self.models));
-        put("rpm", json!(self.rpm));
-        put("tpm", json!(self.tpm));
-        put("max_parallel", json!(self.max_parallel));
-        put("budget_usd", json!(self.budget_usd));
-        put("budget_period", json!(self.budget_period));
+        for (k, v) in self.limits.fields() {
+            put(k, v);
+        }
         put("expires_at", json!(self.expires_at));
         put("mcp_servers", json!(self.mcp_servers));
         put("mcp_tools", json!(self.mcp_tools));

@@ -18,9 +18,9 @@ pub struct Admin {
     pub master_key: Option<String>,
 }
 
-/// Limits a team or a user may carry.
+/// Limits a key, a team or a user may carry.
 #[derive(Args, Debug, Default)]
-struct Limits {
+pub struct Limits {
     #[arg(long)]
     rpm: Option<u32>,
     #[arg(long)]
@@ -134,7 +134,7 @@ fn object(fields: &[(&str, Value)]) -> Value {
 }
 
 impl Limits {
-    fn fields(&self) -> [(&'static str, Value); 5] {
+    pub fn fields(&self) -> [(&'static str, Value); 5] {
         [
             ("rpm", json!(self.rpm)),
             ("tpm", json!(self.tpm)),
