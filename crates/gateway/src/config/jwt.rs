@@ -59,3 +59,22 @@ pub fn validate(raw: Option<Vec<RawJwtIssuer>>) -> Result<Vec<JwtIssuer>, Config
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issuer(yaml: &str) -> Result<Vec<JwtIssuer>, ConfigError> {
+        validate(Some(yaml_serde::from_str(yaml).map_err(|e| ConfigError::at("auth.jwt", e.to_string()))?))
+    }
+
+    #[test]
+    fn issuers_are_urls_listed_once_and_sub_is_the_default_user_claim() {
+        let ok = issuer("[{issuer: 'https://id.example', audiences: [sw]}]").unwrap();
+        assert_eq!((ok[0].user_claim.as_str(), ok[0].audiences.as_slice()), ("sub", &["sw".to_owned()][..]));
+        assert!(issuer("[{issuer: 'id.example'}]").unwrap_err().to_string().contains("auth.jwt[0].issuer"));
+        assert!(issuer("[{issuer: 'https://a', jwks_url: 'ftp://x'}]").unwrap_err().to_string().contains("jwks_url"));
+        assert!(issuer("[{issuer: 'https://a'}, {issuer: 'https://a'}]").unwrap_err().to_string().contains("twice"));
+        assert!(issuer("[{issuer: 'https://a', colour: red}]").is_err(), "unknown fields are refused");
+    }
+}

@@ -127,6 +127,22 @@ async fn teams_users_and_members_through_the_admin_api() {
     assert_eq!((k["team_id"].clone(), k["user_id"].as_str()), (serde_json::Value::Null, Some(user.as_str())));
     assert_eq!(admin(&client, &gw, Method::DELETE, &format!("/admin/users/{user}"), "").await.status, 200);
     assert_eq!(admin(&client, &gw, Method::PUT, "/admin/teams", "").await.status, 405);
+    // Malformed input: a clear 400 in OpenAI's shape, nothing stored.
+    for (method, path, body) in [
+        (Method::POST, "/admin/teams".to_owned(), "{not json"),
+        (Method::POST, "/admin/users".to_owned(), r#"{"email": 7}"#),
+        (Method::POST, "/admin/users".to_owned(), r#"{"email": "no-at-sign"}"#),
+        (Method::POST, "/admin/teams/t_x/members".to_owned(), "{}"),
+        (Method::GET, "/admin/audit?limit=abc".to_owned(), ""),
+        (Method::POST, "/admin/keys".to_owned(), r#"{"team_id": 5}"#),
+    ] {
+        let r = admin(&client, &gw, method.clone(), &path, body).await;
+        let status = r.status.as_u16();
+        assert!(status == 400 || (status == 404 && path.contains("t_x")), "{method} {path} {body}: {}", r.text());
+        assert_eq!(r.json()["error"]["type"], "invalid_request_error", "{path}: {}", r.text());
+    }
+    // The user made above was deleted; the refused ones left nothing behind.
+    assert_eq!(admin(&client, &gw, Method::GET, "/admin/users", "").await.json()["data"], serde_json::json!([]));
     let spec = admin(&client, &gw, Method::GET, "/admin/openapi.json", "").await.json();
     for path in ["/admin/teams", "/admin/teams/{id}", "/admin/teams/{id}/members", "/admin/users/{id}"] {
         assert!(spec["paths"][path].is_object(), "{path} is documented");
