@@ -59,14 +59,17 @@ impl Limiter {
             return self.memory.acquire_levels(levels, estimate).map_err(Refused::Limited);
         };
         let mut permit: Option<Permit> = None;
-        for (id, limits) in levels {
+        for (i, (id, limits)) in levels.iter().enumerate() {
             let level = match shared.acquire(id, limits, estimate, until).await {
                 Ok(level) => level,
                 Err(refused) => {
                     if let Some(mut earlier) = permit {
                         earlier.settle(0);
                     }
-                    return Err(refused);
+                    return Err(match refused {
+                        Refused::Limited(r) => Refused::Limited(RateLimited { level: i, ..r }),
+                        other => other,
+                    });
                 }
             };
             permit = Some(match permit {
@@ -178,17 +181,8 @@ pub struct RateLimited {
     pub limit: u64,
     pub retry_after: Duration,
     pub snapshot: Snapshot,
-}
-
-impl RateLimited {
-    /// Whether `limits` has the limit this refusal names, at this value.
-    pub fn limit_of(&self, limits: &Limits) -> bool {
-        match self.which {
-            "parallel" => limits.max_parallel.map(u64::from) == Some(self.limit),
-            "requests" => limits.rpm.map(u64::from) == Some(self.limit),
-            _ => limits.tpm == Some(self.limit),
-        }
-    }
+    /// Which of the levels asked for refused (`acquire_levels`' index; 0 for a single level).
+    pub level: usize,
 }
 
 static LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");

@@ -82,7 +82,7 @@ fn tool_call_admission(app: &App, key: Option<&crate::records::KeyRecord>) -> sw
     Arc::new(move || {
         let ids: Vec<(&str, Limits)> = levels.iter().map(|(id, l, _)| (id.as_str(), *l)).collect();
         limiter.acquire_levels(&ids, 0).map(drop).map_err(|r| {
-            let whose = levels.iter().find(|(_, l, _)| r.limit_of(l)).map_or("key", |(_, _, w)| w);
+            let whose = levels.get(r.level).map_or("key", |(_, _, w)| w);
             let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
             format!("rate limit reached: {} requests per minute for this {whose}; retry in {secs} s", r.limit)
         })

@@ -79,6 +79,7 @@ impl KeyWindow {
                     limit: u64::from(max),
                     retry_after: Duration::from_secs(1),
                     snapshot: self.snapshot(limits, now_ms),
+                    level: 0,
                 });
             }
         }
@@ -95,6 +96,7 @@ impl KeyWindow {
                     limit: u64::from(rpm),
                     retry_after: at.map_or(Duration::from_secs(1), |(s, _)| KeyWindow::expiry(s, now_ms)),
                     snapshot: self.snapshot(limits, now_ms),
+                    level: 0,
                 });
             }
         }
@@ -116,6 +118,7 @@ impl KeyWindow {
                 .map_or(Duration::from_secs(BUCKETS as u64), |(s, _)| KeyWindow::expiry(s, now_ms))
                 .max(Duration::from_millis(1)),
             snapshot: self.snapshot(limits, now_ms),
+            level: 0,
         })
     }
 
@@ -222,14 +225,14 @@ impl MemoryLimiter {
     ) -> Result<Permit, RateLimited> {
         let now_s = now_ms / 1000;
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        for (key, limits) in levels {
+        for (level, (key, limits)) in levels.iter().enumerate() {
             if keys.len() >= SWEEP_ABOVE && !keys.contains_key(*key) {
                 keys.retain(|_, w| w.parallel > 0 || now_s.saturating_sub(w.head) < BUCKETS as u64);
             }
             let w = keys.entry((*key).to_owned()).or_insert_with(|| KeyWindow::new(now_s));
             w.advance(now_s);
             if let Some(refused) = w.refusal(limits, estimate, now_ms) {
-                return Err(refused);
+                return Err(RateLimited { level, ..refused });
             }
         }
         let mut permit: Option<Permit> = None;

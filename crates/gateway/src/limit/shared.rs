@@ -158,7 +158,13 @@ impl SharedLimiter {
                 2 => ("requests", limits.rpm.map_or(0, u64::from)),
                 _ => ("tokens", limits.tpm.unwrap_or(0)),
             };
-            return Err(Refused::Limited(RateLimited { which, limit, retry_after: ms(figures[2]), snapshot }));
+            return Err(Refused::Limited(RateLimited {
+                which,
+                limit,
+                retry_after: ms(figures[2]),
+                snapshot,
+                level: 0,
+            }));
         }
         if let Some(n) = holder {
             self.holders.lock().unwrap_or_else(|p| p.into_inner()).insert(n, (holders_key(key), false));

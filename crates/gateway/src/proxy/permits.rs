@@ -196,8 +196,7 @@ async fn admit(
             Refused::Limited(r) => r,
             Refused::Unavailable => return GatewayError::LimitsUnavailable,
         };
-        // The level is the one whose limit has this value (a team's and its key's may differ).
-        let level = levels[..n].iter().zip(whose).find(|((_, l), _)| r.limit_of(l)).map_or("key", |(_, w)| w);
+        let level = whose[r.level.min(n - 1)];
         let secs = r.retry_after.as_secs_f64().ceil().max(1.0) as u64;
         GatewayError::RateLimited {
             message: match r.which {
