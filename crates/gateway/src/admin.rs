@@ -2,6 +2,7 @@
 //! users (`admin/orgs.rs`) and usage reports (JSON or CSV), guarded by the master key.
 //! Documented in `openapi.json` beside this file.
 
+pub mod access;
 pub mod audit;
 mod orgs;
 
@@ -171,16 +172,18 @@ fn parse_fields(body: &Bytes) -> Result<KeyFields, GatewayError> {
 
 pub async fn handle(
     app: &Arc<App>,
-    actor: &audit::Actor,
+    op: &access::Operator,
     method: &Method,
     path: &str,
     query: Option<&str>,
     body: Bytes,
 ) -> Result<Response<GatewayBody>, GatewayError> {
+    op.check_route(method, path)?;
     let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
     let now = app.clock.unix_secs();
+    let actor = &op.actor;
     // Boxed: the organisations' handlers would otherwise grow every admin request's future.
-    let orgs = orgs::handle(app, actor, store, method, path.trim_end_matches('/'), &body, now);
+    let orgs = orgs::handle(app, op, store, method, path.trim_end_matches('/'), &body, now);
     if let Some(answer) = Box::pin(orgs).await {
         return answer;
     }
@@ -198,6 +201,8 @@ pub async fn handle(
             let (id, secret, full_key) = key::generate().map_err(internal)?;
             let mut record = KeyRecord::new(id, app.auth.hasher().hash(&secret), now);
             apply(&mut record, fields, now)?;
+            op.own_new_key(&mut record);
+            op.check_key(&record)?;
             owners_exist(store, &record).await?;
             store.insert_key(&record).await.map_err(internal)?;
             let mut out = key_json(&record);
@@ -207,12 +212,10 @@ pub async fn handle(
         }
         (&Method::GET, "/admin/keys") => {
             let keys = store.list_keys().await.map_err(internal)?;
-            Ok(json_value(
-                StatusCode::OK,
-                &json!({"object": "list", "data": keys.iter().map(key_json).collect::<Vec<_>>()}),
-            ))
+            let seen: Vec<Value> = keys.iter().filter(|k| op.sees_key(k)).map(key_json).collect();
+            Ok(json_value(StatusCode::OK, &json!({"object": "list", "data": seen})))
         }
-        (&Method::GET, "/admin/usage") => usage(app, query).await,
+        (&Method::GET, "/admin/usage") => usage(app, op, query).await,
         (&Method::GET, "/admin/audit") => audit::page(app, query).await,
         (&Method::POST, "/admin/reload") => {
             let answer = reload(app).await;
@@ -223,44 +226,64 @@ pub async fn handle(
             audit::record(app, actor, "config.reload", "config", None, Some(&outcome)).await;
             answer
         }
-        (m, p) if p.starts_with("/admin/keys/") => {
-            let id = &p["/admin/keys/".len()..];
-            if id.is_empty() || id.contains('/') {
-                return Err(GatewayError::RouteNotFound);
-            }
-            let not_found = || GatewayError::NotFound { message: format!("no key with id `{id}`") };
-            let mut record = store.get_key(id).await.map_err(internal)?.ok_or_else(not_found)?;
-            let before = key_json(&record);
-            match *m {
-                Method::GET => Ok(json_value(StatusCode::OK, &key_json(&record))),
-                Method::PATCH => {
-                    apply(&mut record, parse_fields(&body)?, now)?;
-                    owners_exist(store, &record).await?;
-                    store.update_key(&record).await.map_err(internal)?;
-                    app.auth.evict(id);
-                    announce(app, id).await;
-                    let after = key_json(&record);
-                    audit::record(app, actor, "key.update", id, Some(&before), Some(&after)).await;
-                    Ok(json_value(StatusCode::OK, &after))
-                }
-                Method::DELETE => {
-                    if record.revoked_at.is_none() {
-                        record.revoked_at = Some(now);
-                        store.update_key(&record).await.map_err(internal)?;
-                    }
-                    app.auth.evict(id);
-                    announce(app, id).await;
-                    let after = key_json(&record);
-                    audit::record(app, actor, "key.revoke", id, Some(&before), Some(&after)).await;
-                    Ok(json_value(StatusCode::OK, &after))
-                }
-                _ => Err(GatewayError::MethodNotAllowed),
-            }
-        }
+        (m, p) if p.starts_with("/admin/keys/") => key_by_id(app, op, m, &p["/admin/keys/".len()..], &body, now).await,
         (_, "/admin/keys" | "/admin/usage" | "/admin/audit" | "/admin/openapi.json" | "/admin/reload") => {
             Err(GatewayError::MethodNotAllowed)
         }
         _ => Err(GatewayError::RouteNotFound),
+    }
+}
+
+/// `/admin/keys/{id}`: read, change or revoke one key.
+async fn key_by_id(
+    app: &Arc<App>,
+    op: &access::Operator,
+    method: &Method,
+    id: &str,
+    body: &Bytes,
+    now: i64,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
+    if id.is_empty() || id.contains('/') {
+        return Err(GatewayError::RouteNotFound);
+    }
+    let not_found = || GatewayError::NotFound { message: format!("no key with id `{id}`") };
+    let mut record = store.get_key(id).await.map_err(internal)?.ok_or_else(not_found)?;
+    let before = key_json(&record);
+    if !op.sees_key(&record) {
+        return Err(GatewayError::Forbidden {
+            message: format!("the `{}` role may not read key `{id}`", op.role_name()),
+            code: "forbidden",
+        });
+    }
+    if *method != Method::GET {
+        op.check_key(&record)?;
+    }
+    match *method {
+        Method::GET => Ok(json_value(StatusCode::OK, &key_json(&record))),
+        Method::PATCH => {
+            apply(&mut record, parse_fields(body)?, now)?;
+            op.check_key(&record)?;
+            owners_exist(store, &record).await?;
+            store.update_key(&record).await.map_err(internal)?;
+            app.auth.evict(id);
+            announce(app, id).await;
+            let after = key_json(&record);
+            audit::record(app, &op.actor, "key.update", id, Some(&before), Some(&after)).await;
+            Ok(json_value(StatusCode::OK, &after))
+        }
+        Method::DELETE => {
+            if record.revoked_at.is_none() {
+                record.revoked_at = Some(now);
+                store.update_key(&record).await.map_err(internal)?;
+            }
+            app.auth.evict(id);
+            announce(app, id).await;
+            let after = key_json(&record);
+            audit::record(app, &op.actor, "key.revoke", id, Some(&before), Some(&after)).await;
+            Ok(json_value(StatusCode::OK, &after))
+        }
+        _ => Err(GatewayError::MethodNotAllowed),
     }
 }
 
@@ -277,10 +300,15 @@ struct UsageParams {
     format: Option<String>,
 }
 
-async fn usage(app: &Arc<App>, query: Option<&str>) -> Result<Response<GatewayBody>, GatewayError> {
+async fn usage(
+    app: &Arc<App>,
+    op: &access::Operator,
+    query: Option<&str>,
+) -> Result<Response<GatewayBody>, GatewayError> {
     let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
-    let p: UsageParams = serde_urlencoded::from_str(query.unwrap_or(""))
+    let mut p: UsageParams = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|e| bad(format!("invalid query parameters: {e}"), None))?;
+    op.restrict_usage(&mut p.team, &mut p.user)?;
     let bucket = match p.bucket.as_deref().unwrap_or("day") {
         "hour" => Bucket::Hour,
         "day" => Bucket::Day,

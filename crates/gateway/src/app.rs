@@ -125,6 +125,9 @@ impl App {
         if !config.auth.jwt.is_empty() {
             auth = auth.with_jwt(crate::auth::jwt::JwtVerifier::new(&config.auth.jwt, client.clone()));
         }
+        if let Some(oidc) = &config.auth.oidc {
+            auth = auth.with_oidc(crate::auth::oidc::OidcProvider::new(oidc, client.clone()));
+        }
         let auth = Arc::new(auth);
         let mcp = mcp_front(&config, &client, &secret)?;
         let metrics = Arc::new(Metrics::default());

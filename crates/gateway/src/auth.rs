@@ -6,6 +6,7 @@
 mod identity;
 pub mod jwt;
 pub mod key;
+pub mod oidc;
 pub mod session;
 
 use std::future::Future;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 
 use crate::error::GatewayError;
-use crate::records::KeyRecord;
+use crate::records::{KeyRecord, TeamRecord, UserRecord};
 use key::Hasher;
 
 /// Where keys live (the SQL store in production, a map in tests).
@@ -79,6 +80,8 @@ pub struct Auth {
     sessions: session::Sessions,
     /// Bearer tokens from trusted issuers (`auth.jwt`), when configured.
     jwt: Option<jwt::JwtVerifier>,
+    /// Single sign-on to the console (`auth.oidc`), when configured.
+    oidc: Option<oidc::OidcProvider>,
     /// Teams tokens name, by name, with when they were looked up.
     teams: Mutex<crate::config::FastMap<String, TeamLookup>>,
 }
@@ -111,6 +114,7 @@ impl Auth {
             tags: RandomState::new(),
             sessions: session::Sessions::default(),
             jwt: None,
+            oidc: None,
             teams: Mutex::default(),
         }
     }
@@ -121,20 +125,37 @@ impl Auth {
         self
     }
 
-    /// A console session token for `given`, when it is the master key (constant-time compare).
-    pub fn console_login(&self, given: &str, expires_unix: i64) -> Option<String> {
-        let master = self.master_key.as_deref()?;
-        constant_time_eq(master.as_bytes(), given.trim().as_bytes())
-            .then(|| self.sessions.issue(&self.hasher, master, expires_unix))
+    /// Sign console users in through this OpenID provider.
+    pub fn with_oidc(mut self, provider: oidc::OidcProvider) -> Auth {
+        self.oidc = Some(provider);
+        self
     }
 
-    /// Whether a console session token is live. With no master key the console is open (as the
-    /// admin API is): every caller counts as logged in.
-    pub fn console_session(&self, token: Option<&str>, now_unix: i64) -> bool {
+    pub fn oidc(&self) -> Option<&oidc::OidcProvider> {
+        self.oidc.as_ref()
+    }
+
+    /// A console session token for `given`, when it is the master key (constant-time compare).
+    pub fn console_login(&self, given: &str, now_unix: i64, expires_unix: i64) -> Option<String> {
+        let master = self.master_key.as_deref()?;
+        constant_time_eq(master.as_bytes(), given.trim().as_bytes())
+            .then(|| self.sessions.issue(&self.hasher, master, session::MASTER, now_unix, expires_unix))
+            .flatten()
+    }
+
+    /// A console session for a user signed in through single sign-on.
+    pub fn user_session(&self, user_id: &str, now_unix: i64, expires_unix: i64) -> Option<String> {
+        let master = self.master_key.as_deref()?;
+        self.sessions.issue(&self.hasher, master, user_id, now_unix, expires_unix)
+    }
+
+    /// The console session a token stands for. With no master key the console is open (as the
+    /// admin API is): every caller counts as signed in with the master key.
+    pub fn console_session(&self, token: Option<&str>, now_unix: i64) -> Option<session::Session> {
         match (&self.master_key, token) {
-            (None, _) => true,
+            (None, _) => Some(session::Session { subject: session::MASTER.to_owned(), issued: now_unix }),
             (Some(master), Some(token)) => self.sessions.valid(&self.hasher, master, token, now_unix),
-            (Some(_), None) => false,
+            (Some(_), None) => None,
         }
     }
 
@@ -257,10 +278,7 @@ impl Auth {
         token: &str,
         now_unix: i64,
     ) -> Result<Identity, GatewayError> {
-        let claims = verifier.verify(token, now_unix).await.map_err(|e| match e {
-            jwt::JwtError::Unavailable => GatewayError::IdentityUnavailable,
-            e => GatewayError::Unauthorized { message: e.message(), code: e.code() },
-        })?;
+        let claims = verifier.verify(token, now_unix).await.map_err(token_refusal)?;
         let team = match &claims.team {
             Some(name) => Some(self.team_named(name).await?.ok_or_else(|| GatewayError::Forbidden {
                 message: format!("the token's team `{name}` is not a team of this gateway"),
@@ -282,6 +300,28 @@ impl Auth {
             claims: None,
         };
         Ok(Identity { principal: Principal::Key(Arc::new(record)), subject: Some(Arc::new(subject)) })
+    }
+
+    /// A signed-in user's identity for requests the console sends on their behalf (playground):
+    /// a key of theirs with no limits of its own, so their and their team's limits, budget and
+    /// allow-lists apply and usage is recorded under them.
+    pub fn user_identity(user: Arc<UserRecord>, team: Option<Arc<TeamRecord>>) -> Identity {
+        let mut record = KeyRecord::new(format!("user:{}", user.id), Vec::new(), 0);
+        record.name = Some("console playground".to_owned());
+        record.user_id = Some(user.id.clone());
+        record.team_id = team.as_ref().map(|t| t.id.clone());
+        record.owners = crate::records::Owners { team, user: Some(user) };
+        Identity::from(Principal::Key(Arc::new(record)))
+    }
+
+    /// What a bearer token from a configured issuer says (None: no issuer is configured).
+    pub async fn verify_token(
+        &self,
+        token: &str,
+        now_unix: i64,
+    ) -> Option<Result<Arc<jwt::TokenClaims>, GatewayError>> {
+        let verifier = self.jwt.as_ref()?;
+        Some(verifier.verify(token, now_unix).await.map_err(token_refusal))
     }
 
     /// The team with this name, looked up at most every `POSITIVE_TTL`.
@@ -319,6 +359,13 @@ impl Auth {
         if let Some(verifier) = &self.jwt {
             verifier.forget();
         }
+    }
+}
+
+fn token_refusal(e: jwt::JwtError) -> GatewayError {
+    match e {
+        jwt::JwtError::Unavailable => GatewayError::IdentityUnavailable,
+        e => GatewayError::Unauthorized { message: e.message(), code: e.code() },
     }
 }
 

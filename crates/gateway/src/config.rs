@@ -9,6 +9,7 @@ mod exports;
 mod interpolate;
 pub mod jwt;
 mod mcp;
+pub mod oidc;
 mod presets;
 mod prices;
 mod raw;
@@ -247,6 +248,8 @@ pub struct AuthConfig {
     pub secret: Option<String>,
     /// Identity providers whose JWTs clients may present (`auth.jwt`).
     pub jwt: Vec<jwt::JwtIssuer>,
+    /// Single sign-on to the console (`auth.oidc`).
+    pub oidc: Option<oidc::OidcConfig>,
 }
 
 impl fmt::Debug for AuthConfig {
@@ -256,6 +259,7 @@ impl fmt::Debug for AuthConfig {
             .field("master_key", &self.master_key.as_ref().map(|_| "<set>"))
             .field("secret", &self.secret.as_ref().map(|_| "<set>"))
             .field("jwt", &self.jwt)
+            .field("oidc", &self.oidc)
             .finish()
     }
 }

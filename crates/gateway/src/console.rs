@@ -1,14 +1,18 @@
 //! The operator's console at `/ui`: the browser app (static files from the `switchyard-console`
-//! crate), logging in with the master key, and the JSON the app reads under `/ui/api`. A logged-in
-//! browser holds an HttpOnly, SameSite=Strict session cookie scoped to `/ui`; nothing under
-//! `/ui/api` answers without it, and anything that changes state also needs the
-//! `x-switchyard-console` header a cross-site form cannot send.
+//! crate), signing in (with the master key, or as a user through the company's OpenID provider,
+//! `console/oidc.rs`), and the JSON the app reads under `/ui/api`. A signed-in browser holds an
+//! HttpOnly, SameSite=Strict session cookie scoped to `/ui`; nothing under `/ui/api` answers
+//! without it, and anything that changes state also needs the `x-switchyard-console` header a
+//! cross-site form cannot send. What a user sees is what their role allows (`admin/access.rs`),
+//! decided here on the server.
 //!
-//! The console composes the handlers below it rather than repeating them: keys go through the
-//! admin API's own code, the playground through the proxy as the master key.
+//! The console composes the handlers below it rather than repeating them: keys, teams, users and
+//! the audit log go through the admin API's own code, the playground through the proxy as the
+//! master key or as the signed-in user.
 
 mod api;
 mod mcp;
+mod oidc;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,8 +21,10 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use crate::admin::access::{Operator, Rights};
 use crate::admin::audit::Actor;
 use crate::app::App;
+use crate::auth::session::{Session, MASTER};
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::http::{full, parse, GatewayBody};
@@ -45,41 +51,80 @@ pub async fn handle(
     let now = app.clock.unix_secs();
     let path = req.uri().path().to_owned();
     let token = session_cookie(req.headers()).map(str::to_owned);
-    let logged_in = app.auth.console_session(token.as_deref(), now);
+    let session = app.auth.console_session(token.as_deref(), now);
+    let operator = match session {
+        Some(session) => signed_in(app, session, peer).await?,
+        None => None,
+    };
+    let logged_in = operator.is_some();
     match (req.method(), path.as_str()) {
         (&Method::GET, p) if p.starts_with("/ui/assets/") => Ok(asset(&p["/ui/assets/".len()..], req.headers())),
         (&Method::GET, "/ui" | "/ui/") if logged_in => Ok(page("index.html", req.headers())),
         (&Method::GET, "/ui" | "/ui/") => Ok(redirect("/ui/login", None)),
         (&Method::GET, "/ui/login") if logged_in && app.auth.enabled() => Ok(redirect("/ui", None)),
-        (&Method::GET, "/ui/login") if req.uri().query().is_some_and(|q| q.contains("failed")) => Ok(refused_login()),
-        (&Method::GET, "/ui/login") => Ok(page("login.html", req.headers())),
+        (&Method::GET, "/ui/login") => Ok(login_page(app, req.uri().query())),
         (&Method::POST, "/ui/login") => login(app, req, now, peer).await,
+        (&Method::GET, "/ui/oidc/login") => oidc::start(app, now).await,
+        (&Method::GET, "/ui/oidc/callback") => oidc::callback(app, req, now, peer).await,
         (&Method::POST, "/ui/logout") => {
-            if let Some(token) = &token {
+            if let (Some(token), Some(operator)) = (&token, &operator) {
                 app.auth.console_logout(token, now);
-                admin::audit::record(app, &Actor::console(Some(peer)), "console.logout", "console", None, None).await;
+                admin::audit::record(app, &operator.actor, "console.logout", "console", None, None).await;
             }
             Ok(redirect("/ui/login", Some(format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"))))
         }
         (_, p) if p.starts_with("/ui/api/") => {
-            if !logged_in {
+            let Some(operator) = operator else {
                 return Err(GatewayError::Unauthorized {
                     message: "log in to the console first".to_owned(),
                     code: "console_login_required",
                 });
-            }
+            };
             if req.method() != Method::GET && req.headers().get(CSRF_HEADER).is_none() {
                 return Err(GatewayError::Forbidden {
                     message: format!("console requests that change state need the `{CSRF_HEADER}` header"),
                     code: "csrf",
                 });
             }
-            let actor = Actor::console(Some(peer));
-            Box::pin(api_route(app, req, &path, started, rid, trace, &actor)).await
+            Box::pin(api_route(app, req, &path, started, rid, trace, &operator)).await
         }
-        (_, "/ui" | "/ui/" | "/ui/login" | "/ui/logout") => Err(GatewayError::MethodNotAllowed),
+        (_, "/ui" | "/ui/" | "/ui/login" | "/ui/logout" | "/ui/oidc/login" | "/ui/oidc/callback") => {
+            Err(GatewayError::MethodNotAllowed)
+        }
         _ => Err(GatewayError::RouteNotFound),
     }
+}
+
+/// Who a live session is for: the master key, or a user as they are now (a user deleted, or
+/// whose sessions were revoked after this one was issued, is signed out).
+async fn signed_in(app: &App, session: Session, peer: std::net::SocketAddr) -> Result<Option<Operator>, GatewayError> {
+    if session.subject == MASTER {
+        return Ok(Some(Operator { actor: Actor::console(Some(peer)), rights: Rights::Master }));
+    }
+    let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
+    let unavailable = |e: crate::store::StoreError| {
+        tracing::error!(error = %e, "console user lookup failed");
+        GatewayError::KeysUnavailable
+    };
+    let Some(user) = store.get_user(&session.subject).await.map_err(unavailable)? else { return Ok(None) };
+    if user.sessions_after > session.issued {
+        return Ok(None);
+    }
+    Operator::user(store, user, "console", Some(peer)).await.map(Some).map_err(unavailable)
+}
+
+/// What a role other than admin may not open in the console (beyond the admin API's own rules).
+fn console_refusal(operator: &Operator, method: &Method, route: &str) -> Option<GatewayError> {
+    let allowed = match route {
+        "/me" | "/models" | "/usage" | "/usage.csv" | "/requests" => true,
+        "/overview" | "/backends" | "/mcp" => operator.is_viewer(),
+        "/chat/completions" => !operator.is_viewer(),
+        _ => false,
+    };
+    (!operator.is_admin() && !allowed).then(|| GatewayError::Forbidden {
+        message: format!("the `{}` role may not {method} /ui/api{route}", operator.role_name()),
+        code: "forbidden",
+    })
 }
 
 async fn api_route(
@@ -89,51 +134,69 @@ async fn api_route(
     started: Instant,
     rid: &HeaderValue,
     trace: &mut Option<crate::telemetry::Tracing>,
-    actor: &Actor,
+    operator: &Operator,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let route = &path["/ui/api".len()..];
     let query = req.uri().query().map(str::to_owned);
     let query = query.as_deref();
+    let mirrored = ["/keys", "/teams", "/users", "/audit"]
+        .iter()
+        .any(|m| route == *m || route.strip_prefix(m).is_some_and(|r| r.starts_with('/')));
+    if mirrored {
+        let (parts, body) = req.into_parts();
+        let body =
+            parse::read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
+        return admin::handle(app, operator, &parts.method, &format!("/admin{route}"), query, body).await;
+    }
+    if let Some(refusal) = console_refusal(operator, req.method(), route) {
+        return Err(refusal);
+    }
     match (req.method(), route) {
+        (&Method::GET, "/me") => Ok(crate::http::json_value(StatusCode::OK, &operator.me())),
         (&Method::GET, "/overview") => api::overview(app).await,
-        (&Method::GET, "/usage") => api::usage(app, query, false).await,
-        (&Method::GET, "/usage.csv") => api::usage(app, query, true).await,
-        (&Method::GET, "/requests") => api::requests(app, query).await,
+        (&Method::GET, "/usage") => api::usage(app, operator, query, false).await,
+        (&Method::GET, "/usage.csv") => api::usage(app, operator, query, true).await,
+        (&Method::GET, "/requests") => api::requests(app, operator, query).await,
         (&Method::GET, "/requests/bodies") => api::request_bodies(app, query).await,
         (&Method::GET, "/backends") => Ok(api::backends(app)),
         (&Method::GET, "/models") => Ok(crate::catalog::openai_models(app)),
         (&Method::GET, "/mcp") => Ok(mcp::mcp(app).await),
-        (&Method::POST, "/chat/completions") => {
-            // The playground: the real pipeline, as the master key.
-            let (mut parts, body) = req.into_parts();
-            parts.headers.remove(header::COOKIE);
-            if let Some(bearer) = app.auth.master_bearer() {
-                parts.headers.insert(header::AUTHORIZATION, bearer);
-            }
-            // Boxed, as the API routes box it: the pipeline's future is large.
-            Box::pin(proxy::forward(
-                app,
-                Endpoint::ChatCompletions,
-                Request::from_parts(parts, body),
-                started,
-                rid,
-                trace,
-            ))
-            .await
-        }
-        (_, r) if r == "/keys" || r.starts_with("/keys/") => {
-            let (parts, body) = req.into_parts();
-            let body = parse::read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read)
-                .await?;
-            admin::handle(app, actor, &parts.method, &format!("/admin{route}"), query, body).await
-        }
+        (&Method::POST, "/chat/completions") => Box::pin(playground(app, req, operator, started, rid, trace)).await,
         (
             _,
-            "/overview" | "/usage" | "/usage.csv" | "/requests" | "/requests/bodies" | "/backends" | "/models" | "/mcp"
-            | "/chat/completions",
+            "/me" | "/overview" | "/usage" | "/usage.csv" | "/requests" | "/requests/bodies" | "/backends" | "/models"
+            | "/mcp" | "/chat/completions",
         ) => Err(GatewayError::MethodNotAllowed),
         _ => Err(GatewayError::RouteNotFound),
     }
+}
+
+/// The playground: the real pipeline, as the master key, or as the signed-in user (their and
+/// their first team's limits, budget and allow-lists apply; usage is theirs).
+async fn playground(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    operator: &Operator,
+    started: Instant,
+    rid: &HeaderValue,
+    trace: &mut Option<crate::telemetry::Tracing>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let (mut parts, body) = req.into_parts();
+    parts.headers.remove(header::COOKIE);
+    match &operator.rights {
+        Rights::User(u) => {
+            let team = u.teams.first().map(|t| Arc::new(t.team.clone()));
+            parts.extensions.insert(crate::auth::Auth::user_identity(Arc::new(u.user.clone()), team));
+        }
+        Rights::Master => {
+            if let Some(bearer) = app.auth.master_bearer() {
+                parts.headers.insert(header::AUTHORIZATION, bearer);
+            }
+        }
+    }
+    // Boxed, as the API routes box it: the pipeline's future is large.
+    Box::pin(proxy::forward(app, Endpoint::ChatCompletions, Request::from_parts(parts, body), started, rid, trace))
+        .await
 }
 
 /// `POST /ui/login` (a form with `key`): a session cookie and the console, or the form again.
@@ -151,7 +214,7 @@ async fn login(
     if !app.auth.enabled() {
         return Ok(redirect("/ui", None));
     }
-    match app.auth.console_login(given, now + ttl) {
+    match app.auth.console_login(given, now, now + ttl) {
         Some(token) => {
             admin::audit::record(app, &Actor::console(Some(peer)), "console.login", "console", None, None).await;
             let secure = if app.config.tls.is_some() { "; Secure" } else { "" };
@@ -167,16 +230,37 @@ async fn login(
     }
 }
 
-/// The login page saying the key was wrong: its hidden message shown, on the server (the page's
-/// CSP allows no inline script to do it).
-fn refused_login() -> Response<GatewayBody> {
+/// The login page: the single sign-on button shown when `auth.oidc` is set, and the message
+/// saying why the last attempt failed, both revealed here on the server (the page's CSP allows no
+/// inline script to do it).
+fn login_page(app: &App, query: Option<&str>) -> Response<GatewayBody> {
+    let failed = query.is_some_and(|q| q.contains("failed"));
+    let sso = app.config.auth.oidc.is_some();
     let mut resp = page("login.html", &HeaderMap::new());
+    if !failed && !sso {
+        return resp;
+    }
     let html = switchyard_console::asset("login.html").map(|a| String::from_utf8_lossy(a.bytes)).unwrap_or_default();
-    *resp.body_mut() = full(html.replacen(LOGIN_ERROR_HIDDEN, LOGIN_ERROR_SHOWN, 1));
+    let mut html = html.into_owned();
+    if failed {
+        html = html.replacen(LOGIN_ERROR_HIDDEN, LOGIN_ERROR_SHOWN, 1);
+        if query.is_some_and(|q| q.contains("failed=sso")) {
+            html = html.replacen(MASTER_KEY_REFUSED, SSO_REFUSED, 1);
+        }
+    }
+    if sso {
+        html = html.replacen(SSO_HIDDEN, SSO_SHOWN, 1);
+    }
+    *resp.body_mut() = full(html);
     resp.headers_mut().remove(header::ETAG);
+    resp.headers_mut().remove(header::CONTENT_ENCODING);
     resp
 }
 
+const MASTER_KEY_REFUSED: &str = "That is not the master key.";
+const SSO_REFUSED: &str = "Single sign-on did not complete. Try again, or ask an administrator.";
+const SSO_HIDDEN: &str = r#"data-testid="sso-login" hidden>"#;
+const SSO_SHOWN: &str = r#"data-testid="sso-login">"#;
 const LOGIN_ERROR_HIDDEN: &str = r#"data-testid="login-error" role="alert" hidden>"#;
 const LOGIN_ERROR_SHOWN: &str = r#"data-testid="login-error" role="alert">"#;
 
@@ -189,10 +273,12 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
 }
 
-fn redirect(to: &'static str, cookie: Option<String>) -> Response<GatewayBody> {
+fn redirect(to: &str, cookie: Option<String>) -> Response<GatewayBody> {
     let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = StatusCode::SEE_OTHER;
-    resp.headers_mut().insert(header::LOCATION, HeaderValue::from_static(to));
+    if let Ok(to) = HeaderValue::try_from(to) {
+        resp.headers_mut().insert(header::LOCATION, to);
+    }
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(cookie) = cookie.and_then(|c| HeaderValue::try_from(c).ok()) {
         resp.headers_mut().insert(header::SET_COOKIE, cookie);
@@ -265,7 +351,10 @@ mod tests {
     #[test]
     fn the_login_page_has_the_message_a_refusal_reveals() {
         let html = switchyard_console::asset("login.html").map(|a| String::from_utf8_lossy(a.bytes).into_owned());
-        assert!(html.unwrap_or_default().contains(LOGIN_ERROR_HIDDEN));
+        let html = html.unwrap_or_default();
+        for needed in [LOGIN_ERROR_HIDDEN, MASTER_KEY_REFUSED, SSO_HIDDEN] {
+            assert!(html.contains(needed), "{needed}");
+        }
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub use usage::ALL as ALL_KEYS;
 
 pub use audit::{verify_run, AuditRow, Break, NewAudit, GENESIS};
 pub use error::StoreError;
-pub use report::{Bucket, GroupBy, UsageBucket, UsageGroup, UsageQuery, UsageReport, UsageTotals};
+pub use report::{Bucket, GroupBy, GroupScope, UsageBucket, UsageGroup, UsageQuery, UsageReport, UsageTotals};
 pub use requests::{RequestQuery, RequestRow, StatusFilter};
 
 /// How long a SQLite connection waits for another writer's lock before failing.

@@ -9,7 +9,8 @@ use http::{Method, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::audit::{self, Actor};
+use super::access::Operator;
+use super::audit;
 use super::{bad, internal, nullable, rfc3339};
 use crate::app::App;
 use crate::error::GatewayError;
@@ -84,6 +85,8 @@ struct UserFields {
     max_parallel: Option<u32>,
     budget_usd: Option<f64>,
     budget_period: Option<String>,
+    /// PATCH only: `true` ends every console session the user has, on every instance.
+    revoke_sessions: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,8 +128,10 @@ fn team_json(t: &TeamRecord) -> Value {
 }
 
 fn user_json(u: &UserRecord) -> Value {
+    let sessions_after = (u.sessions_after > 0).then(|| rfc3339(u.sessions_after));
     merged(
-        json!({"id": u.id, "email": u.email, "name": u.name, "role": u.role, "created_at": rfc3339(u.created_at)}),
+        json!({"id": u.id, "email": u.email, "name": u.name, "role": u.role, "created_at": rfc3339(u.created_at),
+               "sessions_after": sessions_after}),
         limits_json(&u.limits),
     )
 }
@@ -180,7 +185,11 @@ fn apply_team(t: &mut TeamRecord, f: TeamFields) -> Result<(), GatewayError> {
     Ok(())
 }
 
-fn apply_user(u: &mut UserRecord, f: UserFields) -> Result<(), GatewayError> {
+fn apply_user(u: &mut UserRecord, f: UserFields, now: i64) -> Result<(), GatewayError> {
+    if f.revoke_sessions == Some(true) {
+        // Sessions carry their issue time in seconds: one issued this very second ends too.
+        u.sessions_after = now + 1;
+    }
     if let Some(email) = f.email {
         if !email.contains('@') || email.trim() != email {
             return Err(bad("`email` must be an email address", Some("email")));
@@ -209,7 +218,7 @@ fn apply_user(u: &mut UserRecord, f: UserFields) -> Result<(), GatewayError> {
 /// `/admin/teams…` and `/admin/users…`; `None` for other paths.
 pub async fn handle(
     app: &Arc<App>,
-    actor: &Actor,
+    op: &Operator,
     store: &Store,
     method: &Method,
     path: &str,
@@ -219,8 +228,8 @@ pub async fn handle(
     let rest = path.strip_prefix("/admin/")?;
     let (collection, rest) = rest.split_once('/').map_or((rest, None), |(c, r)| (c, Some(r)));
     let answer = match collection {
-        "teams" => teams(&Call { app, actor, store, now }, method, rest, body).await,
-        "users" => users(&Call { app, actor, store, now }, method, rest, body).await,
+        "teams" => teams(&Call { app, op, store, now }, method, rest, body).await,
+        "users" => users(&Call { app, op, store, now }, method, rest, body).await,
         _ => return None,
     };
     Some(answer)
@@ -229,14 +238,14 @@ pub async fn handle(
 /// What every handler here needs: the app, who is acting, the store, the time.
 struct Call<'a> {
     app: &'a Arc<App>,
-    actor: &'a Actor,
+    op: &'a Operator,
     store: &'a Store,
     now: i64,
 }
 
 impl Call<'_> {
     async fn audit(&self, action: &str, target: &str, before: Option<&Value>, after: Option<&Value>) {
-        audit::record(self.app, self.actor, action, target, before, after).await;
+        audit::record(self.app, &self.op.actor, action, target, before, after).await;
     }
 }
 
@@ -271,15 +280,19 @@ async fn teams(
             }
             Method::GET => {
                 let teams = store.list_teams().await.map_err(internal)?;
-                Ok(json_value(
-                    StatusCode::OK,
-                    &json!({"object": "list", "data": teams.iter().map(team_json).collect::<Vec<_>>()}),
-                ))
+                let seen: Vec<Value> = teams.iter().filter(|t| call.op.sees_team(&t.id)).map(team_json).collect();
+                Ok(json_value(StatusCode::OK, &json!({"object": "list", "data": seen})))
             }
             _ => Err(GatewayError::MethodNotAllowed),
         };
     };
     let (id, sub) = rest.split_once('/').map_or((rest, None), |(id, sub)| (id, Some(sub)));
+    if !call.op.sees_team(id) {
+        return Err(GatewayError::Forbidden {
+            message: format!("the `{}` role may not read team `{id}`", call.op.role_name()),
+            code: "forbidden",
+        });
+    }
     let mut team = store
         .get_team(id)
         .await
@@ -372,8 +385,12 @@ async fn users(
                     role: "member".to_owned(),
                     limits: LevelLimits::default(),
                     created_at: now,
+                    sessions_after: 0,
                 };
-                apply_user(&mut user, fields)?;
+                if fields.revoke_sessions.is_some() {
+                    return Err(bad("`revoke_sessions` can only be given with PATCH", Some("revoke_sessions")));
+                }
+                apply_user(&mut user, fields, now)?;
                 store.insert_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
                 let after = user_json(&user);
                 call.audit("user.create", &user.id, None, Some(&after)).await;
@@ -406,7 +423,7 @@ async fn users(
             Ok(json_value(StatusCode::OK, &out))
         }
         Method::PATCH => {
-            apply_user(&mut user, parse(body, "user")?)?;
+            apply_user(&mut user, parse(body, "user")?, now)?;
             store.update_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
             keys_changed(app).await;
             let after = user_json(&user);

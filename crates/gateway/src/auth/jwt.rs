@@ -173,6 +173,26 @@ impl JwtVerifier {
                 return Ok(known.clone());
             }
         }
+        let (issuer, claims) = self.checked(token).await?;
+        let claims = Arc::new(claims_of(&issuer.config, &claims)?);
+        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+        if memo.len() >= MEMO_MAX {
+            memo.clear();
+        }
+        memo.insert(tag, claims.clone());
+        Ok(claims)
+    }
+
+    /// A token's claims, its signature and registered claims checked, as they came (for claims
+    /// this module does not map, such as an ID token's `nonce` and groups). Not remembered.
+    pub async fn claims(&self, token: &str) -> Result<Value, JwtError> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(JwtError::TooLarge);
+        }
+        self.checked(token).await.map(|(_, claims)| claims)
+    }
+
+    async fn checked(&self, token: &str) -> Result<(&Issuer, Value), JwtError> {
         let header = segment(token, 0)?;
         let alg_name = header["alg"].as_str().ok_or(JwtError::Malformed)?;
         let alg = accepted(alg_name).ok_or_else(|| JwtError::UnsupportedAlg(alg_name.to_owned()))?;
@@ -181,14 +201,7 @@ impl JwtVerifier {
         let iss = unverified["iss"].as_str().ok_or(JwtError::UnknownIssuer)?;
         let issuer = self.issuers.iter().find(|i| i.config.issuer == iss).ok_or(JwtError::UnknownIssuer)?;
         let key = self.key_for(issuer, kid).await?;
-        let claims = check(token, alg, &key, &issuer.config)?;
-        let claims = Arc::new(claims_of(&issuer.config, &claims)?);
-        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
-        if memo.len() >= MEMO_MAX {
-            memo.clear();
-        }
-        memo.insert(tag, claims.clone());
-        Ok(claims)
+        Ok((issuer, check(token, alg, &key, &issuer.config)?))
     }
 
     /// The issuer's key with this `kid` (any key when the token names none and the set has
@@ -246,17 +259,28 @@ impl JwtVerifier {
 
     async fn get_json(&self, url: &str) -> Result<Value, String> {
         let req = http::Request::get(url).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
-        let fetch = async {
-            let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
-            if !resp.status().is_success() {
-                return Err(format!("{url} answered {}", resp.status()));
-            }
-            let body = http_body_util::Limited::new(resp.into_body(), MAX_DOCUMENT_BYTES);
-            body.collect().await.map(|b| b.to_bytes()).map_err(|e| e.to_string())
-        };
-        let bytes = tokio::time::timeout(FETCH_TIMEOUT, fetch).await.map_err(|_| format!("{url} timed out"))??;
-        serde_json::from_slice(&bytes).map_err(|e| format!("{url}: {e}"))
+        fetch_json(&self.client, req).await
     }
+}
+
+/// Send `req` to an identity provider and read its JSON answer (bounded in size and time).
+pub async fn fetch_json(client: &UpstreamClient, req: http::Request<Full<Bytes>>) -> Result<Value, String> {
+    let url = req.uri().to_string();
+    let fetch = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = http_body_util::Limited::new(resp.into_body(), MAX_DOCUMENT_BYTES);
+        let bytes = body.collect().await.map(|b| b.to_bytes()).map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "{url} answered {status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+            ));
+        }
+        Ok(bytes)
+    };
+    let bytes = tokio::time::timeout(FETCH_TIMEOUT, fetch).await.map_err(|_| format!("{url} timed out"))??;
+    serde_json::from_slice(&bytes).map_err(|e| format!("{url}: {e}"))
 }
 
 fn find(keys: &Keys, kid: Option<&str>) -> Option<Arc<DecodingKey>> {

@@ -1,8 +1,10 @@
-//! Console sessions: what logging in to `/ui` with the master key gives the browser, an opaque
-//! token kept in an HttpOnly cookie. A token is its expiry signed with the server secret over the
-//! master key, so every instance of a fleet (same secret, same master key) accepts it, and
-//! changing the master key ends every session. Logging out remembers the token as ended until it
-//! would have expired anyway.
+//! Console sessions: what signing in to `/ui` (with the master key, or as a user through single
+//! sign-on) gives the browser, an opaque token kept in an HttpOnly cookie. A token is its expiry,
+//! issue time and subject (`m` for the master key, else a user id) signed with the server secret
+//! over the master key, so every instance of a fleet (same secret, same master key) accepts it,
+//! and changing the master key ends every session. Logging out remembers the token as ended until
+//! it would have expired anyway; a user's sessions all end when their `sessions_after` passes
+//! the issue time (checked where the user is read, `console.rs`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,9 +20,21 @@ pub struct Sessions {
     ended: Mutex<HashMap<String, i64>>,
 }
 
-fn message(expires: i64, master: &str) -> String {
-    format!("switchyard-console-session\0{expires}\0{master}")
+fn message(expires: i64, issued: i64, subject: &str, master: &str) -> String {
+    format!("switchyard-console-session\0{expires}\0{issued}\0{subject}\0{master}")
 }
+
+/// Who a valid session is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// `m` (the master key) or a user id.
+    pub subject: String,
+    /// Unix seconds.
+    pub issued: i64,
+}
+
+/// The subject of sessions signed in with the master key.
+pub const MASTER: &str = "m";
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -34,18 +48,26 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 }
 
 impl Sessions {
-    /// A token valid until `expires` (unix seconds).
-    pub fn issue(&self, hasher: &Hasher, master: &str, expires: i64) -> String {
-        format!("{expires}.{}", hex(&hasher.hash(&message(expires, master))))
+    /// A token for `subject` (no `.` in it), issued at `issued` and valid until `expires` (unix
+    /// seconds).
+    pub fn issue(&self, hasher: &Hasher, master: &str, subject: &str, issued: i64, expires: i64) -> Option<String> {
+        if subject.is_empty() || subject.contains('.') {
+            return None;
+        }
+        let tag = hex(&hasher.hash(&message(expires, issued, subject, master)));
+        Some(format!("{expires}.{issued}.{subject}.{tag}"))
     }
 
-    /// Whether `token` is one this server secret and master key issued, unexpired and not ended.
-    pub fn valid(&self, hasher: &Hasher, master: &str, token: &str, now: i64) -> bool {
-        let Some((expires, tag)) = token.split_once('.') else { return false };
-        let (Ok(expires), Some(tag)) = (expires.parse::<i64>(), unhex(tag)) else { return false };
-        expires > now
-            && hasher.verify(&message(expires, master), &tag)
-            && !self.ended.lock().unwrap_or_else(|p| p.into_inner()).contains_key(token)
+    /// The session `token` stands for, if this server secret and master key issued it and it is
+    /// unexpired and not ended.
+    pub fn valid(&self, hasher: &Hasher, master: &str, token: &str, now: i64) -> Option<Session> {
+        let mut parts = token.splitn(4, '.');
+        let (expires, issued, subject, tag) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let (expires, issued, tag) = (expires.parse::<i64>().ok()?, issued.parse::<i64>().ok()?, unhex(tag)?);
+        let fine = expires > now
+            && hasher.verify(&message(expires, issued, subject, master), &tag)
+            && !self.ended.lock().unwrap_or_else(|p| p.into_inner()).contains_key(token);
+        fine.then(|| Session { subject: subject.to_owned(), issued })
     }
 
     /// Log `token` out.
@@ -73,18 +95,22 @@ mod tests {
     fn issued_tokens_verify_until_they_expire_or_end() {
         let hasher = Hasher::new(b"secret");
         let s = Sessions::default();
-        let token = s.issue(&hasher, "master", 1_000);
-        assert!(s.valid(&hasher, "master", &token, 999));
-        assert!(!s.valid(&hasher, "master", &token, 1_000), "expired");
-        assert!(!s.valid(&hasher, "other master", &token, 999), "another master key");
-        assert!(!s.valid(&Hasher::new(b"other"), "master", &token, 999), "another server secret");
+        let token = s.issue(&hasher, "master", MASTER, 10, 1_000).unwrap();
+        assert_eq!(s.valid(&hasher, "master", &token, 999), Some(Session { subject: "m".into(), issued: 10 }));
+        assert!(s.valid(&hasher, "master", &token, 1_000).is_none(), "expired");
+        assert!(s.valid(&hasher, "other master", &token, 999).is_none(), "another master key");
+        assert!(s.valid(&Hasher::new(b"other"), "master", &token, 999).is_none(), "another server secret");
         let forged = token.replacen("1000.", "9000.", 1);
-        assert!(!s.valid(&hasher, "master", &forged, 999), "a changed expiry");
-        for junk in ["", ".", "1000", "1000.zz", "x.00"] {
-            assert!(!s.valid(&hasher, "master", junk, 999), "{junk:?}");
+        assert!(s.valid(&hasher, "master", &forged, 999).is_none(), "a changed expiry");
+        let user = s.issue(&hasher, "master", "u_1", 10, 1_000).unwrap();
+        let other_user = user.replacen(".u_1.", ".u_2.", 1);
+        assert!(s.valid(&hasher, "master", &other_user, 999).is_none(), "another subject");
+        assert_eq!(s.valid(&hasher, "master", &user, 999).map(|s| s.subject), Some("u_1".to_owned()));
+        for junk in ["", ".", "1000", "1000.zz", "x.00", "1000.1.m", "1000.1.m.zz"] {
+            assert!(s.valid(&hasher, "master", junk, 999).is_none(), "{junk:?}");
         }
+        assert!(s.issue(&hasher, "master", "a.b", 1, 2).is_none(), "a subject with a dot");
         s.end(&token, 500);
-        assert!(!s.valid(&hasher, "master", &token, 999), "logged out");
-        assert!(s.valid(&hasher, "master", &s.issue(&hasher, "master", 2_000), 999));
+        assert!(s.valid(&hasher, "master", &token, 999).is_none(), "logged out");
     }
 }

@@ -83,6 +83,7 @@ struct RawAuth {
     master_key: Option<String>,
     secret: Option<String>,
     jwt: Option<Vec<super::jwt::RawJwtIssuer>>,
+    oidc: Option<super::oidc::RawOidc>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -429,8 +430,10 @@ fn validate_listener(l: &RawLimits) -> Result<ListenerLimits, ConfigError> {
 
 /// The master key and secret, from the file or else the environment.
 fn validate_auth(raw: RawAuth, env: &dyn Env) -> Result<AuthConfig, ConfigError> {
+    let master_key = raw.master_key.or_else(|| env.var("SWITCHYARD_MASTER_KEY")).filter(|k| !k.is_empty());
     let auth = AuthConfig {
-        master_key: raw.master_key.or_else(|| env.var("SWITCHYARD_MASTER_KEY")).filter(|k| !k.is_empty()),
+        oidc: super::oidc::validate(raw.oidc, master_key.is_some())?,
+        master_key,
         secret: raw.secret.or_else(|| env.var("SWITCHYARD_SECRET")).filter(|k| !k.is_empty()),
         jwt: super::jwt::validate(raw.jwt)?,
     };

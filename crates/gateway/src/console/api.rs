@@ -11,6 +11,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::admin::access::Operator;
 use crate::app::App;
 use crate::error::GatewayError;
 use crate::http::{full, json_value, GatewayBody};
@@ -78,8 +79,8 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
     let now_ms = app.clock.unix_ms();
     let day = now_ms.div_euclid(DAY_MS) * DAY_MS;
     let (models, keys) = tokio::try_join!(
-        store.usage_groups(GroupBy::Model, day, now_ms + HOUR_MS, 1000),
-        store.usage_groups(GroupBy::Key, day, now_ms + HOUR_MS, 5),
+        store.usage_groups(GroupBy::Model, day, now_ms + HOUR_MS, 1000, None),
+        store.usage_groups(GroupBy::Key, day, now_ms + HOUR_MS, 5, None),
     )
     .map_err(internal)?;
     // The top keys' names: at most five lookups by primary key, not the whole key table.
@@ -131,13 +132,23 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
 struct UsageParams {
     range: Option<String>,
     by: Option<String>,
+    /// One team's usage (by name), or one user's (by email): what a role may see anyway.
+    team: Option<String>,
+    user: Option<String>,
 }
 
 /// `GET /ui/api/usage` (and `.csv`): totals per bucket and per group over 24 h, 7 d or 30 d.
-pub async fn usage(app: &Arc<App>, query: Option<&str>, csv: bool) -> Result<Response<GatewayBody>, GatewayError> {
+pub async fn usage(
+    app: &Arc<App>,
+    operator: &Operator,
+    query: Option<&str>,
+    csv: bool,
+) -> Result<Response<GatewayBody>, GatewayError> {
     let store = store(app)?;
-    let p: UsageParams = serde_urlencoded::from_str(query.unwrap_or(""))
+    let mut p: UsageParams = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|e| GatewayError::bad_request(format!("invalid query parameters: {e}"), None))?;
+    operator.restrict_usage(&mut p.team, &mut p.user)?;
+    let within = Operator::group_scope(p.team.as_deref(), p.user.as_deref());
     let range = p.range.unwrap_or_else(|| "24h".to_owned());
     let (span_ms, bucket) = match range.as_str() {
         "24h" => (DAY_MS, crate::store::Bucket::Hour),
@@ -159,10 +170,21 @@ pub async fn usage(app: &Arc<App>, query: Option<&str>, csv: bool) -> Result<Res
         crate::store::Bucket::Hour => to_ms - span_ms,
         crate::store::Bucket::Day => (now_ms.div_euclid(DAY_MS) + 1) * DAY_MS - span_ms,
     };
-    let q = crate::store::UsageQuery { from_ms: Some(from_ms), to_ms: Some(to_ms), bucket, ..Default::default() };
-    let (report, groups, keys) =
-        tokio::try_join!(store.usage_report(&q), store.usage_groups(by, from_ms, to_ms, 500), store.list_keys())
-            .map_err(internal)?;
+    let q = crate::store::UsageQuery {
+        from_ms: Some(from_ms),
+        to_ms: Some(to_ms),
+        bucket,
+        team: p.team.clone(),
+        user: p.user.clone(),
+        ..Default::default()
+    };
+    let (report, groups, mut keys) = tokio::try_join!(
+        store.usage_report(&q),
+        store.usage_groups(by, from_ms, to_ms, 500, within.as_ref()),
+        store.list_keys()
+    )
+    .map_err(internal)?;
+    keys.retain(|k| operator.sees_key(k));
     let names: HashMap<&str, &str> =
         keys.iter().filter_map(|k| k.name.as_deref().map(|n| (k.id.as_str(), n))).collect();
     let label = |g: &UsageGroup| if by == GroupBy::Key { names.get(g.name.as_str()).copied() } else { None };
@@ -229,6 +251,7 @@ fn csv_field(text: &str) -> String {
 struct RequestParams {
     id: Option<String>,
     key_id: Option<String>,
+    user: Option<String>,
     team: Option<String>,
     model: Option<String>,
     status: Option<String>,
@@ -239,11 +262,17 @@ struct RequestParams {
 }
 
 /// `GET /ui/api/requests`: one page of the request log.
-pub async fn requests(app: &Arc<App>, query: Option<&str>) -> Result<Response<GatewayBody>, GatewayError> {
+pub async fn requests(
+    app: &Arc<App>,
+    operator: &Operator,
+    query: Option<&str>,
+) -> Result<Response<GatewayBody>, GatewayError> {
     let store = store(app)?;
-    let p: RequestParams = serde_urlencoded::from_str(query.unwrap_or(""))
+    let mut p: RequestParams = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|e| GatewayError::bad_request(format!("invalid query parameters: {e}"), None))?;
     let text = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    (p.team, p.user) = (text(p.team), text(p.user));
+    operator.restrict_usage(&mut p.team, &mut p.user)?;
     let ms = |v: Option<String>, name: &'static str| {
         text(v)
             .map(|t| t.parse::<i64>().map_err(|_| bad(format!("`{name}` must be unix milliseconds"), name)))
@@ -272,7 +301,8 @@ pub async fn requests(app: &Arc<App>, query: Option<&str>) -> Result<Response<Ga
     let q = RequestQuery {
         id: text(p.id),
         key_id: text(p.key_id),
-        team: text(p.team),
+        user: p.user,
+        team: p.team,
         model: text(p.model),
         status,
         from_ms: ms(p.from, "from")?,

@@ -113,8 +113,8 @@ async fn browser_reachable(
     peer: SocketAddr,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     match area {
-        BrowserReachable::Admin => admin_gate(app, req, peer).await,
-        BrowserReachable::Console => console::handle(app, req, started, rid, trace, peer).await,
+        BrowserReachable::Admin => Box::pin(admin_gate(app, req, peer)).await,
+        BrowserReachable::Console => Box::pin(console::handle(app, req, started, rid, trace, peer)).await,
         BrowserReachable::Mcp => {
             let path = req.uri().path().to_owned();
             mcp::handle(app, req, &path, rid).await
@@ -146,20 +146,14 @@ fn finish_trace(app: &App, trace: Option<crate::telemetry::Tracing>, status: u16
     }
 }
 
-/// `/admin/...`: master key required whenever auth is on.
+/// `/admin/...`: the master key, or a user's token whose role allows the call.
 async fn admin_gate(
     app: &Arc<App>,
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    if app.auth.enabled() && !app.auth.is_master(req.headers()) {
-        return Err(GatewayError::Unauthorized {
-            message: "the admin API needs the master key as `Authorization: Bearer`".to_owned(),
-            code: "invalid_api_key",
-        });
-    }
+    let operator = admin::access::from_bearer(app, req.headers(), peer).await?;
     let (parts, body) = req.into_parts();
     let body = parse::read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
-    let actor = admin::audit::Actor::master(Some(peer));
-    admin::handle(app, &actor, &parts.method, parts.uri.path(), parts.uri.query(), body).await
+    admin::handle(app, &operator, &parts.method, parts.uri.path(), parts.uri.query(), body).await
 }

@@ -26,6 +26,7 @@ const SQLITE: Embedded = &[
     (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/sqlite/0008_request_log_failures.sql")),
     (9, "0009_teams_users.sql", include_str!("../../../../migrations/sqlite/0009_teams_users.sql")),
     (10, "0010_audit_log.sql", include_str!("../../../../migrations/sqlite/0010_audit_log.sql")),
+    (11, "0011_user_sessions.sql", include_str!("../../../../migrations/sqlite/0011_user_sessions.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -39,6 +40,7 @@ const POSTGRES: Embedded = &[
     (8, "0008_request_log_failures.sql", include_str!("../../../../migrations/postgres/0008_request_log_failures.sql")),
     (9, "0009_teams_users.sql", include_str!("../../../../migrations/postgres/0009_teams_users.sql")),
     (10, "0010_audit_log.sql", include_str!("../../../../migrations/postgres/0010_audit_log.sql")),
+    (11, "0011_user_sessions.sql", include_str!("../../../../migrations/postgres/0011_user_sessions.sql")),
 ];
 
 #[derive(Debug)]

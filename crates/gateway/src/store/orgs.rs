@@ -6,12 +6,24 @@ use super::{to_i64, Store, StoreError};
 use crate::records::{LevelLimits, Membership, TeamRecord, UserRecord};
 
 const TEAM_COLUMNS: &str = "id, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, mcp, created_at";
-const USER_COLUMNS: &str = "id, email, name, role, rpm, tpm, max_parallel, budget_usd, budget_period, created_at";
+const USER_COLUMNS: &str =
+    "id, email, name, role, rpm, tpm, max_parallel, budget_usd, budget_period, created_at, sessions_after";
 
 type TeamRow =
     (String, String, String, Option<i64>, Option<i64>, Option<i64>, Option<f64>, Option<String>, Option<String>, i64);
-type UserRow =
-    (String, String, Option<String>, String, Option<i64>, Option<i64>, Option<i64>, Option<f64>, Option<String>, i64);
+type UserRow = (
+    String,
+    String,
+    Option<String>,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<f64>,
+    Option<String>,
+    i64,
+    i64,
+);
 type MemberRow = (String, String, String, i64);
 
 /// A level's rate limits as stored: `(rpm, tpm, max_parallel)`.
@@ -50,7 +62,7 @@ fn team(row: TeamRow) -> Result<TeamRecord, StoreError> {
 }
 
 fn user(row: UserRow) -> Result<UserRecord, StoreError> {
-    let (id, email, name, role, rpm, tpm, max_parallel, budget_usd, budget_period, created_at) = row;
+    let (id, email, name, role, rpm, tpm, max_parallel, budget_usd, budget_period, created_at, sessions_after) = row;
     Ok(UserRecord {
         id,
         email,
@@ -58,6 +70,7 @@ fn user(row: UserRow) -> Result<UserRecord, StoreError> {
         role,
         limits: limits((rpm, tpm, max_parallel), budget_usd, budget_period)?,
         created_at,
+        sessions_after,
     })
 }
 
@@ -148,10 +161,10 @@ impl Store {
     async fn write_user(&self, u: &UserRecord, insert: bool) -> Result<bool, StoreError> {
         let (rpm, tpm, max_parallel) = stored(&u.limits)?;
         let sql = if insert {
-            format!("INSERT INTO users ({USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+            format!("INSERT INTO users ({USER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
         } else {
             "UPDATE users SET email = $2, name = $3, role = $4, rpm = $5, tpm = $6, max_parallel = $7, \
-             budget_usd = $8, budget_period = $9, created_at = $10 WHERE id = $1"
+             budget_usd = $8, budget_period = $9, created_at = $10, sessions_after = $11 WHERE id = $1"
                 .to_owned()
         };
         let affected = with_pool!(self, |pool| {
@@ -166,6 +179,7 @@ impl Store {
                 .bind(u.limits.budget_usd)
                 .bind(&u.limits.budget_period)
                 .bind(u.created_at)
+                .bind(u.sessions_after)
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -176,6 +190,14 @@ impl Store {
     pub async fn get_user(&self, id: &str) -> Result<Option<UserRecord>, StoreError> {
         let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1");
         let row: Option<UserRow> = with_pool!(self, |pool| sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
+        row.map(user).transpose()
+    }
+
+    /// The user with this email (exactly as stored).
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<UserRecord>, StoreError> {
+        let sql = format!("SELECT {USER_COLUMNS} FROM users WHERE email = $1");
+        let row: Option<UserRow> =
+            with_pool!(self, |pool| sqlx::query_as(&sql).bind(email).fetch_optional(pool).await?);
         row.map(user).transpose()
     }
 

@@ -21,6 +21,15 @@ pub enum Bucket {
     Day,
 }
 
+/// Whose usage a grouping covers, when not everyone's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupScope {
+    /// One user's (by the name usage records them under).
+    User(String),
+    /// One team's (by name).
+    Team(String),
+}
+
 /// Filters for [`Store::usage_report`]; every field is optional. `model` matches the served model.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct UsageQuery {
@@ -259,15 +268,28 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
         limit: u32,
+        within: Option<&GroupScope>,
     ) -> Result<Vec<UsageGroup>, StoreError> {
         let column = by.column();
-        // By model: the all-keys rows (a few per hour); otherwise the detailed rows.
-        let rows_wanted = match by {
-            GroupBy::Model => format!("key_id = '{ALL}' AND user_name = '{ALL}' AND team = '{ALL}'"),
+        // By model: the all-keys rows (a few per hour); otherwise the detailed rows. Within one
+        // user's or team's usage: the detailed rows of theirs.
+        let rows_wanted = match (by, within) {
+            (_, Some(_)) => format!("key_id <> '{ALL}'"),
+            (GroupBy::Model, None) => format!("key_id = '{ALL}' AND user_name = '{ALL}' AND team = '{ALL}'"),
             _ => format!("key_id <> '{ALL}'"),
         };
         let mut params = Vec::new();
-        let inner = union(&sources(from_ms, to_ms, true), column, &mut params, |_| rows_wanted.clone());
+        let inner = union(&sources(from_ms, to_ms, true), column, &mut params, |params| match within {
+            Some(scope) => {
+                let (column, value) = match scope {
+                    GroupScope::User(v) => ("user_name", v),
+                    GroupScope::Team(v) => ("team", v),
+                };
+                params.push(Param::Text(value.as_str()));
+                format!("{rows_wanted} AND {column} = ${}", params.len())
+            }
+            None => rows_wanted.clone(),
+        });
         let sql = format!(
             "SELECT {column}, {SUMS} AS cost FROM ({inner}) AS u GROUP BY {column} \
              ORDER BY cost DESC, 2 DESC, {column} LIMIT {}",

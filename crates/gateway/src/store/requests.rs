@@ -22,6 +22,8 @@ pub enum StatusFilter {
 pub struct RequestQuery {
     pub id: Option<String>,
     pub key_id: Option<String>,
+    /// The user a request was charged to (`user_name`).
+    pub user: Option<String>,
     pub team: Option<String>,
     /// The served model.
     pub model: Option<String>,
@@ -74,8 +76,13 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
     let mut params = Vec::new();
     let mut add =
         |params: &mut Vec<Param<'_>>, sql: &str| conditions.push(sql.replace('#', &format!("${}", params.len())));
-    for (column, value) in [("r.id", &q.id), ("r.key_id", &q.key_id), ("r.team", &q.team), ("r.model_served", &q.model)]
-    {
+    for (column, value) in [
+        ("r.id", &q.id),
+        ("r.key_id", &q.key_id),
+        ("r.user_name", &q.user),
+        ("r.team", &q.team),
+        ("r.model_served", &q.model),
+    ] {
         if let Some(v) = value {
             params.push(Param::Text(v));
             add(&mut params, &format!("{column} = #"));

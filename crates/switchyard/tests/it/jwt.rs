@@ -24,35 +24,78 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{FIXTURES}/{name}")).unwrap()
 }
 
-/// What the issuer serves: its JWKS (None: it answers 503, as a provider that is down).
-struct Issuer {
-    url: String,
+/// What the issuer serves: its JWKS (None: it answers 503, as a provider that is down), and as
+/// an OpenID provider, the token endpoint's next ID token (the last token request is kept).
+pub(crate) struct Issuer {
+    pub url: String,
     jwks: Arc<Mutex<Option<Vec<u8>>>>,
     fetches: Arc<Mutex<usize>>,
+    pub next_id_token: Arc<Mutex<Option<String>>>,
+    pub token_requests: Arc<Mutex<Vec<String>>>,
+}
+
+/// A request's head and body (by `content-length`), read off `conn`.
+async fn read_request(conn: &mut tokio::net::TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = conn.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return text;
+            }
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 impl Issuer {
-    async fn start() -> Issuer {
+    pub async fn start() -> Issuer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let jwks = Arc::new(Mutex::new(Some(fixture("jwks.json"))));
         let fetches = Arc::new(Mutex::new(0));
+        let next_id_token = Arc::new(Mutex::new(None::<String>));
+        let token_requests = Arc::new(Mutex::new(Vec::new()));
         let (served, counted, base) = (jwks.clone(), fetches.clone(), url.clone());
+        let (next, requests) = (next_id_token.clone(), token_requests.clone());
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let (served, counted, base) = (served.clone(), counted.clone(), base.clone());
+                let (next, requests) = (next.clone(), requests.clone());
                 tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    let n = conn.read(&mut buf).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&buf[..n]);
-                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let request = read_request(&mut conn).await;
+                    let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
                     let body = match path.as_str() {
-                        "/.well-known/openid-configuration" => {
-                            Some(json!({"issuer": base, "jwks_uri": format!("{base}/jwks")}).to_string().into_bytes())
-                        }
+                        "/.well-known/openid-configuration" => Some(
+                            json!({"issuer": base, "jwks_uri": format!("{base}/jwks"),
+                                   "authorization_endpoint": format!("{base}/authorize"),
+                                   "token_endpoint": format!("{base}/token")})
+                            .to_string()
+                            .into_bytes(),
+                        ),
                         "/jwks" => {
                             *counted.lock().unwrap() += 1;
                             served.lock().unwrap().clone()
+                        }
+                        "/token" => {
+                            requests.lock().unwrap().push(request.clone());
+                            let token = next.lock().unwrap().clone();
+                            token.map(|t| {
+                                json!({"id_token": t, "access_token": "at", "token_type": "Bearer"})
+                                    .to_string()
+                                    .into_bytes()
+                            })
                         }
                         _ => None,
                     };
@@ -73,10 +116,10 @@ impl Issuer {
                 });
             }
         });
-        Issuer { url, jwks, fetches }
+        Issuer { url, jwks, fetches, next_id_token, token_requests }
     }
 
-    fn token(&self, alg: Algorithm, kid: &str, key_file: &str, claims: Value) -> String {
+    pub fn token(&self, alg: Algorithm, kid: &str, key_file: &str, claims: Value) -> String {
         let mut header = Header::new(alg);
         header.kid = Some(kid.to_owned());
         let pem = fixture(key_file);
@@ -90,7 +133,7 @@ impl Issuer {
     }
 
     /// Standard claims for `sub` in `team`, valid for an hour; `extra` overrides.
-    fn claims(&self, sub: &str, team: Option<&str>, extra: Value) -> Value {
+    pub fn claims(&self, sub: &str, team: Option<&str>, extra: Value) -> Value {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
         let mut c = json!({"iss": self.url, "sub": sub, "aud": ["switchyard"], "iat": now, "exp": now + 3600});
         if let Some(team) = team {

@@ -36,6 +36,7 @@ mod providers;
 mod reload;
 mod resume;
 mod retry;
+mod roles;
 mod routing;
 mod slowloris;
 mod smuggling;

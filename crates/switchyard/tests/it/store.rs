@@ -348,7 +348,7 @@ async fn daily_and_hourly_rollups_agree_with_the_records() {
                     .sum();
                 assert_eq!(day.totals.requests, hours, "day {} of {from}..{to}", day.start_ms);
             }
-            let groups = store.usage_groups(GroupBy::Key, from, to, 10).await.unwrap();
+            let groups = store.usage_groups(GroupBy::Key, from, to, 10, None).await.unwrap();
             for g in &groups {
                 let want: Vec<&&UsageRecord> = inside.iter().filter(|r| r.key_id.as_deref() == Some(&g.name)).collect();
                 assert_eq!(g.totals.requests, want.len() as u64, "{} in {from}..{to}", g.name);
@@ -356,7 +356,7 @@ async fn daily_and_hourly_rollups_agree_with_the_records() {
                 let cost: f64 = want.iter().map(|r| r.cost_usd).sum();
                 assert!((g.totals.cost_usd - cost).abs() < 1e-9, "{} in {from}..{to}", g.name);
             }
-            let models = store.usage_groups(GroupBy::Model, from, to, 10).await.unwrap();
+            let models = store.usage_groups(GroupBy::Model, from, to, 10, None).await.unwrap();
             assert_eq!(models.iter().map(|g| g.totals.requests).sum::<u64>(), inside.len() as u64);
         }
     })
