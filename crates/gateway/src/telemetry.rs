@@ -6,6 +6,7 @@
 //! counts it — as the request begins, when it is full already: telemetry never slows or fails a
 //! request.
 
+pub mod audit_export;
 mod export;
 pub mod exports;
 mod otlp_logs;

@@ -54,8 +54,11 @@ pub async fn record(
         client: actor.client.map(|a| a.ip().to_string()),
     };
     // Boxed: inline, the append's future would grow every admin handler that records.
-    if let Err(e) = Box::pin(store.append_audit(entry)).await {
-        tracing::error!(error = %e, action, target, actor = %actor.name, "could not write an audit log entry");
+    match Box::pin(store.append_audit(entry)).await {
+        Ok(_) => crate::telemetry::audit_export::APPENDED.notify_waiters(),
+        Err(e) => {
+            tracing::error!(error = %e, action, target, actor = %actor.name, "could not write an audit log entry")
+        }
     }
 }
 
@@ -64,15 +67,6 @@ pub async fn record(
 struct PageParams {
     before: Option<i64>,
     limit: Option<i64>,
-}
-
-fn entry_json(r: &AuditRow) -> Value {
-    let parsed = |t: &Option<String>| t.as_deref().map(|t| serde_json::from_str::<Value>(t).unwrap_or(json!(t)));
-    json!({
-        "seq": r.seq, "time": super::rfc3339(r.ts_ms / 1000), "ts_ms": r.ts_ms, "actor": r.actor, "action": r.action,
-        "target": r.target, "before": parsed(&r.before), "after": parsed(&r.after), "client": r.client,
-        "prev_hash": r.prev_hash, "hash": r.hash,
-    })
 }
 
 /// `GET /admin/audit?before=SEQ&limit=N`: up to N (default 100, at most 1,000) entries older
@@ -89,6 +83,6 @@ pub async fn page(app: &App, query: Option<&str>) -> Result<Response<GatewayBody
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.seq)).flatten();
     Ok(json_value(
         StatusCode::OK,
-        &json!({"object": "list", "data": rows.iter().map(entry_json).collect::<Vec<_>>(), "next_before": next}),
+        &json!({"object": "list", "data": rows.iter().map(AuditRow::to_json).collect::<Vec<_>>(), "next_before": next}),
     ))
 }

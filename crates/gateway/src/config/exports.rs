@@ -35,6 +35,8 @@ pub struct RawExport {
     timeout: Option<String>,
     /// Most journal bytes the sink may fall behind before its oldest records are dropped.
     max_backlog: Option<super::cache::RawSize>,
+    /// Deliver the audit log's entries too (default true).
+    audit: Option<bool>,
 }
 
 #[derive(Clone, PartialEq)]
@@ -88,6 +90,8 @@ pub struct ExportConfig {
     /// How far (journal bytes) the sink may fall behind before its oldest records are dropped
     /// and counted: a sink down for days must not fill the disk.
     pub max_backlog: u64,
+    /// The audit log's entries go to this sink too (`telemetry/audit_export.rs`).
+    pub audit: bool,
 }
 
 /// `max_backlog` when the configuration gives none: about ten million records.
@@ -199,6 +203,7 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
             batch_size,
             batch_delay: duration("batch_delay", &e.batch_delay, Duration::from_secs(1))?,
             timeout: duration("timeout", &e.timeout, Duration::from_secs(10))?,
+            audit: e.audit.unwrap_or(true),
         });
     }
     Ok(exports)

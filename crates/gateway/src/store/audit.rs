@@ -44,6 +44,19 @@ type Row = (i64, i64, String, String, String, Option<String>, Option<String>, Op
 const COLUMNS: &str = "seq, ts_ms, actor, action, target, before, after, client, prev_hash, hash";
 
 impl AuditRow {
+    /// The entry as the admin API and the export sinks show it (`before`/`after` as JSON).
+    pub fn to_json(&self) -> serde_json::Value {
+        let parsed = |t: &Option<String>| {
+            t.as_deref().map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap_or_else(|_| t.into()))
+        };
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(self.ts_ms).unwrap_or(0));
+        serde_json::json!({
+            "seq": self.seq, "time": humantime::format_rfc3339_seconds(at).to_string(), "ts_ms": self.ts_ms,
+            "actor": self.actor, "action": self.action, "target": self.target, "before": parsed(&self.before),
+            "after": parsed(&self.after), "client": self.client, "prev_hash": self.prev_hash, "hash": self.hash,
+        })
+    }
+
     fn from_row((seq, ts_ms, actor, action, target, before, after, client, prev_hash, hash): Row) -> AuditRow {
         AuditRow { seq, ts_ms, actor, action, target, before, after, client, prev_hash, hash }
     }
@@ -157,6 +170,29 @@ impl Store {
         let rows: Vec<Row> =
             with_pool!(self, |pool| sqlx::query_as(&sql).bind(after).bind(limit).fetch_all(pool).await?);
         Ok(rows.into_iter().map(AuditRow::from_row).collect())
+    }
+}
+
+impl Store {
+    /// How far the export sink `sink` has taken the audit log (0: nothing yet).
+    pub async fn audit_export_seq(&self, sink: &str) -> Result<i64, StoreError> {
+        let sql = "SELECT seq FROM audit_exports WHERE sink = $1";
+        let seq: Option<(i64,)> = with_pool!(self, |pool| sqlx::query_as(sql).bind(sink).fetch_optional(pool).await?);
+        Ok(seq.map_or(0, |(s,)| s))
+    }
+
+    /// Move `sink` from `from` to `to`; false if another instance moved it first.
+    pub async fn advance_audit_export(&self, sink: &str, from: i64, to: i64) -> Result<bool, StoreError> {
+        let sql = "INSERT INTO audit_exports (sink, seq) VALUES ($1, $3) \
+                   ON CONFLICT (sink) DO UPDATE SET seq = excluded.seq WHERE audit_exports.seq = $2";
+        let moved = with_pool!(self, |pool| sqlx::query(sql)
+            .bind(sink)
+            .bind(from)
+            .bind(to)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(moved > 0)
     }
 }
 

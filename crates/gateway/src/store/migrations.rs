@@ -27,6 +27,7 @@ const SQLITE: Embedded = &[
     (9, "0009_teams_users.sql", include_str!("../../../../migrations/sqlite/0009_teams_users.sql")),
     (10, "0010_audit_log.sql", include_str!("../../../../migrations/sqlite/0010_audit_log.sql")),
     (11, "0011_user_sessions.sql", include_str!("../../../../migrations/sqlite/0011_user_sessions.sql")),
+    (12, "0012_audit_exports.sql", include_str!("../../../../migrations/sqlite/0012_audit_exports.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -41,6 +42,7 @@ const POSTGRES: Embedded = &[
     (9, "0009_teams_users.sql", include_str!("../../../../migrations/postgres/0009_teams_users.sql")),
     (10, "0010_audit_log.sql", include_str!("../../../../migrations/postgres/0010_audit_log.sql")),
     (11, "0011_user_sessions.sql", include_str!("../../../../migrations/postgres/0011_user_sessions.sql")),
+    (12, "0012_audit_exports.sql", include_str!("../../../../migrations/postgres/0012_audit_exports.sql")),
 ];
 
 #[derive(Debug)]

@@ -101,6 +101,41 @@ impl OtlpLogsSink {
     }
 }
 
+impl OtlpLogsSink {
+    /// Audit log entries, one log record each (event `switchyard.audit`).
+    pub async fn export_audit(&self, entries: &[crate::store::AuditRow]) -> Result<(), String> {
+        let logs: Vec<SdkLogRecord> = entries
+            .iter()
+            .map(|e| {
+                let mut log = self.provider.logger("switchyard.audit").create_log_record();
+                log.set_timestamp(UNIX_EPOCH + Duration::from_millis(u64::try_from(e.ts_ms).unwrap_or(0)));
+                log.set_observed_timestamp(SystemTime::now());
+                log.set_event_name("switchyard.audit");
+                log.set_severity_number(Severity::Info);
+                log.set_severity_text("INFO");
+                log.set_body(AnyValue::from(format!("{} {} {}", e.actor, e.action, e.target)));
+                log.add_attribute("switchyard.audit.seq", e.seq);
+                log.add_attribute("switchyard.audit.actor", e.actor.clone());
+                log.add_attribute("switchyard.audit.action", e.action.clone());
+                log.add_attribute("switchyard.audit.target", e.target.clone());
+                log.add_attribute("switchyard.audit.hash", e.hash.clone());
+                for (key, value) in [
+                    ("switchyard.audit.before", &e.before),
+                    ("switchyard.audit.after", &e.after),
+                    ("client.address", &e.client),
+                ] {
+                    if let Some(v) = value {
+                        log.add_attribute(key, v.clone());
+                    }
+                }
+                log
+            })
+            .collect();
+        let pairs: Vec<(&SdkLogRecord, &InstrumentationScope)> = logs.iter().map(|l| (l, &self.scope)).collect();
+        self.exporter.export(LogBatch::new(&pairs)).await.map_err(|e| format!("OTLP log export failed: {e}"))
+    }
+}
+
 impl UsageSink for OtlpLogsSink {
     async fn write_batch(&self, records: &[UsageRecord], checkpoint: u64) -> Result<u64, String> {
         let logs: Vec<SdkLogRecord> = records.iter().map(|r| self.log_record(r)).collect();

@@ -120,6 +120,22 @@ impl S3Sink {
     }
 }
 
+impl S3Sink {
+    /// Audit log entries, one object each (`{prefix}audit/{seq, 20 digits}.json`), created once:
+    /// an entry sent again meets its own object.
+    pub async fn put_audit(&self, entries: &[serde_json::Value], seqs: &[i64]) -> Result<(), String> {
+        for (entry, seq) in entries.iter().zip(seqs) {
+            let key = Path::from(format!("{}audit/{seq:020}.json", self.prefix));
+            let body = PutPayload::from(serde_json::to_vec(entry).map_err(|e| format!("encoding audit: {e}"))?);
+            match self.store.put_opts(&key, body, PutOptions::from(PutMode::Create)).await {
+                Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+                Err(e) => return Err(format!("S3 put {key}: {e}")),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl UsageSink for S3Sink {
     async fn write_batch(&self, records: &[UsageRecord], checkpoint: u64) -> Result<u64, String> {
         let Some(first) = records.first() else { return Ok(0) };

@@ -28,12 +28,24 @@ static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 impl WebhookSink {
     async fn post(&self, records: &[UsageRecord], checkpoint: u64) -> Result<(), String> {
         let body = serde_json::to_vec(records).map_err(|e| format!("encoding records: {e}"))?;
+        // The batch's end in this journal: a batch retried, or resent after a crash, is the
+        // same batch (the writer freezes it and keeps its end before the first try), so a
+        // receiver that keeps each key once stores each record once.
+        self.send(body, format!("{}-{checkpoint}", self.journal_id)).await
+    }
+
+    /// Audit log entries, as `{"object": "audit_log", "data": [...]}`; the key names the entries
+    /// (`audit-{first seq}-{last seq}`), the same whichever instance sends them.
+    pub async fn post_audit(&self, entries: &[serde_json::Value], first: i64, last: i64) -> Result<(), String> {
+        let body = serde_json::to_vec(&serde_json::json!({"object": "audit_log", "data": entries}))
+            .map_err(|e| format!("encoding audit entries: {e}"))?;
+        self.send(body, format!("audit-{first}-{last}")).await
+    }
+
+    async fn send(&self, body: Vec<u8>, idempotency_key: String) -> Result<(), String> {
         let mut req = Request::post(self.url.clone())
             .header(header::CONTENT_TYPE, "application/json")
-            // The batch's end in this journal: a batch retried, or resent after a crash, is the
-            // same batch (the writer freezes it and keeps its end before the first try), so a
-            // receiver that keeps each key once stores each record once.
-            .header(&IDEMPOTENCY_KEY, format!("{}-{checkpoint}", self.journal_id));
+            .header(&IDEMPOTENCY_KEY, idempotency_key);
         for (name, value) in &self.headers {
             req = req.header(name, value.clone());
         }

@@ -144,3 +144,48 @@ async fn every_change_and_sign_in_is_chained_and_verify_finds_any_edit() {
     let (ok, said) = verify(&config);
     assert!(!ok && said.contains("broken at entry 5"), "{said}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_reaches_the_export_sinks_once_each_entry_across_an_outage() {
+    let backend = mock(&["m"]).await;
+    let hook = mock(&[]).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
+         exports:\n  - {{name: hook, type: webhook, url: '{}/hooks/audit'}}\nbackends:\n{}",
+        db_url(&dir),
+        dir.display(),
+        hook.url(),
+        backends_yaml(&[&backend])
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let until = |wanted: Vec<String>| {
+        let hook = &hook;
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            loop {
+                let mut stored = hook.control().stored_ids();
+                stored.retain(|id| id.starts_with("audit:"));
+                if stored == wanted {
+                    return;
+                }
+                assert!(std::time::Instant::now() < deadline, "stored {stored:?}, wanted {wanted:?}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let seqs = |range: std::ops::RangeInclusive<i64>| range.map(|s| format!("audit:{s}")).collect::<Vec<_>>();
+    admin(&client, &gw, Method::POST, "/admin/teams", r#"{"name": "exported"}"#).await;
+    admin(&client, &gw, Method::POST, "/admin/keys", "{}").await;
+    until(seqs(1..=2)).await;
+    // The receiver is down: the entries wait in the database and arrive, in order, once it is up.
+    hook.control().set_fail_rate(1.0);
+    admin(&client, &gw, Method::POST, "/admin/users", r#"{"email": "x@example.com"}"#).await;
+    admin(&client, &gw, Method::POST, "/admin/keys", "{}").await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    hook.control().set_fail_rate(0.0);
+    until(seqs(1..=4)).await;
+    let entries = admin(&client, &gw, Method::GET, "/admin/audit", "").await.json();
+    assert_eq!(entries["data"].as_array().unwrap().len(), 4, "nothing but the changes was logged");
+}

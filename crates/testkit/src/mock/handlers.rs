@@ -126,11 +126,18 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
             return state.json(StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(b"{\"error\":\"down\"}"));
         }
         let key = req.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let records: Vec<Value> = match read_body(req.into_body()).await.map(|b| serde_json::from_slice(&b)) {
-            Some(Ok(records)) => records,
+        // Usage records as an array; audit log entries as `{"object": "audit_log", "data": [...]}`,
+        // each counted as `audit:{seq}`.
+        let ids: Vec<String> = match read_body(req.into_body()).await.map(|b| serde_json::from_slice::<Value>(&b)) {
+            Some(Ok(Value::Array(records))) => {
+                records.iter().map(|r| r["id"].as_str().unwrap_or("-").to_owned()).collect()
+            }
+            Some(Ok(audit)) if audit["object"] == "audit_log" => audit["data"]
+                .as_array()
+                .map(|entries| entries.iter().map(|e| format!("audit:{}", e["seq"])).collect())
+                .unwrap_or_default(),
             _ => return state.json(StatusCode::BAD_REQUEST, Bytes::from_static(b"{\"error\":\"not a JSON array\"}")),
         };
-        let ids: Vec<String> = records.iter().map(|r| r["id"].as_str().unwrap_or("-").to_owned()).collect();
         state.control.delivered(ids.iter().cloned());
         // A repeat of a key already kept is answered at once, as deduping receivers do.
         if state.control.store_once(key.as_deref(), &ids) {
