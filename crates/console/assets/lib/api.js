@@ -1,7 +1,8 @@
 /* Switchyard console · the API client, with the error banner and progress line it drives.
    - 401 anywhere: the session expired, go to the login page.
    - Any other failure: show the banner (and throw, so callers can also
-     show it inline). Any success hides the banner again.
+     show it inline), unless the call is `silent` (a look-up the page can do
+     without). Any success hides the banner again.
    - Mutations carry the CSRF header the gateway demands. */
 import { $ } from './dom.js';
 
@@ -40,7 +41,7 @@ async function errorMessage(res) {
   return `Request failed (${res.status}${res.statusText ? ' ' + res.statusText : ''})${short}`;
 }
 
-export async function api(path, { method = 'GET', body, signal, quiet = false, raw = false } = {}) {
+export async function api(path, { method = 'GET', body, signal, quiet = false, raw = false, silent = false } = {}) {
   const headers = { accept: raw ? 'text/event-stream' : 'application/json' };
   if (method !== 'GET') {
     headers['content-type'] = 'application/json';
@@ -56,7 +57,7 @@ export async function api(path, { method = 'GET', body, signal, quiet = false, r
     } catch (e) {
       if (e.name === 'AbortError') throw e;
       const msg = `Could not reach the gateway (${e.message || 'network error'}).`;
-      showError(msg);
+      if (!silent) showError(msg);
       throw new ApiError(msg, 0);
     }
     if (res.status === 401) {
@@ -65,10 +66,10 @@ export async function api(path, { method = 'GET', body, signal, quiet = false, r
     }
     if (!res.ok) {
       const msg = await errorMessage(res);
-      showError(msg);
+      if (!silent) showError(msg);
       throw new ApiError(msg, res.status);
     }
-    clearError();
+    if (!silent) clearError();
     if (raw) return res;
     if (res.status === 204) return null;
     return await res.json();

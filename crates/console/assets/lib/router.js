@@ -1,12 +1,13 @@
 /* Switchyard console · router: #/page?query. Each page mounts into #view and may return a cleanup
    function; a per-page AbortController cancels its fetches. The pages are handed over by start()
-   (app.js), so this module imports none of them. */
+   (app.js, only those the signed-in role may open), so this module imports none of them. */
 import { $ } from './dom.js';
 import { loadingLine } from './components.js';
 
 const view = $('#view');
 export const headerExtra = $('#header-extra');
 const pages = {};
+let home = 'overview';
 let current = null;
 
 /** Go to a hash now (pushState + mount in the same task), so no stale rows linger after a submit. */
@@ -23,7 +24,7 @@ export function replaceHash(hash) {
 function parseHash() {
   const raw = location.hash.replace(/^#\/?/, '');
   const q = raw.indexOf('?');
-  const name = (q >= 0 ? raw.slice(0, q) : raw) || 'overview';
+  const name = (q >= 0 ? raw.slice(0, q) : raw) || home;
   const params = new URLSearchParams(q >= 0 ? raw.slice(q + 1) : '');
   return { name, params };
 }
@@ -36,7 +37,7 @@ function route(force) {
   mountedHash = location.hash;
   const { name, params } = parseHash();
   const page = pages[name];
-  if (!page) { mountedHash = null; location.replace('#/overview'); return; }
+  if (!page) { mountedHash = null; location.replace(`#/${home}`); return; }
   if (current) {
     current.ctl.abort();
     if (current.cleanup) { try { current.cleanup(); } catch (e) { console.error(e); } }
@@ -55,9 +56,11 @@ function route(force) {
   current.cleanup = page.mount(view, params, ctl.signal) || null;
 }
 
-/** Route over `byName` ({name: {title, subtitle, mount(root, params, signal)}}) from now on. */
-export function start(byName) {
+/** Route over `byName` ({name: {title, subtitle, mount(root, params, signal)}}) from now on;
+ *  an empty or unknown hash goes to `landing` (a page the role may open). */
+export function start(byName, landing = 'overview') {
   Object.assign(pages, byName);
+  home = landing;
   window.addEventListener('hashchange', route);
   window.addEventListener('popstate', route);
   // Charts read theme colours when built: rebuild the page if the OS theme flips.

@@ -1,8 +1,12 @@
-/* Switchyard console · Keys: create (secret shown once), edit limits inline, revoke/reinstate. */
+/* Switchyard console · Keys: create (secret shown once), edit limits inline, revoke/reinstate.
+   What the form offers follows the role: admins pick any team and owner; a team admin one of
+   their teams and, for a team they run, any owner; a member one of their teams (the key is
+   theirs); a viewer only reads the list. */
 import { h, icon, ICON } from '../lib/dom.js';
 import { DASH, isNum, fmt, fmtFull, fmtIsoDate, orDash, splitList, numField } from '../lib/format.js';
 import { api, isAbort } from '../lib/api.js';
 import { card, emptyLine, loadingLine, chips, table } from '../lib/components.js';
+import { me, isAdmin, canMakeKeys, canListUsers, directory } from '../lib/session.js';
 
 const PERIODS = ['none', 'daily', 'weekly', 'monthly'];
 
@@ -17,6 +21,24 @@ export const keys = {
   title: 'Keys',
   subtitle: 'Virtual API keys, their limits and budgets',
   mount(root, params, signal) {
+    const admin = isAdmin();
+    const writable = canMakeKeys();
+    let dir = { teams: me.teams, users: [], team: new Map(me.teams.map((t) => [t.id, t])), user: new Map() };
+    // Team and owner pickers, filled once the directory has loaded.
+    const teamPick = h('select', { name: 'team_id' });
+    const userPick = h('select', { name: 'user_id' });
+    const teamField = h('label.field', { 'data-testid': 'key-team' }, h('span', null, 'Team'), teamPick);
+    const userField = h('label.field', { 'data-testid': 'key-owner', hidden: !canListUsers() },
+      h('span', null, 'Owner', admin ? null : h('span.hint', { text: ' · blank = team key' })), userPick);
+    function fillPickers() {
+      const teamOpts = admin ? [h('option', { value: '', text: 'No team' })] : [];
+      const pickable = admin ? dir.teams : me.teams; // others: only the teams they are in
+      teamPick.replaceChildren(...teamOpts, ...pickable.map((t) => h('option', { value: t.id, text: t.name || t.id })));
+      teamField.hidden = !pickable.length;
+      userPick.replaceChildren(h('option', { value: '', text: admin ? 'No one' : 'Default' }),
+        ...dir.users.map((u) => h('option', { value: u.id, text: u.email || u.id })));
+    }
+    fillPickers();
     const createError = h('span.form-error', { role: 'alert' });
     const createBtn = h('button.btn.primary', { type: 'submit', text: 'Create key' });
     const periodSelect = (name, value) => h('select', { name, value }, PERIODS.map((p) => h('option', { value: p, text: p === 'none' ? 'No period (lifetime)' : p[0].toUpperCase() + p.slice(1) })));
@@ -25,21 +47,24 @@ export const keys = {
       h('div.form-grid', null,
         field('Name', h('input', { name: 'name', placeholder: 'e.g. ci-bot', spellcheck: 'false' }), 'span-2'),
         field('Models', h('input', { name: 'models', placeholder: 'llama-3.1-8b, fast', spellcheck: 'false' }), 'span-2', 'comma separated, blank = all'),
-        field('User', h('input', { name: 'user' })),
-        field('Team', h('input', { name: 'team' })),
+        teamField,
+        userField,
         field('Requests / min', h('input', { name: 'rpm', type: 'number', min: '0', step: '1', inputmode: 'numeric' })),
         field('Tokens / min', h('input', { name: 'tpm', type: 'number', min: '0', step: '1', inputmode: 'numeric' })),
         field('Max parallel', h('input', { name: 'max_parallel', type: 'number', min: '0', step: '1', inputmode: 'numeric' })),
         field('Budget', h('input', { name: 'budget_usd', type: 'number', min: '0', step: '0.01', placeholder: 'USD' })),
-        field('Budget period', periodSelect('budget_period', 'none'), 'span-2')),
-      h('div.form-actions', null, createBtn, createError));
+        field('Budget period', periodSelect('budget_period', 'none'), 'span-2'),
+        admin ? field('User label', h('input', { name: 'user' }), 'span-2', 'for usage reports') : null,
+        admin ? field('Team label', h('input', { name: 'team' }), 'span-2', 'for usage reports') : null),
+      h('div.form-actions', null, createBtn, createError,
+        !admin && !canListUsers() ? h('span.muted.small', { text: 'The key will be yours.' }) : null));
 
     const secretBox = h('div');
     const tableBox = h('div.table-wrap', { 'data-testid': 'keys-table' }, loadingLine());
     const countEl = h('span.sub');
 
     root.replaceChildren(h('div.stack', null,
-      card('Create a key', { sub: 'the secret is shown once' }, h('div.card-body', null, form)),
+      writable ? card('Create a key', { sub: 'the secret is shown once' }, h('div.card-body', null, form)) : null,
       secretBox,
       h('section.card', null, h('div.card-head', null, h('h2', { text: 'Keys' }), countEl), h('div.card-body.flush', null, tableBox))));
 
@@ -59,6 +84,7 @@ export const keys = {
       }
       const period = fd.get('budget_period');
       if (period && period !== 'none') body.budget_period = period;
+      for (const k of ['team_id', 'user_id']) { const v = String(fd.get(k) || ''); if (v) body[k] = v; }
       const meta = {};
       for (const k of ['user', 'team']) { const v = String(fd.get(k) || '').trim(); if (v) meta[k] = v; }
       if (Object.keys(meta).length) body.metadata = meta;
@@ -103,6 +129,19 @@ export const keys = {
     let keys = [];
     let editing = null; // id of the key whose edit row is open
 
+    /** Owner: the key's user and team (by email and name where known), else its usage labels. */
+    function ownerCell(k, meta, tags) {
+      const u = k.user_id ? dir.user.get(k.user_id) : null;
+      const t = k.team_id ? dir.team.get(k.team_id) : null;
+      const user = k.user_id ? (u && u.email) || k.user_id : meta.user;
+      const team = k.team_id ? (t && t.name) || k.team_id : meta.team;
+      const main = user || team;
+      return h('td', { 'data-testid': 'key-owner-cell', title: [user, team, k.user_id, k.team_id, tags].filter(Boolean).join(' · ') || null },
+        h('div', { text: main || DASH, class: main ? null : 'muted' }),
+        user && team ? h('div.cell-sub', { text: team }) : null,
+        tags ? h('div.cell-sub', { text: tags }) : null);
+    }
+
     function limitsText(k) {
       const parts = [];
       if (isNum(k.rpm)) parts.push(`${fmt.compact(k.rpm)} req/min`);
@@ -113,20 +152,21 @@ export const keys = {
 
     function render() {
       countEl.textContent = keys.length ? `${keys.filter((k) => keyStatus(k) === 'active').length} active of ${keys.length}` : '';
-      if (!keys.length) { tableBox.replaceChildren(emptyLine('No keys yet. Create one above to let clients call the gateway.')); return; }
+      if (!keys.length) { tableBox.replaceChildren(emptyLine(writable ? 'No keys yet. Create one above to let clients call the gateway.' : 'No keys yet.')); return; }
       // The actions column fits "Edit" + "Confirm revoke" without clipping.
       const cols = [{ label: 'Name', width: '150px' }, { label: 'Status', width: '104px' }, { label: 'Models' }, { label: 'Limits', width: '116px' },
-        { label: 'Budget', num: true, width: '86px' }, { label: 'Owner', width: '92px' }, { label: 'Created', width: '110px' }, { label: '', width: '210px' }];
+        { label: 'Budget', num: true, width: '86px' }, { label: 'Owner', width: '120px' }, { label: 'Created', width: '110px' }];
+      if (writable) cols.push({ label: '', width: '210px' });
       const rows = [];
       for (const k of keys) {
         const st = keyStatus(k);
         const meta = k.metadata || {};
         const limits = limitsText(k);
-        const actions = h('td.actions');
-        if (st !== 'revoked') {
+        const actions = writable ? h('td.actions') : null;
+        if (writable && st !== 'revoked') {
           actions.append(h('button.btn.sm', { type: 'button', 'data-action': 'edit', text: editing === k.id ? 'Close' : 'Edit', onclick: () => { editing = editing === k.id ? null : k.id; render(); } }));
           actions.append(revokeButton(k));
-        } else {
+        } else if (writable) {
           actions.append(h('button.btn.sm', { type: 'button', 'data-action': 'reinstate', text: 'Reinstate', onclick: (e) => mutate(e.currentTarget, `/ui/api/keys/${encodeURIComponent(k.id)}`, 'PATCH', { revoked: false }) }));
         }
         const tags = Array.isArray(meta.tags) ? meta.tags.join(', ') : '';
@@ -141,10 +181,7 @@ export const keys = {
           h('td.num', null,
             h('div', { text: isNum(k.budget_usd) ? fmt.usd(k.budget_usd) : DASH }),
             isNum(k.budget_usd) ? h('div.cell-sub', { text: k.budget_period || 'lifetime' }) : null),
-          h('td', { title: [meta.user, meta.team, tags].filter(Boolean).join(' · ') || null },
-            h('div', { text: meta.user || meta.team ? (meta.user || meta.team) : DASH, class: meta.user || meta.team ? null : 'muted' }),
-            meta.user && meta.team ? h('div.cell-sub', { text: meta.team }) : null,
-            tags ? h('div.cell-sub', { text: tags }) : null),
+          ownerCell(k, meta, tags),
           h('td', { text: fmtIsoDate(k.created_at), title: k.created_at ? fmtFull(Date.parse(k.created_at)) : null }),
           actions));
         if (editing === k.id) rows.push(editRow(k, cols.length));
@@ -180,7 +217,16 @@ export const keys = {
       const initial = {
         models: (k.models || []).join(', '), rpm: k.rpm ?? '', tpm: k.tpm ?? '', max_parallel: k.max_parallel ?? '',
         budget_usd: k.budget_usd ?? '', budget_period: k.budget_period || 'none',
+        team_id: k.team_id || '', user_id: k.user_id || '',
       };
+      // Admins may move a key to another team or owner.
+      const owners = admin ? h('div.owner-grid', null,
+        f('Team', h('select', { name: 'team_id', value: initial.team_id }, h('option', { value: '', text: 'No team' }),
+          dir.teams.map((t) => h('option', { value: t.id, text: t.name || t.id })),
+          initial.team_id && !dir.team.has(initial.team_id) ? h('option', { value: initial.team_id, text: initial.team_id }) : null)),
+        f('Owner', h('select', { name: 'user_id', value: initial.user_id }, h('option', { value: '', text: 'No one' }),
+          dir.users.map((u) => h('option', { value: u.id, text: u.email || u.id })),
+          initial.user_id && !dir.user.has(initial.user_id) ? h('option', { value: initial.user_id, text: initial.user_id }) : null))) : null;
       const save = h('button.btn.primary.sm', { type: 'submit', text: 'Save' });
       const form = h('form', { 'data-testid': 'key-edit', autocomplete: 'off' },
         h('div.edit-grid', null,
@@ -193,7 +239,7 @@ export const keys = {
             PERIODS.map((p) => h('option', { value: p, text: p === 'none' ? 'lifetime' : p })))),
           h('div.row.nowrap', null, save,
             h('button.btn.sm', { type: 'button', text: 'Cancel', onclick: () => { editing = null; render(); } }))),
-        err);
+        owners, err);
       form.addEventListener('submit', async (ev) => {
         ev.preventDefault();
         err.textContent = '';
@@ -209,6 +255,12 @@ export const keys = {
         }
         const period = String(fd.get('budget_period') || 'none');
         if (period !== initial.budget_period) body.budget_period = period === 'none' ? null : period;
+        if (admin) {
+          for (const key of ['team_id', 'user_id']) {
+            const v = String(fd.get(key) || '');
+            if (v !== initial[key]) body[key] = v || null;
+          }
+        }
         if (!Object.keys(body).length) { editing = null; render(); return; }
         save.disabled = true;
         try {
@@ -244,12 +296,20 @@ export const keys = {
 
     async function load() {
       try {
-        const d = await api('/ui/api/keys', { signal });
+        const [d, people] = await Promise.all([api('/ui/api/keys', { signal }), dirOnce()]);
+        if (people) { dir = people; fillPickers(); }
         keys = Array.isArray(d.data) ? d.data : [];
         render();
       } catch (e) {
         if (!isAbort(e) && !keys.length) tableBox.replaceChildren(emptyLine('Could not load keys.'));
       }
+    }
+    // Teams and users for the pickers and the owner column, read with the first load only.
+    let dirRead = false;
+    function dirOnce() {
+      if (dirRead) return Promise.resolve(null);
+      dirRead = true;
+      return directory(signal, { users: canListUsers() }).catch((e) => { if (isAbort(e)) throw e; return null; });
     }
     load();
     return () => clearTimeout(armTimer);

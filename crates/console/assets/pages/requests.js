@@ -5,6 +5,7 @@ import { DASH, isNum, fmt, dtf, fmtFull, orDash } from '../lib/format.js';
 import { api, isAbort } from '../lib/api.js';
 import { card, emptyLine, loadingLine, statusClass, table } from '../lib/components.js';
 import { navigate } from '../lib/router.js';
+import { isAdmin } from '../lib/session.js';
 
 const FILTERS = ['id', 'key_id', 'team', 'model', 'status', 'from', 'to'];
 const STATUS_OPTIONS = [['', 'Any status'], ['2xx', '2xx success'], ['4xx', '4xx client error'], ['5xx', '5xx server error'], ['error', 'Any error (≥ 400)']];
@@ -160,7 +161,8 @@ export const requests = {
       document.removeEventListener('keydown', onKey);
     }
     function onKey(e) { if (e.key === 'Escape') closeDetail(); }
-    /** The request's kept bodies (console.store_bodies), fetched when the detail opens. */
+    /** The request's kept bodies (console.store_bodies), fetched when the detail opens (admins
+     *  only: the gateway keeps bodies from every other role). */
     function bodiesOf(id) {
       const box = h('div.bodies', { 'data-testid': 'request-bodies' }, loadingLine('Loading bodies…'));
       const pretty = (text) => {
@@ -203,7 +205,7 @@ export const requests = {
         h('aside.drawer', { 'data-testid': 'request-detail', role: 'dialog', 'aria-label': 'Request detail' },
           h('header', null, h('h2', { text: 'Request detail' }),
             h('span.status-code', { class: statusClass(r.status), text: orDash(r.status) }), closeBtn),
-          h('div.body', null, dl, r.has_bodies ? bodiesOf(r.id) : null)));
+          h('div.body', null, dl, r.has_bodies && isAdmin() ? bodiesOf(r.id) : null)));
       document.body.append(drawer);
       document.addEventListener('keydown', onKey);
       closeBtn.focus();
