@@ -29,11 +29,16 @@ const OPENAPI: &str = include_str!("admin/openapi.json");
 pub struct KeyFields {
     name: Option<String>,
     models: Option<Vec<String>>,
-    rpm: Option<u32>,
-    tpm: Option<u64>,
-    max_parallel: Option<u32>,
-    budget_usd: Option<f64>,
-    budget_period: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    rpm: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    tpm: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    max_parallel: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    budget_usd: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    budget_period: Option<Option<String>>,
     expires_at: Option<String>,
     metadata: Option<Metadata>,
     /// MCP servers the key may use (globs); `null` = all.

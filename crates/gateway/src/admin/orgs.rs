@@ -19,41 +19,49 @@ use crate::limit::period_start;
 use crate::records::{LevelLimits, Membership, TeamRecord, UserRecord};
 use crate::store::{Store, StoreError};
 
-/// The limit fields teams, users and keys share; PATCH changes those present.
+/// The limit fields teams, users and keys share; PATCH changes those present, and `null` removes
+/// a limit.
 #[derive(Debug, Default, Deserialize)]
 pub struct LimitFields {
-    pub rpm: Option<u32>,
-    pub tpm: Option<u64>,
-    pub max_parallel: Option<u32>,
-    pub budget_usd: Option<f64>,
-    pub budget_period: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub rpm: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub tpm: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub max_parallel: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub budget_usd: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub budget_period: Option<Option<String>>,
 }
 
 impl LimitFields {
     /// Validate each present field and set it on `to`.
     pub fn apply(self, to: &mut LevelLimits) -> Result<(), GatewayError> {
-        for (name, v) in
-            [("rpm", self.rpm.map(u64::from)), ("tpm", self.tpm), ("max_parallel", self.max_parallel.map(u64::from))]
-        {
+        for (name, v) in [
+            ("rpm", self.rpm.flatten().map(u64::from)),
+            ("tpm", self.tpm.flatten()),
+            ("max_parallel", self.max_parallel.flatten().map(u64::from)),
+        ] {
             if v == Some(0) {
-                return Err(bad(format!("`{name}` must be at least 1 (omit it for no limit)"), None));
+                return Err(bad(format!("`{name}` must be at least 1 (null for no limit)"), None));
             }
         }
-        to.rpm = self.rpm.or(to.rpm);
-        to.tpm = self.tpm.or(to.tpm);
-        to.max_parallel = self.max_parallel.or(to.max_parallel);
-        if let Some(b) = self.budget_usd {
+        if let Some(Some(b)) = self.budget_usd {
             if !b.is_finite() || b < 0.0 {
                 return Err(bad("`budget_usd` must be a non-negative number", Some("budget_usd")));
             }
-            to.budget_usd = Some(b);
         }
-        if let Some(p) = self.budget_period {
+        if let Some(Some(p)) = &self.budget_period {
             if !matches!(p.as_str(), "daily" | "weekly" | "monthly") {
                 return Err(bad("`budget_period` must be daily, weekly or monthly", Some("budget_period")));
             }
-            to.budget_period = Some(p);
         }
+        to.rpm = self.rpm.unwrap_or(to.rpm);
+        to.tpm = self.tpm.unwrap_or(to.tpm);
+        to.max_parallel = self.max_parallel.unwrap_or(to.max_parallel);
+        to.budget_usd = self.budget_usd.unwrap_or(to.budget_usd);
+        to.budget_period = self.budget_period.unwrap_or(to.budget_period.take());
         Ok(())
     }
 }
@@ -63,11 +71,16 @@ impl LimitFields {
 struct TeamFields {
     name: Option<String>,
     models: Option<Vec<String>>,
-    rpm: Option<u32>,
-    tpm: Option<u64>,
-    max_parallel: Option<u32>,
-    budget_usd: Option<f64>,
-    budget_period: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    rpm: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    tpm: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    max_parallel: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    budget_usd: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    budget_period: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
     mcp_servers: Option<Option<Vec<String>>>,
     #[serde(default, deserialize_with = "nullable")]
@@ -80,11 +93,16 @@ struct UserFields {
     email: Option<String>,
     name: Option<String>,
     role: Option<String>,
-    rpm: Option<u32>,
-    tpm: Option<u64>,
-    max_parallel: Option<u32>,
-    budget_usd: Option<f64>,
-    budget_period: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    rpm: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    tpm: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    max_parallel: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    budget_usd: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    budget_period: Option<Option<String>>,
     /// PATCH only: `true` ends every console session the user has, on every instance.
     revoke_sessions: Option<bool>,
 }

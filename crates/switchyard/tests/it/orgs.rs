@@ -112,6 +112,10 @@ async fn teams_users_and_members_through_the_admin_api() {
         (patched.status.as_u16(), patched.json()["rpm"].as_u64(), patched.json()["name"].as_str()),
         (200, Some(70), Some("ml"))
     );
+    // `null` removes a limit; an absent field leaves it.
+    let lifted =
+        admin(&client, &gw, Method::PATCH, &format!("/admin/teams/{team}"), r#"{"rpm": null, "tpm": 9000}"#).await;
+    assert_eq!((lifted.json()["rpm"].as_u64(), lifted.json()["tpm"].as_u64()), (None, Some(9000)));
     let listed = admin(&client, &gw, Method::GET, "/admin/teams", "").await.json();
     assert_eq!(listed["data"].as_array().unwrap().len(), 1);
     let users = admin(&client, &gw, Method::GET, "/admin/users", "").await.json();
