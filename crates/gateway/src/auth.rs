@@ -136,24 +136,24 @@ impl Auth {
     }
 
     /// A console session token for `given`, when it is the master key (constant-time compare).
-    pub fn console_login(&self, given: &str, now_unix: i64, expires_unix: i64) -> Option<String> {
+    pub fn console_login(&self, given: &str, issued_ms: i64, expires_unix: i64) -> Option<String> {
         let master = self.master_key.as_deref()?;
         constant_time_eq(master.as_bytes(), given.trim().as_bytes())
-            .then(|| self.sessions.issue(&self.hasher, master, session::MASTER, now_unix, expires_unix))
+            .then(|| self.sessions.issue(&self.hasher, master, session::MASTER, issued_ms, expires_unix))
             .flatten()
     }
 
     /// A console session for a user signed in through single sign-on.
-    pub fn user_session(&self, user_id: &str, now_unix: i64, expires_unix: i64) -> Option<String> {
+    pub fn user_session(&self, user_id: &str, issued_ms: i64, expires_unix: i64) -> Option<String> {
         let master = self.master_key.as_deref()?;
-        self.sessions.issue(&self.hasher, master, user_id, now_unix, expires_unix)
+        self.sessions.issue(&self.hasher, master, user_id, issued_ms, expires_unix)
     }
 
     /// The console session a token stands for. With no master key the console is open (as the
     /// admin API is): every caller counts as signed in with the master key.
     pub fn console_session(&self, token: Option<&str>, now_unix: i64) -> Option<session::Session> {
         match (&self.master_key, token) {
-            (None, _) => Some(session::Session { subject: session::MASTER.to_owned(), issued: now_unix }),
+            (None, _) => Some(session::Session { subject: session::MASTER.to_owned(), issued: now_unix * 1000 }),
             (Some(master), Some(token)) => self.sessions.valid(&self.hasher, master, token, now_unix),
             (Some(_), None) => None,
         }

@@ -214,7 +214,7 @@ async fn login(
     if !app.auth.enabled() {
         return Ok(redirect("/ui", None));
     }
-    match app.auth.console_login(given, now, now + ttl) {
+    match app.auth.console_login(given, app.clock.unix_ms(), now + ttl) {
         Some(token) => {
             admin::audit::record(app, &Actor::console(Some(peer)), "console.login", "console", None, None).await;
             let secure = if app.config.tls.is_some() { "; Secure" } else { "" };

@@ -91,7 +91,7 @@ pub struct UserRecord {
     pub role: String,
     pub limits: LevelLimits,
     pub created_at: i64,
-    /// Console sessions issued before this (unix seconds) are void: ending a user's sessions
+    /// Console sessions issued before this (unix milliseconds) are void: ending a user's sessions
     /// everywhere is one write.
     #[serde(default)]
     pub sessions_after: i64,

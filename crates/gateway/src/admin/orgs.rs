@@ -146,7 +146,7 @@ fn team_json(t: &TeamRecord) -> Value {
 }
 
 fn user_json(u: &UserRecord) -> Value {
-    let sessions_after = (u.sessions_after > 0).then(|| rfc3339(u.sessions_after));
+    let sessions_after = (u.sessions_after > 0).then(|| rfc3339(u.sessions_after / 1000));
     merged(
         json!({"id": u.id, "email": u.email, "name": u.name, "role": u.role, "created_at": rfc3339(u.created_at),
                "sessions_after": sessions_after}),
@@ -203,10 +203,9 @@ fn apply_team(t: &mut TeamRecord, f: TeamFields) -> Result<(), GatewayError> {
     Ok(())
 }
 
-fn apply_user(u: &mut UserRecord, f: UserFields, now: i64) -> Result<(), GatewayError> {
+fn apply_user(u: &mut UserRecord, f: UserFields, now_ms: i64) -> Result<(), GatewayError> {
     if f.revoke_sessions == Some(true) {
-        // Sessions carry their issue time in seconds: one issued this very second ends too.
-        u.sessions_after = now + 1;
+        u.sessions_after = now_ms;
     }
     if let Some(email) = f.email {
         if !email.contains('@') || email.trim() != email {
@@ -408,7 +407,7 @@ async fn users(
                 if fields.revoke_sessions.is_some() {
                     return Err(bad("`revoke_sessions` can only be given with PATCH", Some("revoke_sessions")));
                 }
-                apply_user(&mut user, fields, now)?;
+                apply_user(&mut user, fields, app.clock.unix_ms())?;
                 store.insert_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
                 let after = user_json(&user);
                 call.audit("user.create", &user.id, None, Some(&after)).await;
@@ -441,7 +440,7 @@ async fn users(
             Ok(json_value(StatusCode::OK, &out))
         }
         Method::PATCH => {
-            apply_user(&mut user, parse(body, "user")?, now)?;
+            apply_user(&mut user, parse(body, "user")?, app.clock.unix_ms())?;
             store.update_user(&user).await.map_err(conflict_or_internal("a user with this email"))?;
             keys_changed(app).await;
             let after = user_json(&user);

@@ -29,7 +29,7 @@ fn message(expires: i64, issued: i64, subject: &str, master: &str) -> String {
 pub struct Session {
     /// `m` (the master key) or a user id.
     pub subject: String,
-    /// Unix seconds.
+    /// Unix milliseconds.
     pub issued: i64,
 }
 
@@ -48,8 +48,8 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 }
 
 impl Sessions {
-    /// A token for `subject` (no `.` in it), issued at `issued` and valid until `expires` (unix
-    /// seconds).
+    /// A token for `subject` (no `.` in it), issued at `issued` (unix milliseconds) and valid
+    /// until `expires` (unix seconds).
     pub fn issue(&self, hasher: &Hasher, master: &str, subject: &str, issued: i64, expires: i64) -> Option<String> {
         if subject.is_empty() || subject.contains('.') {
             return None;

@@ -73,18 +73,35 @@ pub async fn callback(
         Err(e) => return Err(internal(e)),
     };
     let ttl = app.config.console.session_ttl.as_secs() as i64;
-    let token = app.auth.user_session(&user.id, now, now + ttl).ok_or(GatewayError::Internal)?;
+    let token = app.auth.user_session(&user.id, app.clock.unix_ms(), now + ttl).ok_or(GatewayError::Internal)?;
     let actor = Actor { name: format!("user:{} (sso)", user.email), client: Some(peer) };
     audit::record(app, &actor, "console.login", &user.id, None, Some(&json!({"role": user.role}))).await;
-    let mut resp = redirect(
-        "/ui",
-        Some(format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={ttl}{}", secure(app))),
-    );
+    let session = format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={ttl}{}", secure(app));
     let gone = format!("{FLOW_COOKIE}=; Path=/ui/oidc; HttpOnly; SameSite=Lax; Max-Age=0");
-    if let Ok(v) = http::HeaderValue::try_from(gone) {
-        resp.headers_mut().append(http::header::SET_COOKIE, v);
+    Ok(onward_to_console([session, gone]))
+}
+
+/// The answer to a completed sign-in: a page of the gateway's own that moves on to `/ui`. Not a
+/// redirect: the browser came here from the provider's site, and a redirect would carry that
+/// navigation on, so the new `SameSite=Strict` session cookie would not be sent with it.
+fn onward_to_console(cookies: [String; 2]) -> Response<GatewayBody> {
+    const PAGE: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+        <meta http-equiv=\"refresh\" content=\"0;url=/ui\"><title>Switchyard</title></head>\
+        <body><p>Signed in. <a href=\"/ui\">Open the console</a>.</p></body></html>";
+    let mut resp = Response::new(crate::http::full(PAGE));
+    let h = resp.headers_mut();
+    h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/html; charset=utf-8"));
+    h.insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    h.insert(
+        http::header::CONTENT_SECURITY_POLICY,
+        http::HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+    );
+    for cookie in cookies {
+        if let Ok(v) = http::HeaderValue::try_from(cookie) {
+            h.append(http::header::SET_COOKIE, v);
+        }
     }
-    Ok(resp)
+    resp
 }
 
 async fn refused(app: &App, peer: SocketAddr, reason: &str) -> Response<GatewayBody> {
