@@ -1,7 +1,8 @@
 //! What checking a client's JWT costs (`auth.jwt`), once its issuer's keys are cached: the
-//! signature and registered claims of a token, for each accepted family — RS256 (2048-bit),
-//! ES256 and EdDSA — with keys made from the JWKS as the gateway makes them. A token seen before
-//! costs none of this (`auth/jwt.rs` remembers it until `exp`).
+//! signature and registered claims of a token seen for the first time, for each accepted family —
+//! RS256 (2048-bit), ES256 and EdDSA — with keys made from the JWKS as the gateway makes them
+//! (`jwt_verify`); and a token seen before, which the gateway's `JwtVerifier` remembers until its
+//! `exp` (`jwt_remembered`: what every request after a client's first costs).
 //!
 //! Run with `cargo bench --bench jwt`. Keys: the test-only ones in
 //! `crates/switchyard/tests/fixtures/jwt`.
@@ -41,6 +42,33 @@ fn jwt(c: &mut Criterion) {
         v.set_audience(&["switchyard"]);
         group.bench_function(name, |b| {
             b.iter(|| jsonwebtoken::decode::<serde_json::Value>(black_box(&token), &key, &v).unwrap());
+        });
+    }
+    group.finish();
+
+    let issuer = switchyard_gateway::config::jwt::JwtIssuer {
+        issuer: "https://id.example".to_owned(),
+        audiences: vec!["switchyard".to_owned()],
+        jwks_url: Some("http://127.0.0.1:9/unused".to_owned()),
+        user_claim: "sub".to_owned(),
+        team_claim: Some("groups".to_owned()),
+        roles_claim: None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let client = switchyard_gateway::upstream::build(std::time::Duration::from_secs(1)).unwrap();
+    let verifier = switchyard_gateway::auth::jwt::JwtVerifier::new(&[issuer], client);
+    verifier.preload("https://id.example", &jwks);
+    let mut group = c.benchmark_group("jwt_remembered");
+    for (name, alg, kid, signing) in [
+        ("RS256", Algorithm::RS256, "rsa-1", EncodingKey::from_rsa_pem(&pem("rsa1.pem")).unwrap()),
+        ("ES256", Algorithm::ES256, "ec-1", EncodingKey::from_ec_pem(&pem("ec1.pem")).unwrap()),
+        ("EdDSA", Algorithm::EdDSA, "ed-1", EncodingKey::from_ed_pem(&pem("ed1.pem")).unwrap()),
+    ] {
+        let header = Header { kid: Some(kid.to_owned()), ..Header::new(alg) };
+        let token = jsonwebtoken::encode(&header, &claims, &signing).unwrap();
+        runtime.block_on(verifier.verify(&token, 0)).unwrap();
+        group.bench_function(name, |b| {
+            b.iter(|| runtime.block_on(verifier.verify(black_box(&token), 0)).unwrap());
         });
     }
     group.finish();

@@ -6,6 +6,7 @@ mod cache;
 mod console;
 mod duration;
 mod exports;
+pub mod guardrails;
 mod interpolate;
 pub mod jwt;
 mod mcp;
@@ -346,6 +347,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Which origins and `Host` names reach `/mcp`, `/ui` and `/admin` (`security:`).
     pub security: SecurityConfig,
+    /// Content checks and where they apply (`guardrails:`, `models.*.guardrails`).
+    pub guardrails: guardrails::GuardrailsConfig,
 }
 
 /// `console: {enabled, session_ttl, store_bodies, max_stored_body_bytes}`.

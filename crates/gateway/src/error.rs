@@ -23,6 +23,11 @@ pub enum GatewayError {
     PayloadTooLarge {
         limit: usize,
     },
+    /// A guardrail refused the request's content (`guardrails:` with `action: block`); the
+    /// message names the guard and the kind, never the matched text.
+    ContentBlocked {
+        message: String,
+    },
     /// The client did not send its whole request body within `timeouts.body_read`.
     BodyTimeout,
     /// The request target is longer than `limits.max_uri_bytes`.
@@ -96,7 +101,7 @@ impl GatewayError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            GatewayError::BadRequest { .. } | GatewayError::ContentBlocked { .. } => StatusCode::BAD_REQUEST,
             GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -125,6 +130,7 @@ impl GatewayError {
     pub fn kind(&self) -> &'static str {
         match self {
             GatewayError::BadRequest { .. } => "bad_request",
+            GatewayError::ContentBlocked { .. } => "content_blocked",
             GatewayError::PayloadTooLarge { .. } => "payload_too_large",
             GatewayError::UriTooLong { .. } => "uri_too_long",
             GatewayError::BodyTimeout => "request_body_timeout",
@@ -166,6 +172,9 @@ impl GatewayError {
     pub fn to_body(&self) -> ErrorBody {
         let (message, kind, param, code): (String, &str, Option<&str>, Option<&str>) = match self {
             GatewayError::BadRequest { message, param } => (message.clone(), "invalid_request_error", *param, None),
+            GatewayError::ContentBlocked { message } => {
+                (message.clone(), "invalid_request_error", None, Some("content_blocked"))
+            }
             GatewayError::PayloadTooLarge { limit } => (
                 format!("request body is larger than the {limit}-byte limit"),
                 "invalid_request_error",

@@ -6,6 +6,10 @@
 //! The checks themselves (PII and secret masking, keyword blocks, webhooks, model guards) are
 //! built on these hooks; this module holds only the contract and the plumbing.
 
+pub mod content;
+mod json_text;
+mod stream_text;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +22,8 @@ pub struct GuardedRequest<'a> {
     pub endpoint: Endpoint,
     /// The model the request asks for (after alias resolution).
     pub model: &'a str,
+    /// The model as the client named it (an alias, or the same as `model`).
+    pub requested: &'a str,
     /// The virtual key's id, when the request carries one.
     pub key: Option<&'a str>,
     pub stream: bool,
@@ -78,6 +84,11 @@ impl Guards {
         self.list.is_empty()
     }
 
+    /// These guards with `first` ahead of them.
+    pub fn after(self, first: Arc<dyn Guard>) -> Guards {
+        Guards { list: std::iter::once(first).chain(self.list.iter().cloned()).collect() }
+    }
+
     /// Run every request guard in turn: the body as the last one left it, or the first block.
     pub fn check_request(&self, request: &GuardedRequest<'_>, body: &mut Bytes) -> Result<(), GatewayError> {
         for guard in self.list.iter() {
@@ -99,7 +110,17 @@ impl Guards {
 
 /// The error a blocked request or answer reports: which guard, and why.
 pub fn blocked(guard: &str, reason: &str) -> GatewayError {
-    GatewayError::bad_request(format!("blocked by guardrail `{guard}`: {reason}"), None)
+    GatewayError::ContentBlocked { message: blocked_message(guard, reason) }
+}
+
+/// What a block says: the guard and its reason. A guard with no name of its own (the configured
+/// guardrails, which are many behind one hook) names the deciding guard in its reason.
+pub fn blocked_message(guard: &str, reason: &str) -> String {
+    if guard.is_empty() {
+        format!("blocked by {reason}")
+    } else {
+        format!("blocked by guardrail `{guard}`: {reason}")
+    }
 }
 
 /// One answer's guards, chained: each sees what the one before it let through. For a stream,
@@ -221,7 +242,7 @@ mod tests {
     }
 
     fn request() -> GuardedRequest<'static> {
-        GuardedRequest { endpoint: Endpoint::ChatCompletions, model: "m", key: None, stream: true }
+        GuardedRequest { endpoint: Endpoint::ChatCompletions, model: "m", requested: "m", key: None, stream: true }
     }
 
     #[test]

@@ -12,8 +12,9 @@ use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 24] = [
+const ERROR_KINDS: [&str; 25] = [
     "not_found",
+    "content_blocked",
     "unauthorized",
     "forbidden",
     "rate_limited",
@@ -146,6 +147,9 @@ pub struct Metrics {
     /// Requests that fell back from one model to another: (from, to) → count. Labels come from
     /// the configured `fallbacks:`, so their number is bounded by config.
     fallbacks: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
+    /// Guardrail findings: (guard, kind, action) → count. Guards come from config, kinds from a
+    /// fixed list (or a guard's own pattern names), so the labels are bounded.
+    guardrails: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str, &'static str), u64>>,
 }
 
 impl Default for Metrics {
@@ -166,11 +170,18 @@ impl Default for Metrics {
             series: series::Series::default(),
             mcp: mcp::McpMetrics::default(),
             fallbacks: std::sync::Mutex::default(),
+            guardrails: std::sync::Mutex::default(),
         }
     }
 }
 
 impl Metrics {
+    /// A guardrail's finding and what was done about it (`mask`, `block`, `log`).
+    pub fn count_guardrail(&self, guard: &str, kind: &'static str, action: &'static str) {
+        let mut map = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry((guard.to_owned(), kind, action)).or_default() += 1;
+    }
+
     pub fn count_request(&self, endpoint: Endpoint, status: u16) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
         self.requests[endpoint as usize][class].fetch_add(1, Relaxed);
@@ -229,6 +240,21 @@ impl Metrics {
         for (kind, counter) in ERROR_KINDS.iter().zip(&self.errors) {
             let _ = writeln!(out, "switchyard_errors_total{{kind=\"{kind}\"}} {}", counter.load(Relaxed));
         }
+        let verdicts = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
+        if !verdicts.is_empty() {
+            out.push_str(
+                "# HELP switchyard_guardrail_verdicts_total Guardrail findings, by guard, kind and the action taken.\n",
+            );
+            out.push_str("# TYPE switchyard_guardrail_verdicts_total counter\n");
+            for ((guard, kind, action), n) in verdicts.iter() {
+                let guard = mcp::escape(guard);
+                let _ = writeln!(
+                    out,
+                    "switchyard_guardrail_verdicts_total{{guard=\"{guard}\",kind=\"{kind}\",action=\"{action}\"}} {n}"
+                );
+            }
+        }
+        drop(verdicts);
         let fallbacks = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
         if !fallbacks.is_empty() {
             out.push_str("# HELP switchyard_fallbacks_total Requests that fell back from a model to another.\n");

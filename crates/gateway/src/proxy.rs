@@ -181,6 +181,7 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
     GuardedRequest {
         endpoint: call.endpoint,
         model: &exchange.routed.model,
+        requested: &exchange.routed.requested,
         key: identity.key().map(|k| k.id.as_str()),
         stream: call.stream,
     }

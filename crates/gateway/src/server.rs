@@ -130,7 +130,10 @@ pub async fn start_guarded(
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (mut app, writer, exports) = App::open(config).await?;
-    app.guards = guards;
+    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, app.metrics.clone())? {
+        Some(configured) => guards.after(Arc::new(configured)),
+        None => guards,
+    };
     let exporting = match &app.config.telemetry {
         Some(telemetry) => {
             let (telemetry, exporting) = crate::telemetry::Telemetry::start(telemetry, app.config.timeouts.connect)?;

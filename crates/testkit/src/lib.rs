@@ -17,4 +17,4 @@ pub mod mock;
 
 pub use client::{Error, TestClient, TestResponse};
 pub use mcp::{McpMock, McpMockConfig, McpStats};
-pub use mock::{run_cli, KvCacheConfig, KvStats, MockApi, MockConfig, MockControl, MockServer};
+pub use mock::{run_cli, KvCacheConfig, KvStats, MockApi, MockConfig, MockControl, MockServer, REPLY_SPLIT};

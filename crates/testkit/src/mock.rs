@@ -46,6 +46,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use self::handlers::State;
 use self::kv::KvSim;
 pub use self::kv::{KvCacheConfig, KvStats};
+pub use self::reply::SPLIT as REPLY_SPLIT;
 
 /// Static configuration of a [`MockServer`].
 #[derive(Debug, Clone)]
@@ -181,6 +182,8 @@ pub struct MockControl {
     /// When on, the `x-request-id` and `traceparent` of every POST, in arrival order (see
     /// [`MockControl::keep_ledger`]).
     ledger: Mutex<Option<Vec<(String, String)>>>,
+    /// When on, every model API request body, in arrival order (see [`MockControl::keep_bodies`]).
+    bodies: Mutex<Option<Vec<Bytes>>>,
     /// OTLP exports received (`POST /v1/traces`, `/v1/logs`).
     otlp_exports: AtomicU64,
     /// Ids of the records webhook deliveries (`POST /hooks/...`) carried, in arrival order.
@@ -232,6 +235,7 @@ impl MockControl {
             die_after_frames: AtomicU64::new(0),
             kv: cfg.kv_cache.clone().map(|kv| Arc::new(KvSim::new(kv))),
             ledger: Mutex::new(None),
+            bodies: Mutex::new(None),
             otlp_exports: AtomicU64::new(0),
             delivered: Mutex::new(Vec::new()),
             hook_store: Mutex::new(HookStore::default()),
@@ -323,6 +327,24 @@ impl MockControl {
     pub fn keep_ledger(&self) {
         let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         ledger.get_or_insert_with(Vec::new);
+    }
+
+    /// Starts keeping every model API request body from now on: what the backend was actually
+    /// sent (a guardrail's masking is checked here). Off by default.
+    pub fn keep_bodies(&self) {
+        self.bodies.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(Vec::new);
+    }
+
+    /// The bodies kept so far, as text.
+    pub fn bodies(&self) -> Vec<String> {
+        let bodies = self.bodies.lock().unwrap_or_else(PoisonError::into_inner);
+        bodies.iter().flatten().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
+    }
+
+    pub(crate) fn log_body(&self, body: &Bytes) {
+        if let Some(kept) = self.bodies.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            kept.push(body.clone());
+        }
     }
 
     /// The ledger so far (empty when none is kept).

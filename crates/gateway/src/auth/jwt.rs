@@ -157,6 +157,19 @@ impl JwtVerifier {
         JwtVerifier { issuers, client, memo: Mutex::default(), tags: RandomState::new() }
     }
 
+    /// Give `issuer` these signing keys now, as a fetch of its JWKS would (benchmarks, and keys an
+    /// operator pins).
+    pub fn preload(&self, issuer: &str, jwks: &JwkSet) {
+        if let Some(i) = self.issuers.iter().find(|i| i.config.issuer == issuer) {
+            let set = jwks
+                .keys
+                .iter()
+                .filter_map(|jwk| Some((jwk.common.key_id.clone(), Arc::new(DecodingKey::from_jwk(jwk).ok()?))))
+                .collect();
+            i.keys.lock().unwrap_or_else(|p| p.into_inner()).set = set;
+        }
+    }
+
     /// Forget every remembered token (a team or user changed: claims map anew).
     pub fn forget(&self) {
         self.memo.lock().unwrap_or_else(|p| p.into_inner()).clear();

@@ -52,6 +52,10 @@ pub struct RawConfig {
     console: super::console::RawConsole,
     cache: Option<super::cache::RawCache>,
     security: Option<super::security::RawSecurity>,
+    guardrails: Option<std::collections::BTreeMap<String, serde_json::Value>>,
+    /// Per-model settings, by the name clients use (`models: {NAME: {guardrails: [...]}}`).
+    #[serde(default)]
+    models: HashMap<String, super::guardrails::RawModel>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -274,6 +278,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         console: super::console::validate(raw.console)?,
         cache: super::cache::validate(raw.cache)?,
         security: super::security::validate(raw.security, listen)?,
+        guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
         source: None,
     })
 }

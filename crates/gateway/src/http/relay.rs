@@ -218,10 +218,10 @@ type Polled = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
 
 /// A guard stopped the answer: it ends as a failed stream does, with the guard's reason.
 fn blocked(this: &mut RelayBodyProj<'_>, b: Blocked) -> Polled {
-    this.completion.metrics.count_error("guardrail_blocked");
-    let message = format!("blocked by guardrail `{}`: {}", b.guard, b.reason);
-    let error: BoxError = Box::new(GatewayError::BadGateway { message: message.clone() });
-    fail(this, "guardrail_blocked", &message, error)
+    this.completion.metrics.count_error("content_blocked");
+    let message = crate::guard::blocked_message(&b.guard, &b.reason);
+    let error: BoxError = Box::new(GatewayError::ContentBlocked { message: message.clone() });
+    fail(this, "content_blocked", &message, error)
 }
 
 /// While another backend is being found to carry a broken stream on: Some(poll) to return, or

@@ -24,6 +24,7 @@ mod exports;
 mod failover;
 mod fallback;
 mod fleet;
+mod guardrails;
 mod guards;
 mod jwt;
 mod keys;

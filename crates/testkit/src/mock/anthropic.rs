@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::body::MockBody;
 use super::frames::Frames;
-use super::handlers::{body_id, gate, read_body, Model, Rejection, State};
+use super::handlers::{body_id, gate, read_logged, Model, Rejection, State};
 use super::kv;
 use super::render::{self, sse_event};
 use super::reply::{self, Reply, TOOL_ARGUMENT_FRAGMENTS};
@@ -33,7 +33,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     if let Endpoint::Models = endpoint {
         return state.json(StatusCode::OK, state.anthropic_models_body.clone());
     }
-    let Some(bytes) = read_body(body).await else {
+    let Some(bytes) = read_logged(state, body).await else {
         return error(state, StatusCode::BAD_REQUEST, "invalid_request_error", "could not read the request body");
     };
     let request = match Checked::new(state, &bytes, matches!(endpoint, Endpoint::Messages)) {

@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use super::body::MockBody;
-use super::handlers::{gate, read_body, State};
+use super::handlers::{gate, read_logged, State};
 use super::reply::{tool_arguments, Reply, TOOL_ARGUMENT_FRAGMENTS};
 
 const EVENT_STREAM: HeaderValue = HeaderValue::from_static("application/vnd.amazon.eventstream");
@@ -114,7 +114,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     if let Err(resp) = gate(state, fail).await {
         return *resp;
     }
-    let Some(bytes) = read_body(body).await else {
+    let Some(bytes) = read_logged(state, body).await else {
         return error(state, StatusCode::BAD_REQUEST, "ValidationException", "could not read the request body");
     };
     let request: Value = match serde_json::from_slice(&bytes) {

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use super::body::MockBody;
-use super::handlers::{body_id, gate, read_body, State};
+use super::handlers::{body_id, gate, read_logged, State};
 use super::reply::TOOL_ARGUMENTS;
 
 const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
@@ -27,7 +27,7 @@ fn error(state: &State, status: StatusCode, message: &str, rpc_status: &str) -> 
 /// `countTokens`: one token per whitespace-separated word of the text parts (a mock's count, so
 /// tests can tell it from the gateway's own estimate).
 async fn count_tokens(state: &State, body: Incoming) -> Response<MockBody> {
-    let Some(bytes) = read_body(body).await else {
+    let Some(bytes) = read_logged(state, body).await else {
         return error(state, StatusCode::BAD_REQUEST, "could not read the request body", "INVALID_ARGUMENT");
     };
     let Ok(request) = serde_json::from_slice::<Value>(&bytes) else {
@@ -87,7 +87,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     if let Err(resp) = gate(state, fail).await {
         return *resp;
     }
-    let Some(bytes) = read_body(body).await else {
+    let Some(bytes) = read_logged(state, body).await else {
         return error(state, StatusCode::BAD_REQUEST, "could not read the request body", "INVALID_ARGUMENT");
     };
     let request: Value = match serde_json::from_slice(&bytes) {

@@ -173,6 +173,14 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     }
 }
 
+/// A model API request's whole body, kept in the body log when one is kept
+/// ([`super::MockControl::keep_bodies`]).
+pub(crate) async fn read_logged(state: &State, body: Incoming) -> Option<Bytes> {
+    let bytes = read_body(body).await?;
+    state.control.log_body(&bytes);
+    Some(bytes)
+}
+
 /// The whole request body, or `None` when the client broke off sending it.
 pub(crate) async fn read_body(body: Incoming) -> Option<Bytes> {
     body.collect().await.ok().map(|c| c.to_bytes())

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::body::MockBody;
 use super::frames::Frames;
-use super::handlers::{body_id, gate, read_body, Model, Rejection, State};
+use super::handlers::{body_id, gate, read_logged, Model, Rejection, State};
 use super::kv;
 use super::render::{self, ndjson_line, CREATED_RFC3339_NANOS};
 use super::reply::{self, Reply};
@@ -45,7 +45,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
         }
         _ => return super::openai::handle(state, req).await,
     };
-    let Some(bytes) = read_body(req.into_body()).await else {
+    let Some(bytes) = read_logged(state, req.into_body()).await else {
         return error(state, StatusCode::BAD_REQUEST, "could not read the request body");
     };
     let (body, model) = match checked(state, &bytes) {

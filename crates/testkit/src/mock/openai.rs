@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::body::MockBody;
 use super::frames::Frames;
-use super::handlers::{body_id, gate, raw_str, read_body, Model, Rejection, State};
+use super::handlers::{body_id, gate, raw_str, read_logged, Model, Rejection, State};
 use super::kv;
 use super::render::{self, Usage, CREATED};
 use super::reply::{self, Reply, TOOL_ARGUMENTS, TOOL_ARGUMENT_FRAGMENTS};
@@ -38,7 +38,7 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
                 "/v1/embeddings" => Endpoint::Embeddings,
                 _ => return not_found(state, &parts.method, path),
             };
-            let Some(bytes) = read_body(body).await else {
+            let Some(bytes) = read_logged(state, body).await else {
                 return bad_request(state, "could not read request body", None);
             };
             match endpoint {

@@ -14,6 +14,9 @@ pub(crate) fn tool_arguments() -> Value {
     serde_json::from_str(TOOL_ARGUMENTS).unwrap_or(Value::Null)
 }
 
+/// Where a tool result's echo is cut into stream pieces (and which the echo leaves out).
+pub const SPLIT: char = '\u{1f}';
+
 /// What a reply to a tool result starts with; the result's content follows.
 pub(crate) const TOOL_RESULT_PREFIX: &str = "Tool result: ";
 
@@ -44,9 +47,14 @@ impl Reply {
     /// result `result` (either may be absent). Both are read by the per-API functions below.
     pub(crate) fn decide(tool: Option<String>, result: Option<String>, chunks: usize) -> Reply {
         match (result, tool) {
-            (Some(result), _) => {
-                Reply::Text([TOOL_RESULT_PREFIX.to_owned(), result].into_iter().filter(|s| !s.is_empty()).collect())
-            }
+            // A unit separator (U+001F) in the result cuts the reply's stream there: a test can
+            // put any split into a streamed answer.
+            (Some(result), _) => Reply::Text(
+                std::iter::once(TOOL_RESULT_PREFIX.to_owned())
+                    .chain(result.split(SPLIT).map(str::to_owned))
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+            ),
             (None, Some(tool)) => Reply::ToolCall(tool),
             (None, None) => Reply::chunks(chunks),
         }

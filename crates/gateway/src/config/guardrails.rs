@@ -1,0 +1,202 @@
+//! `guardrails:` — named content checks and where they apply. Each guard has a `type` (`pii`,
+//! `secrets`, `keywords`, `patterns`; `webhook` and `model` are not built yet and are refused),
+//! an `action` (`mask`, `block`, `log`) and the directions it watches (`on: [request, response,
+//! tool_call, tool_result]`). `guardrails.default` lists the guards every request gets; a model's
+//! own list (`models: {NAME: {guardrails: [...]}}`) adds to it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGuard {
+    #[serde(rename = "type")]
+    kind: String,
+    action: Option<String>,
+    on: Option<Vec<String>>,
+    /// `pii`: which kinds (default all).
+    kinds: Option<Vec<String>>,
+    /// `keywords`: the deny list.
+    keywords: Option<Vec<String>>,
+    /// `patterns`: name → regex.
+    patterns: Option<BTreeMap<String, String>>,
+}
+
+/// `models: {NAME: {...}}`: settings of a model as clients name it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    #[serde(default)]
+    guardrails: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardAction {
+    /// Replace each match with a placeholder naming its kind (`[EMAIL]`).
+    Mask,
+    /// Refuse the request (400 `content_blocked`), or end the answer with an error.
+    Block,
+    /// Record the verdict only.
+    Log,
+}
+
+/// Which traffic a guard watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Directions {
+    pub request: bool,
+    pub response: bool,
+    pub tool_call: bool,
+    pub tool_result: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardKind {
+    /// Personal data; `None`: every kind.
+    Pii(Option<Vec<String>>),
+    Secrets,
+    Keywords(Vec<String>),
+    /// (name, regex)
+    Patterns(Vec<(String, String)>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardConfig {
+    pub name: String,
+    pub kind: GuardKind,
+    pub action: GuardAction,
+    pub on: Directions,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GuardrailsConfig {
+    /// Every guard, by name order.
+    pub guards: Vec<GuardConfig>,
+    /// Indexes into `guards` that every request gets.
+    pub default: Vec<usize>,
+    /// A model (as clients name it) → indexes of the guards it adds.
+    pub per_model: HashMap<String, Vec<usize>>,
+}
+
+impl GuardrailsConfig {
+    pub fn is_empty(&self) -> bool {
+        self.guards.is_empty()
+    }
+}
+
+fn directions(on: Option<Vec<String>>, at: &str) -> Result<Directions, ConfigError> {
+    let Some(on) = on else {
+        return Ok(Directions { request: true, response: true, tool_call: true, tool_result: true });
+    };
+    let mut d = Directions::default();
+    for o in on {
+        match o.as_str() {
+            "request" => d.request = true,
+            "response" => d.response = true,
+            "tool_call" => d.tool_call = true,
+            "tool_result" => d.tool_result = true,
+            _ => return Err(ConfigError::at(at, "entries must be request, response, tool_call or tool_result")),
+        }
+    }
+    Ok(d)
+}
+
+fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
+    let at = |field: &str| format!("guardrails.{name}.{field}");
+    let kind = match raw.kind.as_str() {
+        "pii" => GuardKind::Pii(raw.kinds),
+        "secrets" => GuardKind::Secrets,
+        "keywords" => match raw.keywords.filter(|k| !k.is_empty() && k.iter().all(|w| !w.trim().is_empty())) {
+            Some(words) => GuardKind::Keywords(words),
+            None => return Err(ConfigError::at(at("keywords"), "a `keywords` guard needs a list of non-empty words")),
+        },
+        "patterns" => match raw.patterns.filter(|p| !p.is_empty()) {
+            Some(p) => GuardKind::Patterns(p.into_iter().collect()),
+            None => return Err(ConfigError::at(at("patterns"), "a `patterns` guard needs `patterns: {NAME: REGEX}`")),
+        },
+        "webhook" | "model" => {
+            return Err(ConfigError::at(at("type"), format!("`{}` guards are not built yet", raw.kind)));
+        }
+        _ => return Err(ConfigError::at(at("type"), "must be pii, secrets, keywords or patterns")),
+    };
+    let action = match raw.action.as_deref().unwrap_or("mask") {
+        "mask" => GuardAction::Mask,
+        "block" => GuardAction::Block,
+        "log" => GuardAction::Log,
+        _ => return Err(ConfigError::at(at("action"), "must be mask, block or log")),
+    };
+    Ok(GuardConfig { on: directions(raw.on, &at("on"))?, name, kind, action })
+}
+
+/// `guardrails:` (a map of guards plus `default`) and the models' lists.
+pub fn validate(
+    raw: Option<BTreeMap<String, serde_json::Value>>,
+    models: HashMap<String, RawModel>,
+) -> Result<GuardrailsConfig, ConfigError> {
+    let mut raw = raw.unwrap_or_default();
+    let default: Vec<String> = match raw.remove("default") {
+        None => Vec::new(),
+        Some(v) => serde_json::from_value(v)
+            .map_err(|_| ConfigError::at("guardrails.default", "must be a list of guard names"))?,
+    };
+    let mut guards = Vec::new();
+    for (name, value) in raw {
+        let parsed: RawGuard =
+            serde_json::from_value(value).map_err(|e| ConfigError::at(format!("guardrails.{name}"), e.to_string()))?;
+        guards.push(guard(name, parsed)?);
+    }
+    let index = |name: &str, at: &str| {
+        guards
+            .iter()
+            .position(|g| g.name == name)
+            .ok_or_else(|| ConfigError::at(at, format!("names `{name}`, which is not a guard under `guardrails`")))
+    };
+    let default = default.iter().map(|n| index(n, "guardrails.default")).collect::<Result<Vec<_>, _>>()?;
+    let mut per_model = HashMap::new();
+    for (model, settings) in models {
+        let at = format!("models.{model}.guardrails");
+        let list = settings.guardrails.iter().map(|n| index(n, &at)).collect::<Result<Vec<_>, _>>()?;
+        per_model.insert(model, list);
+    }
+    Ok(GuardrailsConfig { guards, default, per_model })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str, models: &str) -> Result<GuardrailsConfig, ConfigError> {
+        let raw = yaml_serde::from_str(yaml).map_err(|e| ConfigError::at("guardrails", e.to_string()))?;
+        let models = yaml_serde::from_str(models).map_err(|e| ConfigError::at("models", e.to_string()))?;
+        validate(Some(raw), models)
+    }
+
+    #[test]
+    fn the_issues_shape_parses_and_mistakes_name_their_place() {
+        let ok = parse(
+            "{default: [pii, secrets], pii: {type: pii, action: mask, on: [request, response]}, \
+             secrets: {type: secrets, action: block}, blocker: {type: keywords, keywords: [nightingale]}}",
+            "{gpt-4o: {guardrails: [blocker]}}",
+        )
+        .unwrap();
+        assert_eq!(ok.guards.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["blocker", "pii", "secrets"]);
+        assert_eq!(ok.default, [1, 2]);
+        assert_eq!(ok.per_model["gpt-4o"], [0]);
+        assert!(ok.guards[1].on.request && !ok.guards[1].on.tool_call);
+        assert_eq!(ok.guards[2].action, GuardAction::Block);
+        for (yaml, models, place) in [
+            ("{default: [nope]}", "{}", "guardrails.default"),
+            ("{x: {type: regex}}", "{}", "guardrails.x.type"),
+            ("{x: {type: webhook}}", "{}", "guardrails.x.type"),
+            ("{x: {type: pii, action: shout}}", "{}", "guardrails.x.action"),
+            ("{x: {type: pii, on: [sideways]}}", "{}", "guardrails.x.on"),
+            ("{x: {type: keywords}}", "{}", "guardrails.x.keywords"),
+            ("{x: {type: pii}}", "{m: {guardrails: [y]}}", "models.m.guardrails"),
+        ] {
+            let e = parse(yaml, models).unwrap_err().to_string();
+            assert!(e.contains(place), "{yaml}: {e}");
+        }
+    }
+}

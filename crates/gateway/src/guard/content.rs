@@ -1,0 +1,306 @@
+//! The configured guardrails (`guardrails:`) as one `Guard`: every guard's detectors compiled into
+//! one engine (`switchyard-guardrails`), so each text is scanned once whatever the number of
+//! guards; a finding applies the most severe action among the guards that asked for its kind and
+//! apply to this request (`default`, plus the model's own list) in this direction: `block`, then
+//! `mask`, then `log`. Verdicts are counted per guard, kind and action (`/metrics`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use switchyard_guardrails::{Engine, Finding, GuardSet, GuardSpec, Kind, StreamMasker};
+
+use super::json_text::rewrite_texts;
+use super::stream_text::{Shape, TextEvent};
+use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
+use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardKind, GuardrailsConfig};
+use crate::metrics::Metrics;
+
+/// Which way the text is going.
+#[derive(Clone, Copy)]
+enum Direction {
+    Request,
+    Response,
+}
+
+pub struct ContentGuards(Arc<Inner>);
+
+struct Inner {
+    engine: Arc<Engine>,
+    guards: Vec<GuardConfig>,
+    /// Bit masks over `guards`: every request's, and each model's own added to them.
+    default: u64,
+    per_model: HashMap<String, u64>,
+    metrics: Arc<Metrics>,
+}
+
+fn spec(g: &GuardConfig) -> Result<GuardSpec, String> {
+    Ok(match &g.kind {
+        GuardKind::Pii(None) => GuardSpec::pii(&g.name),
+        GuardKind::Pii(Some(kinds)) => {
+            let kinds = kinds
+                .iter()
+                .map(|k| k.parse::<Kind>().map_err(|e| format!("guardrails.{}.kinds: {e}", g.name)))
+                .collect::<Result<Vec<_>, _>>()?;
+            GuardSpec::new(&g.name).kinds(kinds)
+        }
+        GuardKind::Secrets => GuardSpec::secrets(&g.name),
+        GuardKind::Keywords(words) => GuardSpec::new(&g.name).keywords(words.iter().cloned()),
+        GuardKind::Patterns(patterns) => patterns
+            .iter()
+            .fold(GuardSpec::new(&g.name), |spec, (name, regex)| spec.pattern(name.clone(), regex.clone())),
+    })
+}
+
+fn action_name(action: GuardAction) -> &'static str {
+    match action {
+        GuardAction::Block => "block",
+        GuardAction::Mask => "mask",
+        GuardAction::Log => "log",
+    }
+}
+
+fn mask_of(list: &[usize]) -> u64 {
+    list.iter().fold(0, |m, &i| m | (1 << i))
+}
+
+impl ContentGuards {
+    /// The guards as configured; `None` when there are none.
+    pub fn build(config: &GuardrailsConfig, metrics: Arc<Metrics>) -> Result<Option<ContentGuards>, String> {
+        if config.is_empty() {
+            return Ok(None);
+        }
+        if config.guards.len() > 64 {
+            return Err("at most 64 guardrails can be configured".to_owned());
+        }
+        let specs = config.guards.iter().map(spec).collect::<Result<Vec<_>, _>>()?;
+        let engine = Engine::new(&specs).map_err(|e| format!("guardrails: {e}"))?;
+        let per_model = config.per_model.iter().map(|(m, list)| (m.clone(), mask_of(list))).collect();
+        Ok(Some(ContentGuards(Arc::new(Inner {
+            engine: Arc::new(engine),
+            guards: config.guards.clone(),
+            default: mask_of(&config.default),
+            per_model,
+            metrics,
+        }))))
+    }
+}
+
+impl Inner {
+    /// The guards that watch this request's traffic in this direction: the defaults, and the
+    /// model's own by the name the client used or the one it resolved to.
+    fn active(&self, request: &GuardedRequest<'_>, direction: Direction) -> u64 {
+        let own = |name: &str| self.per_model.get(name).copied().unwrap_or(0);
+        let all = self.default | own(request.requested) | own(request.model);
+        let watches = |on: &Directions| match direction {
+            Direction::Request => on.request,
+            Direction::Response => on.response,
+        };
+        (0..self.guards.len())
+            .filter(|&i| all & (1 << i) != 0 && watches(&self.guards[i].on))
+            .fold(0, |m, i| m | (1 << i))
+    }
+
+    /// The action for a finding, and the guard that decides it: the most severe among `active`.
+    fn decide(&self, finding: &Finding, active: u64) -> Option<(usize, GuardAction)> {
+        let rank = |a: GuardAction| match a {
+            GuardAction::Block => 2,
+            GuardAction::Mask => 1,
+            GuardAction::Log => 0,
+        };
+        finding
+            .guards
+            .iter()
+            .map(|g| g.index())
+            .filter(|&i| active & (1 << i) != 0)
+            .map(|i| (i, self.guards[i].action))
+            .max_by_key(|(_, a)| rank(*a))
+    }
+
+    /// Check one JSON body's texts: the body masked (`None`: unchanged), or why it is blocked.
+    fn check(&self, body: &[u8], active: u64) -> Result<Option<Vec<u8>>, String> {
+        self.check_counted(body, active, true)
+    }
+
+    /// `check`, its verdicts counted or not (a text already counted as it streamed).
+    fn check_counted(&self, body: &[u8], active: u64, count: bool) -> Result<Option<Vec<u8>>, String> {
+        let mut blocked: Option<String> = None;
+        let rewritten = rewrite_texts(body, |text| {
+            if blocked.is_some() {
+                return None;
+            }
+            let findings = self.engine.scan(text);
+            let mut out = String::new();
+            let mut copied = 0;
+            for f in &findings {
+                let Some((guard, action)) = self.decide(f, active) else { continue };
+                let name = &self.guards[guard].name;
+                if count {
+                    self.metrics.count_guardrail(name, f.kind.name(), action_name(action));
+                }
+                match action {
+                    GuardAction::Block => {
+                        blocked = Some(format!("guardrail `{name}` (found: {})", f.kind.name()));
+                        return None;
+                    }
+                    GuardAction::Mask => {
+                        out.push_str(&text[copied..f.start]);
+                        out.push_str(self.engine.placeholder(f.detector));
+                        copied = f.end;
+                    }
+                    GuardAction::Log => {}
+                }
+            }
+            (copied > 0).then(|| {
+                out.push_str(&text[copied..]);
+                out
+            })
+        });
+        match blocked {
+            Some(reason) => Err(reason),
+            None => Ok(rewritten),
+        }
+    }
+}
+
+impl Guard for ContentGuards {
+    /// None of its own: a block names the configured guard that decided it.
+    fn name(&self) -> &str {
+        ""
+    }
+
+    fn request(&self, request: &GuardedRequest<'_>, body: &Bytes) -> Verdict {
+        let active = self.0.active(request, Direction::Request);
+        if active == 0 {
+            return Verdict::Pass;
+        }
+        match self.0.check(body, active) {
+            Ok(None) => Verdict::Pass,
+            Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),
+            Err(reason) => Verdict::Block(reason),
+        }
+    }
+
+    fn answer(&self, request: &GuardedRequest<'_>) -> Option<Box<dyn AnswerGuard>> {
+        let active = self.0.active(request, Direction::Response);
+        if active == 0 {
+            return None;
+        }
+        if !request.stream {
+            return Some(Box::new(WholeAnswer { guards: self.0.clone(), active, held: Vec::new() }));
+        }
+        let Some(shape) = Shape::of(request.endpoint) else {
+            tracing::debug!(endpoint = ?request.endpoint, "streamed answers of this API are not guarded");
+            return None;
+        };
+        // The stream masker replaces only what a masking guard found; what a blocking guard
+        // finds stops the answer before it is sent (`judge`), what a logging one finds passes.
+        let masking = (0..self.0.guards.len())
+            .filter(|&i| active & (1 << i) != 0 && self.0.guards[i].action == GuardAction::Mask)
+            .fold(0u64, |m, i| m | (1 << i));
+        let masker = StreamMasker::for_guards(self.0.engine.clone(), GuardSet::from_bits(masking));
+        Some(Box::new(StreamedAnswer { guards: self.0.clone(), active, shape, masker, seen: 0, last: None }))
+    }
+}
+
+/// A whole (not streamed) answer: held until it is complete, then checked as one JSON body.
+struct WholeAnswer {
+    guards: Arc<Inner>,
+    active: u64,
+    held: Vec<u8>,
+}
+
+impl AnswerGuard for WholeAnswer {
+    fn event(&mut self, chunk: &Bytes) -> Verdict {
+        self.held.extend_from_slice(chunk);
+        Verdict::Replace(Bytes::new())
+    }
+
+    fn end(&mut self) -> Verdict {
+        let held = std::mem::take(&mut self.held);
+        match self.guards.check(&held, self.active) {
+            Ok(None) => Verdict::Replace(Bytes::from(held)),
+            Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),
+            Err(reason) => Verdict::Block(reason),
+        }
+    }
+}
+
+/// A streamed answer: its events' texts read as one text through a stream masker, which holds
+/// back only what could still become a match, so a match split across events is still masked.
+struct StreamedAnswer {
+    guards: Arc<Inner>,
+    active: u64,
+    shape: Shape,
+    masker: StreamMasker<Arc<Engine>>,
+    /// Findings already judged.
+    seen: usize,
+    /// The last text event: what text held past it goes out in.
+    last: Option<TextEvent>,
+}
+
+impl StreamedAnswer {
+    /// Judge the findings released since last time: why the answer must stop, if it must.
+    fn judge(&mut self) -> Result<(), String> {
+        let findings = &self.masker.findings()[self.seen..];
+        self.seen += findings.len();
+        for f in findings {
+            let Some((guard, action)) = self.guards.decide(f, self.active) else { continue };
+            let name = &self.guards.guards[guard].name;
+            self.guards.metrics.count_guardrail(name, f.kind.name(), action_name(action));
+            if action == GuardAction::Block {
+                return Err(format!("guardrail `{name}` (found: {})", f.kind.name()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The text held back, in an event like the last text event (empty when nothing is held).
+    fn flush(&mut self) -> Result<Bytes, String> {
+        let rest = self.masker.finish();
+        self.judge()?;
+        Ok(match (&self.last, rest.is_empty()) {
+            (Some(last), false) => last.with_text(&rest),
+            _ => Bytes::new(),
+        })
+    }
+}
+
+impl AnswerGuard for StreamedAnswer {
+    fn event(&mut self, event: &Bytes) -> Verdict {
+        let Some(text_event) = TextEvent::parse(self.shape, event) else {
+            // Text ends where another kind of event comes (a block's end, the finish, usage);
+            // an event that repeats the whole text (Responses' `…done`, `response.completed`)
+            // is masked as a whole answer is, its findings already counted.
+            let held = match self.flush() {
+                Ok(held) => held,
+                Err(reason) => return Verdict::Block(reason),
+            };
+            let event = match self.guards.check_counted(event, self.active, false) {
+                Ok(None) => event.clone(),
+                Ok(Some(masked)) => Bytes::from(masked),
+                Err(reason) => return Verdict::Block(reason),
+            };
+            return if held.is_empty() {
+                Verdict::Replace(event)
+            } else {
+                Verdict::Replace(Bytes::from([&held[..], &event[..]].concat()))
+            };
+        };
+        let released = self.masker.push(text_event.text());
+        if let Err(reason) = self.judge() {
+            return Verdict::Block(reason);
+        }
+        let out = text_event.with_text(&released);
+        self.last = Some(text_event);
+        Verdict::Replace(out)
+    }
+
+    fn end(&mut self) -> Verdict {
+        match self.flush() {
+            Ok(held) if held.is_empty() => Verdict::Pass,
+            Ok(held) => Verdict::Replace(held),
+            Err(reason) => Verdict::Block(reason),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The texts of a JSON request or answer, for guards to read and rewrite in place: every string
+//! value except those under keys that hold no one's words (ids, roles, model names, URLs, base64
+//! media, formats). One pass over the bytes; a body nothing changes in is not copied, and only
+//! the strings a guard changes are re-encoded — never the whole document.
+
+/// Keys whose string values are not text a person or a model wrote.
+const NOT_TEXT: &[&str] = &[
+    "id",
+    "type",
+    "role",
+    "model",
+    "object",
+    "name",
+    "tool_call_id",
+    "tool_use_id",
+    "call_id",
+    "url",
+    "image_url",
+    "data",
+    "media_type",
+    "mime_type",
+    "mimeType",
+    "detail",
+    "format",
+    "encoding_format",
+    "response_format",
+    "finish_reason",
+    "stop_reason",
+    "service_tier",
+    "system_fingerprint",
+    "signature",
+    "created_at",
+    "done_reason",
+    "status",
+    "tool_choice",
+    "voice",
+    "file_id",
+    "previous_response_id",
+    "keep_alive",
+    "reasoning_effort",
+];
+
+/// An open object or array, and the key it is the value of.
+struct Open {
+    object: bool,
+    key: Option<(usize, usize)>,
+}
+
+/// Call `rewrite` on each text in `body` (unescaped); where it returns a new text, that string
+/// is replaced. `None` when nothing changed (or the body is not JSON as far as it was read).
+pub fn rewrite_texts(body: &[u8], mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0;
+    let mut open: Vec<Open> = Vec::new();
+    // The key just read, until its value starts.
+    let mut key: Option<(usize, usize)> = None;
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'{' => {
+                open.push(Open { object: true, key: key.take() });
+                expect_key = true;
+            }
+            b'[' => open.push(Open { object: false, key: key.take() }),
+            b'}' | b']' => {
+                open.pop();
+                (key, expect_key) = (None, false);
+            }
+            b',' => (key, expect_key) = (None, open.last().is_some_and(|o| o.object)),
+            b'"' => {
+                let end = string_end(body, i)?;
+                if expect_key {
+                    (key, expect_key) = (Some((i + 1, end)), false);
+                } else {
+                    // A string in an array counts as its array's key's.
+                    let under = key.take().or_else(|| open.last().and_then(|o| o.key));
+                    if is_text(body, under) {
+                        if let Some(new) = text_of(&body[i..=end]).and_then(|t| rewrite(&t)) {
+                            let buf = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
+                            buf.extend_from_slice(&body[copied..i]);
+                            buf.extend(serde_json::to_vec(&new).unwrap_or_default());
+                            copied = end + 1;
+                        }
+                    }
+                }
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out.map(|mut buf| {
+        buf.extend_from_slice(&body[copied..]);
+        buf
+    })
+}
+
+/// The index of the quote closing the string that opens at `start`.
+fn string_end(body: &[u8], start: usize) -> Option<usize> {
+    let mut j = start + 1;
+    loop {
+        let at = j + memchr::memchr2(b'"', b'\\', body.get(j..)?)?;
+        if body[at] == b'\\' {
+            j = at + 2;
+        } else {
+            return Some(at);
+        }
+    }
+}
+
+fn is_text(body: &[u8], key: Option<(usize, usize)>) -> bool {
+    match key {
+        None => true,
+        Some((s, e)) => !NOT_TEXT.iter().any(|k| k.as_bytes() == &body[s..e]),
+    }
+}
+
+/// A JSON string token (quotes included) as text: borrowed when it has no escapes.
+fn text_of(token: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
+    let inner = &token[1..token.len() - 1];
+    if !inner.contains(&b'\\') {
+        return std::str::from_utf8(inner).ok().map(std::borrow::Cow::Borrowed);
+    }
+    serde_json::from_slice::<String>(token).ok().map(std::borrow::Cow::Owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upper_if(needle: &'static str) -> impl FnMut(&str) -> Option<String> {
+        move |t: &str| t.contains(needle).then(|| t.replace(needle, &needle.to_uppercase()))
+    }
+
+    #[test]
+    fn only_texts_change_and_only_when_asked() {
+        let body = br#"{"model":"bob","messages":[{"role":"user","content":"hi bob"},{"role":"assistant","content":[{"type":"text","text":"bob \"q\" bob"},{"type":"image_url","image_url":{"url":"data:bob"}}]}],"user":"bob","n":1,"tools":[{"function":{"name":"bob","arguments":"{\"who\":\"bob\"}"}}]}"#;
+        let out = String::from_utf8(rewrite_texts(body, upper_if("bob")).unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["model"], "bob", "a model name is not text");
+        assert_eq!(v["messages"][0]["content"], "hi BOB");
+        assert_eq!(v["messages"][1]["content"][0]["text"], "BOB \"q\" BOB");
+        assert_eq!(v["messages"][1]["content"][1]["image_url"]["url"], "data:bob");
+        assert_eq!(v["user"], "BOB");
+        assert_eq!(v["tools"][0]["function"]["name"], "bob");
+        assert_eq!(v["tools"][0]["function"]["arguments"], "{\"who\":\"BOB\"}");
+        assert!(rewrite_texts(body, upper_if("zed")).is_none(), "nothing changed, nothing copied");
+    }
+
+    #[test]
+    fn arrays_of_texts_and_keys_after_nested_values() {
+        let body = br#"{"input":["a bob","b"],"o":{"x":1},"stop":["bob"],"prompt":"bob"}"#;
+        let out = String::from_utf8(rewrite_texts(body, upper_if("bob")).unwrap()).unwrap();
+        assert_eq!(out, r#"{"input":["a BOB","b"],"o":{"x":1},"stop":["BOB"],"prompt":"BOB"}"#);
+        assert!(rewrite_texts(br#"{"a":"unterminated"#, upper_if("a")).is_none());
+    }
+}

@@ -1,0 +1,118 @@
+//! Where a streamed answer's events carry its text, in the client's API: OpenAI Chat's
+//! `choices[0].delta.content`, Responses' `response.output_text.delta`, Anthropic's
+//! `content_block_delta` text, Gemini's `candidates[0].content.parts[0].text`. A guard reads the
+//! text of each event in order as one text, and writes back what it releases; text it held back
+//! past the last text event goes out in an event made like that one.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::endpoint::Endpoint;
+
+/// The stream shapes whose text a guard can follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    OpenAiChat,
+    Responses,
+    Anthropic,
+    Gemini,
+}
+
+impl Shape {
+    /// The shape of an endpoint's streamed answers; `None` for those that are not followed.
+    pub fn of(endpoint: Endpoint) -> Option<Shape> {
+        match endpoint {
+            Endpoint::ChatCompletions => Some(Shape::OpenAiChat),
+            Endpoint::Responses => Some(Shape::Responses),
+            Endpoint::Messages => Some(Shape::Anthropic),
+            Endpoint::GeminiStream => Some(Shape::Gemini),
+            _ => None,
+        }
+    }
+
+    /// Where this event's answer text is (a JSON pointer into its data), if it has any.
+    fn pointer(self, data: &Value) -> Option<&'static str> {
+        let found = match self {
+            Shape::OpenAiChat => data
+                .pointer("/choices/0/delta/content")
+                .is_some_and(Value::is_string)
+                .then_some("/choices/0/delta/content"),
+            Shape::Responses => (data["type"] == "response.output_text.delta").then_some("/delta"),
+            Shape::Anthropic => (data["type"] == "content_block_delta" && data["delta"]["type"] == "text_delta")
+                .then_some("/delta/text"),
+            Shape::Gemini => data
+                .pointer("/candidates/0/content/parts/0/text")
+                .is_some_and(Value::is_string)
+                .then_some("/candidates/0/content/parts/0/text"),
+        };
+        found.filter(|p| data.pointer(p).is_some_and(Value::is_string))
+    }
+}
+
+/// One server-sent event, split into the lines around its `data:` and the data itself.
+pub struct TextEvent {
+    /// The lines before `data:` (`event: …`), as they came.
+    head: String,
+    data: Value,
+    pointer: &'static str,
+}
+
+impl TextEvent {
+    /// The event's answer text and where to put text back, if it carries some.
+    pub fn parse(shape: Shape, event: &[u8]) -> Option<TextEvent> {
+        let text = std::str::from_utf8(event).ok()?;
+        let (head, rest) = match text.find("data:") {
+            Some(0) => ("", text),
+            Some(i) => text.split_at(i),
+            None => return None,
+        };
+        let json = rest.strip_prefix("data:")?.trim();
+        let data: Value = serde_json::from_str(json).ok()?;
+        let pointer = shape.pointer(&data)?;
+        Some(TextEvent { head: head.to_owned(), data, pointer })
+    }
+
+    pub fn text(&self) -> &str {
+        self.data.pointer(self.pointer).and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// The event again, its text replaced.
+    pub fn with_text(&self, text: &str) -> Bytes {
+        let mut data = self.data.clone();
+        if let Some(slot) = data.pointer_mut(self.pointer) {
+            *slot = Value::String(text.to_owned());
+        }
+        let mut out = self.head.clone().into_bytes();
+        out.extend_from_slice(b"data: ");
+        out.extend(serde_json::to_vec(&data).unwrap_or_default());
+        out.extend_from_slice(b"\n\n");
+        Bytes::from(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_shapes_text_is_found_and_replaced() {
+        let cases: [(Shape, &str); 4] = [
+            (Shape::OpenAiChat, r#"data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}"#),
+            (Shape::Responses, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}"),
+            (Shape::Anthropic, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}"),
+            (Shape::Gemini, r#"data: {"candidates":[{"content":{"parts":[{"text":"hi"}],"role":"model"}}]}"#),
+        ];
+        for (shape, event) in cases {
+            let e = TextEvent::parse(shape, format!("{event}\n\n").as_bytes()).unwrap();
+            assert_eq!(e.text(), "hi", "{shape:?}");
+            let again = String::from_utf8(e.with_text("[EMAIL]").to_vec()).unwrap();
+            assert!(again.contains("[EMAIL]") && again.ends_with("\n\n") && !again.contains("\"hi\""), "{again}");
+            if event.starts_with("event:") {
+                assert!(again.starts_with("event: "), "{again}");
+            }
+        }
+        assert!(TextEvent::parse(Shape::OpenAiChat, b"data: [DONE]\n\n").is_none());
+        let finish = br#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        assert!(TextEvent::parse(Shape::OpenAiChat, finish).is_none());
+    }
+}

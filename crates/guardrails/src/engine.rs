@@ -1,0 +1,140 @@
+//! The engine: every guard's detectors compiled into one multi-pattern regex (the scan that finds
+//! where candidates start) and one anchored lazy DFA (which detectors match there, and where they
+//! end); scanning and masking whole texts.
+
+use std::borrow::Cow;
+
+use regex_automata::meta;
+use regex_automata::nfa::thompson;
+use regex_automata::util::syntax;
+use regex_automata::MatchKind;
+
+use crate::compile::{compile, Detector, Rule};
+use crate::error::BuildError;
+use crate::finding::{DetectorId, Finding, GuardId, GuardSet};
+use crate::mask::{self, Masked};
+use crate::search::Step;
+use crate::spec::GuardSpec;
+use crate::walk::Walker;
+
+/// Detectors compiled once, shared by every request (`Send + Sync`; scans take `&self`).
+pub struct Engine {
+    pub(crate) regex: meta::Regex,
+    pub(crate) walker: Walker,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) detectors: Vec<Detector>,
+    guards: Vec<String>,
+    max_hold: usize,
+}
+
+impl Engine {
+    /// Compiles the guards' detectors into one engine. Slow (milliseconds): build once, at
+    /// start-up or on reload.
+    pub fn new(specs: &[GuardSpec]) -> Result<Engine, BuildError> {
+        let compiled = compile(specs)?;
+        let compile_error = |err: &dyn std::fmt::Display| BuildError::Compile(err.to_string());
+        let regex = meta::Builder::new()
+            .configure(meta::Config::new().match_kind(MatchKind::LeftmostFirst))
+            .syntax(syntax::Config::new())
+            .build_many_from_hir(&compiled.regexes)
+            .map_err(|err| compile_error(&err))?;
+        let nfa = thompson::Compiler::new()
+            .configure(thompson::Config::new().which_captures(thompson::WhichCaptures::None))
+            .build_many_from_hir(&compiled.regexes)
+            .map_err(|err| compile_error(&err))?;
+        Ok(Engine {
+            regex,
+            walker: Walker::new(nfa)?,
+            rules: compiled.rules,
+            detectors: compiled.detectors,
+            guards: compiled.guards,
+            max_hold: compiled.max_hold,
+        })
+    }
+
+    /// Every finding in `text`, in order, never overlapping: at each position the leftmost
+    /// candidate, the longest that passes its check. Allocates nothing when there is none.
+    pub fn scan(&self, text: &str) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        self.each_finding(text, |finding| {
+            findings.push(finding);
+            true
+        });
+        findings
+    }
+
+    /// The first finding in `text`, if any (for a guard that blocks: no need to go on).
+    pub fn find(&self, text: &str) -> Option<Finding> {
+        let mut first = None;
+        self.each_finding(text, |finding| {
+            first = Some(finding);
+            false
+        });
+        first
+    }
+
+    /// `text` with every finding replaced by its placeholder (`[EMAIL]`, `[CARD]`, ...); borrowed
+    /// as it is when there is nothing to mask.
+    pub fn mask<'t>(&self, text: &'t str) -> Masked<'t> {
+        self.mask_for(text, GuardSet::ALL)
+    }
+
+    /// `text` with the findings of `guards` replaced; the findings of other guards (a guard that
+    /// only logs, one that does not watch this traffic) are left as they are but still reported.
+    /// Findings are the same whatever `guards` is: a finding of another guard still covers its
+    /// span.
+    pub fn mask_for<'t>(&self, text: &'t str, guards: GuardSet) -> Masked<'t> {
+        let findings = self.scan(text);
+        let text = match findings.iter().any(|finding| finding.guards.intersects(guards)) {
+            true => Cow::Owned(mask::replace(self, text, &findings, guards)),
+            false => Cow::Borrowed(text),
+        };
+        Masked { text, findings }
+    }
+
+    /// Calls `each` with every finding in order while it returns `true`.
+    fn each_finding(&self, text: &str, mut each: impl FnMut(Finding) -> bool) {
+        let mut at = 0;
+        // The scan alone decides there is nothing: the pooled cache is taken at the first candidate.
+        let mut cache = None;
+        while at < text.len() {
+            let Some(candidate) = self.regex.search(&regex_automata::Input::new(text).range(at..)) else {
+                return;
+            };
+            let cache = cache.get_or_insert_with(|| self.walker.pooled());
+            match self.step_at(cache, text, candidate.start(), text.len(), true) {
+                Step::Found(finding) if each(finding) => at = finding.end,
+                Step::Found(_) | Step::Clear | Step::Hold(_) => return,
+            }
+        }
+    }
+
+    /// What replaces a finding of `detector` when masked: `[EMAIL]`, `[KEYWORD]`, `[EMPLOYEE_ID]`.
+    pub fn placeholder(&self, detector: DetectorId) -> &str {
+        &self.detectors[detector.index()].placeholder
+    }
+
+    /// The detector's name: the kind's (`email`), `keywords`, or the custom pattern's.
+    pub fn detector_name(&self, detector: DetectorId) -> &str {
+        &self.detectors[detector.index()].name
+    }
+
+    /// The guard's name, as its spec gave it.
+    pub fn guard_name(&self, guard: GuardId) -> &str {
+        &self.guards[guard.index()]
+    }
+
+    /// The most bytes a `StreamMasker` over this engine holds back: the longest match any
+    /// detector can have (plus the two bytes after it a check may read), or, with private keys or
+    /// JWTs among the detectors, their caps (16 KiB, 8 KiB). Text that cannot begin a match is
+    /// released at once; this bounds the worst case.
+    pub fn max_hold(&self) -> usize {
+        self.max_hold
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("guards", &self.guards).field("rules", &self.rules.len()).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,108 @@
+//! The one search both a whole text and a stream use: the next finding is the leftmost position
+//! where some detector's regex matches (one multi-pattern scan finds it), and there the longest
+//! candidate that passes its check (one anchored walk lists them). A position whose candidates all
+//! fail is skipped and the scan goes on from the next character.
+
+use regex_automata::hybrid::dfa::Cache;
+use regex_automata::Input;
+
+use crate::check::{Hay, Verdict};
+use crate::engine::Engine;
+use crate::finding::Finding;
+use crate::walk::{Candidates, Walk};
+
+/// What the search found from a position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The next finding.
+    Found(Finding),
+    /// A candidate starts here whose verdict needs text not seen yet (a stream only).
+    Hold(usize),
+    /// No finding starts before the limit.
+    Clear,
+}
+
+/// The best candidate at one position.
+enum Best {
+    Found(Finding),
+    NeedMore,
+    None,
+}
+
+impl Engine {
+    /// The next finding of `text` that starts in `from..limit`. `eof` says whether `text` is all
+    /// there is; while it is not, the caller picks `limit` so that no regex match starting before
+    /// it can reach the end of `text` (`Walker::alive`), and checks that need more answer `Hold`.
+    pub(crate) fn step(&self, cache: &mut Cache, text: &str, from: usize, limit: usize, eof: bool) -> Step {
+        match self.regex.search(&Input::new(text).range(from..)) {
+            Some(candidate) => self.step_at(cache, text, candidate.start(), limit, eof),
+            None => Step::Clear,
+        }
+    }
+
+    /// `step` once the scan has found a candidate at `start`.
+    pub(crate) fn step_at(&self, cache: &mut Cache, text: &str, start: usize, limit: usize, eof: bool) -> Step {
+        let mut start = start;
+        while start < limit {
+            match self.best_at(cache, text, start, eof) {
+                Best::Found(finding) => return Step::Found(finding),
+                Best::NeedMore => return Step::Hold(start),
+                Best::None => {}
+            }
+            let next = next_char(text, start);
+            if next >= limit {
+                return Step::Clear;
+            }
+            match self.regex.search(&Input::new(text).range(next..)) {
+                Some(candidate) => start = candidate.start(),
+                None => return Step::Clear,
+            }
+        }
+        Step::Clear
+    }
+
+    /// The longest candidate at `start` that its check accepts; on equal ends, the detector
+    /// compiled first.
+    fn best_at(&self, cache: &mut Cache, text: &str, start: usize, eof: bool) -> Best {
+        let hay = Hay { bytes: text.as_bytes(), eof };
+        let mut candidates = Candidates::new();
+        if self.walker.candidates(cache, hay.bytes, start, eof, &mut candidates) == Walk::Alive {
+            return Best::NeedMore;
+        }
+        let mut best: Option<(usize, usize, usize)> = None;
+        let mut decided_rule = None;
+        for candidate in candidates.by_rule_longest_first() {
+            if decided_rule == Some(candidate.rule) {
+                continue;
+            }
+            match self.rules[candidate.rule].check.verdict(hay, start, candidate.end) {
+                Verdict::Accept { start, end } => {
+                    decided_rule = Some(candidate.rule);
+                    if best.is_none_or(|(_, best_end, _)| end > best_end) {
+                        best = Some((start, end, candidate.rule));
+                    }
+                }
+                Verdict::Reject => {}
+                Verdict::NeedMore => return Best::NeedMore,
+            }
+        }
+        match best {
+            Some((start, end, rule)) => {
+                let detector = &self.detectors[self.rules[rule].detector.index()];
+                Best::Found(Finding {
+                    start,
+                    end,
+                    kind: detector.kind,
+                    guards: detector.guards,
+                    detector: self.rules[rule].detector,
+                })
+            }
+            None => Best::None,
+        }
+    }
+}
+
+/// The next char boundary after `at`.
+fn next_char(text: &str, at: usize) -> usize {
+    (at + 1..=text.len()).find(|&next| text.is_char_boundary(next)).unwrap_or(text.len())
+}

@@ -1,0 +1,205 @@
+//! Guardrails, black-box (issue 32, the request side and whole answers): personal data and
+//! secrets in every inbound API's texts are masked before the backend sees them (checked in the
+//! mock's own log of what it was sent), a deny-listed word is refused with a 400
+//! `content_blocked` in the client API's shape naming the guard and the kind but never the text,
+//! a model's own guards add to the defaults, whole answers are masked on the way back, and every
+//! verdict is counted in `/metrics`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use serde_json::{json, Value};
+use switchyard_gateway::RunningGateway;
+use switchyard_testkit::{MockServer, TestClient};
+
+use crate::common::*;
+
+/// Values that must never reach the backend.
+const EMAIL: &str = "jane.doe@example.com";
+const CARD: &str = "4111 1111 1111 1111";
+const AWS: &str = "AKIAIOSFODNN7EXAMPLE";
+
+async fn guarded_gateway(backend: &MockServer) -> RunningGateway {
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         guardrails:\n  default: [pii, secrets, blocker]\n\
+         \x20 pii: {{type: pii, action: mask}}\n\
+         \x20 secrets: {{type: secrets, action: mask}}\n\
+         \x20 blocker: {{type: keywords, keywords: [project-nightingale], action: block, on: [request, response]}}\n\
+         \x20 tokens: {{type: patterns, patterns: {{tok: 'tok[0-9]+'}}, action: mask, on: [response]}}\n\
+         models:\n  m-masked: {{guardrails: [tokens]}}\n\
+         aliases: {{m-masked: m}}\n\
+         backends:\n{}",
+        backends_yaml(&[backend])
+    );
+    gateway_yaml(&yaml).await
+}
+
+fn secret_text() -> String {
+    format!("Mail {EMAIL}, card {CARD}, key {AWS}.")
+}
+
+/// (path, body) of one request per inbound API, the secrets in a user message and a system prompt.
+fn requests(model: &str) -> Vec<(String, Value)> {
+    let text = secret_text();
+    vec![
+        (
+            "/v1/chat/completions".into(),
+            json!({"model": model, "messages": [{"role": "system", "content": text}, {"role": "user", "content": [{"type": "text", "text": text}]}]}),
+        ),
+        ("/v1/responses".into(), json!({"model": model, "instructions": text, "input": text})),
+        (
+            "/v1/messages".into(),
+            json!({"model": model, "max_tokens": 16, "system": text, "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}),
+        ),
+        (
+            format!("/v1beta/models/{model}:generateContent"),
+            json!({"systemInstruction": {"parts": [{"text": text}]}, "contents": [{"role": "user", "parts": [{"text": text}]}]}),
+        ),
+        ("/api/chat".into(), json!({"model": model, "stream": false, "messages": [{"role": "user", "content": text}]})),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_every_inbound_api_are_masked_before_the_backend_and_blocks_name_no_text() {
+    let backend = mock(&["m"]).await;
+    backend.control().keep_bodies();
+    let gw = guarded_gateway(&backend).await;
+    let client = TestClient::new();
+    for (path, body) in requests("m") {
+        let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    let sent = backend.control().bodies();
+    assert_eq!(sent.len(), 5);
+    for body in &sent {
+        for raw in [EMAIL, CARD, AWS, "jane.doe"] {
+            assert!(!body.contains(raw), "{raw} reached the backend: {body}");
+        }
+        for placeholder in ["[EMAIL]", "[CARD]", "[AWS_ACCESS_KEY]"] {
+            assert!(body.contains(placeholder), "{placeholder} missing: {body}");
+        }
+    }
+
+    // A deny-listed word: a 400 `content_blocked` in each API's shape, naming the guard and the
+    // kind, never the text; nothing reaches the backend.
+    for (path, mut body) in requests("m") {
+        let blocked = body.to_string().replace("Mail", "About project-nightingale: mail");
+        body = serde_json::from_str(&blocked).unwrap();
+        let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+        let text = r.text();
+        assert_eq!(r.status, 400, "{path}: {text}");
+        assert!(text.contains("blocked by guardrail `blocker` (found: keyword)"), "{path}: {text}");
+        // OpenAI's shapes carry the code; Anthropic's, Gemini's and Ollama's have no code field.
+        if path.starts_with("/v1/chat") || path.starts_with("/v1/responses") {
+            assert_eq!(r.json()["error"]["code"], "content_blocked", "{path}: {text}");
+        }
+        assert!(!text.contains("nightingale"), "{path}: the matched text is not repeated: {text}");
+    }
+    assert_eq!(backend.control().bodies().len(), 5, "blocked requests never left");
+
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    for line in [
+        r#"switchyard_guardrail_verdicts_total{guard="pii",kind="email",action="mask"} "#,
+        r#"switchyard_guardrail_verdicts_total{guard="secrets",kind="aws_access_key",action="mask"} "#,
+        r#"switchyard_guardrail_verdicts_total{guard="blocker",kind="keyword",action="block"} 5"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_models_guards_add_to_the_defaults_and_whole_answers_are_masked() {
+    let backend = mock(&["m"]).await;
+    let gw = guarded_gateway(&backend).await;
+    let client = TestClient::new();
+    // The mock answers `tok0 tok1 …`: under `m-masked` (the `tokens` guard, answers only) every
+    // token is masked; under `m` the answer is as the backend gave it.
+    let ask = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hello"}]}).to_string();
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let plain = client.post_json(&url, ask("m").as_bytes(), &[]).await.unwrap().json();
+    let content = plain["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    assert!(content.contains("tok0"), "{content}");
+    let masked = client.post_json(&url, ask("m-masked").as_bytes(), &[]).await.unwrap();
+    assert_eq!(masked.status, 200, "{}", masked.text());
+    let content = masked.json()["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    assert!(content.contains("[TOK]") && !content.contains("tok0"), "{content}");
+    // The answer is still whole JSON with its usage.
+    assert!(masked.json()["usage"]["total_tokens"].as_u64().is_some());
+}
+
+/// A request per streamed API whose answer echoes `result` (the mock quotes a tool result,
+/// cut into stream pieces at each `REPLY_SPLIT`).
+fn tool_result_request(api: &str, result: &str) -> (String, Value) {
+    let call = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
+    match api {
+        "chat" => (
+            "/v1/chat/completions".into(),
+            json!({"model": "m", "stream": true, "messages": [
+                {"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": call},
+                {"role": "tool", "tool_call_id": "c1", "content": result}]}),
+        ),
+        "responses" => (
+            "/v1/responses".into(),
+            json!({"model": "m", "stream": true, "input": [
+                {"role": "user", "content": "go"},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": result}]}),
+        ),
+        _ => (
+            "/v1/messages".into(),
+            json!({"model": "m", "max_tokens": 64, "stream": true, "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "f", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": result}]}]}),
+        ),
+    }
+}
+
+/// The answer text a client reads from a stream of this API.
+fn streamed_text(api: &str, sse: &str) -> String {
+    let pointer = match api {
+        "chat" => "/choices/0/delta/content",
+        "responses" => "/delta",
+        _ => "/delta/text",
+    };
+    sse.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| api != "responses" || v["type"] == "response.output_text.delta")
+        .filter_map(|v| v.pointer(pointer).and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_ends_them_with_an_error() {
+    let backend = mock(&["m"]).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         guardrails:\n  default: [pii, blocker]\n\
+         \x20 pii: {{type: pii, action: mask, on: [response]}}\n\
+         \x20 blocker: {{type: keywords, keywords: [nightingale], action: block, on: [response]}}\n\
+         backends:\n{}",
+        backends_yaml(&[&backend])
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let text = "Reach jane.doe@example.com or 4111 1111 1111 1111 now";
+    let wanted = "Tool result: Reach [EMAIL] or [CARD] now";
+    for api in ["chat", "responses", "anthropic"] {
+        for cut in 1..text.len() {
+            let result = format!("{}{}{}", &text[..cut], switchyard_testkit::REPLY_SPLIT, &text[cut..]);
+            let (path, body) = tool_result_request(api, &result);
+            let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+            assert_eq!(r.status, 200, "{api} cut {cut}: {}", r.text());
+            let sse = r.text();
+            assert_eq!(streamed_text(api, &sse), wanted, "{api} cut {cut}:\n{sse}");
+            assert!(!sse.contains("jane.doe") && !sse.contains("1111 1111"), "{api} cut {cut}:\n{sse}");
+        }
+    }
+    // A deny-listed word in an answer ends its stream with an error event, the word never sent.
+    let (path, body) =
+        tool_result_request("chat", &format!("all about night{}ingale here", switchyard_testkit::REPLY_SPLIT));
+    let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+    let sse = r.text();
+    assert!(sse.contains("content_blocked") && !sse.contains("nightingale"), "{sse}");
+}
