@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod audit_export;
 mod orgs;
 
 use std::sync::Arc;

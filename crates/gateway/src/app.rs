@@ -240,7 +240,6 @@ impl App {
             tracing::warn!("storage.record_usage is off: no usage is recorded and key budgets are not enforced");
             (None, None, Exports::default())
         };
-        crate::telemetry::audit_export::spawn(&store, &config.exports, config.timeouts.connect);
         let mut app = App::new(config, Some(store))?;
         app.journal = journal;
         app.exports = exports.counters.clone();

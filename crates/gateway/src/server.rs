@@ -130,8 +130,18 @@ pub async fn start_guarded(
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (mut app, writer, exports) = App::open(config).await?;
-    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, app.metrics.clone())? {
-        Some(configured) => guards.after(Arc::new(configured)),
+    if let Some(store) = &app.store {
+        crate::admin::audit_export::spawn(store, &app.config.exports, app.config.timeouts.connect);
+    }
+    let metrics = app.metrics.clone();
+    let count: crate::guard::content::CountVerdict = Arc::new(move |g, k, a| metrics.count_guardrail(g, k, a));
+    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, count)? {
+        Some(configured) => {
+            if let (Some(front), Some(tools)) = (&app.mcp, configured.for_tools()) {
+                front.hub().guard_tools(Arc::new(tools));
+            }
+            guards.after(Arc::new(configured))
+        }
         None => guards,
     };
     let exporting = match &app.config.telemetry {

@@ -6,15 +6,14 @@
 //! counts it — as the request begins, when it is full already: telemetry never slows or fails a
 //! request.
 
-pub mod audit_export;
 mod export;
 pub mod exports;
-mod otlp_logs;
+pub mod otlp_logs;
 mod otlp_spans;
 mod parquet_file;
-mod s3;
+pub mod s3;
 pub mod trace;
-mod webhook;
+pub mod webhook;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;

@@ -267,6 +267,7 @@ impl ToolHost for CodeCall {
                     report(e.kind(), 0);
                     Err(match e {
                         crate::UpstreamError::Rpc(rpc) => rpc.message,
+                        crate::UpstreamError::Blocked(why) => format!("blocked by {why}"),
                         other => format!("the MCP server `{server}` failed ({})", other.kind()),
                     })
                 }

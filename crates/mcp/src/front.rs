@@ -779,6 +779,7 @@ fn empty_result() -> Box<RawValue> {
 fn upstream_failure_bytes(id: &Id, e: &UpstreamError) -> Vec<u8> {
     let error = match e {
         UpstreamError::Rpc(rpc) => rpc.clone(),
+        UpstreamError::Blocked(why) => RpcError::invalid_params(format!("blocked by {why}")),
         other => {
             tracing::warn!(error = %other, "MCP upstream failed");
             RpcError::new(jsonrpc::INTERNAL_ERROR, format!("the upstream MCP server failed ({})", other.kind()))

@@ -63,6 +63,8 @@ pub struct Hub {
     /// Notifications servers sent outside any call (resource updates, list changes, log
     /// messages), with the server's alias, for clients' GET streams.
     notes: tokio::sync::broadcast::Sender<(String, Arc<Value>)>,
+    /// Checks on every call's arguments and result, when the embedder set them.
+    tool_guard: std::sync::OnceLock<Arc<dyn crate::tool_guard::ToolGuard>>,
 }
 
 impl Hub {
@@ -82,6 +84,7 @@ impl Hub {
                 .collect(),
             changes: tokio::sync::broadcast::channel(64).0,
             notes: tokio::sync::broadcast::channel(256).0,
+            tool_guard: std::sync::OnceLock::new(),
         };
         for s in &hub.servers {
             if let Some(hook) = s.spec.upstream.list_changed() {
@@ -223,7 +226,28 @@ impl Hub {
     ) -> Result<Box<RawValue>, UpstreamError> {
         let s = &self.servers[self.index(server).ok_or_else(|| UpstreamError::Protocol("no such server".into()))?];
         params["name"] = json!(tool);
-        guarded(s, s.spec.upstream.request(id, "tools/call", params, relay)).await
+        let guard = self.tool_guard.get();
+        if let Some(guard) = guard {
+            let arguments = serde_json::to_vec(&params["arguments"]).unwrap_or_default();
+            if let Some(checked) = guard.call(server, tool, &arguments).map_err(UpstreamError::Blocked)? {
+                params["arguments"] = serde_json::from_slice(&checked)
+                    .map_err(|e| UpstreamError::Protocol(format!("a guard's arguments: {e}")))?;
+            }
+        }
+        let result = guarded(s, s.spec.upstream.request(id, "tools/call", params, relay)).await?;
+        let Some(guard) = guard else { return Ok(result) };
+        match guard.result(server, tool, result.get().as_bytes()).map_err(UpstreamError::Blocked)? {
+            None => Ok(result),
+            Some(checked) => String::from_utf8(checked)
+                .ok()
+                .and_then(|text| RawValue::from_string(text).ok())
+                .ok_or_else(|| UpstreamError::Protocol("a guard's result is not JSON".into())),
+        }
+    }
+
+    /// Check every call's arguments and result with `guard` from now on (set once).
+    pub fn guard_tools(&self, guard: Arc<dyn crate::tool_guard::ToolGuard>) {
+        let _ = self.tool_guard.set(guard);
     }
 
     /// Whether a server's breaker is open (it failed repeatedly and is being skipped).

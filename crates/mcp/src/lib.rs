@@ -15,6 +15,7 @@ pub mod names;
 pub mod relay;
 pub mod session;
 pub mod stdio_upstream;
+pub mod tool_guard;
 pub mod upstream;
 pub mod version;
 

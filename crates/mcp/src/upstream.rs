@@ -256,6 +256,8 @@ pub enum UpstreamError {
     Protocol(String),
     /// The server answered with a JSON-RPC error: passed on to the client as it is.
     Rpc(RpcError),
+    /// A guard refused the call or its result (`tool_guard.rs`): the reason, never the text.
+    Blocked(String),
 }
 
 impl UpstreamError {
@@ -267,6 +269,7 @@ impl UpstreamError {
             UpstreamError::Status(_) => "upstream_status",
             UpstreamError::Protocol(_) => "upstream_protocol",
             UpstreamError::Rpc(_) => "rpc_error",
+            UpstreamError::Blocked(_) => "blocked",
         }
     }
 }
@@ -279,6 +282,7 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::Status(s) => write!(f, "answered HTTP {s}"),
             UpstreamError::Protocol(e) => write!(f, "protocol error: {e}"),
             UpstreamError::Rpc(e) => write!(f, "error {}: {}", e.code, e.message),
+            UpstreamError::Blocked(why) => write!(f, "blocked by {why}"),
         }
     }
 }

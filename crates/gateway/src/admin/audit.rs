@@ -55,7 +55,7 @@ pub async fn record(
     };
     // Boxed: inline, the append's future would grow every admin handler that records.
     match Box::pin(store.append_audit(entry)).await {
-        Ok(_) => crate::telemetry::audit_export::APPENDED.notify_waiters(),
+        Ok(_) => super::audit_export::APPENDED.notify_waiters(),
         Err(e) => {
             tracing::error!(error = %e, action, target, actor = %actor.name, "could not write an audit log entry")
         }

@@ -1,7 +1,7 @@
 //! Stage one of config loading: YAML → interpolated values → serde structs that deny unknown keys,
 //! then stage two: checks and defaults → the validated `Config`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -52,9 +52,8 @@ pub struct RawConfig {
     console: super::console::RawConsole,
     cache: Option<super::cache::RawCache>,
     security: Option<super::security::RawSecurity>,
-    guardrails: Option<std::collections::BTreeMap<String, serde_json::Value>>,
-    /// Per-model settings, by the name clients use (`models: {NAME: {guardrails: [...]}}`).
-    #[serde(default)]
+    guardrails: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(default)] // per-model settings, by the name clients use
     models: HashMap<String, super::guardrails::RawModel>,
 }
 
@@ -95,7 +94,6 @@ struct RawAuth {
 struct RawStorage {
     url: Option<String>,
     usage_journal_dir: Option<String>,
-    /// Start a new journal file once the current one is this large.
     usage_journal_file_bytes: Option<super::cache::RawSize>,
     record_usage: Option<bool>,
 }

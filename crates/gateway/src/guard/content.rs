@@ -10,18 +10,22 @@ use std::sync::Arc;
 use bytes::Bytes;
 use switchyard_guardrails::{Engine, Finding, GuardSet, GuardSpec, Kind, StreamMasker};
 
-use super::json_text::rewrite_texts;
+use super::json_text::{rewrite_texts, NOT_TEXT};
 use super::stream_text::{Shape, TextEvent};
 use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
 use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardKind, GuardrailsConfig};
-use crate::metrics::Metrics;
 
 /// Which way the text is going.
 #[derive(Clone, Copy)]
 enum Direction {
     Request,
     Response,
+    ToolCall,
+    ToolResult,
 }
+
+/// Where each finding is counted: (guard, kind, action). The server counts them in `/metrics`.
+pub type CountVerdict = Arc<dyn Fn(&str, &'static str, &'static str) + Send + Sync>;
 
 pub struct ContentGuards(Arc<Inner>);
 
@@ -31,7 +35,7 @@ struct Inner {
     /// Bit masks over `guards`: every request's, and each model's own added to them.
     default: u64,
     per_model: HashMap<String, u64>,
-    metrics: Arc<Metrics>,
+    count: CountVerdict,
 }
 
 fn spec(g: &GuardConfig) -> Result<GuardSpec, String> {
@@ -66,7 +70,7 @@ fn mask_of(list: &[usize]) -> u64 {
 
 impl ContentGuards {
     /// The guards as configured; `None` when there are none.
-    pub fn build(config: &GuardrailsConfig, metrics: Arc<Metrics>) -> Result<Option<ContentGuards>, String> {
+    pub fn build(config: &GuardrailsConfig, count: CountVerdict) -> Result<Option<ContentGuards>, String> {
         if config.is_empty() {
             return Ok(None);
         }
@@ -81,7 +85,7 @@ impl ContentGuards {
             guards: config.guards.clone(),
             default: mask_of(&config.default),
             per_model,
-            metrics,
+            count,
         }))))
     }
 }
@@ -95,6 +99,8 @@ impl Inner {
         let watches = |on: &Directions| match direction {
             Direction::Request => on.request,
             Direction::Response => on.response,
+            Direction::ToolCall => on.tool_call,
+            Direction::ToolResult => on.tool_result,
         };
         (0..self.guards.len())
             .filter(|&i| all & (1 << i) != 0 && watches(&self.guards[i].on))
@@ -119,13 +125,13 @@ impl Inner {
 
     /// Check one JSON body's texts: the body masked (`None`: unchanged), or why it is blocked.
     fn check(&self, body: &[u8], active: u64) -> Result<Option<Vec<u8>>, String> {
-        self.check_counted(body, active, true)
+        self.check_counted(body, active, true, NOT_TEXT)
     }
 
     /// `check`, its verdicts counted or not (a text already counted as it streamed).
-    fn check_counted(&self, body: &[u8], active: u64, count: bool) -> Result<Option<Vec<u8>>, String> {
+    fn check_counted(&self, body: &[u8], active: u64, count: bool, skip: &[&str]) -> Result<Option<Vec<u8>>, String> {
         let mut blocked: Option<String> = None;
-        let rewritten = rewrite_texts(body, |text| {
+        let rewritten = rewrite_texts(body, skip, |text| {
             if blocked.is_some() {
                 return None;
             }
@@ -136,7 +142,7 @@ impl Inner {
                 let Some((guard, action)) = self.decide(f, active) else { continue };
                 let name = &self.guards[guard].name;
                 if count {
-                    self.metrics.count_guardrail(name, f.kind.name(), action_name(action));
+                    (self.count)(name, f.kind.name(), action_name(action));
                 }
                 match action {
                     GuardAction::Block => {
@@ -160,6 +166,47 @@ impl Inner {
             Some(reason) => Err(reason),
             None => Ok(rewritten),
         }
+    }
+}
+
+impl ContentGuards {
+    /// The guards on MCP tool calls and results (`on: [tool_call, tool_result]`, from `default`:
+    /// a tool call names no model), when any is configured.
+    pub fn for_tools(&self) -> Option<ToolGuards> {
+        let tools = GuardedRequest {
+            endpoint: crate::endpoint::Endpoint::Other,
+            model: "",
+            requested: "",
+            key: None,
+            stream: false,
+        };
+        let calls = self.0.active(&tools, Direction::ToolCall);
+        let results = self.0.active(&tools, Direction::ToolResult);
+        (calls | results != 0).then(|| ToolGuards { guards: self.0.clone(), calls, results })
+    }
+}
+
+/// The guardrails on MCP: a tool's arguments and result are scanned whole (every string, whatever
+/// its key), on `/mcp`, `/mcp/{server}` and Code Mode's calls alike (`Hub::call`).
+pub struct ToolGuards {
+    guards: Arc<Inner>,
+    calls: u64,
+    results: u64,
+}
+
+impl switchyard_mcp::tool_guard::ToolGuard for ToolGuards {
+    fn call(&self, _server: &str, _tool: &str, arguments: &[u8]) -> switchyard_mcp::tool_guard::Checked {
+        if self.calls == 0 {
+            return Ok(None);
+        }
+        self.guards.check_counted(arguments, self.calls, true, &[])
+    }
+
+    fn result(&self, _server: &str, _tool: &str, result: &[u8]) -> switchyard_mcp::tool_guard::Checked {
+        if self.results == 0 {
+            return Ok(None);
+        }
+        self.guards.check_counted(result, self.results, true, &[])
     }
 }
 
@@ -247,7 +294,7 @@ impl StreamedAnswer {
         for f in findings {
             let Some((guard, action)) = self.guards.decide(f, self.active) else { continue };
             let name = &self.guards.guards[guard].name;
-            self.guards.metrics.count_guardrail(name, f.kind.name(), action_name(action));
+            (self.guards.count)(name, f.kind.name(), action_name(action));
             if action == GuardAction::Block {
                 return Err(format!("guardrail `{name}` (found: {})", f.kind.name()));
             }
@@ -276,7 +323,7 @@ impl AnswerGuard for StreamedAnswer {
                 Ok(held) => held,
                 Err(reason) => return Verdict::Block(reason),
             };
-            let event = match self.guards.check_counted(event, self.active, false) {
+            let event = match self.guards.check_counted(event, self.active, false, NOT_TEXT) {
                 Ok(None) => event.clone(),
                 Ok(Some(masked)) => Bytes::from(masked),
                 Err(reason) => return Verdict::Block(reason),

@@ -3,8 +3,9 @@
 //! media, formats). One pass over the bytes; a body nothing changes in is not copied, and only
 //! the strings a guard changes are re-encoded — never the whole document.
 
-/// Keys whose string values are not text a person or a model wrote.
-const NOT_TEXT: &[&str] = &[
+/// Keys whose string values are not text a person or a model wrote (in the model APIs' bodies;
+/// a tool's arguments and results are scanned whole, their keys being the tool's own).
+pub const NOT_TEXT: &[&str] = &[
     "id",
     "type",
     "role",
@@ -48,7 +49,7 @@ struct Open {
 
 /// Call `rewrite` on each text in `body` (unescaped); where it returns a new text, that string
 /// is replaced. `None` when nothing changed (or the body is not JSON as far as it was read).
-pub fn rewrite_texts(body: &[u8], mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
+pub fn rewrite_texts(body: &[u8], skip: &[&str], mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
     let mut open: Vec<Open> = Vec::new();
@@ -75,7 +76,7 @@ pub fn rewrite_texts(body: &[u8], mut rewrite: impl FnMut(&str) -> Option<String
                 } else {
                     // A string in an array counts as its array's key's.
                     let under = key.take().or_else(|| open.last().and_then(|o| o.key));
-                    if is_text(body, under) {
+                    if is_text(body, under, skip) {
                         if let Some(new) = text_of(&body[i..=end]).and_then(|t| rewrite(&t)) {
                             let buf = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
                             buf.extend_from_slice(&body[copied..i]);
@@ -109,10 +110,10 @@ fn string_end(body: &[u8], start: usize) -> Option<usize> {
     }
 }
 
-fn is_text(body: &[u8], key: Option<(usize, usize)>) -> bool {
+fn is_text(body: &[u8], key: Option<(usize, usize)>, skip: &[&str]) -> bool {
     match key {
         None => true,
-        Some((s, e)) => !NOT_TEXT.iter().any(|k| k.as_bytes() == &body[s..e]),
+        Some((s, e)) => !skip.iter().any(|k| k.as_bytes() == &body[s..e]),
     }
 }
 
@@ -136,7 +137,7 @@ mod tests {
     #[test]
     fn only_texts_change_and_only_when_asked() {
         let body = br#"{"model":"bob","messages":[{"role":"user","content":"hi bob"},{"role":"assistant","content":[{"type":"text","text":"bob \"q\" bob"},{"type":"image_url","image_url":{"url":"data:bob"}}]}],"user":"bob","n":1,"tools":[{"function":{"name":"bob","arguments":"{\"who\":\"bob\"}"}}]}"#;
-        let out = String::from_utf8(rewrite_texts(body, upper_if("bob")).unwrap()).unwrap();
+        let out = String::from_utf8(rewrite_texts(body, NOT_TEXT, upper_if("bob")).unwrap()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["model"], "bob", "a model name is not text");
         assert_eq!(v["messages"][0]["content"], "hi BOB");
@@ -145,14 +146,14 @@ mod tests {
         assert_eq!(v["user"], "BOB");
         assert_eq!(v["tools"][0]["function"]["name"], "bob");
         assert_eq!(v["tools"][0]["function"]["arguments"], "{\"who\":\"BOB\"}");
-        assert!(rewrite_texts(body, upper_if("zed")).is_none(), "nothing changed, nothing copied");
+        assert!(rewrite_texts(body, NOT_TEXT, upper_if("zed")).is_none(), "nothing changed, nothing copied");
     }
 
     #[test]
     fn arrays_of_texts_and_keys_after_nested_values() {
         let body = br#"{"input":["a bob","b"],"o":{"x":1},"stop":["bob"],"prompt":"bob"}"#;
-        let out = String::from_utf8(rewrite_texts(body, upper_if("bob")).unwrap()).unwrap();
+        let out = String::from_utf8(rewrite_texts(body, NOT_TEXT, upper_if("bob")).unwrap()).unwrap();
         assert_eq!(out, r#"{"input":["a BOB","b"],"o":{"x":1},"stop":["BOB"],"prompt":"BOB"}"#);
-        assert!(rewrite_texts(br#"{"a":"unterminated"#, upper_if("a")).is_none());
+        assert!(rewrite_texts(br#"{"a":"unterminated"#, NOT_TEXT, upper_if("a")).is_none());
     }
 }

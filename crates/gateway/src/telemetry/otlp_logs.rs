@@ -102,30 +102,41 @@ impl OtlpLogsSink {
 }
 
 impl OtlpLogsSink {
-    /// Audit log entries, one log record each (event `switchyard.audit`).
-    pub async fn export_audit(&self, entries: &[crate::store::AuditRow]) -> Result<(), String> {
+    /// Audit log entries (as the admin API shows them), one log record each (event
+    /// `switchyard.audit`).
+    pub async fn export_audit(&self, entries: &[serde_json::Value]) -> Result<(), String> {
+        let text = |e: &serde_json::Value, k: &str| e[k].as_str().unwrap_or_default().to_owned();
         let logs: Vec<SdkLogRecord> = entries
             .iter()
             .map(|e| {
                 let mut log = self.provider.logger("switchyard.audit").create_log_record();
-                log.set_timestamp(UNIX_EPOCH + Duration::from_millis(u64::try_from(e.ts_ms).unwrap_or(0)));
+                let ms = e["ts_ms"].as_u64().unwrap_or(0);
+                log.set_timestamp(UNIX_EPOCH + Duration::from_millis(ms));
                 log.set_observed_timestamp(SystemTime::now());
                 log.set_event_name("switchyard.audit");
                 log.set_severity_number(Severity::Info);
                 log.set_severity_text("INFO");
-                log.set_body(AnyValue::from(format!("{} {} {}", e.actor, e.action, e.target)));
-                log.add_attribute("switchyard.audit.seq", e.seq);
-                log.add_attribute("switchyard.audit.actor", e.actor.clone());
-                log.add_attribute("switchyard.audit.action", e.action.clone());
-                log.add_attribute("switchyard.audit.target", e.target.clone());
-                log.add_attribute("switchyard.audit.hash", e.hash.clone());
-                for (key, value) in [
-                    ("switchyard.audit.before", &e.before),
-                    ("switchyard.audit.after", &e.after),
-                    ("client.address", &e.client),
+                log.set_body(AnyValue::from(format!(
+                    "{} {} {}",
+                    text(e, "actor"),
+                    text(e, "action"),
+                    text(e, "target")
+                )));
+                log.add_attribute("switchyard.audit.seq", e["seq"].as_i64().unwrap_or(0));
+                for (attribute, field) in [
+                    ("switchyard.audit.actor", "actor"),
+                    ("switchyard.audit.action", "action"),
+                    ("switchyard.audit.target", "target"),
+                    ("switchyard.audit.hash", "hash"),
+                    ("client.address", "client"),
                 ] {
-                    if let Some(v) = value {
-                        log.add_attribute(key, v.clone());
+                    if let Some(v) = e[field].as_str() {
+                        log.add_attribute(attribute, v.to_owned());
+                    }
+                }
+                for (attribute, field) in [("switchyard.audit.before", "before"), ("switchyard.audit.after", "after")] {
+                    if !e[field].is_null() {
+                        log.add_attribute(attribute, e[field].to_string());
                     }
                 }
                 log

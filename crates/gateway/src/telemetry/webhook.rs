@@ -26,6 +26,17 @@ pub struct WebhookSink {
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 impl WebhookSink {
+    /// A sink for the audit log (`admin/audit_export.rs`), whose mark is kept in the database.
+    pub fn for_audit(
+        client: UpstreamClient,
+        url: Uri,
+        headers: Vec<(HeaderName, HeaderValue)>,
+        timeout: Duration,
+    ) -> WebhookSink {
+        let checkpoint = CheckpointFile::new(std::path::PathBuf::from("/dev/null"));
+        WebhookSink { client, url, headers, timeout, journal_id: String::new(), checkpoint }
+    }
+
     async fn post(&self, records: &[UsageRecord], checkpoint: u64) -> Result<(), String> {
         let body = serde_json::to_vec(records).map_err(|e| format!("encoding records: {e}"))?;
         // The batch's end in this journal: a batch retried, or resent after a crash, is the

@@ -15,12 +15,17 @@ const MASTER: &str = "master-key-for-code-mode-tests";
 
 /// A gateway with the mock as server `files` and Code Mode on with `limits` (YAML flow-map entries).
 async fn code_gateway(limits: &str) -> (switchyard_gateway::RunningGateway, McpMock, String) {
+    code_gateway_with(limits, "").await
+}
+
+/// `code_gateway` with more top-level YAML after it.
+async fn code_gateway_with(limits: &str, extra: &str) -> (switchyard_gateway::RunningGateway, McpMock, String) {
     let m = McpMock::start("127.0.0.1:0".parse().unwrap(), McpMockConfig::default()).await.unwrap();
     let dir = scratch_dir();
     let db = db_url(&dir);
     let yaml = format!(
         "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
-         mcp:\n  servers:\n    - {{name: files, url: '{}'}}\n  code_mode: {{enabled: true{limits}}}\n",
+         mcp:\n  servers:\n    - {{name: files, url: '{}'}}\n  code_mode: {{enabled: true{limits}}}\n{extra}",
         dir.display(),
         m.url()
     );
@@ -239,4 +244,18 @@ async fn a_servers_request_to_a_program_is_answered_with_an_error_at_once() {
     let text = result.to_string();
     assert!(text.contains("error -32601") && text.contains("cannot be answered"), "{text}");
     assert_eq!(m.stats().calls.get("sample"), Some(&1));
+}
+
+#[tokio::test]
+async fn guardrails_apply_to_the_calls_a_program_makes() {
+    let guards = "guardrails:\n  default: [pii, secrets]\n  pii: {type: pii, action: mask, on: [tool_result]}\n  \
+                  secrets: {type: secrets, action: block, on: [tool_call]}\n";
+    let (gw, m, _db) = code_gateway_with("", guards).await;
+    let result = execute(&gw, MASTER, "return await tools.files.echo({text: 'mail jane.doe@example.com'});").await;
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["result"], "mail [EMAIL]", "{result}");
+    let blocked = execute(&gw, MASTER, "return await tools.files.echo({text: 'AKIAIOSFODNN7EXAMPLE'});").await;
+    let error = error_of(&blocked);
+    assert!(error.contains("blocked by guardrail `secrets`") && !error.contains("AKIA"), "{error}");
+    assert_eq!(m.stats().calls.get("echo").copied().unwrap_or(0), 1, "the blocked call never reached the server");
 }

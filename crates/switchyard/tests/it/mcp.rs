@@ -558,3 +558,37 @@ async fn a_session_client_hears_list_changed_on_its_get_stream() {
         .unwrap()
         .is_none_or(|f| f.is_err()));
 }
+
+#[tokio::test]
+async fn guardrails_block_a_secret_in_a_tool_call_before_the_server_and_mask_what_a_tool_returns() {
+    let files = mcp_mock(McpMockConfig::default()).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
+         guardrails:\n  default: [pii, secrets]\n\
+         \x20 pii: {{type: pii, action: mask, on: [tool_result]}}\n\
+         \x20 secrets: {{type: secrets, action: block, on: [tool_call]}}\n\
+         mcp:\n  servers:\n    - {{name: files, url: '{}'}}\n",
+        db_url(&dir),
+        dir.display(),
+        files.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    for path in ["/mcp", "/mcp/files"] {
+        let tool = if path == "/mcp" { "files__echo" } else { "echo" };
+        let mut s = Session::new(&gw, path, MASTER);
+        s.initialize().await;
+        let before = files.stats().calls.get("echo").copied().unwrap_or(0);
+        // A credential in the arguments: a JSON-RPC error, and the server never sees the call.
+        let r = s.call(1, "tools/call", json!({"name": tool, "arguments": {"text": "key AKIAIOSFODNN7EXAMPLE"}})).await;
+        let message = r["error"]["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("blocked by guardrail `secrets` (found: aws_access_key)"), "{path}: {r}");
+        assert!(!r.to_string().contains("AKIAIOSFODNN7EXAMPLE"), "{path}: {r}");
+        assert_eq!(files.stats().calls.get("echo").copied().unwrap_or(0), before, "{path}: the call never left");
+        // An email in what the tool returns reaches the client masked.
+        let r = s
+            .call(2, "tools/call", json!({"name": tool, "arguments": {"text": "write to jane.doe@example.com"}}))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], "write to [EMAIL]", "{path}: {r}");
+    }
+}

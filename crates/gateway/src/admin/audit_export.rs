@@ -22,9 +22,9 @@ const POLL: Duration = Duration::from_secs(2);
 const BATCH: i64 = 100;
 
 enum Target {
-    Webhook(super::webhook::WebhookSink),
-    Otlp(super::otlp_logs::OtlpLogsSink),
-    S3(super::s3::S3Sink),
+    Webhook(crate::telemetry::webhook::WebhookSink),
+    Otlp(crate::telemetry::otlp_logs::OtlpLogsSink),
+    S3(crate::telemetry::s3::S3Sink),
 }
 
 impl Target {
@@ -32,24 +32,27 @@ impl Target {
         // The usage sinks' checkpoint file is not used here: the mark is in the database.
         let unused = CheckpointFile::new(std::path::PathBuf::from("/dev/null"));
         Ok(match &export.sink {
-            ExportSink::Webhook { url, headers } => Target::Webhook(super::webhook::WebhookSink {
-                client: crate::upstream::build(connect_timeout)?,
-                url: url.parse().map_err(|e| format!("exports.{}: {e}", export.name))?,
-                headers: headers.iter().filter_map(|(k, v)| Some((k.parse().ok()?, v.parse().ok()?))).collect(),
-                timeout: export.timeout,
-                journal_id: String::new(),
-                checkpoint: unused,
-            }),
-            ExportSink::OtlpLogs { url, headers } => Target::Otlp(super::otlp_logs::OtlpLogsSink::new(
+            ExportSink::Webhook { url, headers } => Target::Webhook(crate::telemetry::webhook::WebhookSink::for_audit(
+                crate::upstream::build(connect_timeout)?,
+                url.parse().map_err(|e| format!("exports.{}: {e}", export.name))?,
+                headers.iter().filter_map(|(k, v)| Some((k.parse().ok()?, v.parse().ok()?))).collect(),
+                export.timeout,
+            )),
+            ExportSink::OtlpLogs { url, headers } => Target::Otlp(crate::telemetry::otlp_logs::OtlpLogsSink::new(
                 url,
                 headers,
                 export.timeout,
                 connect_timeout,
                 unused,
             )?),
-            ExportSink::S3(target) => {
-                Target::S3(super::s3::S3Sink::new(target, export.timeout, connect_timeout, String::new(), unused, 1)?)
-            }
+            ExportSink::S3(target) => Target::S3(crate::telemetry::s3::S3Sink::new(
+                target,
+                export.timeout,
+                connect_timeout,
+                String::new(),
+                unused,
+                1,
+            )?),
         })
     }
 
@@ -60,7 +63,10 @@ impl Target {
                 let entries: Vec<_> = rows.iter().map(AuditRow::to_json).collect();
                 sink.post_audit(&entries, first, last).await
             }
-            Target::Otlp(sink) => sink.export_audit(rows).await,
+            Target::Otlp(sink) => {
+                let entries: Vec<_> = rows.iter().map(AuditRow::to_json).collect();
+                sink.export_audit(&entries).await
+            }
             Target::S3(sink) => {
                 let entries: Vec<_> = rows.iter().map(AuditRow::to_json).collect();
                 let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();

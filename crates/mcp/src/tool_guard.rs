@@ -1,0 +1,17 @@
+//! Guards on tool calls (`tool_call`) and their results (`tool_result`): the embedder's checks on
+//! what a client sends a tool server and what comes back (the gateway's guardrails). Every call
+//! passes through `Hub::call`, whether a client made it on `/mcp`, `/mcp/{server}` or from a Code
+//! Mode program, so that is where they run: a blocked call never reaches its server, a masked
+//! result reaches the caller already masked.
+
+/// What a guard decides about some JSON bytes.
+pub type Checked = Result<Option<Vec<u8>>, String>;
+
+pub trait ToolGuard: Send + Sync {
+    /// A call's `arguments` (JSON): `Ok(None)` as they are, `Ok(Some(bytes))` instead, `Err(why)`
+    /// refused.
+    fn call(&self, server: &str, tool: &str, arguments: &[u8]) -> Checked;
+
+    /// A call's result (JSON), the same way.
+    fn result(&self, server: &str, tool: &str, result: &[u8]) -> Checked;
+}
