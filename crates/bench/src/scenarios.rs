@@ -9,6 +9,7 @@ mod code_mode;
 mod failover;
 mod fleet;
 mod floor;
+mod guardrails;
 mod mcp;
 mod soak;
 mod telemetry;
@@ -257,13 +258,26 @@ pub async fn loaded_rps_and_cpu(
     args: &BenchArgs,
     report: &mut Report,
 ) -> Result<(f64, f64), String> {
+    loaded_rps_and_cpu_at(16, (scenario, label), setup, gateway, body, args, report).await
+}
+
+/// `loaded_rps_and_cpu` at `c` connections.
+pub async fn loaded_rps_and_cpu_at(
+    c: usize,
+    (scenario, label): (&'static str, &str),
+    setup: &Setup,
+    gateway: &Proc,
+    body: &str,
+    args: &BenchArgs,
+    report: &mut Report,
+) -> Result<(f64, f64), String> {
     let (d, w) = (args.phase(5.0), args.warmup());
     let (_, through) = setup.pair(body, false)?;
-    let _ = measure(&format!("{label} warm-up"), &through, Mode::Closed(16), w, Duration::from_millis(1)).await;
+    let _ = measure(&format!("{label} warm-up"), &through, Mode::Closed(c), w, Duration::from_millis(1)).await;
     let cpu_before = fleet::cpu_us(gateway.pid());
-    let stats = measure(&format!("{label}, 16 connections"), &through, Mode::Closed(16), Duration::ZERO, d).await;
+    let stats = measure(&format!("{label}, {c} connections"), &through, Mode::Closed(c), Duration::ZERO, d).await;
     let cpu_after = fleet::cpu_us(gateway.pid());
-    report.row(scenario, format!("closed c=16, {label}"), "gateway", &stats);
+    report.row(scenario, format!("closed c={c}, {label}"), "gateway", &stats);
     if stats.total() != stats.ok {
         return Err(format!("{label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
     }
@@ -272,8 +286,8 @@ pub async fn loaded_rps_and_cpu(
         _ => f64::NAN,
     };
     let rps = stats.ok as f64 / d.as_secs_f64();
-    report.finding(scenario, format!("throughput at 16 connections, {label}"), rps, "req/s");
-    report.finding(scenario, format!("gateway CPU per request at 16 connections, {label}"), cpu, "µs");
+    report.finding(scenario, format!("throughput at {c} connections, {label}"), rps, "req/s");
+    report.finding(scenario, format!("gateway CPU per request at {c} connections, {label}"), cpu, "µs");
     Ok((rps, cpu))
 }
 
@@ -459,6 +473,8 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         "fleet" => fleet::run(args, pin, &mut report).await?,
         // The response cache: hits against a backend round trip.
         "cache" => cache::run(args, pin, &mut report).await?,
+        // The same gateway with guardrails off and on.
+        "guardrails" => guardrails::run(args, pin, &mut report).await?,
         // CPU per request and idle memory beside a bare hyper proxy's, in the same run.
         "floor" => floor::run(args, pin, &mut report).await?,
         // The same build with OpenTelemetry traces off and on.
