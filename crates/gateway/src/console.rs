@@ -31,6 +31,8 @@ use crate::http::{full, parse, GatewayBody};
 use crate::{admin, proxy};
 
 const COOKIE: &str = "sy_console";
+/// How a signed-out session is announced on the fleet's key-change channel (`session:TOKEN`).
+pub const SIGNED_OUT: &str = "session:";
 /// The header every state-changing console request carries (CSRF guard).
 const CSRF_HEADER: &str = "x-switchyard-console";
 /// A login form is a key and little else.
@@ -69,6 +71,10 @@ pub async fn handle(
         (&Method::POST, "/ui/logout") => {
             if let (Some(token), Some(operator)) = (&token, &operator) {
                 app.auth.console_logout(token, now);
+                // The other instances of a fleet forget it too.
+                if let Some(shared) = &app.shared {
+                    crate::shared::revocation::announce(shared, &format!("{SIGNED_OUT}{token}")).await;
+                }
                 admin::audit::record(app, &operator.actor, "console.logout", "console", None, None).await;
             }
             Ok(redirect("/ui/login", Some(format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"))))

@@ -265,9 +265,13 @@ fn spawn_fleet(app: &App) -> Vec<JoinHandle<()>> {
         tasks.push(tokio::spawn(limiter.clone().keep_holders()));
         tasks.push(tokio::spawn(limiter.clone().finish_batches()));
     }
-    let auth = app.auth.clone();
+    let (auth, clock) = (app.auth.clone(), app.clock.clone());
+    // A key's id, `*`, or a console session signed out on another instance (`session:TOKEN`).
     let evict = Arc::new(move |id: Option<&str>| match id {
-        Some(id) => auth.evict(id),
+        Some(id) => match id.strip_prefix(crate::console::SIGNED_OUT) {
+            Some(token) => auth.console_logout(token, clock.unix_secs()),
+            None => auth.evict(id),
+        },
         None => auth.evict_all(),
     });
     tasks.extend(crate::shared::revocation::spawn(shared.clone(), evict));

@@ -850,3 +850,45 @@ async fn postgres_down_for_30_seconds_fails_no_request_and_usage_drains_exactly_
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_session_signed_out_on_one_instance_is_refused_by_the_others() {
+    let redis = RedisServer::start();
+    let backend = mock(&["m"]).await;
+    let fleet = fleet_at(&place(), &[&backend], &redis, &["local_share"; 3]).await;
+    fleet.until_all_live(3).await;
+    let url = |i: usize, path: &str| format!("{}{path}", fleet.gateways[i].url());
+    let form = format!("key={MASTER}");
+    let login = fleet
+        .client
+        .request(
+            Method::POST,
+            &url(0, "/ui/login"),
+            bytes::Bytes::from(form),
+            &[("content-type", "application/x-www-form-urlencoded")],
+        )
+        .await
+        .unwrap();
+    let cookie = login.header("set-cookie").and_then(|c| c.split(';').next()).unwrap().to_owned();
+    let me = |i: usize| {
+        let (client, url, cookie) = (&fleet.client, url(i, "/ui/api/me"), cookie.clone());
+        async move { client.request(Method::GET, &url, bytes::Bytes::new(), &[("cookie", &cookie)]).await.unwrap().status }
+    };
+    for i in 0..3 {
+        assert_eq!(me(i).await, 200, "instance {i} accepts the session (same secret, same master key)");
+    }
+    let out = fleet
+        .client
+        .request(Method::POST, &url(0, "/ui/logout"), bytes::Bytes::new(), &[("cookie", &cookie)])
+        .await
+        .unwrap();
+    assert_eq!(out.status, 303);
+    // The announcement reaches the others over Redis: bounded wait, then refused everywhere.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for i in 0..3 {
+        while me(i).await != 401 {
+            assert!(std::time::Instant::now() < deadline, "instance {i} still accepts a signed-out session");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
