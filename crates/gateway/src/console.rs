@@ -223,9 +223,7 @@ async fn login(
     match app.auth.console_login(given, app.clock.unix_ms(), now + ttl) {
         Some(token) => {
             admin::audit::record(app, &Actor::console(Some(peer)), "console.login", "console", None, None).await;
-            let secure = if app.config.tls.is_some() { "; Secure" } else { "" };
-            let cookie = format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={ttl}{secure}");
-            Ok(redirect("/ui", Some(cookie)))
+            Ok(redirect("/ui", Some(session_set_cookie(app, &token, ttl))))
         }
         None => {
             tracing::warn!("console login refused: not the master key");
@@ -271,12 +269,31 @@ const LOGIN_ERROR_HIDDEN: &str = r#"data-testid="login-error" role="alert" hidde
 const LOGIN_ERROR_SHOWN: &str = r#"data-testid="login-error" role="alert">"#;
 
 fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    cookie(headers, COOKIE)
+}
+
+/// The value of the cookie `name`, among all the request's cookies.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+}
+
+/// `; Secure` when the gateway serves TLS.
+fn secure(app: &App) -> &'static str {
+    if app.config.tls.is_some() {
+        "; Secure"
+    } else {
+        ""
+    }
+}
+
+/// The `Set-Cookie` of a new console session, however it was signed in.
+fn session_set_cookie(app: &App, token: &str, ttl: i64) -> String {
+    format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={ttl}{}", secure(app))
 }
 
 fn redirect(to: &str, cookie: Option<String>) -> Response<GatewayBody> {

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
+use switchyard_guardrails::{Engine, GuardSpec, Kind};
 
 use super::ConfigError;
 
@@ -55,7 +56,7 @@ pub struct Directions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GuardKind {
     /// Personal data; `None`: every kind.
-    Pii(Option<Vec<String>>),
+    Pii(Option<Vec<Kind>>),
     Secrets,
     Keywords(Vec<String>),
     /// (name, regex)
@@ -84,6 +85,26 @@ impl GuardrailsConfig {
     pub fn is_empty(&self) -> bool {
         self.guards.is_empty()
     }
+
+    /// What each guard asks the detection engine for, in `guards`' order.
+    pub fn specs(&self) -> Vec<GuardSpec> {
+        self.guards.iter().map(GuardConfig::spec).collect()
+    }
+}
+
+impl GuardConfig {
+    fn spec(&self) -> GuardSpec {
+        let name = self.name.as_str();
+        match &self.kind {
+            GuardKind::Pii(None) => GuardSpec::pii(name),
+            GuardKind::Pii(Some(kinds)) => GuardSpec::new(name).kinds(kinds.iter().copied()),
+            GuardKind::Secrets => GuardSpec::secrets(name),
+            GuardKind::Keywords(words) => GuardSpec::new(name).keywords(words.iter().cloned()),
+            GuardKind::Patterns(patterns) => patterns
+                .iter()
+                .fold(GuardSpec::new(name), |spec, (pattern, regex)| spec.pattern(pattern.clone(), regex.clone())),
+        }
+    }
 }
 
 fn directions(on: Option<Vec<String>>, at: &str) -> Result<Directions, ConfigError> {
@@ -106,7 +127,12 @@ fn directions(on: Option<Vec<String>>, at: &str) -> Result<Directions, ConfigErr
 fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
     let at = |field: &str| format!("guardrails.{name}.{field}");
     let kind = match raw.kind.as_str() {
-        "pii" => GuardKind::Pii(raw.kinds),
+        "pii" => GuardKind::Pii(
+            raw.kinds
+                .map(|kinds| kinds.iter().map(|k| k.parse::<Kind>()).collect::<Result<Vec<_>, _>>())
+                .transpose()
+                .map_err(|e| ConfigError::at(at("kinds"), e.to_string()))?,
+        ),
         "secrets" => GuardKind::Secrets,
         "keywords" => match raw.keywords.filter(|k| !k.is_empty() && k.iter().all(|w| !w.trim().is_empty())) {
             Some(words) => GuardKind::Keywords(words),
@@ -160,7 +186,10 @@ pub fn validate(
         let list = settings.guardrails.iter().map(|n| index(n, &at)).collect::<Result<Vec<_>, _>>()?;
         per_model.insert(model, list);
     }
-    Ok(GuardrailsConfig { guards, default, per_model })
+    let config = GuardrailsConfig { guards, default, per_model };
+    // Compiled once here too, so `switchyard check` and a reload refuse a bad pattern.
+    Engine::new(&config.specs()).map_err(|e| ConfigError::at("guardrails", e.to_string()))?;
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -194,6 +223,8 @@ mod tests {
             ("{x: {type: pii, on: [sideways]}}", "{}", "guardrails.x.on"),
             ("{x: {type: keywords}}", "{}", "guardrails.x.keywords"),
             ("{x: {type: pii}}", "{m: {guardrails: [y]}}", "models.m.guardrails"),
+            ("{x: {type: pii, kinds: [emial]}}", "{}", "guardrails.x.kinds"),
+            ("{x: {type: patterns, patterns: {p: '('}}}", "{}", "guardrails"),
         ] {
             let e = parse(yaml, models).unwrap_err().to_string();
             assert!(e.contains(place), "{yaml}: {e}");

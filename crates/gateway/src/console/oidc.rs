@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{redirect, COOKIE};
+use super::{cookie, redirect, secure, session_set_cookie};
 use crate::admin::audit::{self, Actor};
 use crate::app::App;
 use crate::auth::oidc::{Flow, FLOW_TTL};
@@ -76,7 +76,7 @@ pub async fn callback(
     let token = app.auth.user_session(&user.id, app.clock.unix_ms(), now + ttl).ok_or(GatewayError::Internal)?;
     let actor = Actor { name: format!("user:{} (sso)", user.email), client: Some(peer) };
     audit::record(app, &actor, "console.login", &user.id, None, Some(&json!({"role": user.role}))).await;
-    let session = format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={ttl}{}", secure(app));
+    let session = session_set_cookie(app, &token, ttl);
     let gone = format!("{FLOW_COOKIE}=; Path=/ui/oidc; HttpOnly; SameSite=Lax; Max-Age=0");
     Ok(onward_to_console([session, gone]))
 }
@@ -109,23 +109,6 @@ async fn refused(app: &App, peer: SocketAddr, reason: &str) -> Response<GatewayB
     let someone = Actor { name: "unknown (sso)".to_owned(), client: Some(peer) };
     audit::record(app, &someone, "console.login_failed", "console", None, Some(&json!({"reason": reason}))).await;
     redirect("/ui/login?failed=sso", None)
-}
-
-fn secure(app: &App) -> &'static str {
-    if app.config.tls.is_some() {
-        "; Secure"
-    } else {
-        ""
-    }
-}
-
-fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 fn internal(e: impl std::fmt::Display) -> GatewayError {

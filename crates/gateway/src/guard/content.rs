@@ -8,12 +8,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use switchyard_guardrails::{Engine, Finding, GuardSet, GuardSpec, Kind, StreamMasker};
+use switchyard_guardrails::{Engine, Finding, GuardSet, StreamMasker};
 
 use super::json_text::{rewrite_texts, NOT_TEXT};
 use super::stream_text::{Shape, TextEvent};
 use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
-use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardKind, GuardrailsConfig};
+use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardrailsConfig};
 
 /// Which way the text is going.
 #[derive(Clone, Copy)]
@@ -38,24 +38,6 @@ struct Inner {
     count: CountVerdict,
 }
 
-fn spec(g: &GuardConfig) -> Result<GuardSpec, String> {
-    Ok(match &g.kind {
-        GuardKind::Pii(None) => GuardSpec::pii(&g.name),
-        GuardKind::Pii(Some(kinds)) => {
-            let kinds = kinds
-                .iter()
-                .map(|k| k.parse::<Kind>().map_err(|e| format!("guardrails.{}.kinds: {e}", g.name)))
-                .collect::<Result<Vec<_>, _>>()?;
-            GuardSpec::new(&g.name).kinds(kinds)
-        }
-        GuardKind::Secrets => GuardSpec::secrets(&g.name),
-        GuardKind::Keywords(words) => GuardSpec::new(&g.name).keywords(words.iter().cloned()),
-        GuardKind::Patterns(patterns) => patterns
-            .iter()
-            .fold(GuardSpec::new(&g.name), |spec, (name, regex)| spec.pattern(name.clone(), regex.clone())),
-    })
-}
-
 fn action_name(action: GuardAction) -> &'static str {
     match action {
         GuardAction::Block => "block",
@@ -77,8 +59,7 @@ impl ContentGuards {
         if config.guards.len() > 64 {
             return Err("at most 64 guardrails can be configured".to_owned());
         }
-        let specs = config.guards.iter().map(spec).collect::<Result<Vec<_>, _>>()?;
-        let engine = Engine::new(&specs).map_err(|e| format!("guardrails: {e}"))?;
+        let engine = Engine::new(&config.specs()).map_err(|e| format!("guardrails: {e}"))?;
         let per_model = config.per_model.iter().map(|(m, list)| (m.clone(), mask_of(list))).collect();
         Ok(Some(ContentGuards(Arc::new(Inner {
             engine: Arc::new(engine),
