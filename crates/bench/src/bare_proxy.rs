@@ -2,7 +2,7 @@
 //! request to one upstream as it came and streams the answer back, doing nothing else (no
 //! parsing, keys, limits, routing, usage or metrics). Each client connection gets one upstream
 //! connection of its own, so not even a pool lookup is paid: what it costs per request is what
-//! any HTTP/1 proxy on hyper must spend. `switchyard bench-bare-proxy` runs it.
+//! any HTTP/1 proxy on hyper must spend. `switchyard-bench bench-bare-proxy` runs it (`bench floor` starts it).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,16 +1,31 @@
-//! Processes under test: mock backends and the gateway started as child processes of this same
-//! binary (optionally pinned to CPUs with `taskset`), their announced URLs, RSS from /proc, and
-//! SIGKILL for failover runs.
+//! Processes under test: mock backends and the gateway started as child processes of the `switchyard`
+//! binary beside this one, and the bare proxy of this one (optionally pinned to CPUs with `taskset`),
+//! their announced URLs, RSS from /proc, and SIGKILL for failover runs.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A child started from this binary that printed `listening on URL`.
+/// The argument that makes the bench binary a bare hyper proxy (`bench floor`'s baseline).
+pub const BARE_PROXY_COMMAND: &str = "bench-bare-proxy";
+
+/// The `switchyard` binary beside the running one (the gateway and the mocks are its subcommands).
+pub fn gateway_exe() -> Result<PathBuf, String> {
+    let own = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let exe = own.with_file_name(format!("switchyard{}", std::env::consts::EXE_SUFFIX));
+    if exe.is_file() {
+        Ok(exe)
+    } else {
+        Err(format!("no gateway binary at {} (cargo build --release builds it beside this one)", exe.display()))
+    }
+}
+
+/// A child that printed `listening on URL`.
 pub struct Proc {
     pub name: String,
     pub url: String,
+    exe: PathBuf,
     child: Child,
     args: Vec<String>,
     cpus: Option<String>,
@@ -22,11 +37,22 @@ impl Proc {
     /// Start `switchyard ARGS...`, pinned to `cpus` (a taskset list such as "0" or "0,1") if given,
     /// and wait for its `listening on` line.
     pub fn start(name: &str, args: &[String], cpus: Option<&str>) -> Result<Proc, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+        Proc::start_exe(gateway_exe()?, name, args, cpus)
+    }
+
+    /// Start the bare hyper proxy in front of `upstream` (this binary, as `bench-bare-proxy`).
+    pub fn start_bare_proxy(upstream: &str, cpus: Option<&str>) -> Result<Proc, String> {
+        let own = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+        let args = [BARE_PROXY_COMMAND, "--listen", "127.0.0.1:0", "--upstream", upstream].map(String::from);
+        Proc::start_exe(own, "bare-proxy", &args, cpus)
+    }
+
+    fn start_exe(exe: PathBuf, name: &str, args: &[String], cpus: Option<&str>) -> Result<Proc, String> {
         let (child, url) = spawn(&exe, args, cpus)?;
         Ok(Proc {
             name: name.to_owned(),
             url,
+            exe,
             child,
             args: args.to_vec(),
             cpus: cpus.map(str::to_owned),
@@ -57,8 +83,7 @@ impl Proc {
     /// Start again with the same arguments; a `--listen` with a fixed port keeps its address.
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill();
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let (child, url) = spawn(&exe, &self.args, self.cpus.as_deref())?;
+        let (child, url) = spawn(&self.exe, &self.args, self.cpus.as_deref())?;
         self.child = child;
         self.url = url;
         Ok(())

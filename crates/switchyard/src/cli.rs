@@ -116,8 +116,13 @@ enum Command {
     Users(crate::orgs::UsersArgs),
     /// Check the audit log's hash chain in the configured database.
     Audit(crate::audit::AuditArgs),
-    /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory.
-    Bench(Box<switchyard_bench::BenchArgs>),
+    /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory
+    /// (runs the `switchyard-bench` binary beside this one; `switchyard bench --help` lists its options).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Start mock backends and the real gateway, show routing and failover, then keep serving.
     Demo {
         /// Address for the demo gateway (falls back to a free port if taken).
@@ -129,14 +134,6 @@ enum Command {
         /// Exit after the summary instead of serving until Ctrl-C.
         #[arg(long)]
         no_wait: bool,
-    },
-    /// A bare hyper reverse proxy to UPSTREAM: the floor `bench floor` measures the gateway against.
-    #[command(hide = true)]
-    BenchBareProxy {
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: std::net::SocketAddr,
-        #[arg(long)]
-        upstream: String,
     },
     /// Fill a database with generated usage records (for `bench usage-query`).
     #[command(hide = true)]
@@ -156,20 +153,13 @@ pub fn main() -> ExitCode {
     // Before any thread allocates: few malloc arenas, so freed memory is not spread over dozens.
     switchyard_gateway::memory::limit_arenas();
     let cli = Cli::parse();
-    init_tracing();
-    // The benchmark and the mock hold as many connections as a gateway does (`bench abuse` opens
-    // 10,000 at once).
-    if matches!(cli.command, Command::Bench(_) | Command::Mock { .. }) {
-        crate::fd_limit::raise_to(2 * 10_000 + 1024);
+    if let Command::Bench { args } = cli.command {
+        return crate::bench::run(args);
     }
-    // Pin the load generator before the runtime starts its threads, so they inherit the mask.
-    if let Command::Bench(args) = &cli.command {
-        let pinned = switchyard_bench::Pinning::parse(args.pin.as_deref())
-            .and_then(|p| p.load.map_or(Ok(()), |cpus| switchyard_bench::procs::pin_self(&cpus)));
-        if let Err(e) = pinned {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
+    init_tracing();
+    // A mock holds as many connections as a gateway does (`bench abuse` opens 10,000 at once).
+    if matches!(cli.command, Command::Mock { .. }) {
+        crate::fd_limit::raise_to(2 * 10_000 + 1024);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -234,13 +224,12 @@ pub fn main() -> ExitCode {
                 };
                 served.map_err(|e| format!("mock-mcp: {e}"))
             }
-            Command::Bench(args) => switchyard_bench::run(*args).await,
+            Command::Bench { .. } => Ok(()), // run above, without a runtime of this process
             Command::Keys(args) => crate::keys::run(args).await,
             Command::Teams(args) => crate::orgs::teams(args).await,
             Command::Users(args) => crate::orgs::users(args).await,
             Command::Audit(args) => crate::audit::run(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
-            Command::BenchBareProxy { listen, upstream } => switchyard_bench::bare_proxy::run(listen, &upstream).await,
             Command::SeedUsage { storage, records, end_ms } => {
                 crate::seed::run(&storage, records, end_ms.unwrap_or(crate::seed::END_MS)).await
             }

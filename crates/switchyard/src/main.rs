@@ -1,8 +1,9 @@
 //! The `switchyard` binary: its subcommands (`cli.rs`) over the gateway library
-//! (`switchyard-gateway`), the benchmark suite (`switchyard-bench`) and the mock backends
-//! (`switchyard-testkit`).
+//! (`switchyard-gateway`) and the mock backends (`switchyard-testkit`). The benchmark suite is the
+//! `switchyard-bench` binary (src/bin), which `switchyard bench` runs.
 
 mod audit;
+mod bench;
 mod cli;
 mod demo;
 mod fd_limit;

@@ -15,9 +15,7 @@ const ROUNDS: usize = 3;
 
 pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
     let mock = start_mock(&args.model, args.stream_chunks, None, pin)?;
-    let bare_args: Vec<String> =
-        ["bench-bare-proxy", "--listen", "127.0.0.1:0", "--upstream", &mock.url].map(String::from).to_vec();
-    let bare = Proc::start("bare-proxy", &bare_args, pin.gateway.as_deref())?;
+    let bare = Proc::start_bare_proxy(&mock.url, pin.gateway.as_deref())?;
     let config = format!(
         "listen: 127.0.0.1:0\nauth: {{master_key: '{BENCH_MASTER_KEY}'}}\nbackends:\n  - {{name: mock, url: '{}'}}\n",
         mock.url

@@ -30,7 +30,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     };
     let json_mock = mock("mcp-json", false)?;
     let sse_mock = mock("mcp-sse", true)?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let exe = crate::procs::gateway_exe()?;
     let config = format!(
         "listen: 127.0.0.1:0\nmcp:\n  servers:\n    - {{name: j, url: '{}'}}\n    - {{name: s, url: '{}'}}\n    - {{name: l, command: ['{}', mock-mcp, --stdio]}}\n",
         json_mock.url,

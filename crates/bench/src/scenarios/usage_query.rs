@@ -177,9 +177,9 @@ async fn get(client: &TestClient, url: &str, cookie: &str) -> Result<serde_json:
     Ok(r.json())
 }
 
-/// `switchyard seed-usage`, as a child process of this same binary; returns the fill time.
+/// `switchyard seed-usage`, as a child process; returns the fill time.
 fn seed(url: &str, records: u64, end_ms: i64) -> Result<f64, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let exe = crate::procs::gateway_exe()?;
     let out = Command::new(exe)
         .args(["seed-usage", "--storage", url, "--records", &records.to_string(), "--end-ms", &end_ms.to_string()])
         .stdin(Stdio::null())
