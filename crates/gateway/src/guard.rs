@@ -104,7 +104,10 @@ impl Guards {
     /// The answer guards for one request, chained; `None` when no guard watches answers.
     pub fn answer(&self, request: &GuardedRequest<'_>) -> Option<Box<AnswerGuards>> {
         let watching: Vec<_> = self.list.iter().filter_map(|g| Some((g.clone(), g.answer(request)?))).collect();
-        (!watching.is_empty()).then(|| Box::new(AnswerGuards { watching, pending: Vec::new() }))
+        // Ollama streams JSON lines: a guard sees one line at a time.
+        let lines = request.stream && matches!(request.endpoint, Endpoint::OllamaChat | Endpoint::OllamaGenerate);
+        (!watching.is_empty())
+            .then(|| Box::new(AnswerGuards { watching, pending: Vec::new(), lines, endpoint: request.endpoint }))
     }
 }
 
@@ -124,28 +127,34 @@ pub fn blocked_message(guard: &str, reason: &str) -> String {
 }
 
 /// One answer's guards, chained: each sees what the one before it let through. For a stream,
-/// frames are cut into whole events first, so a guard never sees half an event.
+/// frames are cut into whole events (or lines) first, so a guard never sees half an event.
 pub struct AnswerGuards {
     watching: Vec<(Arc<dyn Guard>, Box<dyn AnswerGuard>)>,
-    /// Bytes of a server-sent event not yet complete.
+    /// Bytes of a server-sent event (or line) not yet complete.
     pending: Vec<u8>,
+    /// The answer is a stream of JSON lines (Ollama's), not of server-sent events.
+    lines: bool,
+    /// The client's API: a blocked answer ends with its own error event.
+    endpoint: Endpoint,
 }
 
-/// An answer guard blocked the answer: which guard, and why.
+/// An answer guard blocked the answer: which guard, and why, and the client's API.
 pub struct Blocked {
     pub guard: String,
     pub reason: String,
+    pub endpoint: Endpoint,
 }
 
 impl AnswerGuards {
     /// One frame on its way to the client: what to send instead (possibly nothing yet).
     pub fn frame(&mut self, data: Bytes, sse: bool) -> Result<Bytes, Blocked> {
-        if !sse {
+        if !sse && !self.lines {
             return self.through(data);
         }
         self.pending.extend_from_slice(&data);
         let mut out = Vec::new();
-        while let Some(end) = event_end(&self.pending) {
+        let end_of = if self.lines { line_end } else { event_end };
+        while let Some(end) = end_of(&self.pending) {
             let event = Bytes::from(self.pending.drain(..end).collect::<Vec<u8>>());
             out.extend_from_slice(&self.through(event)?);
         }
@@ -171,7 +180,7 @@ impl AnswerGuards {
             let tail = match self.watching[i].1.end() {
                 Verdict::Pass => continue,
                 Verdict::Replace(tail) => tail,
-                Verdict::Block(reason) => return Err(Blocked { guard: self.watching[i].0.name().to_owned(), reason }),
+                Verdict::Block(reason) => return Err(self.blocked(self.watching[i].0.name(), reason)),
             };
             out.extend_from_slice(&self.through_from(i + 1, tail)?);
         }
@@ -182,8 +191,13 @@ impl AnswerGuards {
         self.through_from(0, bytes)
     }
 
+    fn blocked(&self, guard: &str, reason: String) -> Blocked {
+        Blocked { guard: guard.to_owned(), reason, endpoint: self.endpoint }
+    }
+
     /// `bytes` through the guards from the `first`th on.
     fn through_from(&mut self, first: usize, mut bytes: Bytes) -> Result<Bytes, Blocked> {
+        let endpoint = self.endpoint;
         for (guard, watcher) in &mut self.watching[first..] {
             if bytes.is_empty() {
                 break;
@@ -191,11 +205,16 @@ impl AnswerGuards {
             match watcher.event(&bytes) {
                 Verdict::Pass => {}
                 Verdict::Replace(changed) => bytes = changed,
-                Verdict::Block(reason) => return Err(Blocked { guard: guard.name().to_owned(), reason }),
+                Verdict::Block(reason) => return Err(Blocked { guard: guard.name().to_owned(), reason, endpoint }),
             }
         }
         Ok(bytes)
     }
+}
+
+/// Where the first complete line in `buf` ends (after its newline).
+fn line_end(buf: &[u8]) -> Option<usize> {
+    memchr::memchr(b'\n', buf).map(|i| i + 1)
 }
 
 /// Where the first complete server-sent event in `buf` ends (after its blank line).

@@ -8,7 +8,7 @@ mod stream;
 
 pub use request::Decoded;
 pub use response::{translate_error, translate_response};
-pub use stream::{read_emitted, Emitted, StreamTranslator};
+pub use stream::{error_event as stream_error_event, read_emitted, Emitted, StreamTranslator};
 
 use switchyard_protocol::chat::{Api, ApiError};
 use switchyard_protocol::{anthropic, gemini, ollama, openai_chat};

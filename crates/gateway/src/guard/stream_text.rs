@@ -1,8 +1,9 @@
 //! Where a streamed answer's events carry its text, in the client's API: OpenAI Chat's
 //! `choices[0].delta.content`, Responses' `response.output_text.delta`, Anthropic's
-//! `content_block_delta` text, Gemini's `candidates[0].content.parts[0].text`. A guard reads the
-//! text of each event in order as one text, and writes back what it releases; text it held back
-//! past the last text event goes out in an event made like that one.
+//! `content_block_delta` text, Gemini's `candidates[0].content.parts[0].text`, and Ollama's NDJSON
+//! lines (`message.content` for chat, `response` for generate). A guard reads the text of each
+//! event in order as one text, and writes back what it releases; text it held back past the last
+//! text event goes out in an event made like that one.
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -16,6 +17,9 @@ pub enum Shape {
     Responses,
     Anthropic,
     Gemini,
+    /// Ollama's streams are JSON lines, not server-sent events.
+    OllamaChat,
+    OllamaGenerate,
 }
 
 impl Shape {
@@ -26,8 +30,15 @@ impl Shape {
             Endpoint::Responses => Some(Shape::Responses),
             Endpoint::Messages => Some(Shape::Anthropic),
             Endpoint::GeminiStream => Some(Shape::Gemini),
+            Endpoint::OllamaChat => Some(Shape::OllamaChat),
+            Endpoint::OllamaGenerate => Some(Shape::OllamaGenerate),
             _ => None,
         }
+    }
+
+    /// Whether this shape's events are JSON lines (else server-sent events).
+    pub fn is_ndjson(self) -> bool {
+        matches!(self, Shape::OllamaChat | Shape::OllamaGenerate)
     }
 
     /// Where this event's answer text is (a JSON pointer into its data), if it has any.
@@ -44,23 +55,33 @@ impl Shape {
                 .pointer("/candidates/0/content/parts/0/text")
                 .is_some_and(Value::is_string)
                 .then_some("/candidates/0/content/parts/0/text"),
+            // The last line (`done: true`) ends the text: held text goes out before it.
+            Shape::OllamaChat => (data["done"] != true).then_some("/message/content"),
+            Shape::OllamaGenerate => (data["done"] != true).then_some("/response"),
         };
         found.filter(|p| data.pointer(p).is_some_and(Value::is_string))
     }
 }
 
-/// One server-sent event, split into the lines around its `data:` and the data itself.
+/// One server-sent event, split into the lines around its `data:` and the data itself (or one
+/// JSON line of an NDJSON stream).
 pub struct TextEvent {
     /// The lines before `data:` (`event: …`), as they came.
     head: String,
     data: Value,
     pointer: &'static str,
+    ndjson: bool,
 }
 
 impl TextEvent {
     /// The event's answer text and where to put text back, if it carries some.
     pub fn parse(shape: Shape, event: &[u8]) -> Option<TextEvent> {
         let text = std::str::from_utf8(event).ok()?;
+        if shape.is_ndjson() {
+            let data: Value = serde_json::from_str(text.trim()).ok()?;
+            let pointer = shape.pointer(&data)?;
+            return Some(TextEvent { head: String::new(), data, pointer, ndjson: true });
+        }
         let (head, rest) = match text.find("data:") {
             Some(0) => ("", text),
             Some(i) => text.split_at(i),
@@ -69,7 +90,7 @@ impl TextEvent {
         let json = rest.strip_prefix("data:")?.trim();
         let data: Value = serde_json::from_str(json).ok()?;
         let pointer = shape.pointer(&data)?;
-        Some(TextEvent { head: head.to_owned(), data, pointer })
+        Some(TextEvent { head: head.to_owned(), data, pointer, ndjson: false })
     }
 
     pub fn text(&self) -> &str {
@@ -81,6 +102,11 @@ impl TextEvent {
         let mut data = self.data.clone();
         if let Some(slot) = data.pointer_mut(self.pointer) {
             *slot = Value::String(text.to_owned());
+        }
+        if self.ndjson {
+            let mut out = serde_json::to_vec(&data).unwrap_or_default();
+            out.push(b'\n');
+            return Bytes::from(out);
         }
         let mut out = self.head.clone().into_bytes();
         out.extend_from_slice(b"data: ");
@@ -112,6 +138,13 @@ mod tests {
             }
         }
         assert!(TextEvent::parse(Shape::OpenAiChat, b"data: [DONE]\n\n").is_none());
+        let line = br#"{"model":"m","message":{"role":"assistant","content":"hi"},"done":false}"#;
+        let e = TextEvent::parse(Shape::OllamaChat, &[&line[..], b"\n"].concat()).unwrap();
+        assert_eq!(e.text(), "hi");
+        let again = String::from_utf8(e.with_text("[EMAIL]").to_vec()).unwrap();
+        assert!(again.starts_with('{') && again.ends_with("}\n") && again.contains("[EMAIL]"), "{again}");
+        let e = TextEvent::parse(Shape::OllamaGenerate, br#"{"response":"hi","done":false}"#).unwrap();
+        assert_eq!(e.text(), "hi");
         let finish = br#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
         assert!(TextEvent::parse(Shape::OpenAiChat, finish).is_none());
     }

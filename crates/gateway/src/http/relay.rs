@@ -16,10 +16,12 @@ use crate::upstream::pool::UpstreamBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use switchyard_protocol::chat::{ApiError, ErrorKind};
 use tokio::time::{Instant, Sleep};
 
 use super::metering::Meter;
 use super::resume::Resumable;
+use crate::endpoint::Endpoint;
 use crate::error::{sse_error_event, GatewayError};
 use crate::guard::{AnswerGuards, Blocked};
 use crate::metrics::Metrics;
@@ -194,14 +196,7 @@ fn join(head: Option<Bytes>, rest: Option<Bytes>) -> Option<Bytes> {
 /// The stream broke off for good: record it, and end the client's stream with an error in its
 /// shape (an SSE error event, or a translated one), or cut a plain body.
 fn fail(this: &mut RelayBodyProj<'_>, kind: &'static str, message: &str, error: BoxError) -> Polled {
-    *this.done = true;
-    this.completion.cache = None;
-    report_usage(this.translator, &mut this.completion.meter);
-    if let Some(meter) = this.completion.meter.as_mut() {
-        // A partial event would merge with the error event into one broken event: drop it.
-        let _ = meter.end();
-        meter.record_now();
-    }
+    settle_broken(this);
     if let Some(t) = this.translator.as_mut().filter(|t| t.translates()) {
         // In the client's own shape (an Anthropic error event, an Ollama error line, ...).
         let tail = t.fail(message);
@@ -217,11 +212,34 @@ fn fail(this: &mut RelayBodyProj<'_>, kind: &'static str, message: &str, error: 
 type Polled = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
 
 /// A guard stopped the answer: it ends as a failed stream does, with the guard's reason.
+/// The stream ends here: nothing more is read or cached, and its usage is recorded now.
+fn settle_broken(this: &mut RelayBodyProj<'_>) {
+    *this.done = true;
+    this.completion.cache = None;
+    report_usage(this.translator, &mut this.completion.meter);
+    if let Some(meter) = this.completion.meter.as_mut() {
+        // A partial event would merge with the error event into one broken event: drop it.
+        let _ = meter.end();
+        meter.record_now();
+    }
+}
+
+/// A guard stopped the answer: it ends with an error event in the client's own API shape
+/// (`code: content_blocked` where the shape has a code), whether or not the stream was translated;
+/// a body that is not a stream is cut.
 fn blocked(this: &mut RelayBodyProj<'_>, b: Blocked) -> Polled {
     this.completion.metrics.count_error("content_blocked");
     let message = crate::guard::blocked_message(&b.guard, &b.reason);
-    let error: BoxError = Box::new(GatewayError::ContentBlocked { message: message.clone() });
-    fail(this, "content_blocked", &message, error)
+    settle_broken(this);
+    let streamed = *this.sse || matches!(b.endpoint, Endpoint::OllamaChat | Endpoint::OllamaGenerate);
+    let error = ApiError {
+        code: Some("content_blocked".to_owned()),
+        ..ApiError::new(ErrorKind::InvalidRequest, message.clone())
+    };
+    match crate::translate::stream_error_event(b.endpoint, error).filter(|_| streamed) {
+        Some(event) => Poll::Ready(Some(Ok(Frame::data(event)))),
+        None => Poll::Ready(Some(Err(Box::new(GatewayError::ContentBlocked { message })))),
+    }
 }
 
 /// While another backend is being found to carry a broken stream on: Some(poll) to return, or

@@ -156,6 +156,24 @@ fn decoder(wire: Wire, context: ResponseContext) -> Option<Box<dyn StreamDecoder
     })
 }
 
+/// An error event that ends a stream in the client's own API shape (an OpenAI `error` data event,
+/// Responses' and Anthropic's `error` events, Gemini's error object, Ollama's `{"error": …}`
+/// line), for a stream stopped by the gateway itself (a guard's block). `None`: not a stream API.
+pub fn error_event(endpoint: Endpoint, error: ApiError) -> Option<Bytes> {
+    let mut encoder: Box<dyn StreamEncoder + Send> = match endpoint {
+        Endpoint::ChatCompletions => Box::new(openai_chat::SseEncoder::new(false)),
+        Endpoint::Messages => Box::new(anthropic::SseEncoder::new()),
+        Endpoint::Responses => Box::<responses::SseEncoder>::default(),
+        Endpoint::OllamaChat => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Chat)),
+        Endpoint::OllamaGenerate => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Generate)),
+        Endpoint::GeminiStream => Box::new(gemini::SseEncoder::new()),
+        _ => return None,
+    };
+    let mut out = Vec::new();
+    encoder.encode(&StreamEvent::Error(error), &mut out);
+    Some(Bytes::from(out))
+}
+
 impl StreamTranslator {
     /// Translate a `wire` stream for a client of `endpoint`; `None` if there is no such pair.
     pub fn translate(

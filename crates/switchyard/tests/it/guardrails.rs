@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 use switchyard_gateway::RunningGateway;
-use switchyard_testkit::{MockServer, TestClient};
+use switchyard_testkit::{MockApi, MockConfig, MockServer, TestClient};
 
 use crate::common::*;
 
@@ -128,26 +128,40 @@ async fn a_models_guards_add_to_the_defaults_and_whole_answers_are_masked() {
 }
 
 /// A request per streamed API whose answer echoes `result` (the mock quotes a tool result,
-/// cut into stream pieces at each `REPLY_SPLIT`).
-fn tool_result_request(api: &str, result: &str) -> (String, Value) {
+/// cut into stream pieces at each `REPLY_SPLIT`), for `model`.
+fn tool_result_request(api: &str, model: &str, result: &str) -> (String, Value) {
     let call = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
     match api {
         "chat" => (
             "/v1/chat/completions".into(),
-            json!({"model": "m", "stream": true, "messages": [
+            json!({"model": model, "stream": true, "messages": [
                 {"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": call},
                 {"role": "tool", "tool_call_id": "c1", "content": result}]}),
         ),
         "responses" => (
             "/v1/responses".into(),
-            json!({"model": "m", "stream": true, "input": [
+            json!({"model": model, "stream": true, "input": [
                 {"role": "user", "content": "go"},
                 {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "c1", "output": result}]}),
         ),
+        "gemini" => (
+            format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+            json!({"contents": [
+                {"role": "user", "parts": [{"text": "go"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"result": result}}}]}]}),
+        ),
+        "ollama" => (
+            "/api/chat".into(),
+            json!({"model": model, "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
+                {"role": "tool", "content": result}]}),
+        ),
         _ => (
             "/v1/messages".into(),
-            json!({"model": "m", "max_tokens": 64, "stream": true, "messages": [
+            json!({"model": model, "max_tokens": 64, "stream": true, "messages": [
                 {"role": "user", "content": "go"},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "f", "input": {}}]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": result}]}]}),
@@ -156,50 +170,119 @@ fn tool_result_request(api: &str, result: &str) -> (String, Value) {
 }
 
 /// The answer text a client reads from a stream of this API.
-fn streamed_text(api: &str, sse: &str) -> String {
+fn streamed_text(api: &str, stream: &str) -> String {
     let pointer = match api {
         "chat" => "/choices/0/delta/content",
         "responses" => "/delta",
+        "gemini" => "/candidates/0/content/parts/0/text",
+        "ollama" => "/message/content",
         _ => "/delta/text",
     };
-    sse.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
+    stream
+        .lines()
+        .filter_map(|l| if api == "ollama" { Some(l) } else { l.strip_prefix("data: ") })
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
         .filter(|v| api != "responses" || v["type"] == "response.output_text.delta")
         .filter_map(|v| v.pointer(pointer).and_then(Value::as_str).map(str::to_owned))
         .collect()
 }
 
+/// The stream ends with the client API's own error event for a block, naming the guard.
+fn assert_blocked_in_shape(api: &str, stream: &str) {
+    let last = stream.trim_end().rsplit("\n\n").next().unwrap_or_default().trim();
+    let last_line = stream.trim_end().lines().last().unwrap_or_default();
+    let data = |s: &str| -> Value {
+        let json = s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or(s);
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{api}: {e} in {s:?}\n{stream}"))
+    };
+    let v = match api {
+        "ollama" => data(last_line),
+        _ => data(last),
+    };
+    let message = match api {
+        "chat" => {
+            assert_eq!(v["error"]["code"], "content_blocked", "{stream}");
+            &v["error"]["message"]
+        }
+        "responses" => {
+            assert!(last.starts_with("event: error"), "{stream}");
+            assert_eq!((&v["type"], &v["code"]), (&json!("error"), &json!("content_blocked")), "{stream}");
+            &v["message"]
+        }
+        "anthropic" => {
+            assert!(last.starts_with("event: error"), "{stream}");
+            assert_eq!(
+                (&v["type"], &v["error"]["type"]),
+                (&json!("error"), &json!("invalid_request_error")),
+                "{stream}"
+            );
+            &v["error"]["message"]
+        }
+        "gemini" => {
+            assert_eq!(
+                (&v["error"]["code"], &v["error"]["status"]),
+                (&json!(400), &json!("INVALID_ARGUMENT")),
+                "{stream}"
+            );
+            &v["error"]["message"]
+        }
+        _ => &v["error"],
+    };
+    let message = message.as_str().unwrap_or_default();
+    assert!(message.contains("blocker") && message.contains("keyword"), "{api}: {message}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_ends_them_with_an_error() {
-    let backend = mock(&["m"]).await;
+    // Translated streams (every client API over an OpenAI backend) and passed-through ones (an
+    // Anthropic client to an Anthropic backend, an Ollama client to Ollama).
+    let openai = mock(&["m"]).await;
+    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
+    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
     let yaml = format!(
         "listen: 127.0.0.1:0\n\
          guardrails:\n  default: [pii, blocker]\n\
          \x20 pii: {{type: pii, action: mask, on: [response]}}\n\
          \x20 blocker: {{type: keywords, keywords: [nightingale], action: block, on: [response]}}\n\
-         backends:\n{}",
-        backends_yaml(&[&backend])
+         backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
+         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
+        openai.url(),
+        anthropic.url(),
+        ollama.url()
     );
     let gw = gateway_yaml(&yaml).await;
     let client = TestClient::new();
+    let cases = [
+        ("chat", "m"),
+        ("responses", "m"),
+        ("anthropic", "m"),
+        ("anthropic", "a"),
+        ("gemini", "m"),
+        ("ollama", "m"),
+        ("ollama", "o"),
+    ];
     let text = "Reach jane.doe@example.com or 4111 1111 1111 1111 now";
     let wanted = "Tool result: Reach [EMAIL] or [CARD] now";
-    for api in ["chat", "responses", "anthropic"] {
+    for (api, model) in cases {
         for cut in 1..text.len() {
             let result = format!("{}{}{}", &text[..cut], switchyard_testkit::REPLY_SPLIT, &text[cut..]);
-            let (path, body) = tool_result_request(api, &result);
+            let (path, body) = tool_result_request(api, model, &result);
             let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
-            assert_eq!(r.status, 200, "{api} cut {cut}: {}", r.text());
-            let sse = r.text();
-            assert_eq!(streamed_text(api, &sse), wanted, "{api} cut {cut}:\n{sse}");
-            assert!(!sse.contains("jane.doe") && !sse.contains("1111 1111"), "{api} cut {cut}:\n{sse}");
+            assert_eq!(r.status, 200, "{api}/{model} cut {cut}: {}", r.text());
+            let stream = r.text();
+            assert_eq!(streamed_text(api, &stream), wanted, "{api}/{model} cut {cut}:\n{stream}");
+            assert!(
+                !stream.contains("jane.doe") && !stream.contains("1111 1111"),
+                "{api}/{model} cut {cut}:\n{stream}"
+            );
         }
+        // A deny-listed word in an answer ends its stream with the API's own error event, the
+        // word never sent.
+        let result = format!("all about night{}ingale here", switchyard_testkit::REPLY_SPLIT);
+        let (path, body) = tool_result_request(api, model, &result);
+        let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+        let stream = r.text();
+        assert!(!stream.contains("nightingale"), "{api}/{model}:\n{stream}");
+        assert_blocked_in_shape(api, &stream);
     }
-    // A deny-listed word in an answer ends its stream with an error event, the word never sent.
-    let (path, body) =
-        tool_result_request("chat", &format!("all about night{}ingale here", switchyard_testkit::REPLY_SPLIT));
-    let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
-    let sse = r.text();
-    assert!(sse.contains("content_blocked") && !sse.contains("nightingale"), "{sse}");
 }
