@@ -63,6 +63,8 @@ pub enum GatewayError {
     KeysUnavailable,
     /// A bearer token's issuer cannot be reached and no cached key can check the token.
     IdentityUnavailable,
+    /// A webhook guard with `on_error: closed` could not be asked in time.
+    GuardrailUnavailable,
     /// A named resource (such as an admin key id) does not exist.
     NotFound {
         message: String,
@@ -113,7 +115,8 @@ impl GatewayError {
             | GatewayError::BackendsCooling { .. }
             | GatewayError::LimitsUnavailable
             | GatewayError::KeysUnavailable
-            | GatewayError::IdentityUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | GatewayError::IdentityUnavailable
+            | GatewayError::GuardrailUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::Conflict { .. } => StatusCode::CONFLICT,
@@ -145,6 +148,7 @@ impl GatewayError {
             GatewayError::LimitsUnavailable => "limits_unavailable",
             GatewayError::KeysUnavailable => "keys_unavailable",
             GatewayError::IdentityUnavailable => "identity_unavailable",
+            GatewayError::GuardrailUnavailable => "guardrail_unavailable",
             GatewayError::NotFound { .. } => "not_found",
             GatewayError::Conflict { .. } => "conflict",
             GatewayError::Unauthorized { .. } => "unauthorized",
@@ -164,6 +168,9 @@ impl GatewayError {
             }
             GatewayError::IdentityUnavailable => {
                 "this token cannot be checked right now (its identity provider is unreachable); retry shortly"
+            }
+            GatewayError::GuardrailUnavailable => {
+                "a guardrail this request must pass cannot be reached right now; retry shortly"
             }
             _ => "this key's limits cannot be checked right now (shared state unreachable); retry shortly",
         }
@@ -235,7 +242,10 @@ impl GatewayError {
                 None,
                 Some("upstream_timeout"),
             ),
-            GatewayError::LimitsUnavailable | GatewayError::KeysUnavailable | GatewayError::IdentityUnavailable => {
+            GatewayError::LimitsUnavailable
+            | GatewayError::KeysUnavailable
+            | GatewayError::IdentityUnavailable
+            | GatewayError::GuardrailUnavailable => {
                 (self.unavailable().to_owned(), "server_error", None, Some(self.kind()))
             }
             GatewayError::NotFound { message } => (message.clone(), "invalid_request_error", None, Some("not_found")),

@@ -9,6 +9,7 @@
 pub mod content;
 mod json_text;
 mod stream_text;
+pub mod webhook;
 
 use std::sync::Arc;
 
@@ -26,6 +27,8 @@ pub struct GuardedRequest<'a> {
     pub requested: &'a str,
     /// The virtual key's id, when the request carries one.
     pub key: Option<&'a str>,
+    /// The team the request is charged to, when known.
+    pub team: Option<&'a str>,
     pub stream: bool,
 }
 
@@ -69,24 +72,43 @@ pub trait AnswerGuard: Send {
     }
 }
 
-/// The guards that apply to traffic, in order.
+/// The guards that apply to traffic, in order, and the webhooks asked after them.
 #[derive(Clone, Default)]
 pub struct Guards {
     list: Arc<[Arc<dyn Guard>]>,
+    webhooks: Option<Arc<webhook::WebhookGuards>>,
 }
 
 impl Guards {
     pub fn new(list: Vec<Arc<dyn Guard>>) -> Guards {
-        Guards { list: list.into() }
+        Guards { list: list.into(), webhooks: None }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.list.is_empty() && self.webhooks.is_none()
     }
 
     /// These guards with `first` ahead of them.
     pub fn after(self, first: Arc<dyn Guard>) -> Guards {
-        Guards { list: std::iter::once(first).chain(self.list.iter().cloned()).collect() }
+        Guards { list: std::iter::once(first).chain(self.list.iter().cloned()).collect(), webhooks: self.webhooks }
+    }
+
+    /// These guards, then the configured webhooks (asked once the body has passed the rest).
+    pub fn with_webhooks(self, webhooks: Option<webhook::WebhookGuards>) -> Guards {
+        Guards { webhooks: webhooks.map(Arc::new), ..self }
+    }
+
+    /// The webhook guards, asked after `check_request` (they wait on the network).
+    pub async fn check_remote(
+        &self,
+        request: &GuardedRequest<'_>,
+        body: &mut Bytes,
+        deadline: std::time::Instant,
+    ) -> Result<(), GatewayError> {
+        match &self.webhooks {
+            Some(webhooks) => webhooks.check(request, body, deadline).await,
+            None => Ok(()),
+        }
     }
 
     /// Run every request guard in turn: the body as the last one left it, or the first block.
@@ -261,7 +283,14 @@ mod tests {
     }
 
     fn request() -> GuardedRequest<'static> {
-        GuardedRequest { endpoint: Endpoint::ChatCompletions, model: "m", requested: "m", key: None, stream: true }
+        GuardedRequest {
+            endpoint: Endpoint::ChatCompletions,
+            model: "m",
+            requested: "m",
+            key: None,
+            team: None,
+            stream: true,
+        }
     }
 
     #[test]

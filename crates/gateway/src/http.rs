@@ -65,7 +65,11 @@ pub fn error_response_in(e: &GatewayError, api: Api) -> Response<GatewayBody> {
     {
         h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
     }
-    if let GatewayError::LimitsUnavailable | GatewayError::KeysUnavailable | GatewayError::IdentityUnavailable = e {
+    if let GatewayError::LimitsUnavailable
+    | GatewayError::KeysUnavailable
+    | GatewayError::IdentityUnavailable
+    | GatewayError::GuardrailUnavailable = e
+    {
         h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     if let GatewayError::Unauthorized { .. } = e {

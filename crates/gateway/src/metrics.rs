@@ -12,9 +12,10 @@ use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 25] = [
+const ERROR_KINDS: [&str; 26] = [
     "not_found",
     "content_blocked",
+    "guardrail_unavailable",
     "unauthorized",
     "forbidden",
     "rate_limited",

@@ -108,7 +108,7 @@ async fn proceed(
     exchange: &mut Exchange,
     settlement: &mut Settlement,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    guard_request(call, identity, exchange)?;
+    guard_request(call, identity, exchange).await?;
     let cached = Cached::of(
         call.app,
         call.endpoint,
@@ -183,19 +183,22 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
         model: &exchange.routed.model,
         requested: &exchange.routed.requested,
         key: identity.key().map(|k| k.id.as_str()),
+        team: identity.team(),
         stream: call.stream,
     }
 }
 
-/// Guard (request): every guard that applies sees the body; a block refuses the request, a mask
-/// changes what is sent. Nothing to do without guards.
-fn guard_request(call: &Call<'_>, identity: &Identity, exchange: &mut Exchange) -> Result<(), GatewayError> {
+/// Guard (request): every guard that applies sees the body, then the webhooks; a block refuses the
+/// request, a mask changes what is sent. Nothing to do without guards.
+async fn guard_request(call: &Call<'_>, identity: &Identity, exchange: &mut Exchange) -> Result<(), GatewayError> {
     let guards = &call.app.guards;
     if guards.is_empty() {
         return Ok(());
     }
     let mut body = exchange.client_body.clone();
-    guards.check_request(&guarded(call, identity, exchange), &mut body)?;
+    let request = guarded(call, identity, exchange);
+    guards.check_request(&request, &mut body)?;
+    guards.check_remote(&request, &mut body, call.deadline).await?;
     if body != exchange.client_body {
         exchange.replace_body(call.endpoint, body);
     }

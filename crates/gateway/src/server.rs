@@ -140,7 +140,8 @@ pub async fn start_guarded(
             if let (Some(front), Some(tools)) = (&app.mcp, configured.for_tools()) {
                 front.hub().guard_tools(Arc::new(tools));
             }
-            guards.after(Arc::new(configured))
+            let webhooks = crate::guard::webhook::WebhookGuards::build(&configured, app.client.clone());
+            guards.after(Arc::new(configured)).with_webhooks(webhooks)
         }
         None => guards,
     };

@@ -1,8 +1,8 @@
 //! `guardrails:` — named content checks and where they apply. Each guard has a `type` (`pii`,
-//! `secrets`, `keywords`, `patterns`; `webhook` and `model` are not built yet and are refused),
-//! an `action` (`mask`, `block`, `log`) and the directions it watches (`on: [request, response,
+//! `secrets`, `keywords`, `patterns`, `webhook`; `model` is not built yet and is refused), an
+//! `action` (`mask`, `block`, `log`) and the directions it watches (`on: [request, response,
 //! tool_call, tool_result]`). `guardrails.default` lists the guards every request gets; a model's
-//! own list (`models: {NAME: {guardrails: [...]}}`) adds to it.
+//! own list (`models: {NAME: {guardrails: [...]}}`) adds to it, and so do a key's and its team's.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -24,6 +24,11 @@ pub struct RawGuard {
     keywords: Option<Vec<String>>,
     /// `patterns`: name → regex.
     patterns: Option<BTreeMap<String, String>>,
+    /// `webhook`: where to POST the texts, how long to wait, what a failure means, extra headers.
+    url: Option<String>,
+    timeout: Option<String>,
+    on_error: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
 }
 
 /// `models: {NAME: {...}}`: settings of a model as clients name it.
@@ -61,6 +66,18 @@ pub enum GuardKind {
     Keywords(Vec<String>),
     /// (name, regex)
     Patterns(Vec<(String, String)>),
+    /// An HTTP service that judges the texts (`guard/webhook.rs`).
+    Webhook(Webhook),
+}
+
+/// A `webhook` guard's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub url: http::Uri,
+    pub timeout: std::time::Duration,
+    /// `on_error: open`: a webhook that cannot answer lets the request through (else 503).
+    pub fail_open: bool,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +120,8 @@ impl GuardConfig {
             GuardKind::Patterns(patterns) => patterns
                 .iter()
                 .fold(GuardSpec::new(name), |spec, (pattern, regex)| spec.pattern(pattern.clone(), regex.clone())),
+            // No detectors: the webhook judges (an empty spec keeps the engine's guard indexes).
+            GuardKind::Webhook(_) => GuardSpec::new(name),
         }
     }
 }
@@ -142,10 +161,17 @@ fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
             Some(p) => GuardKind::Patterns(p.into_iter().collect()),
             None => return Err(ConfigError::at(at("patterns"), "a `patterns` guard needs `patterns: {NAME: REGEX}`")),
         },
-        "webhook" | "model" => {
-            return Err(ConfigError::at(at("type"), format!("`{}` guards are not built yet", raw.kind)));
+        "webhook" => GuardKind::Webhook(webhook(&raw, &at)?),
+        "model" => return Err(ConfigError::at(at("type"), "`model` guards are not built yet")),
+        _ => return Err(ConfigError::at(at("type"), "must be pii, secrets, keywords, patterns or webhook")),
+    };
+    let on = match (&kind, raw.on) {
+        // A webhook judges requests only, for now (it is asked once, before routing).
+        (GuardKind::Webhook(_), None) => Directions { request: true, ..Directions::default() },
+        (GuardKind::Webhook(_), Some(on)) if on.iter().any(|o| o != "request") => {
+            return Err(ConfigError::at(at("on"), "a webhook guard checks requests only (`on: [request]`)"));
         }
-        _ => return Err(ConfigError::at(at("type"), "must be pii, secrets, keywords or patterns")),
+        (_, on) => directions(on, &at("on"))?,
     };
     let action = match raw.action.as_deref().unwrap_or("mask") {
         "mask" => GuardAction::Mask,
@@ -153,7 +179,33 @@ fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
         "log" => GuardAction::Log,
         _ => return Err(ConfigError::at(at("action"), "must be mask, block or log")),
     };
-    Ok(GuardConfig { on: directions(raw.on, &at("on"))?, name, kind, action })
+    Ok(GuardConfig { on, name, kind, action })
+}
+
+fn webhook(raw: &RawGuard, at: &dyn Fn(&str) -> String) -> Result<Webhook, ConfigError> {
+    let url: http::Uri = match raw.url.as_deref().map(str::parse::<http::Uri>) {
+        Some(Ok(url)) if matches!(url.scheme_str(), Some("http" | "https")) && url.host().is_some() => url,
+        _ => return Err(ConfigError::at(at("url"), "a webhook guard needs an http(s) `url`")),
+    };
+    let timeout = match raw.timeout.as_deref() {
+        None => std::time::Duration::from_millis(300),
+        Some(t) => super::duration::parse_duration(t).map_err(|e| ConfigError::at(at("timeout"), e))?,
+    };
+    let fail_open = match raw.on_error.as_deref().unwrap_or("closed") {
+        "open" => true,
+        "closed" => false,
+        _ => return Err(ConfigError::at(at("on_error"), "must be open or closed")),
+    };
+    let mut headers = Vec::new();
+    for (name, value) in raw.headers.iter().flatten() {
+        let parsed = (http::HeaderName::try_from(name.as_str()), http::HeaderValue::try_from(value.as_str()));
+        let (Ok(name), Ok(mut value)) = parsed else {
+            return Err(ConfigError::at(at("headers"), format!("`{name}` is not a valid header")));
+        };
+        value.set_sensitive(true);
+        headers.push((name, value));
+    }
+    Ok(Webhook { url, timeout, fail_open, headers })
 }
 
 /// `guardrails:` (a map of guards plus `default`) and the models' lists.
@@ -218,7 +270,12 @@ mod tests {
         for (yaml, models, place) in [
             ("{default: [nope]}", "{}", "guardrails.default"),
             ("{x: {type: regex}}", "{}", "guardrails.x.type"),
-            ("{x: {type: webhook}}", "{}", "guardrails.x.type"),
+            ("{x: {type: webhook}}", "{}", "guardrails.x.url"),
+            ("{x: {type: webhook, url: 'ftp://h'}}", "{}", "guardrails.x.url"),
+            ("{x: {type: webhook, url: 'http://h', on: [response]}}", "{}", "guardrails.x.on"),
+            ("{x: {type: webhook, url: 'http://h', on_error: maybe}}", "{}", "guardrails.x.on_error"),
+            ("{x: {type: webhook, url: 'http://h', timeout: soon}}", "{}", "guardrails.x.timeout"),
+            ("{x: {type: model}}", "{}", "guardrails.x.type"),
             ("{x: {type: pii, action: shout}}", "{}", "guardrails.x.action"),
             ("{x: {type: pii, on: [sideways]}}", "{}", "guardrails.x.on"),
             ("{x: {type: keywords}}", "{}", "guardrails.x.keywords"),

@@ -27,6 +27,7 @@ enum Direction {
 /// Where each finding is counted: (guard, kind, action). The server counts them in `/metrics`.
 pub type CountVerdict = Arc<dyn Fn(&str, &'static str, &'static str) + Send + Sync>;
 
+#[derive(Clone)]
 pub struct ContentGuards(Arc<Inner>);
 
 struct Inner {
@@ -68,6 +69,23 @@ impl ContentGuards {
             per_model,
             count,
         }))))
+    }
+}
+
+impl ContentGuards {
+    /// The guards as configured, in the order their indexes count.
+    pub(super) fn configs(&self) -> &[GuardConfig] {
+        &self.0.guards
+    }
+
+    /// The guards that watch this request's body.
+    pub(super) fn active_on_request(&self, request: &GuardedRequest<'_>) -> u64 {
+        self.0.active(request, Direction::Request)
+    }
+
+    /// Count a verdict in `/metrics`.
+    pub(super) fn count(&self, guard: &str, kind: &'static str, action: &'static str) {
+        (self.0.count)(guard, kind, action)
     }
 }
 
@@ -159,6 +177,7 @@ impl ContentGuards {
             model: "",
             requested: "",
             key: None,
+            team: None,
             stream: false,
         };
         let calls = self.0.active(&tools, Direction::ToolCall);

@@ -286,3 +286,160 @@ async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_
         assert_blocked_in_shape(api, &stream);
     }
 }
+
+/// A webhook guard service on an ephemeral port: it keeps what it was sent, waits `delay`, and
+/// answers by the texts: `forbidden` → block, `code-123` → mask it as `[CODE]`, else allow.
+async fn webhook_service(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/check", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let body = loop {
+                    let n = socket.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + length {
+                        break buf[end + 4..end + 4 + length].to_vec();
+                    }
+                };
+                let asked: Value = serde_json::from_slice(&body).unwrap();
+                kept.lock().unwrap().push(asked.clone());
+                tokio::time::sleep(delay).await;
+                let texts: Vec<&str> = asked["texts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+                let answer = if texts.iter().any(|t| t.contains("forbidden")) {
+                    json!({"action": "block", "reason": "policy 7"})
+                } else if texts.iter().any(|t| t.contains("code-123")) {
+                    let replaced: Vec<Value> =
+                        texts
+                            .iter()
+                            .map(|t| {
+                                if t.contains("code-123") {
+                                    json!(t.replace("code-123", "[CODE]"))
+                                } else {
+                                    Value::Null
+                                }
+                            })
+                            .collect();
+                    json!({"action": "mask", "replacements": replaced})
+                } else {
+                    json!({"action": "allow"})
+                };
+                let answer = answer.to_string();
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+                let _ = socket.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+fn webhook_gateway_yaml(backend: &MockServer, url: &str, timeout: &str, on_error: &str, top: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0\n{top}\
+         guardrails:\n  default: [hook]\n\
+         \x20 hook: {{type: webhook, url: '{url}', timeout: {timeout}, on_error: {on_error}, action: block, \
+         headers: {{authorization: 'Bearer hook-secret'}}}}\n\
+         backends:\n{}",
+        backends_yaml(&[backend])
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_guard_allows_masks_and_blocks_and_its_failures_follow_on_error() {
+    let backend = mock(&["m"]).await;
+    backend.control().keep_bodies();
+    let (url, seen) = webhook_service(std::time::Duration::ZERO).await;
+    let gw = gateway_yaml(&webhook_gateway_yaml(&backend, &url, "300ms", "closed", "")).await;
+    let client = TestClient::new();
+    let ask = |text: &str| json!({"model": "m", "messages": [{"role": "user", "content": text}]}).to_string();
+    let post = |body: String| {
+        let (client, url) = (client.clone(), format!("{}/v1/chat/completions", gw.url()));
+        async move { client.post_json(&url, body.as_bytes(), &[]).await.unwrap() }
+    };
+
+    let r = post(ask("hello there")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post(ask("my code-123 is here")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post(ask("something forbidden")).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "content_blocked");
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("hook") && message.contains("policy 7") && !message.contains("forbidden"), "{message}");
+
+    // The backend got the masked text, never the raw one, and nothing of the blocked request.
+    let sent = backend.control().bodies();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent[1].contains("my [CODE] is here") && !sent.iter().any(|b| b.contains("code-123")), "{sent:?}");
+    // The webhook was told the texts, the model and the direction.
+    let asked = seen.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3);
+    assert_eq!((&asked[0]["direction"], &asked[0]["model"]), (&json!("request"), &json!("m")));
+    assert_eq!(asked[1]["texts"], json!(["my code-123 is here"]));
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"switchyard_guardrail_verdicts_total{guard="hook",kind="webhook",action="block"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"switchyard_guardrail_verdicts_total{guard="hook",kind="webhook",action="mask"} 1"#),
+        "{metrics}"
+    );
+
+    // Down: `closed` refuses with a 503 at once, `open` lets the request through.
+    let down = format!("http://{}/check", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+    for (on_error, status) in [("closed", 503), ("open", 200)] {
+        let gw = gateway_yaml(&webhook_gateway_yaml(&backend, &down, "300ms", on_error, "")).await;
+        let r =
+            client.post_json(&format!("{}/v1/chat/completions", gw.url()), ask("hi").as_bytes(), &[]).await.unwrap();
+        assert_eq!(r.status, status, "{on_error}: {}", r.text());
+        if status == 503 {
+            assert_eq!(r.json()["error"]["code"], "guardrail_unavailable");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_webhook_is_given_up_at_its_timeout_or_the_requests_deadline() {
+    use std::time::{Duration, Instant};
+    let backend = mock(&["m"]).await;
+    let (slow, _) = webhook_service(Duration::from_secs(3)).await;
+    let client = TestClient::new();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    // (webhook timeout, request deadline, on_error, status, when the answer is due)
+    let cases = [
+        ("300ms", "", "closed", 503, Duration::from_millis(300)),
+        ("300ms", "", "open", 200, Duration::from_millis(300)),
+        ("2s", "timeouts: {request: 500ms}\n", "closed", 503, Duration::from_millis(500)),
+    ];
+    for (timeout, top, on_error, status, due) in cases {
+        let gw = gateway_yaml(&webhook_gateway_yaml(&backend, &slow, timeout, on_error, top)).await;
+        let started = Instant::now();
+        let r = client.post_json(&format!("{}/v1/chat/completions", gw.url()), body.as_bytes(), &[]).await.unwrap();
+        let took = started.elapsed();
+        assert_eq!(r.status, status, "{timeout} {on_error}: {}", r.text());
+        // It waited for the webhook until then, and not much longer (a loaded debug build's
+        // margin; the release figure is in RELIABILITY.md).
+        assert!(took >= due && took < due + Duration::from_millis(250), "{timeout} {top} {on_error}: {took:?}");
+    }
+}
