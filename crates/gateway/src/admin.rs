@@ -56,6 +56,8 @@ pub struct KeyFields {
     /// The user the key belongs to (`null` for none).
     #[serde(default, deserialize_with = "nullable")]
     user_id: Option<Option<String>>,
+    /// Guards (names under `guardrails:`) the key's requests get on top of the configured ones.
+    guardrails: Option<Vec<String>>,
 }
 
 /// A present field, `null` included (`Some(None)`), as opposed to an absent one (`None`).
@@ -89,6 +91,7 @@ fn key_json(k: &KeyRecord) -> Value {
         "revoked_at": ts(k.revoked_at), "created_at": rfc3339(k.created_at),
         "metadata": {"user": k.user, "team": k.team, "tags": k.tags},
         "mcp_servers": k.mcp_servers, "mcp_tools": k.mcp_tools, "team_id": k.team_id, "user_id": k.user_id,
+        "guardrails": k.guardrails,
     })
 }
 
@@ -136,6 +139,9 @@ fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> 
     }
     if let Some(user) = f.user_id {
         k.user_id = user;
+    }
+    if let Some(guardrails) = f.guardrails {
+        k.guardrails = guardrails;
     }
     if let Some(t) = f.expires_at {
         k.expires_at = Some(parse_time(&t, "expires_at")?);
@@ -207,6 +213,7 @@ pub async fn handle(
             let (id, secret, full_key) = key::generate().map_err(internal)?;
             let mut record = KeyRecord::new(id, app.auth.hasher().hash(&secret), now);
             apply(&mut record, fields, now)?;
+            orgs::known_guardrails(app, &record.guardrails)?;
             op.own_new_key(&mut record);
             op.check_key(&record)?;
             owners_exist(store, &record).await?;
@@ -269,6 +276,7 @@ async fn key_by_id(
         Method::GET => Ok(json_value(StatusCode::OK, &key_json(&record))),
         Method::PATCH => {
             apply(&mut record, parse_fields(body)?, now)?;
+            orgs::known_guardrails(app, &record.guardrails)?;
             op.check_key(&record)?;
             owners_exist(store, &record).await?;
             store.update_key(&record).await.map_err(internal)?;

@@ -29,6 +29,8 @@ pub struct GuardedRequest<'a> {
     pub key: Option<&'a str>,
     /// The team the request is charged to, when known.
     pub team: Option<&'a str>,
+    /// Guards (by name) the key and its team add to the configured ones.
+    pub added: [&'a [String]; 2],
     pub stream: bool,
 }
 
@@ -289,6 +291,7 @@ mod tests {
             requested: "m",
             key: None,
             team: None,
+            added: [&[], &[]],
             stream: true,
         }
     }

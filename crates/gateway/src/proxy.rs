@@ -184,6 +184,9 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
         requested: &exchange.routed.requested,
         key: identity.key().map(|k| k.id.as_str()),
         team: identity.team(),
+        added: identity
+            .key()
+            .map_or([&[], &[]], |k| [&k.guardrails[..], k.owners.team.as_ref().map_or(&[][..], |t| &t.guardrails[..])]),
         stream: call.stream,
     }
 }

@@ -41,6 +41,9 @@ pub struct KeyRecord {
     /// The user the key belongs to (`/admin/users`): their limits and budget apply too.
     #[serde(default)]
     pub user_id: Option<String>,
+    /// Guards (by name, from `guardrails:`) this key's requests get on top of the configured ones.
+    #[serde(default)]
+    pub guardrails: Vec<String>,
     /// The key's team and user as they were when the key was looked up (not stored with it).
     #[serde(skip)]
     pub owners: Owners,
@@ -77,6 +80,9 @@ pub struct TeamRecord {
     pub mcp_servers: Option<Vec<String>>,
     pub mcp_tools: Option<Vec<String>>,
     pub created_at: i64,
+    /// Guards (by name) every request of the team's keys gets on top of the configured ones.
+    #[serde(default)]
+    pub guardrails: Vec<String>,
 }
 
 /// A person (or service) the gateway knows: a role, memberships, and optional limits of their own.
@@ -160,6 +166,7 @@ impl KeyRecord {
             mcp_tools: None,
             team_id: None,
             user_id: None,
+            guardrails: Vec::new(),
             owners: Owners::default(),
         }
     }

@@ -85,6 +85,8 @@ struct TeamFields {
     mcp_servers: Option<Option<Vec<String>>>,
     #[serde(default, deserialize_with = "nullable")]
     mcp_tools: Option<Option<Vec<String>>>,
+    /// Guards every request of the team's keys gets on top of the configured ones.
+    guardrails: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,7 +142,7 @@ fn merged(mut head: Value, more: Value) -> Value {
 fn team_json(t: &TeamRecord) -> Value {
     merged(
         json!({"id": t.id, "name": t.name, "models": t.models, "mcp_servers": t.mcp_servers,
-               "mcp_tools": t.mcp_tools, "created_at": rfc3339(t.created_at)}),
+               "mcp_tools": t.mcp_tools, "guardrails": t.guardrails, "created_at": rfc3339(t.created_at)}),
         limits_json(&t.limits),
     )
 }
@@ -200,7 +202,20 @@ fn apply_team(t: &mut TeamRecord, f: TeamFields) -> Result<(), GatewayError> {
             *slot = v;
         }
     }
+    if let Some(guardrails) = f.guardrails {
+        t.guardrails = guardrails;
+    }
     Ok(())
+}
+
+/// Every name must be a guard under the configuration's `guardrails:` (a key or team adds guards
+/// the operator defined; it cannot define its own, nor take away the configured ones).
+pub(super) fn known_guardrails(app: &crate::app::App, names: &[String]) -> Result<(), GatewayError> {
+    let guards = &app.config.guardrails.guards;
+    match names.iter().find(|n| !guards.iter().any(|g| &g.name == *n)) {
+        Some(unknown) => Err(bad(format!("`{unknown}` is not a guard under `guardrails`"), Some("guardrails"))),
+        None => Ok(()),
+    }
 }
 
 fn apply_user(u: &mut UserRecord, f: UserFields, now_ms: i64) -> Result<(), GatewayError> {
@@ -288,8 +303,10 @@ async fn teams(
                     mcp_servers: None,
                     mcp_tools: None,
                     created_at: now,
+                    guardrails: Vec::new(),
                 };
                 apply_team(&mut team, fields)?;
+                known_guardrails(app, &team.guardrails)?;
                 store.insert_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
                 let after = team_json(&team);
                 call.audit("team.create", &team.id, None, Some(&after)).await;
@@ -320,6 +337,7 @@ async fn teams(
         (&Method::GET, None) => team_detail(app, store, &team).await,
         (&Method::PATCH, None) => {
             apply_team(&mut team, parse(body, "team")?)?;
+            known_guardrails(app, &team.guardrails)?;
             store.update_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
             keys_changed(app).await;
             let after = team_json(&team);

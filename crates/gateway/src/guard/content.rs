@@ -36,6 +36,8 @@ struct Inner {
     /// Bit masks over `guards`: every request's, and each model's own added to them.
     default: u64,
     per_model: HashMap<String, u64>,
+    /// A guard's index by its name (for the guards a key or team adds).
+    by_name: HashMap<String, usize>,
     count: CountVerdict,
 }
 
@@ -67,6 +69,7 @@ impl ContentGuards {
             guards: config.guards.clone(),
             default: mask_of(&config.default),
             per_model,
+            by_name: config.guards.iter().enumerate().map(|(i, g)| (g.name.clone(), i)).collect(),
             count,
         }))))
     }
@@ -90,11 +93,12 @@ impl ContentGuards {
 }
 
 impl Inner {
-    /// The guards that watch this request's traffic in this direction: the defaults, and the
-    /// model's own by the name the client used or the one it resolved to.
+    /// The guards that watch this request's traffic in this direction: the defaults, the model's
+    /// own by the name the client used or the one it resolved to, and those its key and team add.
     fn active(&self, request: &GuardedRequest<'_>, direction: Direction) -> u64 {
         let own = |name: &str| self.per_model.get(name).copied().unwrap_or(0);
-        let all = self.default | own(request.requested) | own(request.model);
+        let added = request.added.iter().flat_map(|list| list.iter()).filter_map(|n| self.by_name.get(n));
+        let all = added.fold(self.default | own(request.requested) | own(request.model), |m, &i| m | (1 << i));
         let watches = |on: &Directions| match direction {
             Direction::Request => on.request,
             Direction::Response => on.response,
@@ -178,6 +182,7 @@ impl ContentGuards {
             requested: "",
             key: None,
             team: None,
+            added: [&[], &[]],
             stream: false,
         };
         let calls = self.0.active(&tools, Direction::ToolCall);

@@ -5,7 +5,7 @@ use super::{to_i64, Store, StoreError};
 use crate::records::KeyRecord;
 
 const COLUMNS: &str = "id, secret_hash, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, \
-                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id";
+                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id, guardrails";
 
 /// One `api_keys` row as both drivers decode it (columns in `COLUMNS` order; more than sqlx's
 /// tuples reach, hence by hand).
@@ -28,6 +28,7 @@ struct KeyRow {
     mcp: Option<String>,
     team_id: Option<String>,
     user_id: Option<String>,
+    guardrails: Option<String>,
 }
 
 macro_rules! key_row_from {
@@ -54,6 +55,7 @@ macro_rules! key_row_from {
                     mcp: r.try_get(15)?,
                     team_id: r.try_get(16)?,
                     user_id: r.try_get(17)?,
+                    guardrails: r.try_get(18)?,
                 })
             }
         }
@@ -71,6 +73,7 @@ struct KeyParams {
     max_parallel: Option<i64>,
     /// `{"servers": …, "tools": …}`; None when both are None (every server and tool).
     mcp: Option<String>,
+    guardrails: Option<String>,
 }
 
 impl KeyParams {
@@ -82,6 +85,7 @@ impl KeyParams {
             tpm: k.tpm.map(|v| to_i64(v, "tpm")).transpose()?,
             max_parallel: k.max_parallel.map(i64::from),
             mcp: mcp_column(&k.mcp_servers, &k.mcp_tools)?,
+            guardrails: guardrails_column(&k.guardrails)?,
         })
     }
 }
@@ -91,7 +95,7 @@ impl Store {
     pub async fn insert_key(&self, k: &KeyRecord) -> Result<(), StoreError> {
         let p = KeyParams::new(k)?;
         let sql = format!(
-            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
         );
         with_pool!(self, |pool| {
             sqlx::query(&sql)
@@ -113,6 +117,7 @@ impl Store {
                 .bind(&p.mcp)
                 .bind(&k.team_id)
                 .bind(&k.user_id)
+                .bind(&p.guardrails)
                 .execute(pool)
                 .await?;
         });
@@ -158,7 +163,7 @@ impl Store {
         let sql = "UPDATE api_keys SET secret_hash = $2, name = $3, models = $4, rpm = $5, tpm = $6, \
                    max_parallel = $7, budget_usd = $8, budget_period = $9, expires_at = $10, revoked_at = $11, \
                    user_name = $12, team = $13, tags = $14, created_at = $15, mcp = $16, team_id = $17, \
-                   user_id = $18 WHERE id = $1";
+                   user_id = $18, guardrails = $19 WHERE id = $1";
         let affected = with_pool!(self, |pool| {
             sqlx::query(sql)
                 .bind(&k.id)
@@ -179,6 +184,7 @@ impl Store {
                 .bind(&p.mcp)
                 .bind(&k.team_id)
                 .bind(&k.user_id)
+                .bind(&p.guardrails)
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -200,6 +206,18 @@ pub(super) fn json_list(items: &[String]) -> Result<String, StoreError> {
 
 pub(super) fn parse_list(text: &str, what: &str) -> Result<Vec<String>, StoreError> {
     serde_json::from_str(text).map_err(|_| StoreError::Corrupt(format!("{what} is not a JSON list of strings")))
+}
+
+/// The `guardrails` column: a JSON list of guard names, NULL for none.
+pub(super) fn guardrails_column(names: &[String]) -> Result<Option<String>, StoreError> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    json_list(names).map(Some)
+}
+
+pub(super) fn parse_guardrails(column: Option<&str>) -> Result<Vec<String>, StoreError> {
+    column.map_or(Ok(Vec::new()), |text| parse_list(text, "guardrails"))
 }
 
 pub(super) fn narrow<T: TryFrom<i64>>(value: Option<i64>, what: &str) -> Result<Option<T>, StoreError> {
@@ -228,6 +246,7 @@ fn from_row(row: KeyRow) -> Result<KeyRecord, StoreError> {
         mcp_tools,
         team_id: row.team_id,
         user_id: row.user_id,
+        guardrails: parse_guardrails(row.guardrails.as_deref())?,
         owners: Default::default(),
     })
 }

@@ -28,6 +28,7 @@ const SQLITE: Embedded = &[
     (10, "0010_audit_log.sql", include_str!("../../../../migrations/sqlite/0010_audit_log.sql")),
     (11, "0011_user_sessions.sql", include_str!("../../../../migrations/sqlite/0011_user_sessions.sql")),
     (12, "0012_audit_exports.sql", include_str!("../../../../migrations/sqlite/0012_audit_exports.sql")),
+    (13, "0013_guardrails.sql", include_str!("../../../../migrations/sqlite/0013_guardrails.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -43,6 +44,7 @@ const POSTGRES: Embedded = &[
     (10, "0010_audit_log.sql", include_str!("../../../../migrations/postgres/0010_audit_log.sql")),
     (11, "0011_user_sessions.sql", include_str!("../../../../migrations/postgres/0011_user_sessions.sql")),
     (12, "0012_audit_exports.sql", include_str!("../../../../migrations/postgres/0012_audit_exports.sql")),
+    (13, "0013_guardrails.sql", include_str!("../../../../migrations/postgres/0013_guardrails.sql")),
 ];
 
 #[derive(Debug)]

@@ -297,3 +297,51 @@ async fn the_cli_manages_teams_users_and_members() {
     run(&["teams", "delete", &team_id]);
     assert_eq!(run(&["teams", "list"])["data"], serde_json::json!([]));
 }
+
+/// Guardrails a team or a key adds (issue 32): a key in a team gets the team's guards and its own
+/// on top of the configured ones, cannot drop the team's, and names only configured guards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_and_a_key_add_guardrails_and_a_key_cannot_drop_its_teams() {
+    let backend = mock(&["m"]).await;
+    backend.control().keep_bodies();
+    let dir = scratch_dir();
+    let guards = "guardrails:\n  blocker: {type: keywords, keywords: [nightingale], action: block}\n\
+                  \x20 codes: {type: patterns, patterns: {code: 'code-[0-9]+'}, action: mask}\n";
+    let gw = org_gateway(&[&backend], &dir, guards).await;
+    let client = TestClient::new();
+    let team = create(&client, &gw, "/admin/teams", r#"{"name": "guarded", "guardrails": ["blocker"]}"#, "id").await;
+    let in_team = create(&client, &gw, "/admin/keys", &format!(r#"{{"team_id": "{team}"}}"#), "key").await;
+    let masked = create(&client, &gw, "/admin/keys", r#"{"guardrails": ["codes"]}"#, "key").await;
+    let plain = create(&client, &gw, "/admin/keys", "{}", "key").await;
+    let ask =
+        |text: &str| serde_json::json!({"model": "m", "messages": [{"role": "user", "content": text}]}).to_string();
+
+    let r = chat_as(&client, &gw, &in_team, &ask("about nightingale")).await;
+    assert_eq!((r.status.as_u16(), r.json()["error"]["code"].as_str()), (400, Some("content_blocked")), "{}", r.text());
+    assert_eq!(chat_as(&client, &gw, &plain, &ask("about nightingale")).await.status, 200);
+    assert_eq!(chat_as(&client, &gw, &masked, &ask("my code-77")).await.status, 200);
+    assert_eq!(chat_as(&client, &gw, &plain, &ask("my code-78")).await.status, 200);
+    let sent = backend.control().bodies();
+    assert!(!sent.iter().any(|b| b.contains("code-77")) && sent.iter().any(|b| b.contains("code-78")), "{sent:?}");
+
+    // The key's own list cannot take the team's guard away; only the team's admin can.
+    let in_team_id = in_team.strip_prefix("sy-").and_then(|k| k.split('.').next()).unwrap().to_owned();
+    let r = admin(&client, &gw, Method::PATCH, &format!("/admin/keys/{in_team_id}"), r#"{"guardrails": []}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(chat_as(&client, &gw, &in_team, &ask("about nightingale")).await.status, 400);
+    let r = admin(&client, &gw, Method::PATCH, &format!("/admin/teams/{team}"), r#"{"guardrails": []}"#).await;
+    assert_eq!((r.status.as_u16(), &r.json()["guardrails"]), (200, &serde_json::json!([])), "{}", r.text());
+    assert_eq!(chat_as(&client, &gw, &in_team, &ask("about nightingale")).await.status, 200);
+
+    // Only configured guards can be named; the lists are shown and kept.
+    let r =
+        admin(&client, &gw, Method::PATCH, &format!("/admin/keys/{in_team_id}"), r#"{"guardrails": ["nope"]}"#).await;
+    assert_eq!((r.status.as_u16(), r.json()["error"]["param"].as_str()), (400, Some("guardrails")), "{}", r.text());
+    let r = admin(&client, &gw, Method::POST, "/admin/teams", r#"{"name": "t2", "guardrails": ["nope"]}"#).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r =
+        admin(&client, &gw, Method::PATCH, &format!("/admin/keys/{in_team_id}"), r#"{"guardrails": ["codes"]}"#).await;
+    assert_eq!(r.json()["guardrails"], serde_json::json!(["codes"]));
+    let shown = admin(&client, &gw, Method::GET, &format!("/admin/keys/{in_team_id}"), "").await.json();
+    assert_eq!(shown["guardrails"], serde_json::json!(["codes"]));
+}

@@ -131,6 +131,7 @@ fn key(id: &str, created_at: i64) -> KeyRecord {
         mcp_tools: None,
         team_id: None,
         user_id: None,
+        guardrails: Vec::new(),
         owners: Default::default(),
     }
 }
