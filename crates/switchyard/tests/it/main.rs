@@ -25,6 +25,7 @@ mod failover;
 mod fallback;
 mod fleet;
 mod guardrails;
+mod guardrails_corpus;
 mod guards;
 mod jwt;
 mod keys;
