@@ -108,7 +108,11 @@ async fn proceed(
     exchange: &mut Exchange,
     settlement: &mut Settlement,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    guard_request(call, identity, exchange).await?;
+    if guard_request(call, identity, exchange).await? {
+        if let Some(meter) = settlement.meter() {
+            meter.request_body_changed(exchange.client_body.clone());
+        }
+    }
     let cached = Cached::of(
         call.app,
         call.endpoint,
@@ -192,18 +196,19 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
 }
 
 /// Guard (request): every guard that applies sees the body, then the webhooks; a block refuses the
-/// request, a mask changes what is sent. Nothing to do without guards.
-async fn guard_request(call: &Call<'_>, identity: &Identity, exchange: &mut Exchange) -> Result<(), GatewayError> {
+/// request, a mask changes what is sent (true). Nothing to do without guards.
+async fn guard_request(call: &Call<'_>, identity: &Identity, exchange: &mut Exchange) -> Result<bool, GatewayError> {
     let guards = &call.app.guards;
     if guards.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let mut body = exchange.client_body.clone();
     let request = guarded(call, identity, exchange);
     guards.check_request(&request, &mut body)?;
     guards.check_remote(&request, &mut body, call.deadline).await?;
-    if body != exchange.client_body {
+    let changed = body != exchange.client_body;
+    if changed {
         exchange.replace_body(call.endpoint, body);
     }
-    Ok(())
+    Ok(changed)
 }

@@ -163,6 +163,14 @@ impl Meter {
         self.capture = Some(Box::new(Capture { redactor, max, request, response: Vec::new(), response_len: 0 }));
     }
 
+    /// A guard changed the request (masked it): the kept body is what was sent on, never the
+    /// client's raw text.
+    pub fn request_body_changed(&mut self, body: Bytes) {
+        if let Some(capture) = self.capture.as_mut() {
+            capture.request = body;
+        }
+    }
+
     /// Carry the request's tracing; a recorded trace is handed to `telemetry` when the request ends.
     pub fn trace(&mut self, telemetry: Arc<Telemetry>, tracing: Tracing) {
         self.traced = Some(Traced { telemetry, tracing });

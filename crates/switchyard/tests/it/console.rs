@@ -333,3 +333,33 @@ async fn bodies_kept_on_opt_in_are_redacted_and_cut_at_the_cap() {
     }
     gw.shutdown().await;
 }
+
+/// With guardrails masking, the request log keeps the masked request (what was sent on) and the
+/// masked answer (what the client got), never the raw text (issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_bodies_hold_the_text_as_guardrails_masked_it() {
+    let extra = "console: {store_bodies: true}\n\
+                 guardrails:\n  default: [pii]\n  pii: {type: pii, action: mask}\n";
+    let (gw, _backend) = console_gateway(extra).await;
+    let client = TestClient::new();
+    let (_, cookie) = login(&client, &gw, MASTER).await;
+    let cookie = cookie.unwrap();
+    let bearer = format!("Bearer {MASTER}");
+    let body =
+        serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "mail jane.doe@example.com"}]});
+    let r = client
+        .post_json(
+            &format!("{}/v1/chat/completions", gw.url()),
+            body.to_string().as_bytes(),
+            &[("authorization", &bearer)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.header("x-request-id").unwrap().to_owned();
+    logged(&client, &gw, &cookie, &id).await;
+    let kept =
+        call(&client, &gw, Method::GET, &format!("/ui/api/requests/bodies?id={id}"), "", &[("cookie", &cookie)]).await;
+    let request = kept.json()["request"].as_str().unwrap().to_owned();
+    assert!(request.contains("mail [EMAIL]") && !request.contains("jane.doe"), "{request}");
+}
