@@ -1,4 +1,6 @@
--- Guardrails a key or a team adds to what the configuration applies (issue 32): a JSON list of
--- guard names, NULL for none. A key's and its team's lists add to the defaults; none removes any.
+-- Guardrails (issue 32). A key's and a team's own guards, added to what the configuration applies:
+-- a JSON list of guard names, NULL for none (a key's and its team's lists add; none removes any).
+-- And each request's verdicts, `[{guard, kind, action, count}]` as JSON, NULL for none.
 ALTER TABLE api_keys ADD COLUMN guardrails TEXT;
 ALTER TABLE teams ADD COLUMN guardrails TEXT;
+ALTER TABLE usage_records ADD COLUMN guardrails TEXT;

@@ -32,6 +32,7 @@ fn record(i: usize) -> UsageRecord {
         response_bytes: None,
         route: None,
         bodies: None,
+        guardrails: Vec::new(),
     }
 }
 

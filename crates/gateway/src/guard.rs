@@ -32,6 +32,8 @@ pub struct GuardedRequest<'a> {
     /// Guards (by name) the key and its team add to the configured ones.
     pub added: [&'a [String]; 2],
     pub stream: bool,
+    /// Where verdicts are noted for the request's usage record (when it has one).
+    pub verdicts: Option<&'a Arc<crate::records::VerdictTally>>,
 }
 
 /// A guard's verdict on some bytes.
@@ -293,6 +295,7 @@ mod tests {
             team: None,
             added: [&[], &[]],
             stream: true,
+            verdicts: None,
         }
     }
 

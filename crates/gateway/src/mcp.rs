@@ -210,6 +210,7 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
             response_bytes: Some(call.response_bytes as u64),
             route: None,
             bodies: None,
+            guardrails: Vec::new(),
         };
         if let Err(e) = journal.append(&record) {
             tracing::error!(error = %e, "could not journal an MCP tool call's usage");

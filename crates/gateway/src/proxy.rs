@@ -69,6 +69,8 @@ pub(crate) struct Exchange {
     pub bodies: Bodies,
     /// Usage was asked for on a stream the client did not ask it for: hide it on the way back.
     pub strip_usage_chunk: bool,
+    /// The guards' verdicts on this request (with guards configured), for its record.
+    pub verdicts: Option<Arc<crate::records::VerdictTally>>,
 }
 
 pub async fn forward(
@@ -108,11 +110,7 @@ async fn proceed(
     exchange: &mut Exchange,
     settlement: &mut Settlement,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    if guard_request(call, identity, exchange).await? {
-        if let Some(meter) = settlement.meter() {
-            meter.request_body_changed(exchange.client_body.clone());
-        }
-    }
+    guard_request(call, identity, exchange, settlement).await?;
     let cached = Cached::of(
         call.app,
         call.endpoint,
@@ -158,7 +156,7 @@ impl Exchange {
         let client_body = routed.body.clone();
         let bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
         let strip_usage_chunk = ask_stream_usage(endpoint, &mut routed);
-        Exchange { routed, client_body, bodies, strip_usage_chunk }
+        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts: None }
     }
 
     /// The client's body changed (a guard masked it): what is sent upstream follows.
@@ -192,23 +190,37 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
             .key()
             .map_or([&[], &[]], |k| [&k.guardrails[..], k.owners.team.as_ref().map_or(&[][..], |t| &t.guardrails[..])]),
         stream: call.stream,
+        verdicts: exchange.verdicts.as_ref(),
     }
 }
 
 /// Guard (request): every guard that applies sees the body, then the webhooks; a block refuses the
-/// request, a mask changes what is sent (true). Nothing to do without guards.
-async fn guard_request(call: &Call<'_>, identity: &Identity, exchange: &mut Exchange) -> Result<bool, GatewayError> {
+/// request, a mask changes what is sent (and what the request log keeps). Verdicts, the answer's
+/// guards' too, go into the request's record. Nothing to do without guards.
+async fn guard_request(
+    call: &Call<'_>,
+    identity: &Identity,
+    exchange: &mut Exchange,
+    settlement: &mut Settlement,
+) -> Result<(), GatewayError> {
     let guards = &call.app.guards;
     if guards.is_empty() {
-        return Ok(false);
+        return Ok(());
     }
+    let tally = Arc::new(crate::records::VerdictTally::default());
+    if let Some(meter) = settlement.meter() {
+        meter.guard_verdicts(tally.clone());
+    }
+    exchange.verdicts = Some(tally);
     let mut body = exchange.client_body.clone();
     let request = guarded(call, identity, exchange);
     guards.check_request(&request, &mut body)?;
     guards.check_remote(&request, &mut body, call.deadline).await?;
-    let changed = body != exchange.client_body;
-    if changed {
+    if body != exchange.client_body {
         exchange.replace_body(call.endpoint, body);
+        if let Some(meter) = settlement.meter() {
+            meter.request_body_changed(exchange.client_body.clone());
+        }
     }
-    Ok(changed)
+    Ok(())
 }

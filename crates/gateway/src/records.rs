@@ -206,6 +206,41 @@ pub struct UsageRecord {
     /// secrets redacted, each cut at the configured size. Exports carry them too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bodies: Option<Box<StoredBodies>>,
+    /// What the guardrails found in the request and its answer, per guard, kind and action.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guardrails: Vec<GuardVerdict>,
+}
+
+/// One request's verdicts as the guards reach them (request, answer, webhooks), for its record.
+#[derive(Debug, Default)]
+pub struct VerdictTally(std::sync::Mutex<Vec<GuardVerdict>>);
+
+impl VerdictTally {
+    pub fn add(&self, guard: &str, kind: &str, action: &str) {
+        let Ok(mut verdicts) = self.0.lock() else { return };
+        match verdicts.iter_mut().find(|v| v.guard == guard && v.kind == kind && v.action == action) {
+            Some(v) => v.count += 1,
+            None => verdicts.push(GuardVerdict {
+                guard: guard.to_owned(),
+                kind: kind.to_owned(),
+                action: action.to_owned(),
+                count: 1,
+            }),
+        }
+    }
+
+    pub fn take(&self) -> Vec<GuardVerdict> {
+        self.0.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+    }
+}
+
+/// A guard's verdicts of one kind on one request: e.g. `pii`, `email`, `mask`, 2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardVerdict {
+    pub guard: String,
+    pub kind: String,
+    pub action: String,
+    pub count: u32,
 }
 
 /// A request's bodies as stored: text (lossy UTF-8), redacted, capped.

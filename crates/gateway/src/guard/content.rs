@@ -14,6 +14,7 @@ use super::json_text::{rewrite_texts, NOT_TEXT};
 use super::stream_text::{Shape, TextEvent};
 use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
 use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardrailsConfig};
+use crate::records::VerdictTally;
 
 /// Which way the text is going.
 #[derive(Clone, Copy)]
@@ -39,6 +40,13 @@ struct Inner {
     /// A guard's index by its name (for the guards a key or team adds).
     by_name: HashMap<String, usize>,
     count: CountVerdict,
+}
+
+/// Whether a check's verdicts are counted, and into which request's record.
+#[derive(Clone, Copy)]
+enum Count<'a> {
+    Not,
+    To(Option<&'a VerdictTally>),
 }
 
 fn action_name(action: GuardAction) -> &'static str {
@@ -86,9 +94,9 @@ impl ContentGuards {
         self.0.active(request, Direction::Request)
     }
 
-    /// Count a verdict in `/metrics`.
-    pub(super) fn count(&self, guard: &str, kind: &'static str, action: &'static str) {
-        (self.0.count)(guard, kind, action)
+    /// Count a verdict in `/metrics`, and in the request's record when it has one.
+    pub(super) fn count(&self, request: &GuardedRequest<'_>, guard: &str, kind: &'static str, action: &'static str) {
+        self.0.note(request.verdicts.map(|t| &**t), guard, kind, action)
     }
 }
 
@@ -126,13 +134,27 @@ impl Inner {
             .max_by_key(|(_, a)| rank(*a))
     }
 
+    /// A verdict: counted in `/metrics`, and in the request's record when it has one.
+    fn note(&self, tally: Option<&VerdictTally>, guard: &str, kind: &'static str, action: &'static str) {
+        (self.count)(guard, kind, action);
+        if let Some(tally) = tally {
+            tally.add(guard, kind, action);
+        }
+    }
+
     /// Check one JSON body's texts: the body masked (`None`: unchanged), or why it is blocked.
-    fn check(&self, body: &[u8], active: u64) -> Result<Option<Vec<u8>>, String> {
-        self.check_counted(body, active, true, NOT_TEXT)
+    fn check(&self, body: &[u8], active: u64, tally: Option<&VerdictTally>) -> Result<Option<Vec<u8>>, String> {
+        self.check_counted(body, active, Count::To(tally), NOT_TEXT)
     }
 
     /// `check`, its verdicts counted or not (a text already counted as it streamed).
-    fn check_counted(&self, body: &[u8], active: u64, count: bool, skip: &[&str]) -> Result<Option<Vec<u8>>, String> {
+    fn check_counted(
+        &self,
+        body: &[u8],
+        active: u64,
+        count: Count<'_>,
+        skip: &[&str],
+    ) -> Result<Option<Vec<u8>>, String> {
         let mut blocked: Option<String> = None;
         let rewritten = rewrite_texts(body, skip, |text| {
             if blocked.is_some() {
@@ -144,8 +166,8 @@ impl Inner {
             for f in &findings {
                 let Some((guard, action)) = self.decide(f, active) else { continue };
                 let name = &self.guards[guard].name;
-                if count {
-                    (self.count)(name, f.kind.name(), action_name(action));
+                if let Count::To(tally) = count {
+                    self.note(tally, name, f.kind.name(), action_name(action));
                 }
                 match action {
                     GuardAction::Block => {
@@ -184,6 +206,7 @@ impl ContentGuards {
             team: None,
             added: [&[], &[]],
             stream: false,
+            verdicts: None,
         };
         let calls = self.0.active(&tools, Direction::ToolCall);
         let results = self.0.active(&tools, Direction::ToolResult);
@@ -204,14 +227,14 @@ impl switchyard_mcp::tool_guard::ToolGuard for ToolGuards {
         if self.calls == 0 {
             return Ok(None);
         }
-        self.guards.check_counted(arguments, self.calls, true, &[])
+        self.guards.check_counted(arguments, self.calls, Count::To(None), &[])
     }
 
     fn result(&self, _server: &str, _tool: &str, result: &[u8]) -> switchyard_mcp::tool_guard::Checked {
         if self.results == 0 {
             return Ok(None);
         }
-        self.guards.check_counted(result, self.results, true, &[])
+        self.guards.check_counted(result, self.results, Count::To(None), &[])
     }
 }
 
@@ -226,7 +249,7 @@ impl Guard for ContentGuards {
         if active == 0 {
             return Verdict::Pass;
         }
-        match self.0.check(body, active) {
+        match self.0.check(body, active, request.verdicts.map(|t| &**t)) {
             Ok(None) => Verdict::Pass,
             Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),
             Err(reason) => Verdict::Block(reason),
@@ -239,7 +262,8 @@ impl Guard for ContentGuards {
             return None;
         }
         if !request.stream {
-            return Some(Box::new(WholeAnswer { guards: self.0.clone(), active, held: Vec::new() }));
+            let tally = request.verdicts.cloned();
+            return Some(Box::new(WholeAnswer { guards: self.0.clone(), active, held: Vec::new(), tally }));
         }
         let Some(shape) = Shape::of(request.endpoint) else {
             tracing::debug!(endpoint = ?request.endpoint, "streamed answers of this API are not guarded");
@@ -251,7 +275,8 @@ impl Guard for ContentGuards {
             .filter(|&i| active & (1 << i) != 0 && self.0.guards[i].action == GuardAction::Mask)
             .fold(0u64, |m, i| m | (1 << i));
         let masker = StreamMasker::for_guards(self.0.engine.clone(), GuardSet::from_bits(masking));
-        Some(Box::new(StreamedAnswer { guards: self.0.clone(), active, shape, masker, seen: 0, last: None }))
+        let tally = request.verdicts.cloned();
+        Some(Box::new(StreamedAnswer { guards: self.0.clone(), active, shape, masker, seen: 0, last: None, tally }))
     }
 }
 
@@ -260,6 +285,7 @@ struct WholeAnswer {
     guards: Arc<Inner>,
     active: u64,
     held: Vec<u8>,
+    tally: Option<Arc<VerdictTally>>,
 }
 
 impl AnswerGuard for WholeAnswer {
@@ -270,7 +296,7 @@ impl AnswerGuard for WholeAnswer {
 
     fn end(&mut self) -> Verdict {
         let held = std::mem::take(&mut self.held);
-        match self.guards.check(&held, self.active) {
+        match self.guards.check(&held, self.active, self.tally.as_deref()) {
             Ok(None) => Verdict::Replace(Bytes::from(held)),
             Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),
             Err(reason) => Verdict::Block(reason),
@@ -289,6 +315,7 @@ struct StreamedAnswer {
     seen: usize,
     /// The last text event: what text held past it goes out in.
     last: Option<TextEvent>,
+    tally: Option<Arc<VerdictTally>>,
 }
 
 impl StreamedAnswer {
@@ -299,7 +326,7 @@ impl StreamedAnswer {
         for f in findings {
             let Some((guard, action)) = self.guards.decide(f, self.active) else { continue };
             let name = &self.guards.guards[guard].name;
-            (self.guards.count)(name, f.kind.name(), action_name(action));
+            self.guards.note(self.tally.as_deref(), name, f.kind.name(), action_name(action));
             if action == GuardAction::Block {
                 return Err(format!("guardrail `{name}` (found: {})", f.kind.name()));
             }
@@ -328,7 +355,7 @@ impl AnswerGuard for StreamedAnswer {
                 Ok(held) => held,
                 Err(reason) => return Verdict::Block(reason),
             };
-            let event = match self.guards.check_counted(event, self.active, false, NOT_TEXT) {
+            let event = match self.guards.check_counted(event, self.active, Count::Not, NOT_TEXT) {
                 Ok(None) => event.clone(),
                 Ok(Some(masked)) => Bytes::from(masked),
                 Err(reason) => return Verdict::Block(reason),

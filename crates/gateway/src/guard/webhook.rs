@@ -86,16 +86,16 @@ impl WebhookGuards {
                 Ok(answer) => answer,
                 Err(e) if hook.fail_open => {
                     tracing::warn!(guard = %guard.name, error = %e, "webhook guard failed; letting the request through (on_error: open)");
-                    self.content.count(&guard.name, "webhook", "error");
+                    self.content.count(request, &guard.name, "webhook", "error");
                     continue;
                 }
                 Err(e) => {
                     tracing::warn!(guard = %guard.name, error = %e, "webhook guard failed; refusing the request (on_error: closed)");
-                    self.content.count(&guard.name, "webhook", "error");
+                    self.content.count(request, &guard.name, "webhook", "error");
                     return Err(GatewayError::GuardrailUnavailable);
                 }
             };
-            apply(&self.content, &guard.name, guard.action, answer, body)?;
+            apply(&self.content, request, &guard.name, guard.action, answer, body)?;
         }
         Ok(())
     }
@@ -144,6 +144,7 @@ impl WebhookGuards {
 /// One webhook's verdict on the body: counted, and applied unless the guard only logs.
 fn apply(
     content: &ContentGuards,
+    request: &GuardedRequest<'_>,
     guard: &str,
     action: GuardAction,
     answer: Answer,
@@ -153,7 +154,7 @@ fn apply(
     match answer.action {
         Action::Allow => Ok(()),
         Action::Block => {
-            content.count(guard, "webhook", if logging { "log" } else { "block" });
+            content.count(request, guard, "webhook", if logging { "log" } else { "block" });
             if logging {
                 return Ok(());
             }
@@ -165,7 +166,7 @@ fn apply(
             Err(super::blocked("", &reason))
         }
         Action::Mask => {
-            content.count(guard, "webhook", if logging { "log" } else { "mask" });
+            content.count(request, guard, "webhook", if logging { "log" } else { "mask" });
             if logging {
                 return Ok(());
             }

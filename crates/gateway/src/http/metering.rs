@@ -82,6 +82,8 @@ pub struct Meter {
     traced: Option<Traced>,
     /// Bodies being kept, when the operator opted in (boxed for the same reason).
     capture: Option<Box<Capture>>,
+    /// The guards' verdicts on this request (with guardrails configured).
+    verdicts: Option<Arc<crate::records::VerdictTally>>,
     config: Arc<Config>,
     /// Where time to first token and tokens are counted, for `/metrics` and the console.
     metrics: Arc<Metrics>,
@@ -139,10 +141,12 @@ impl Meter {
                 response_bytes: None,
                 route: None,
                 bodies: None,
+                guardrails: Vec::new(),
             },
             journal,
             traced: None,
             capture: None,
+            verdicts: None,
             config,
             metrics,
             started,
@@ -161,6 +165,11 @@ impl Meter {
     /// Keep the request body and what the client receives with the record, redacted, each cut at `max`.
     pub fn keep_bodies(&mut self, request: Bytes, max: usize, redactor: Arc<Redactor>) {
         self.capture = Some(Box::new(Capture { redactor, max, request, response: Vec::new(), response_len: 0 }));
+    }
+
+    /// Where the guards note their verdicts on this request; they go into its record.
+    pub fn guard_verdicts(&mut self, tally: Arc<crate::records::VerdictTally>) {
+        self.verdicts = Some(tally);
     }
 
     /// A guard changed the request (masked it): the kept body is what was sent on, never the
@@ -363,6 +372,9 @@ impl Meter {
         }
         if let Some(capture) = self.capture.take() {
             r.bodies = Some(Box::new(capture.finish()));
+        }
+        if let Some(tally) = self.verdicts.take() {
+            r.guardrails = tally.take();
         }
         if let Some(journal) = &self.journal {
             if let Err(e) = journal.append(r) {

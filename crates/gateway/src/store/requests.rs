@@ -63,6 +63,9 @@ pub struct RequestRow {
     pub response_bytes: Option<u64>,
     /// Whether bodies were kept for it (`console.store_bodies`).
     pub has_bodies: bool,
+    /// What the guardrails found: `[{guard, kind, action, count}]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub guardrails: Vec<crate::records::GuardVerdict>,
 }
 
 enum Param<'a> {
@@ -122,7 +125,7 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
     let sql = format!(
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
-         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL \
+         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails \
          FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
          LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
@@ -158,6 +161,11 @@ macro_rules! decode {
             tool: row.try_get(18)?,
             response_bytes: row.try_get::<Option<i64>, _>(19)?.map(|b| to_u64(b, "response_bytes")).transpose()?,
             has_bodies: row.try_get(20)?,
+            guardrails: row
+                .try_get::<Option<String>, _>(21)?
+                .map(|g| serde_json::from_str(&g).map_err(|_| StoreError::Corrupt(format!("guardrails {g}"))))
+                .transpose()?
+                .unwrap_or_default(),
         }
     }};
 }

@@ -14,10 +14,10 @@ pub const HOUR_MS: i64 = 3_600_000;
 
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
-                              response_bytes, route_reason";
-const RECORD_COLS: usize = 19;
+                              response_bytes, route_reason, guardrails";
+const RECORD_COLS: usize = 20;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement at most: 19 columns x 512 = 9,728 parameters, well under SQLite's 32,766 and
+/// Rows per multi-row statement at most: 20 columns x 512 = 10,240 parameters, well under SQLite's 32,766 and
 /// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
 const CHUNK_ROWS: usize = 512;
 
@@ -47,6 +47,8 @@ struct Row<'a> {
     completion: i64,
     total: i64,
     response_bytes: Option<i64>,
+    /// The guardrails' verdicts as JSON; None when there were none.
+    guardrails: Option<String>,
 }
 
 impl<'a> Row<'a> {
@@ -58,6 +60,7 @@ impl<'a> Row<'a> {
             completion: to_i64(r.completion_tokens, "completion_tokens")?,
             total: to_i64(r.total_tokens, "total_tokens")?,
             response_bytes: r.response_bytes.map(|b| to_i64(b, "response_bytes")).transpose()?,
+            guardrails: (!r.guardrails.is_empty()).then(|| serde_json::to_string(&r.guardrails).unwrap_or_default()),
         })
     }
 }
@@ -193,6 +196,7 @@ where
         .bind(&r.tool)
         .bind(row.response_bytes)
         .bind(&r.route)
+        .bind(&row.guardrails)
 }
 
 /// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.

@@ -171,6 +171,7 @@ mod tests {
             bodies: full.then(|| {
                 Box::new(StoredBodies { request: "{\"x\":1}".into(), response: "ok ✓".into(), truncated: false })
             }),
+            guardrails: Vec::new(),
         }
     }
 

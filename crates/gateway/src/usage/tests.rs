@@ -53,6 +53,7 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         response_bytes: None,
         route: None,
         bodies: None,
+        guardrails: Vec::new(),
     }
 }
 

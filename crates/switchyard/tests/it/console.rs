@@ -335,7 +335,8 @@ async fn bodies_kept_on_opt_in_are_redacted_and_cut_at_the_cap() {
 }
 
 /// With guardrails masking, the request log keeps the masked request (what was sent on) and the
-/// masked answer (what the client got), never the raw text (issue 32).
+/// masked answer (what the client got), never the raw text, and the record names the verdicts
+/// (issue 32).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_bodies_hold_the_text_as_guardrails_masked_it() {
     let extra = "console: {store_bodies: true}\n\

@@ -158,6 +158,7 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         response_bytes: None,
         route: None,
         bodies: None,
+        guardrails: Vec::new(),
     }
 }
 
