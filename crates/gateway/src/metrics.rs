@@ -151,6 +151,8 @@ pub struct Metrics {
     /// Guardrail findings: (guard, kind, action) → count. Guards come from config, kinds from a
     /// fixed list (or a guard's own pattern names), so the labels are bounded.
     guardrails: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str, &'static str), u64>>,
+    /// How long guardrail checks take: `builtin` (the detectors' one scan) or a webhook's name.
+    guardrail_latency: std::sync::Mutex<std::collections::BTreeMap<String, Histogram>>,
 }
 
 impl Default for Metrics {
@@ -172,6 +174,7 @@ impl Default for Metrics {
             mcp: mcp::McpMetrics::default(),
             fallbacks: std::sync::Mutex::default(),
             guardrails: std::sync::Mutex::default(),
+            guardrail_latency: std::sync::Mutex::default(),
         }
     }
 }
@@ -181,6 +184,15 @@ impl Metrics {
     pub fn count_guardrail(&self, guard: &str, kind: &'static str, action: &'static str) {
         let mut map = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
         *map.entry((guard.to_owned(), kind, action)).or_default() += 1;
+    }
+
+    /// A guardrail check took `took`.
+    pub fn time_guardrail(&self, guard: &str, took: Duration) {
+        let mut map = self.guardrail_latency.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(guard) {
+            Some(h) => h.observe(took),
+            None => map.entry(guard.to_owned()).or_default().observe(took),
+        }
     }
 
     pub fn count_request(&self, endpoint: Endpoint, status: u16) {
@@ -222,6 +234,37 @@ impl Metrics {
         }
     }
 
+    /// The guardrails' verdicts and check times, when any guard has been at work.
+    fn render_guardrails(&self, out: &mut String) {
+        let verdicts = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
+        if !verdicts.is_empty() {
+            out.push_str(
+                "# HELP switchyard_guardrail_verdicts_total Guardrail findings, by guard, kind and the action taken.\n",
+            );
+            out.push_str("# TYPE switchyard_guardrail_verdicts_total counter\n");
+            for ((guard, kind, action), n) in verdicts.iter() {
+                let guard = mcp::escape(guard);
+                let _ = writeln!(
+                    out,
+                    "switchyard_guardrail_verdicts_total{{guard=\"{guard}\",kind=\"{kind}\",action=\"{action}\"}} {n}"
+                );
+            }
+        }
+        drop(verdicts);
+        let latency = self.guardrail_latency.lock().unwrap_or_else(|p| p.into_inner());
+        if !latency.is_empty() {
+            out.push_str(
+                "# HELP switchyard_guardrail_duration_seconds Time a guardrail check took: the built-in detectors' \
+                 one scan of a request or whole answer (guard=\"builtin\"), or a webhook's call (by guard name).\n",
+            );
+            out.push_str("# TYPE switchyard_guardrail_duration_seconds histogram\n");
+            for (guard, h) in latency.iter() {
+                h.render(out, "switchyard_guardrail_duration_seconds", &format!("guard=\"{}\"", mcp::escape(guard)));
+            }
+        }
+        drop(latency);
+    }
+
     pub fn render(&self, backends: &[std::sync::Arc<Backend>]) -> String {
         let mut out = String::with_capacity(8192);
         out.push_str("# HELP switchyard_requests_total Requests answered, by endpoint and status class.\n");
@@ -241,21 +284,7 @@ impl Metrics {
         for (kind, counter) in ERROR_KINDS.iter().zip(&self.errors) {
             let _ = writeln!(out, "switchyard_errors_total{{kind=\"{kind}\"}} {}", counter.load(Relaxed));
         }
-        let verdicts = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
-        if !verdicts.is_empty() {
-            out.push_str(
-                "# HELP switchyard_guardrail_verdicts_total Guardrail findings, by guard, kind and the action taken.\n",
-            );
-            out.push_str("# TYPE switchyard_guardrail_verdicts_total counter\n");
-            for ((guard, kind, action), n) in verdicts.iter() {
-                let guard = mcp::escape(guard);
-                let _ = writeln!(
-                    out,
-                    "switchyard_guardrail_verdicts_total{{guard=\"{guard}\",kind=\"{kind}\",action=\"{action}\"}} {n}"
-                );
-            }
-        }
-        drop(verdicts);
+        self.render_guardrails(&mut out);
         let fallbacks = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
         if !fallbacks.is_empty() {
             out.push_str("# HELP switchyard_fallbacks_total Requests that fell back from a model to another.\n");

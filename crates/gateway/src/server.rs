@@ -133,9 +133,7 @@ pub async fn start_guarded(
     if let Some(store) = &app.store {
         crate::admin::audit_export::spawn(store, &app.config.exports, app.config.timeouts.connect);
     }
-    let metrics = app.metrics.clone();
-    let count: crate::guard::content::CountVerdict = Arc::new(move |g, k, a| metrics.count_guardrail(g, k, a));
-    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, count)? {
+    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, app.metrics.clone())? {
         Some(configured) => {
             if let (Some(front), Some(tools)) = (&app.mcp, configured.for_tools()) {
                 front.hub().guard_tools(Arc::new(tools));

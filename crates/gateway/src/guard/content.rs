@@ -14,6 +14,7 @@ use super::json_text::{rewrite_texts, NOT_TEXT};
 use super::stream_text::{Shape, TextEvent};
 use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
 use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardrailsConfig};
+use crate::metrics::Metrics;
 use crate::records::VerdictTally;
 
 /// Which way the text is going.
@@ -24,9 +25,6 @@ enum Direction {
     ToolCall,
     ToolResult,
 }
-
-/// Where each finding is counted: (guard, kind, action). The server counts them in `/metrics`.
-pub type CountVerdict = Arc<dyn Fn(&str, &'static str, &'static str) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct ContentGuards(Arc<Inner>);
@@ -39,8 +37,12 @@ struct Inner {
     per_model: HashMap<String, u64>,
     /// A guard's index by its name (for the guards a key or team adds).
     by_name: HashMap<String, usize>,
-    count: CountVerdict,
+    /// Where verdicts are counted and checks timed (`/metrics`).
+    metrics: Arc<Metrics>,
 }
+
+/// The label the built-in detectors' checks are timed under (one scan serves all of them).
+const BUILTIN: &str = "builtin";
 
 /// Whether a check's verdicts are counted, and into which request's record.
 #[derive(Clone, Copy)]
@@ -63,7 +65,7 @@ fn mask_of(list: &[usize]) -> u64 {
 
 impl ContentGuards {
     /// The guards as configured; `None` when there are none.
-    pub fn build(config: &GuardrailsConfig, count: CountVerdict) -> Result<Option<ContentGuards>, String> {
+    pub fn build(config: &GuardrailsConfig, metrics: Arc<Metrics>) -> Result<Option<ContentGuards>, String> {
         if config.is_empty() {
             return Ok(None);
         }
@@ -78,7 +80,7 @@ impl ContentGuards {
             default: mask_of(&config.default),
             per_model,
             by_name: config.guards.iter().enumerate().map(|(i, g)| (g.name.clone(), i)).collect(),
-            count,
+            metrics,
         }))))
     }
 }
@@ -92,6 +94,11 @@ impl ContentGuards {
     /// The guards that watch this request's body.
     pub(super) fn active_on_request(&self, request: &GuardedRequest<'_>) -> u64 {
         self.0.active(request, Direction::Request)
+    }
+
+    /// A check took `took` (a webhook's call, by the guard's name).
+    pub(super) fn time(&self, guard: &str, took: std::time::Duration) {
+        self.0.metrics.time_guardrail(guard, took);
     }
 
     /// Count a verdict in `/metrics`, and in the request's record when it has one.
@@ -136,15 +143,19 @@ impl Inner {
 
     /// A verdict: counted in `/metrics`, and in the request's record when it has one.
     fn note(&self, tally: Option<&VerdictTally>, guard: &str, kind: &'static str, action: &'static str) {
-        (self.count)(guard, kind, action);
+        self.metrics.count_guardrail(guard, kind, action);
         if let Some(tally) = tally {
             tally.add(guard, kind, action);
         }
     }
 
     /// Check one JSON body's texts: the body masked (`None`: unchanged), or why it is blocked.
+    /// Timed as the built-in detectors' (`builtin`): one scan serves every guard.
     fn check(&self, body: &[u8], active: u64, tally: Option<&VerdictTally>) -> Result<Option<Vec<u8>>, String> {
-        self.check_counted(body, active, Count::To(tally), NOT_TEXT)
+        let started = std::time::Instant::now();
+        let checked = self.check_counted(body, active, Count::To(tally), NOT_TEXT);
+        self.metrics.time_guardrail(BUILTIN, started.elapsed());
+        checked
     }
 
     /// `check`, its verdicts counted or not (a text already counted as it streamed).

@@ -82,7 +82,10 @@ impl WebhookGuards {
             if texts.is_empty() {
                 continue;
             }
-            let answer = match self.ask(hook, &guard.name, request, &texts, deadline).await {
+            let started = Instant::now();
+            let asked = self.ask(hook, &guard.name, request, &texts, deadline).await;
+            self.content.time(&guard.name, started.elapsed());
+            let answer = match asked {
                 Ok(answer) => answer,
                 Err(e) if hook.fail_open => {
                     tracing::warn!(guard = %guard.name, error = %e, "webhook guard failed; letting the request through (on_error: open)");

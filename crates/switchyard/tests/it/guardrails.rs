@@ -405,6 +405,11 @@ async fn a_webhook_guard_allows_masks_and_blocks_and_its_failures_follow_on_erro
         metrics.contains(r#"switchyard_guardrail_verdicts_total{guard="hook",kind="webhook",action="mask"} 1"#),
         "{metrics}"
     );
+    // Each call to the webhook is timed under its name; the built-in detectors' scans as `builtin`.
+    let timed =
+        |guard: &str| metric(&metrics, &format!("switchyard_guardrail_duration_seconds_count{{guard=\"{guard}\"}} "));
+    assert_eq!(timed("hook"), Some(3), "{metrics}");
+    assert!(timed("builtin") >= Some(3), "{metrics}");
 
     // Down: `closed` refuses with a 503 at once, `open` lets the request through.
     let down = format!("http://{}/check", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
