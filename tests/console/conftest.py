@@ -75,6 +75,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "aliases: {fast: m}\n"
         f"prices: {{{MODEL}: {{input_per_million: 3.0, output_per_million: 15.0}}}}\n"
         f"backends:\n  - {{name: b0, url: '{mock.url}'}}\n"
+        # A guard no request gets unless its key or team names it (the keys page's guardrails field).
+        "guardrails: {blocker: {type: keywords, keywords: [nightingale], action: block}}\n"
         # A stdio MCP server, so the MCP page has servers, tools and calls to show.
         f"mcp: {{servers: [{{name: files, command: ['{sys.executable}', '{Path(__file__).with_name('mock_mcp.py')}']}}]}}\n"
     )

@@ -119,6 +119,22 @@ def test_a_key_created_in_the_ui_works_until_revoked_there(page: Page, stack: St
     assert stack.chat(key=key)[0] == 401
 
 
+def test_a_key_created_with_guardrails_gets_them(page: Page, stack: Stack) -> None:
+    page.goto(stack.url + "/ui#/keys")
+    form = page.locator("form[data-testid=key-create]")
+    form.locator("input[name=name]").fill("guarded-in-the-browser")
+    form.locator("input[name=guardrails]").fill("blocker")
+    form.locator("button[type=submit]").click()
+    secret = page.locator("[data-testid=key-secret]")
+    expect(secret).to_contain_text("sy-")
+    key = next(w for w in secret.inner_text().split() if w.startswith("sy-"))
+    ask = {"model": MODEL, "messages": [{"role": "user", "content": "about nightingale"}]}
+    status, _, body = stack.call("/v1/chat/completions", ask, key)
+    assert (status, body["error"]["code"]) == (400, "content_blocked"), body
+    # Another key (the master key here) does not get the key's guard.
+    assert stack.call("/v1/chat/completions", ask)[0] == 200
+
+
 def test_find_a_request_by_id_and_filter_the_log(page: Page, stack: Stack) -> None:
     _, wanted = stack.chat()
     status, failed = stack.chat(model="no-such-model")

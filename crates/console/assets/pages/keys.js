@@ -47,6 +47,7 @@ export const keys = {
       h('div.form-grid', null,
         field('Name', h('input', { name: 'name', placeholder: 'e.g. ci-bot', spellcheck: 'false' }), 'span-2'),
         field('Models', h('input', { name: 'models', placeholder: 'llama-3.1-8b, fast', spellcheck: 'false' }), 'span-2', 'comma separated, blank = all'),
+        field('Guardrails', h('input', { name: 'guardrails', placeholder: 'pii, secrets', spellcheck: 'false' }), 'span-2', 'comma separated, added to the configured ones'),
         teamField,
         userField,
         field('Requests / min', h('input', { name: 'rpm', type: 'number', min: '0', step: '1', inputmode: 'numeric' })),
@@ -77,6 +78,8 @@ export const keys = {
       if (name) body.name = name;
       const models = splitList(fd.get('models'));
       if (models.length) body.models = models;
+      const guardrails = splitList(fd.get('guardrails'));
+      if (guardrails.length) body.guardrails = guardrails;
       for (const [k, integer] of [['rpm', true], ['tpm', true], ['max_parallel', true], ['budget_usd', false]]) {
         const n = numField(fd.get(k), integer);
         if (Number.isNaN(n)) { createError.textContent = `${k} must be a ${integer ? 'whole ' : ''}number ≥ 0.`; return; }
@@ -217,7 +220,7 @@ export const keys = {
       const initial = {
         models: (k.models || []).join(', '), rpm: k.rpm ?? '', tpm: k.tpm ?? '', max_parallel: k.max_parallel ?? '',
         budget_usd: k.budget_usd ?? '', budget_period: k.budget_period || 'none',
-        team_id: k.team_id || '', user_id: k.user_id || '',
+        team_id: k.team_id || '', user_id: k.user_id || '', guardrails: (k.guardrails || []).join(', '),
       };
       // Admins may move a key to another team or owner.
       const owners = admin ? h('div.owner-grid', null,
@@ -231,6 +234,7 @@ export const keys = {
       const form = h('form', { 'data-testid': 'key-edit', autocomplete: 'off' },
         h('div.edit-grid', null,
           f('Models', h('input', { name: 'models', value: initial.models, placeholder: 'all models (comma separated)' })),
+          f('Guardrails', h('input', { name: 'guardrails', value: initial.guardrails, placeholder: 'added guards (comma separated)' })),
           f('Requests / min', h('input', { name: 'rpm', type: 'number', min: '0', step: '1', value: initial.rpm })),
           f('Tokens / min', h('input', { name: 'tpm', type: 'number', min: '0', step: '1', value: initial.tpm })),
           f('Max parallel', h('input', { name: 'max_parallel', type: 'number', min: '0', step: '1', value: initial.max_parallel })),
@@ -248,6 +252,8 @@ export const keys = {
         const body = {};
         const models = String(fd.get('models') || '');
         if (splitList(models).join(',') !== splitList(initial.models).join(',')) body.models = splitList(models);
+        const guardrails = String(fd.get('guardrails') || '');
+        if (splitList(guardrails).join(',') !== splitList(initial.guardrails).join(',')) body.guardrails = splitList(guardrails);
         for (const [key, integer] of [['rpm', true], ['tpm', true], ['max_parallel', true], ['budget_usd', false]]) {
           const n = numField(fd.get(key), integer);
           if (Number.isNaN(n)) { err.textContent = `${key} must be a ${integer ? 'whole ' : ''}number ≥ 0.`; return; }

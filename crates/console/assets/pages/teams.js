@@ -20,6 +20,7 @@ function teamFields(t = {}) {
   return h('div.form-grid', null,
     field('Name', h('input', { name: 'name', value: t.name ?? '', placeholder: 'e.g. research', spellcheck: 'false', required: true }), 'span-2'),
     field('Models', h('input', { name: 'models', value: (t.models || []).join(', '), placeholder: 'llama-3.1-8b, fast', spellcheck: 'false' }), 'span-2', 'comma separated, blank = all'),
+    field('Guardrails', h('input', { name: 'guardrails', value: (t.guardrails || []).join(', '), placeholder: 'pii, secrets', spellcheck: 'false' }), 'span-2', "comma separated, every key of the team gets them"),
     limitInputs(t));
 }
 
@@ -31,6 +32,8 @@ function readTeam(form, t) {
   if (!t ? name : name !== t.name) body.name = name;
   const models = splitList(fd.get('models'));
   if (!t ? models.length : models.join(',') !== (t.models || []).join(',')) body.models = models;
+  const guardrails = splitList(fd.get('guardrails'));
+  if (!t ? guardrails.length : guardrails.join(',') !== (t.guardrails || []).join(',')) body.guardrails = guardrails;
   const err = readLimits(fd, body, t);
   return { body, err };
 }
@@ -132,7 +135,8 @@ function mountTeam(root, id, signal) {
         fact('Created', fmtIsoDate(team.created_at)),
         // The team's request log is for those who run it (a member sees only their own requests).
         manage ? fact('Requests', h('a', { href: `#/requests?team=${encodeURIComponent(team.name)}`, text: 'Request log' })) : null),
-      h('div.models', null, h('span.k', { text: 'Models' }), chips(team.models, 'all models')));
+      h('div.models', null, h('span.k', { text: 'Models' }), chips(team.models, 'all models')),
+      h('div.models', null, h('span.k', { text: 'Guardrails' }), chips(team.guardrails, 'the configured ones')));
     spendBox.replaceChildren(spendBar(team.spend_usd, team.budget_usd, team.budget_period, 'team-spend'));
     renderMembers();
     renderKeys();

@@ -444,7 +444,7 @@ async fn a_slow_webhook_is_given_up_at_its_timeout_or_the_requests_deadline() {
         let took = started.elapsed();
         assert_eq!(r.status, status, "{timeout} {on_error}: {}", r.text());
         // It waited for the webhook until then, and not much longer (a loaded debug build's
-        // margin; the release figure is in RELIABILITY.md).
+        // margin; release figures are in RELIABILITY.md).
         assert!(took >= due && took < due + Duration::from_millis(250), "{timeout} {top} {on_error}: {took:?}");
     }
 }
