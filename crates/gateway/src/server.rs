@@ -133,7 +133,8 @@ pub async fn start_guarded(
     if let Some(store) = &app.store {
         crate::admin::audit_export::spawn(store, &app.config.exports, app.config.timeouts.connect);
     }
-    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, app.metrics.clone())? {
+    let guard_metrics = Arc::new(GuardrailMetrics(app.metrics.clone()));
+    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, guard_metrics)? {
         Some(configured) => {
             if let (Some(front), Some(tools)) = (&app.mcp, configured.for_tools()) {
                 front.hub().guard_tools(Arc::new(tools));
@@ -472,5 +473,19 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
     tokio::select! {
         _ = drain.closed() => tracing::info!("all connections closed"),
         _ = tokio::time::sleep(grace) => tracing::warn!("shutdown grace period over; dropping remaining connections"),
+    }
+}
+
+/// The guardrails' verdicts and check times, in `/metrics` (the guard layer sits beside metrics,
+/// so it is handed this rather than importing it).
+struct GuardrailMetrics(Arc<crate::metrics::Metrics>);
+
+impl crate::guard::content::GuardMetrics for GuardrailMetrics {
+    fn count(&self, guard: &str, kind: &'static str, action: &'static str) {
+        self.0.count_guardrail(guard, kind, action);
+    }
+
+    fn time(&self, guard: &str, took: std::time::Duration) {
+        self.0.time_guardrail(guard, took);
     }
 }

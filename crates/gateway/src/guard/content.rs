@@ -14,7 +14,6 @@ use super::json_text::{rewrite_texts, NOT_TEXT};
 use super::stream_text::{Shape, TextEvent};
 use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
 use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardrailsConfig};
-use crate::metrics::Metrics;
 use crate::records::VerdictTally;
 
 /// Which way the text is going.
@@ -29,6 +28,14 @@ enum Direction {
 #[derive(Clone)]
 pub struct ContentGuards(Arc<Inner>);
 
+/// Where verdicts are counted and checks timed (the server's `/metrics`).
+pub trait GuardMetrics: Send + Sync {
+    /// A finding and the action taken: (guard, kind, action).
+    fn count(&self, guard: &str, kind: &'static str, action: &'static str);
+    /// A check took `took`: the detectors' scan (`builtin`), or a webhook's call by its name.
+    fn time(&self, guard: &str, took: std::time::Duration);
+}
+
 struct Inner {
     engine: Arc<Engine>,
     guards: Vec<GuardConfig>,
@@ -38,7 +45,7 @@ struct Inner {
     /// A guard's index by its name (for the guards a key or team adds).
     by_name: HashMap<String, usize>,
     /// Where verdicts are counted and checks timed (`/metrics`).
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn GuardMetrics>,
 }
 
 /// The label the built-in detectors' checks are timed under (one scan serves all of them).
@@ -65,7 +72,7 @@ fn mask_of(list: &[usize]) -> u64 {
 
 impl ContentGuards {
     /// The guards as configured; `None` when there are none.
-    pub fn build(config: &GuardrailsConfig, metrics: Arc<Metrics>) -> Result<Option<ContentGuards>, String> {
+    pub fn build(config: &GuardrailsConfig, metrics: Arc<dyn GuardMetrics>) -> Result<Option<ContentGuards>, String> {
         if config.is_empty() {
             return Ok(None);
         }
@@ -98,7 +105,7 @@ impl ContentGuards {
 
     /// A check took `took` (a webhook's call, by the guard's name).
     pub(super) fn time(&self, guard: &str, took: std::time::Duration) {
-        self.0.metrics.time_guardrail(guard, took);
+        self.0.metrics.time(guard, took);
     }
 
     /// Count a verdict in `/metrics`, and in the request's record when it has one.
@@ -143,7 +150,7 @@ impl Inner {
 
     /// A verdict: counted in `/metrics`, and in the request's record when it has one.
     fn note(&self, tally: Option<&VerdictTally>, guard: &str, kind: &'static str, action: &'static str) {
-        self.metrics.count_guardrail(guard, kind, action);
+        self.metrics.count(guard, kind, action);
         if let Some(tally) = tally {
             tally.add(guard, kind, action);
         }
@@ -154,7 +161,7 @@ impl Inner {
     fn check(&self, body: &[u8], active: u64, tally: Option<&VerdictTally>) -> Result<Option<Vec<u8>>, String> {
         let started = std::time::Instant::now();
         let checked = self.check_counted(body, active, Count::To(tally), NOT_TEXT);
-        self.metrics.time_guardrail(BUILTIN, started.elapsed());
+        self.metrics.time(BUILTIN, started.elapsed());
         checked
     }
 
