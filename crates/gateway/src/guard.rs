@@ -130,10 +130,8 @@ impl Guards {
     /// The answer guards for one request, chained; `None` when no guard watches answers.
     pub fn answer(&self, request: &GuardedRequest<'_>) -> Option<Box<AnswerGuards>> {
         let watching: Vec<_> = self.list.iter().filter_map(|g| Some((g.clone(), g.answer(request)?))).collect();
-        // Ollama streams JSON lines: a guard sees one line at a time.
-        let lines = request.stream && matches!(request.endpoint, Endpoint::OllamaChat | Endpoint::OllamaGenerate);
-        (!watching.is_empty())
-            .then(|| Box::new(AnswerGuards { watching, pending: Vec::new(), lines, endpoint: request.endpoint }))
+        let (endpoint, stream) = (request.endpoint, request.stream);
+        (!watching.is_empty()).then(|| Box::new(AnswerGuards { watching, pending: Vec::new(), endpoint, stream }))
     }
 }
 
@@ -158,28 +156,32 @@ pub struct AnswerGuards {
     watching: Vec<(Arc<dyn Guard>, Box<dyn AnswerGuard>)>,
     /// Bytes of a server-sent event (or line) not yet complete.
     pending: Vec<u8>,
-    /// The answer is a stream of JSON lines (Ollama's), not of server-sent events.
-    lines: bool,
-    /// The client's API: a blocked answer ends with its own error event.
+    /// The client's API: a blocked stream ends with its own error event.
     endpoint: Endpoint,
+    /// The answer is a stream (server-sent events, or Ollama's JSON lines).
+    stream: bool,
 }
 
-/// An answer guard blocked the answer: which guard, and why, and the client's API.
+/// An answer guard blocked the answer: which guard, and why; the client's API, and whether the
+/// answer was a stream (which ends with an error event; a whole answer is cut).
 pub struct Blocked {
     pub guard: String,
     pub reason: String,
     pub endpoint: Endpoint,
+    pub stream: bool,
 }
 
 impl AnswerGuards {
     /// One frame on its way to the client: what to send instead (possibly nothing yet).
     pub fn frame(&mut self, data: Bytes, sse: bool) -> Result<Bytes, Blocked> {
-        if !sse && !self.lines {
+        // Ollama streams JSON lines: a guard sees one line at a time.
+        let lines = self.stream && matches!(self.endpoint, Endpoint::OllamaChat | Endpoint::OllamaGenerate);
+        if !sse && !lines {
             return self.through(data);
         }
         self.pending.extend_from_slice(&data);
         let mut out = Vec::new();
-        let end_of = if self.lines { line_end } else { event_end };
+        let end_of = if lines { line_end } else { event_end };
         while let Some(end) = end_of(&self.pending) {
             let event = Bytes::from(self.pending.drain(..end).collect::<Vec<u8>>());
             out.extend_from_slice(&self.through(event)?);
@@ -218,12 +220,12 @@ impl AnswerGuards {
     }
 
     fn blocked(&self, guard: &str, reason: String) -> Blocked {
-        Blocked { guard: guard.to_owned(), reason, endpoint: self.endpoint }
+        Blocked { guard: guard.to_owned(), reason, endpoint: self.endpoint, stream: self.stream }
     }
 
     /// `bytes` through the guards from the `first`th on.
     fn through_from(&mut self, first: usize, mut bytes: Bytes) -> Result<Bytes, Blocked> {
-        let endpoint = self.endpoint;
+        let (endpoint, stream) = (self.endpoint, self.stream);
         for (guard, watcher) in &mut self.watching[first..] {
             if bytes.is_empty() {
                 break;
@@ -231,7 +233,9 @@ impl AnswerGuards {
             match watcher.event(&bytes) {
                 Verdict::Pass => {}
                 Verdict::Replace(changed) => bytes = changed,
-                Verdict::Block(reason) => return Err(Blocked { guard: guard.name().to_owned(), reason, endpoint }),
+                Verdict::Block(reason) => {
+                    return Err(Blocked { guard: guard.name().to_owned(), reason, endpoint, stream });
+                }
             }
         }
         Ok(bytes)

@@ -161,14 +161,7 @@ pub fn main() -> ExitCode {
     if matches!(cli.command, Command::Mock { .. }) {
         crate::fd_limit::raise_to(2 * 10_000 + 1024);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async move {
+    crate::exit::run_to_exit(async move {
         match cli.command {
             Command::Serve { config, listen } => serve(config, listen).await,
             Command::Check { config, offline } => check(config, offline).await,
@@ -234,14 +227,7 @@ pub fn main() -> ExitCode {
                 crate::seed::run(&storage, records, end_ms.unwrap_or(crate::seed::END_MS)).await
             }
         }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 fn init_tracing() {

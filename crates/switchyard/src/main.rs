@@ -6,6 +6,7 @@ mod audit;
 mod bench;
 mod cli;
 mod demo;
+mod exit;
 mod fd_limit;
 mod keys;
 mod orgs;

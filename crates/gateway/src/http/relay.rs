@@ -21,7 +21,6 @@ use tokio::time::{Instant, Sleep};
 
 use super::metering::Meter;
 use super::resume::Resumable;
-use crate::endpoint::Endpoint;
 use crate::error::{sse_error_event, GatewayError};
 use crate::guard::{AnswerGuards, Blocked};
 use crate::metrics::Metrics;
@@ -231,7 +230,7 @@ fn blocked(this: &mut RelayBodyProj<'_>, b: Blocked) -> Polled {
     this.completion.metrics.count_error("content_blocked");
     let message = crate::guard::blocked_message(&b.guard, &b.reason);
     settle_broken(this);
-    let streamed = *this.sse || matches!(b.endpoint, Endpoint::OllamaChat | Endpoint::OllamaGenerate);
+    let streamed = *this.sse || b.stream;
     let error = ApiError {
         code: Some("content_blocked".to_owned()),
         ..ApiError::new(ErrorKind::InvalidRequest, message.clone())

@@ -160,18 +160,30 @@ fn decoder(wire: Wire, context: ResponseContext) -> Option<Box<dyn StreamDecoder
 /// Responses' and Anthropic's `error` events, Gemini's error object, Ollama's `{"error": …}`
 /// line), for a stream stopped by the gateway itself (a guard's block). `None`: not a stream API.
 pub fn error_event(endpoint: Endpoint, error: ApiError) -> Option<Bytes> {
-    let mut encoder: Box<dyn StreamEncoder + Send> = match endpoint {
-        Endpoint::ChatCompletions => Box::new(openai_chat::SseEncoder::new(false)),
+    let mut encoder = client_encoder(endpoint, None)?;
+    let mut out = Vec::new();
+    encoder.encode(&StreamEvent::Error(error), &mut out);
+    Some(Bytes::from(out))
+}
+
+/// The encoder of a client of `endpoint`'s stream; `request` gives what the answer repeats of it
+/// (Responses' settings, whether OpenAI Chat usage was asked for). Without one (an error event
+/// alone), the defaults. `None` if the endpoint has no stream, or Responses' settings are unreadable.
+fn client_encoder(endpoint: Endpoint, request: Option<&Decoded>) -> Option<Box<dyn StreamEncoder + Send>> {
+    Some(match endpoint {
+        Endpoint::ChatCompletions => {
+            Box::new(openai_chat::SseEncoder::new(request.is_some_and(Decoded::include_usage)))
+        }
         Endpoint::Messages => Box::new(anthropic::SseEncoder::new()),
-        Endpoint::Responses => Box::<responses::SseEncoder>::default(),
+        Endpoint::Responses => match request {
+            Some(request) => Box::new(responses::SseEncoder::new(request.echo()?)),
+            None => Box::<responses::SseEncoder>::default(),
+        },
         Endpoint::OllamaChat => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Chat)),
         Endpoint::OllamaGenerate => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Generate)),
         Endpoint::GeminiStream => Box::new(gemini::SseEncoder::new()),
         _ => return None,
-    };
-    let mut out = Vec::new();
-    encoder.encode(&StreamEvent::Error(error), &mut out);
-    Some(Bytes::from(out))
+    })
 }
 
 impl StreamTranslator {
@@ -182,15 +194,7 @@ impl StreamTranslator {
         context: ResponseContext,
         request: &Decoded,
     ) -> Option<StreamTranslator> {
-        let encoder: Box<dyn StreamEncoder + Send> = match endpoint {
-            Endpoint::ChatCompletions => Box::new(openai_chat::SseEncoder::new(request.include_usage())),
-            Endpoint::Messages => Box::new(anthropic::SseEncoder::new()),
-            Endpoint::Responses => Box::new(responses::SseEncoder::new(request.echo()?)),
-            Endpoint::OllamaChat => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Chat)),
-            Endpoint::OllamaGenerate => Box::new(ollama::NdjsonEncoder::new(ollama::Endpoint::Generate)),
-            Endpoint::GeminiStream => Box::new(gemini::SseEncoder::new()),
-            _ => return None,
-        };
+        let encoder = client_encoder(endpoint, Some(request))?;
         Some(StreamTranslator::new(decoder(wire, context)?, Some(encoder)))
     }
 

@@ -12,6 +12,9 @@ use clap::Parser;
 #[path = "../fd_limit.rs"]
 mod fd_limit;
 
+#[path = "../exit.rs"]
+mod exit;
+
 /// The argument that makes this binary the bare proxy (spawned by `bench floor`).
 const BARE_PROXY: &str = switchyard_bench::procs::BARE_PROXY_COMMAND;
 
@@ -51,26 +54,12 @@ fn main() -> ExitCode {
         }
         Command::Bench(Box::new(cli.args))
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async move {
+    exit::run_to_exit(async move {
         match command {
             Command::Bench(args) => switchyard_bench::run(*args).await,
             Command::BareProxy(p) => switchyard_bench::bare_proxy::run(p.listen, &p.upstream).await,
         }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 enum Command {
