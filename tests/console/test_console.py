@@ -72,6 +72,8 @@ def test_the_overview_moves_with_traffic_and_refreshes_with_one_request(page: Pa
     expect(page.locator("[data-testid=stat-rps]")).to_contain_text(re.compile(r"[1-9]"), timeout=15_000)
     expect(page.locator("[data-testid=stat-requests-today]")).to_contain_text(re.compile(r"[1-9]"), timeout=20_000)
     assert canvas_has_ink(page, "[data-testid=chart-rps]")
+    # Guardrails are configured here (conftest): their verdicts chart is shown.
+    expect(page.locator("[data-testid=chart-guardrails]")).to_be_visible()
     # At most 3 requests per refresh (here: exactly the one overview call each time).
     calls.clear()
     page.wait_for_timeout(3 * REFRESH_S * 1000)

@@ -33,6 +33,7 @@ fn record(i: usize) -> UsageRecord {
         route: None,
         bodies: None,
         guardrails: Vec::new(),
+        guard_call: None,
     }
 }
 

@@ -8,8 +8,10 @@
 
 pub mod content;
 mod json_text;
+pub mod model;
+pub mod remote;
 mod stream_text;
-pub mod webhook;
+mod webhook;
 
 use std::sync::Arc;
 
@@ -76,42 +78,58 @@ pub trait AnswerGuard: Send {
     }
 }
 
-/// The guards that apply to traffic, in order, and the webhooks asked after them.
+/// The guards that apply to traffic, in order, and the remote ones (webhooks, classifier
+/// models) asked after them.
 #[derive(Clone, Default)]
 pub struct Guards {
     list: Arc<[Arc<dyn Guard>]>,
-    webhooks: Option<Arc<webhook::WebhookGuards>>,
+    remote: Option<Arc<remote::RemoteGuards>>,
+    /// The configured guardrails, for the tool guards of keys and teams that add their own.
+    content: Option<content::ContentGuards>,
 }
 
 impl Guards {
     pub fn new(list: Vec<Arc<dyn Guard>>) -> Guards {
-        Guards { list: list.into(), webhooks: None }
+        Guards { list: list.into(), remote: None, content: None }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty() && self.webhooks.is_none()
+        self.list.is_empty() && self.remote.is_none()
     }
 
     /// These guards with `first` ahead of them.
     pub fn after(self, first: Arc<dyn Guard>) -> Guards {
-        Guards { list: std::iter::once(first).chain(self.list.iter().cloned()).collect(), webhooks: self.webhooks }
+        Guards { list: std::iter::once(first).chain(self.list.iter().cloned()).collect(), ..self }
     }
 
-    /// These guards, then the configured webhooks (asked once the body has passed the rest).
-    pub fn with_webhooks(self, webhooks: Option<webhook::WebhookGuards>) -> Guards {
-        Guards { webhooks: webhooks.map(Arc::new), ..self }
+    /// The configured guardrails ahead of these guards, then the remote ones among them.
+    pub fn configured(self, content: content::ContentGuards, remote: Option<remote::RemoteGuards>) -> Guards {
+        let guards = Guards { content: Some(content.clone()), remote: remote.map(Arc::new), ..self };
+        guards.after(Arc::new(content))
     }
 
-    /// The webhook guards, asked after `check_request` (they wait on the network).
+    /// The guards on the MCP tool calls of a key that, or whose team, adds guards of its own
+    /// (`added`: the key's list and its team's); None when neither adds any (the hub's own
+    /// guards then apply).
+    pub fn tools_adding(&self, added: [&[String]; 2]) -> Option<switchyard_mcp::SharedToolGuard> {
+        if added.iter().all(|list| list.is_empty()) {
+            return None;
+        }
+        let tools = self.content.as_ref()?.for_tools(added)?;
+        Some(Arc::new(tools))
+    }
+
+    /// The remote guards, asked after `check_request` (they wait on the network): classifiers
+    /// running beside the call come back as `Parallel`, to be awaited before the answer goes out.
     pub async fn check_remote(
         &self,
         request: &GuardedRequest<'_>,
         body: &mut Bytes,
         deadline: std::time::Instant,
-    ) -> Result<(), GatewayError> {
-        match &self.webhooks {
-            Some(webhooks) => webhooks.check(request, body, deadline).await,
-            None => Ok(()),
+    ) -> Result<Option<remote::Parallel>, GatewayError> {
+        match &self.remote {
+            Some(remote) => remote.check(request, body, deadline).await,
+            None => Ok(None),
         }
     }
 

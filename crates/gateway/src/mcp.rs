@@ -122,6 +122,11 @@ pub async fn handle(
         None => Arc::new(|_: &str, _: &str| true),
     };
     let admit = tool_call_admission(app, principal.key());
+    // A key's and its team's own guards apply to its tool calls too (with the defaults).
+    let tool_guard = key.as_ref().and_then(|k| {
+        let team = k.owners.team.as_ref().map_or(&[][..], |t| &t.guardrails[..]);
+        app.guards.tools_adding([&k.guardrails, team])
+    });
     let header = |name: &HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let answer = front
         .handle(switchyard_mcp::Request {
@@ -135,6 +140,7 @@ pub async fn handle(
             permits,
             admit,
             on_call,
+            tool_guard,
             body: &body,
         })
         .await;
@@ -211,6 +217,7 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
             route: None,
             bodies: None,
             guardrails: Vec::new(),
+            guard_call: None,
         };
         if let Err(e) = journal.append(&record) {
             tracing::error!(error = %e, "could not journal an MCP tool call's usage");

@@ -186,6 +186,20 @@ impl Metrics {
         *map.entry((guard.to_owned(), kind, action)).or_default() += 1;
     }
 
+    /// Guardrail verdicts so far, by action: mask, block, log (the console's chart).
+    pub fn guardrail_verdicts_by_action(&self) -> [u64; 3] {
+        let map = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().fold([0; 3], |mut sums, ((_, _, action), n)| {
+            match *action {
+                "mask" => sums[0] += n,
+                "block" => sums[1] += n,
+                "log" => sums[2] += n,
+                _ => {}
+            }
+            sums
+        })
+    }
+
     /// A guardrail check took `took`.
     pub fn time_guardrail(&self, guard: &str, took: Duration) {
         let mut map = self.guardrail_latency.lock().unwrap_or_else(|p| p.into_inner());

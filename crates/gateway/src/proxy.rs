@@ -59,6 +59,19 @@ pub(crate) struct Call<'a> {
     /// `timeouts.request` after the start: every wait and attempt ends by then.
     pub deadline: Instant,
     pub stream: bool,
+    /// Model guard `NAME`'s own call to its classifier: it gets no guards, its record is marked.
+    pub guard_call: Option<&'a str>,
+}
+
+/// Where a request came from, as the phases after reading its body need it.
+struct Inbound<'a> {
+    endpoint: Endpoint,
+    path: &'a str,
+    headers: &'a HeaderMap,
+    request_id: &'a HeaderValue,
+    started: Instant,
+    deadline: Instant,
+    guard_call: Option<&'a str>,
 }
 
 /// The request's bodies as the phases change them (a guard's mask, a fallback's model).
@@ -71,6 +84,8 @@ pub(crate) struct Exchange {
     pub strip_usage_chunk: bool,
     /// The guards' verdicts on this request (with guards configured), for its record.
     pub verdicts: Option<Arc<crate::records::VerdictTally>>,
+    /// Classifiers judging the request beside the call: the answer waits for them.
+    pub parallel: Option<crate::guard::remote::Parallel>,
 }
 
 pub async fn forward(
@@ -88,15 +103,67 @@ pub async fn forward(
         None => app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?,
     };
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
-    let mut exchange = parse(app, endpoint, parts.uri.path(), body)?;
+    let deadline = started + app.config.timeouts.request;
+    let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
+    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call };
+    forward_body(app, &inbound, &identity, body, trace).await
+}
+
+/// A model guard's call to its classifier (`guard/model.rs`): Chat Completions through the whole
+/// pipeline as the gateway itself (no key, so no key's limits; no guards of its own), its usage
+/// record marked with the guard's name. The answer's body, or why there is none.
+pub async fn call_for_guard(app: &Arc<App>, guard: &str, body: Bytes, deadline: Instant) -> Result<Bytes, String> {
+    use http_body_util::BodyExt;
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let request_id = crate::http::request_id::generate();
+    let started = Instant::now();
+    let inbound = Inbound {
+        endpoint: Endpoint::ChatCompletions,
+        path: "/v1/chat/completions",
+        headers: &headers,
+        request_id: &request_id,
+        started,
+        deadline: deadline.min(started + app.config.timeouts.request),
+        guard_call: Some(guard),
+    };
+    let identity = Identity::from(crate::auth::Principal::Master);
+    let answered = Box::pin(forward_body(app, &inbound, &identity, body, &mut None)).await;
+    let status = answered.as_ref().map_or_else(|e| e.status(), |r| r.status());
+    app.metrics.count_request(Endpoint::ChatCompletions, status.as_u16());
+    let resp = answered.map_err(|e| format!("the classifier's call failed: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("the classifier answered {status}"));
+    }
+    let read = http_body_util::Limited::new(resp.into_body(), 1 << 20).collect().await;
+    Ok(read.map_err(|e| format!("reading the classifier's answer: {e}"))?.to_bytes())
+}
+
+/// The phases from parsing on, for a body that has been read.
+async fn forward_body(
+    app: &Arc<App>,
+    inbound: &Inbound<'_>,
+    identity: &Identity,
+    body: Bytes,
+    trace: &mut Option<Tracing>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let (endpoint, deadline) = (inbound.endpoint, inbound.deadline);
+    let mut exchange = parse(app, endpoint, inbound.path, body)?;
     // Boxed, as the later phases are: inline, their kilobytes of state would be copied with this
     // future on each move, also on the paths that never await them.
-    let deadline = started + app.config.timeouts.request;
-    let admitted = Box::pin(permits::take(app, &identity, &exchange.routed, deadline)).await?;
-    let stream = exchange.routed.stream;
-    let call = Call { app, endpoint, headers: &parts.headers, request_id, started, deadline, stream };
-    let mut settlement = Settlement::open(&call, &identity, &exchange.routed, admitted, trace);
-    let result = Box::pin(proceed(&call, &identity, &mut exchange, &mut settlement)).await;
+    let admitted = Box::pin(permits::take(app, identity, &exchange.routed, deadline)).await?;
+    let call = Call {
+        app,
+        endpoint,
+        headers: inbound.headers,
+        request_id: inbound.request_id,
+        started: inbound.started,
+        deadline,
+        stream: exchange.routed.stream,
+        guard_call: inbound.guard_call,
+    };
+    let mut settlement = Settlement::open(&call, identity, &exchange.routed, admitted, trace);
+    let result = Box::pin(proceed(&call, identity, &mut exchange, &mut settlement)).await;
     if let Err(e) = &result {
         settlement.fail(e.status().as_u16());
     }
@@ -122,6 +189,7 @@ async fn proceed(
     );
     let lookup = futures_util::future::OptionFuture::from(cached.as_ref().map(|c| c.lookup(call.app)));
     if let Some(hit) = lookup.await.flatten() {
+        judged(exchange).await?;
         let relayed = settlement.hand_over();
         return Ok(cached::respond_hit(call.app, hit, relayed.meter, relayed.permit, call.started));
     }
@@ -129,9 +197,11 @@ async fn proceed(
     let key = identity.key().map_or("", |k| k.id.as_str());
     let mut failover = Failover::new(call, key, exchange, session.as_deref());
     settlement.pin(failover.fleet_pin(call, exchange).await);
-    match failover.run(call, exchange, settlement).await? {
+    let reached = failover.run(call, exchange, settlement).await?;
+    judged(exchange).await?;
+    match reached {
         Reached::Answer(answer) => {
-            let guards = call.app.guards.answer(&guarded(call, identity, exchange));
+            let guards = answer_guards(call, identity, exchange);
             let answered = respond::Answered { answer, cached: cached.as_ref(), guards };
             respond::respond(call, answered, exchange, settlement, &failover).await
         }
@@ -140,6 +210,23 @@ async fn proceed(
             Ok(*resp)
         }
     }
+}
+
+/// Classifiers running beside the call (`mode: parallel`) have judged the request: the answer
+/// goes out only once they let it.
+async fn judged(exchange: &mut Exchange) -> Result<(), GatewayError> {
+    match exchange.parallel.take() {
+        Some(parallel) => parallel.verdict().await,
+        None => Ok(()),
+    }
+}
+
+/// The guards on this request's answer; none on a guard's own call.
+fn answer_guards(call: &Call<'_>, identity: &Identity, exchange: &Exchange) -> Option<Box<crate::guard::AnswerGuards>> {
+    if call.guard_call.is_some() {
+        return None;
+    }
+    call.app.guards.answer(&guarded(call, identity, exchange))
 }
 
 /// Read and parse: only what routing needs (model, stream, hints), and the bodies to send.
@@ -156,7 +243,7 @@ impl Exchange {
         let client_body = routed.body.clone();
         let bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
         let strip_usage_chunk = ask_stream_usage(endpoint, &mut routed);
-        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts: None }
+        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts: None, parallel: None }
     }
 
     /// The client's body changed (a guard masked it): what is sent upstream follows.
@@ -196,7 +283,8 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
 
 /// Guard (request): every guard that applies sees the body, then the webhooks; a block refuses the
 /// request, a mask changes what is sent (and what the request log keeps). Verdicts, the answer's
-/// guards' too, go into the request's record. Nothing to do without guards.
+/// guards' too, go into the request's record. Nothing to do without guards, nor on a guard's own
+/// call (its classifier would judge itself).
 async fn guard_request(
     call: &Call<'_>,
     identity: &Identity,
@@ -204,7 +292,7 @@ async fn guard_request(
     settlement: &mut Settlement,
 ) -> Result<(), GatewayError> {
     let guards = &call.app.guards;
-    if guards.is_empty() {
+    if guards.is_empty() || call.guard_call.is_some() {
         return Ok(());
     }
     let tally = Arc::new(crate::records::VerdictTally::default());
@@ -215,7 +303,8 @@ async fn guard_request(
     let mut body = exchange.client_body.clone();
     let request = guarded(call, identity, exchange);
     guards.check_request(&request, &mut body)?;
-    guards.check_remote(&request, &mut body, call.deadline).await?;
+    let parallel = guards.check_remote(&request, &mut body, call.deadline).await?;
+    exchange.parallel = parallel;
     if body != exchange.client_body {
         exchange.replace_body(call.endpoint, body);
         if let Some(meter) = settlement.meter() {

@@ -209,6 +209,9 @@ pub struct UsageRecord {
     /// What the guardrails found in the request and its answer, per guard, kind and action.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guardrails: Vec<GuardVerdict>,
+    /// A model guard's own call to its classifier: the guard's name (`type: model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard_call: Option<String>,
 }
 
 /// One request's verdicts as the guards reach them (request, answer, webhooks), for its record.

@@ -134,13 +134,14 @@ pub async fn start_guarded(
         crate::admin::audit_export::spawn(store, &app.config.exports, app.config.timeouts.connect);
     }
     let guard_metrics = Arc::new(GuardrailMetrics(app.metrics.clone()));
+    let caller = Arc::new(SelfCaller::default());
     app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, guard_metrics)? {
         Some(configured) => {
-            if let (Some(front), Some(tools)) = (&app.mcp, configured.for_tools()) {
+            if let (Some(front), Some(tools)) = (&app.mcp, configured.for_tools([&[], &[]])) {
                 front.hub().guard_tools(Arc::new(tools));
             }
-            let webhooks = crate::guard::webhook::WebhookGuards::build(&configured, app.client.clone());
-            guards.after(Arc::new(configured)).with_webhooks(webhooks)
+            let remote = crate::guard::remote::RemoteGuards::build(&configured, app.client.clone(), caller.clone());
+            guards.configured(configured, remote)
         }
         None => guards,
     };
@@ -173,6 +174,7 @@ pub async fn start_guarded(
     let probers = Arc::new(Mutex::new(spawn_probers(&app)));
     let mut fleet = spawn_fleet(&app);
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
+    let _ = caller.0.set(Arc::downgrade(&current));
     if let Some(shared) = &app.shared {
         fleet.extend(spawn_health_sharing(current.clone(), shared.clone()));
     }
@@ -487,5 +489,26 @@ impl crate::guard::content::GuardMetrics for GuardrailMetrics {
 
     fn time(&self, guard: &str, took: std::time::Duration) {
         self.0.time_guardrail(guard, took);
+    }
+}
+
+/// How model guards reach their classifier: through the running gateway's own pipeline, as it
+/// is after any reload. Weak, as the gateway holds its guards.
+#[derive(Default)]
+struct SelfCaller(std::sync::OnceLock<std::sync::Weak<ArcSwap<App>>>);
+
+impl crate::guard::model::ModelCaller for SelfCaller {
+    fn chat(
+        &self,
+        guard: &str,
+        body: bytes::Bytes,
+        deadline: std::time::Instant,
+    ) -> futures_util::future::BoxFuture<'static, Result<bytes::Bytes, String>> {
+        let app = self.0.get().and_then(std::sync::Weak::upgrade).map(|current| current.load_full());
+        let guard = guard.to_owned();
+        Box::pin(async move {
+            let app = app.ok_or_else(|| "the gateway is stopping".to_owned())?;
+            crate::proxy::call_for_guard(&app, &guard, body, deadline).await
+        })
     }
 }

@@ -86,6 +86,8 @@ pub struct CodeCall {
     pub admit: SharedAdmit,
     pub on_call: OnCall,
     pub key: Option<String>,
+    /// The caller's own tool guards (`Request::tool_guard`); None: the hub's.
+    pub tool_guard: Option<crate::front::SharedToolGuard>,
 }
 
 impl CodeCall {
@@ -219,6 +221,7 @@ impl ToolHost for CodeCall {
     fn call(&self, server: String, tool: String, args: String) -> Pin<Box<dyn Future<Output = ToolAnswer> + Send>> {
         let (hub, permits, admit, on_call, key) =
             (self.hub.clone(), self.permits.clone(), self.admit.clone(), self.on_call.clone(), self.key.clone());
+        let tool_guard = self.tool_guard.clone();
         Box::pin(async move {
             let started = Instant::now();
             let request_bytes = args.len();
@@ -252,7 +255,8 @@ impl ToolHost for CodeCall {
             let arguments: Value = serde_json::from_str(&args).map_err(|e| e.to_string())?;
             let Some(upstream) = hub.upstream(&server) else { return Err(format!("no MCP server {server}")) };
             let id = upstream.next_id();
-            match hub.call(&server, id, &tool, json!({"name": tool, "arguments": arguments}), None).await {
+            let params = json!({"name": tool, "arguments": arguments});
+            match hub.call(&server, id, &tool, params, None, tool_guard.as_ref()).await {
                 Ok(raw) => {
                     let result: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
                     let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);

@@ -56,8 +56,14 @@ pub struct Request<'a> {
     pub admit: SharedAdmit,
     /// Where this request's tool call is reported.
     pub on_call: OnCall,
+    /// The caller's own guards on tool calls and results (its key's and team's added ones, with
+    /// the defaults), used instead of the hub's; None: the hub's.
+    pub tool_guard: Option<SharedToolGuard>,
     pub body: &'a [u8],
 }
+
+/// A guard on tool calls, shared by a request's calls.
+pub type SharedToolGuard = Arc<dyn crate::tool_guard::ToolGuard>;
 
 pub enum Body {
     Empty,
@@ -596,6 +602,7 @@ impl Front {
             params,
             on_call: req.on_call.clone(),
             key: req.key.map(str::to_owned),
+            tool_guard: req.tool_guard.clone(),
             request_bytes: req.body.len(),
             started,
         };
@@ -666,6 +673,7 @@ impl Front {
             admit: req.admit.clone(),
             on_call: req.on_call.clone(),
             key: req.key.map(str::to_owned),
+            tool_guard: req.tool_guard.clone(),
         };
         let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
         match call.run(code_mode, &name, &args).await {
@@ -801,6 +809,7 @@ struct Call {
     params: Value,
     on_call: OnCall,
     key: Option<String>,
+    tool_guard: Option<SharedToolGuard>,
     request_bytes: usize,
     started: Instant,
 }
@@ -817,7 +826,7 @@ impl Call {
             done: false,
         };
         let outcome = tokio::select! {
-            r = self.front.hub.call(&self.server, self.upstream_id, &self.tool, self.params, relay) => Some(r),
+            r = self.front.hub.call(&self.server, self.upstream_id, &self.tool, self.params, relay, self.tool_guard.as_ref()) => Some(r),
             _ = cancel => None,
         };
         guard.done = true;

@@ -215,7 +215,8 @@ impl Hub {
     }
 
     /// Call `tool` on `server` with the caller's `params` (whose `name` is replaced with the
-    /// upstream's own name; `arguments` and `_meta`, e.g. a progress token, pass as they are).
+    /// upstream's own name; `arguments` and `_meta`, e.g. a progress token, pass as they are),
+    /// guarded by the caller's own guard when it has one, else the hub's.
     pub async fn call(
         &self,
         server: &str,
@@ -223,10 +224,11 @@ impl Hub {
         tool: &str,
         mut params: Value,
         relay: Option<Relay>,
+        caller_guard: Option<&Arc<dyn crate::tool_guard::ToolGuard>>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let s = &self.servers[self.index(server).ok_or_else(|| UpstreamError::Protocol("no such server".into()))?];
         params["name"] = json!(tool);
-        let guard = self.tool_guard.get();
+        let guard = caller_guard.or(self.tool_guard.get());
         if let Some(guard) = guard {
             let arguments = serde_json::to_vec(&params["arguments"]).unwrap_or_default();
             if let Some(checked) = guard.call(server, tool, &arguments).map_err(UpstreamError::Blocked)? {

@@ -19,7 +19,7 @@ pub mod tool_guard;
 pub mod upstream;
 pub mod version;
 
-pub use front::{Answer, Body, CallRecord, Front, OnCall, Request, Scope, SharedAdmit, SharedPermits};
+pub use front::{Answer, Body, CallRecord, Front, OnCall, Request, Scope, SharedAdmit, SharedPermits, SharedToolGuard};
 pub use hub::{Hub, ServerSpec, Tool};
 pub use upstream::{Upstream, UpstreamError};
 

@@ -50,6 +50,7 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             route: (i % 3 == 0).then(|| "cache_aware: 3 of 4 prompt blocks cached on gpu-a".to_owned()),
             bodies: None,
             guardrails: Vec::new(),
+            guard_call: None,
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

@@ -45,6 +45,9 @@ export const overview = {
     const topModels = h('div', { 'data-testid': 'top-models' }, loadingLine());
     const topKeys = h('div', { 'data-testid': 'top-keys' }, loadingLine());
     const backends = h('div.table-wrap', { 'data-testid': 'backends-table' }, loadingLine());
+    const guardBox = h('div.chart', { 'data-testid': 'chart-guardrails' });
+    const guardCard = card('Guardrails', { sub: 'verdicts per second' }, h('div.card-body', null, guardBox));
+    guardCard.hidden = true;
     const exportsCard = card('Exports', { sub: 'Request-log sinks' });
     exportsCard.hidden = true;
     const exportsBox = h('div.table-wrap', { 'data-testid': 'exports-table' });
@@ -64,6 +67,7 @@ export const overview = {
         h('div.card-head', null, h('h2', { text: 'Backends' }), backendsCount,
           h('div.actions', null, h('a.btn.sm', { href: '#/backends', text: 'Details' }))),
         h('div.card-body.flush', null, backends)),
+      guardCard,
       exportsCard));
 
     const charts = {
@@ -88,6 +92,15 @@ export const overview = {
       tok: makeChart(tokBox, {
         unit: 'tokens/s', sync: 'overview',
         series: [{ label: 'Tokens', color: '--c6', fill: true, fmt: (v) => `${fmt.num(v, 1)} tokens/s` }],
+      }),
+      guard: makeChart(guardBox, {
+        unit: 'verdicts/s', sync: 'overview',
+        axisFmt: (v) => fmt.num(v, 2),
+        series: [
+          { label: 'Masked', color: '--c1', fmt: (v) => `${fmt.num(v, 2)}/s` },
+          { label: 'Blocked', color: '--c2', fmt: (v) => `${fmt.num(v, 2)}/s` },
+          { label: 'Logged', color: '--c5', dash: [5, 4], fmt: (v) => `${fmt.num(v, 2)}/s` },
+        ],
       }),
     };
 
@@ -119,6 +132,11 @@ export const overview = {
       charts.rps.set([t, rps, errs], 'No requests yet');
       charts.lat.set([t, col('p50_ms'), col('p95_ms'), col('p99_ms'), col('ttft_p50_ms')], 'No requests in the last 5 minutes');
       charts.tok.set([t, col('tokens_per_s')], 'No tokens in the last 5 minutes');
+      // Only where guardrails are configured.
+      guardCard.hidden = !d.guardrails;
+      if (d.guardrails) {
+        charts.guard.set([t, col('guard_masks_per_s'), col('guard_blocks_per_s'), col('guard_logs_per_s')], 'No verdicts in the last 5 minutes');
+      }
 
       renderBackends(d.backends || []);
       renderTop(topModels, d.top_models || [], (m) => m.model, 'No requests today yet.');

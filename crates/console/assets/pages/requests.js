@@ -191,11 +191,12 @@ export const requests = {
         ['Route', r.route], ['Tool', r.tool == null ? null : typeof r.tool === 'object' ? JSON.stringify(r.tool) : r.tool, 'mono'],
         ['Response bytes', r.response_bytes == null ? null : fmt.int(r.response_bytes)],
         ['Guardrails', r.guardrails ? r.guardrails.map((v) => `${v.guard}: ${v.kind} ${v.action} ×${v.count}`).join('; ') : null],
+        ['Guard call', r.guard_call == null ? null : `classifier call of guardrail ${r.guard_call}`, 'mono'],
       ];
       // Any field the server adds later is shown too.
       const known = new Set(['id', 'ts_ms', 'status', 'key_id', 'key_name', 'user', 'team', 'model_requested', 'model_served', 'backend',
         'prompt_tokens', 'completion_tokens', 'total_tokens', 'latency_ms', 'ttft_ms', 'cost_usd', 'estimated', 'route', 'tool',
-        'response_bytes', 'has_bodies', 'guardrails']);
+        'response_bytes', 'has_bodies', 'guardrails', 'guard_call']);
       for (const [k, v] of Object.entries(r)) {
         if (!known.has(k)) fields.push([k, v == null ? null : typeof v === 'object' ? JSON.stringify(v) : v, 'mono']);
       }

@@ -1,5 +1,5 @@
 //! `guardrails:` — named content checks and where they apply. Each guard has a `type` (`pii`,
-//! `secrets`, `keywords`, `patterns`, `webhook`; `model` is not built yet and is refused), an
+//! `secrets`, `keywords`, `patterns`, `webhook`, `model`), an
 //! `action` (`mask`, `block`, `log`) and the directions it watches (`on: [request, response,
 //! tool_call, tool_result]`). `guardrails.default` lists the guards every request gets; a model's
 //! own list (`models: {NAME: {guardrails: [...]}}`) adds to it, and so do a key's and its team's.
@@ -29,6 +29,11 @@ pub struct RawGuard {
     timeout: Option<String>,
     on_error: Option<String>,
     headers: Option<BTreeMap<String, String>>,
+    /// `model`: the classifier (a model served through the gateway), the categories that block,
+    /// and whether it runs `before` the call or `parallel` with it.
+    model: Option<String>,
+    categories: Option<Vec<String>>,
+    mode: Option<String>,
 }
 
 /// `models: {NAME: {...}}`: settings of a model as clients name it.
@@ -68,6 +73,23 @@ pub enum GuardKind {
     Patterns(Vec<(String, String)>),
     /// An HTTP service that judges the texts (`guard/webhook.rs`).
     Webhook(Webhook),
+    /// A classifier model served through the gateway itself (`guard/model.rs`).
+    Model(Classifier),
+}
+
+/// A `model` guard's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classifier {
+    /// The classifier, as clients would name it (routed like any model).
+    pub model: String,
+    /// The categories that block (`S1`, `S2`…; a moderation model's names); empty: any unsafe verdict.
+    pub categories: Vec<String>,
+    pub timeout: std::time::Duration,
+    /// `on_error: open`: a classifier that cannot answer lets the request through (else 503).
+    pub fail_open: bool,
+    /// `mode: parallel`: the call goes ahead while the classifier judges; the answer is held
+    /// until it has (`before`, the default: the call waits for the verdict).
+    pub parallel: bool,
 }
 
 /// A `webhook` guard's settings.
@@ -120,8 +142,9 @@ impl GuardConfig {
             GuardKind::Patterns(patterns) => patterns
                 .iter()
                 .fold(GuardSpec::new(name), |spec, (pattern, regex)| spec.pattern(pattern.clone(), regex.clone())),
-            // No detectors: the webhook judges (an empty spec keeps the engine's guard indexes).
-            GuardKind::Webhook(_) => GuardSpec::new(name),
+            // No detectors: the webhook or the classifier judges (an empty spec keeps the
+            // engine's guard indexes).
+            GuardKind::Webhook(_) | GuardKind::Model(_) => GuardSpec::new(name),
         }
     }
 }
@@ -162,33 +185,40 @@ fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
             None => return Err(ConfigError::at(at("patterns"), "a `patterns` guard needs `patterns: {NAME: REGEX}`")),
         },
         "webhook" => GuardKind::Webhook(webhook(&raw, &at)?),
-        "model" => return Err(ConfigError::at(at("type"), "`model` guards are not built yet")),
-        _ => return Err(ConfigError::at(at("type"), "must be pii, secrets, keywords, patterns or webhook")),
+        "model" => GuardKind::Model(classifier(&raw, &at)?),
+        _ => return Err(ConfigError::at(at("type"), "must be pii, secrets, keywords, patterns, webhook or model")),
     };
-    let on = match (&kind, raw.on) {
-        // A webhook judges requests only, for now (it is asked once, before routing).
-        (GuardKind::Webhook(_), None) => Directions { request: true, ..Directions::default() },
-        (GuardKind::Webhook(_), Some(on)) if on.iter().any(|o| o != "request") => {
-            return Err(ConfigError::at(at("on"), "a webhook guard checks requests only (`on: [request]`)"));
+    let remote = matches!(kind, GuardKind::Webhook(_) | GuardKind::Model(_));
+    let on = match raw.on {
+        // A webhook or a classifier judges requests only, for now (asked once, before routing).
+        None if remote => Directions { request: true, ..Directions::default() },
+        Some(on) if remote && on.iter().any(|o| o != "request") => {
+            return Err(ConfigError::at(at("on"), "a webhook or model guard checks requests only (`on: [request]`)"));
         }
-        (_, on) => directions(on, &at("on"))?,
+        on => directions(on, &at("on"))?,
     };
-    let action = match raw.action.as_deref().unwrap_or("mask") {
+    // A classifier's verdict has nothing to mask: it blocks unless told to log.
+    let default_action = if matches!(kind, GuardKind::Model(_)) { "block" } else { "mask" };
+    let action = match raw.action.as_deref().unwrap_or(default_action) {
         "mask" => GuardAction::Mask,
         "block" => GuardAction::Block,
         "log" => GuardAction::Log,
         _ => return Err(ConfigError::at(at("action"), "must be mask, block or log")),
     };
+    if matches!(kind, GuardKind::Model(_)) && action == GuardAction::Mask {
+        return Err(ConfigError::at(at("action"), "a model guard blocks or logs (`action: block` or `log`)"));
+    }
     Ok(GuardConfig { on, name, kind, action })
 }
 
-fn webhook(raw: &RawGuard, at: &dyn Fn(&str) -> String) -> Result<Webhook, ConfigError> {
-    let url: http::Uri = match raw.url.as_deref().map(str::parse::<http::Uri>) {
-        Some(Ok(url)) if matches!(url.scheme_str(), Some("http" | "https")) && url.host().is_some() => url,
-        _ => return Err(ConfigError::at(at("url"), "a webhook guard needs an http(s) `url`")),
-    };
+/// A remote guard's `timeout` (or its default) and `on_error` (`open`: true).
+fn waiting(
+    raw: &RawGuard,
+    at: &dyn Fn(&str) -> String,
+    default: std::time::Duration,
+) -> Result<(std::time::Duration, bool), ConfigError> {
     let timeout = match raw.timeout.as_deref() {
-        None => std::time::Duration::from_millis(300),
+        None => default,
         Some(t) => super::duration::parse_duration(t).map_err(|e| ConfigError::at(at("timeout"), e))?,
     };
     let fail_open = match raw.on_error.as_deref().unwrap_or("closed") {
@@ -196,6 +226,33 @@ fn webhook(raw: &RawGuard, at: &dyn Fn(&str) -> String) -> Result<Webhook, Confi
         "closed" => false,
         _ => return Err(ConfigError::at(at("on_error"), "must be open or closed")),
     };
+    Ok((timeout, fail_open))
+}
+
+fn classifier(raw: &RawGuard, at: &dyn Fn(&str) -> String) -> Result<Classifier, ConfigError> {
+    let model = match raw.model.as_deref().map(str::trim) {
+        Some(m) if !m.is_empty() => m.to_owned(),
+        _ => return Err(ConfigError::at(at("model"), "a model guard needs the classifier's `model`")),
+    };
+    let (timeout, fail_open) = waiting(raw, at, std::time::Duration::from_secs(2))?;
+    let parallel = match raw.mode.as_deref().unwrap_or("before") {
+        "before" => false,
+        "parallel" => true,
+        _ => return Err(ConfigError::at(at("mode"), "must be before or parallel")),
+    };
+    let categories = raw.categories.clone().unwrap_or_default();
+    if categories.iter().any(|c| c.trim().is_empty()) {
+        return Err(ConfigError::at(at("categories"), "categories must not be empty"));
+    }
+    Ok(Classifier { model, categories, timeout, fail_open, parallel })
+}
+
+fn webhook(raw: &RawGuard, at: &dyn Fn(&str) -> String) -> Result<Webhook, ConfigError> {
+    let url: http::Uri = match raw.url.as_deref().map(str::parse::<http::Uri>) {
+        Some(Ok(url)) if matches!(url.scheme_str(), Some("http" | "https")) && url.host().is_some() => url,
+        _ => return Err(ConfigError::at(at("url"), "a webhook guard needs an http(s) `url`")),
+    };
+    let (timeout, fail_open) = waiting(raw, at, std::time::Duration::from_millis(300))?;
     let mut headers = Vec::new();
     for (name, value) in raw.headers.iter().flatten() {
         let parsed = (http::HeaderName::try_from(name.as_str()), http::HeaderValue::try_from(value.as_str()));
@@ -275,7 +332,11 @@ mod tests {
             ("{x: {type: webhook, url: 'http://h', on: [response]}}", "{}", "guardrails.x.on"),
             ("{x: {type: webhook, url: 'http://h', on_error: maybe}}", "{}", "guardrails.x.on_error"),
             ("{x: {type: webhook, url: 'http://h', timeout: soon}}", "{}", "guardrails.x.timeout"),
-            ("{x: {type: model}}", "{}", "guardrails.x.type"),
+            ("{x: {type: model}}", "{}", "guardrails.x.model"),
+            ("{x: {type: model, model: g, mode: later}}", "{}", "guardrails.x.mode"),
+            ("{x: {type: model, model: g, action: mask}}", "{}", "guardrails.x.action"),
+            ("{x: {type: model, model: g, on: [response]}}", "{}", "guardrails.x.on"),
+            ("{x: {type: model, model: g, categories: ['']}}", "{}", "guardrails.x.categories"),
             ("{x: {type: pii, action: shout}}", "{}", "guardrails.x.action"),
             ("{x: {type: pii, on: [sideways]}}", "{}", "guardrails.x.on"),
             ("{x: {type: keywords}}", "{}", "guardrails.x.keywords"),

@@ -123,6 +123,7 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
             "top_models": models.iter().take(5).map(top).collect::<Vec<_>>(),
             "top_keys": top_keys,
             "exports": exports,
+            "guardrails": !app.config.guardrails.is_empty(),
         }),
     ))
 }

@@ -110,7 +110,18 @@ impl ContentGuards {
 
     /// Count a verdict in `/metrics`, and in the request's record when it has one.
     pub(super) fn count(&self, request: &GuardedRequest<'_>, guard: &str, kind: &'static str, action: &'static str) {
-        self.0.note(request.verdicts.map(|t| &**t), guard, kind, action)
+        self.count_into(request.verdicts.map(|t| &**t), guard, kind, action)
+    }
+
+    /// Count a verdict in `/metrics`, and in `tally` (a request's record) when given.
+    pub(super) fn count_into(
+        &self,
+        tally: Option<&VerdictTally>,
+        guard: &str,
+        kind: &'static str,
+        action: &'static str,
+    ) {
+        self.0.note(tally, guard, kind, action)
     }
 }
 
@@ -213,16 +224,16 @@ impl Inner {
 }
 
 impl ContentGuards {
-    /// The guards on MCP tool calls and results (`on: [tool_call, tool_result]`, from `default`:
-    /// a tool call names no model), when any is configured.
-    pub fn for_tools(&self) -> Option<ToolGuards> {
+    /// The guards on MCP tool calls and results (`on: [tool_call, tool_result]`, from `default`
+    /// and what a key and its team add: a tool call names no model), when any applies.
+    pub fn for_tools(&self, added: [&[String]; 2]) -> Option<ToolGuards> {
         let tools = GuardedRequest {
             endpoint: crate::endpoint::Endpoint::Other,
             model: "",
             requested: "",
             key: None,
             team: None,
-            added: [&[], &[]],
+            added,
             stream: false,
             verdicts: None,
         };

@@ -142,6 +142,7 @@ impl Meter {
                 route: None,
                 bodies: None,
                 guardrails: Vec::new(),
+                guard_call: None,
             },
             journal,
             traced: None,
@@ -165,6 +166,11 @@ impl Meter {
     /// Keep the request body and what the client receives with the record, redacted, each cut at `max`.
     pub fn keep_bodies(&mut self, request: Bytes, max: usize, redactor: Arc<Redactor>) {
         self.capture = Some(Box::new(Capture { redactor, max, request, response: Vec::new(), response_len: 0 }));
+    }
+
+    /// This request is model guard `guard`'s call to its classifier: its record says so.
+    pub fn guard_call(&mut self, guard: &str) {
+        self.record.guard_call = Some(guard.to_owned());
     }
 
     /// Where the guards note their verdicts on this request; they go into its record.

@@ -15,7 +15,8 @@ pub fn from_request(headers: &http::HeaderMap) -> HeaderValue {
     }
 }
 
-fn generate() -> HeaderValue {
+/// A fresh request id (for a request the gateway makes itself).
+pub fn generate() -> HeaderValue {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| {

@@ -37,6 +37,8 @@ struct Reading {
     duration: [u64; BUCKETS],
     ttft: [u64; BUCKETS],
     overhead: [u64; BUCKETS],
+    /// Guardrail verdicts so far, by action: mask, block, log.
+    verdicts: [u64; 3],
     backends: Vec<BackendReading>,
 }
 
@@ -52,6 +54,10 @@ pub struct Rates {
     pub ttft_p50_ms: Option<f64>,
     pub overhead_p50_us: Option<f64>,
     pub tokens_per_s: f64,
+    /// Guardrail verdicts per second, by action.
+    pub guard_masks_per_s: f64,
+    pub guard_blocks_per_s: f64,
+    pub guard_logs_per_s: f64,
 }
 
 /// The series the console charts: one entry per step, oldest first, same length each.
@@ -66,6 +72,9 @@ pub struct Charts {
     pub ttft_p50_ms: Vec<Option<f64>>,
     pub overhead_p50_us: Vec<Option<f64>>,
     pub tokens_per_s: Vec<f64>,
+    pub guard_masks_per_s: Vec<f64>,
+    pub guard_blocks_per_s: Vec<f64>,
+    pub guard_logs_per_s: Vec<f64>,
 }
 
 #[derive(Default)]
@@ -83,6 +92,7 @@ fn rates(from: &Reading, to: &Reading) -> Rates {
     let errors = to.errors.saturating_sub(from.errors);
     let q = |h: [u64; BUCKETS], q: f64, scale: f64| quantile(&h, q).map(|s| s * scale);
     let duration = diff(&from.duration, &to.duration);
+    let verdicts = |i: usize| to.verdicts[i].saturating_sub(from.verdicts[i]) as f64 / secs;
     Rates {
         rps: requests as f64 / secs,
         error_rate: (requests > 0).then(|| errors as f64 / requests as f64),
@@ -92,6 +102,9 @@ fn rates(from: &Reading, to: &Reading) -> Rates {
         ttft_p50_ms: q(diff(&from.ttft, &to.ttft), 0.5, 1e3),
         overhead_p50_us: q(diff(&from.overhead, &to.overhead), 0.5, 1e6),
         tokens_per_s: to.tokens.saturating_sub(from.tokens) as f64 / secs,
+        guard_masks_per_s: verdicts(0),
+        guard_blocks_per_s: verdicts(1),
+        guard_logs_per_s: verdicts(2),
     }
 }
 
@@ -111,6 +124,7 @@ impl Series {
             duration: metrics.duration.buckets(),
             ttft: metrics.ttft.buckets(),
             overhead: metrics.overhead.buckets(),
+            verdicts: metrics.guardrail_verdicts_by_action(),
             backends: backends
                 .iter()
                 .map(|b| BackendReading {
@@ -143,6 +157,9 @@ impl Series {
             c.ttft_p50_ms.push(r.ttft_p50_ms);
             c.overhead_p50_us.push(r.overhead_p50_us);
             c.tokens_per_s.push(r.tokens_per_s);
+            c.guard_masks_per_s.push(r.guard_masks_per_s);
+            c.guard_blocks_per_s.push(r.guard_blocks_per_s);
+            c.guard_logs_per_s.push(r.guard_logs_per_s);
         }
         c
     }
@@ -186,16 +203,20 @@ mod tests {
         m.count_request(crate::endpoint::Endpoint::ChatCompletions, 502);
         m.count_request(crate::endpoint::Endpoint::Other, 200); // a scrape: not model traffic
         m.tokens.fetch_add(40, Relaxed);
+        (0..6).for_each(|_| m.count_guardrail("pii", "email", "mask"));
+        m.count_guardrail("blocker", "keyword", "block");
         s.sample(&m, &[], 102);
         let r = s.recent(60);
         assert_eq!(r.rps, 5.0);
         assert_eq!(r.error_rate, Some(0.1));
         assert_eq!(r.tokens_per_s, 20.0);
+        assert_eq!((r.guard_masks_per_s, r.guard_blocks_per_s, r.guard_logs_per_s), (3.0, 0.5, 0.0));
         assert!(r.p50_ms.is_some_and(|p| (5.0..=10.0).contains(&p)), "{r:?}");
         s.sample(&m, &[], 104);
         let c = s.charts();
         assert_eq!(c.t, vec![102, 104]);
         assert_eq!(c.rps, vec![5.0, 0.0]);
         assert_eq!(c.error_rate, vec![Some(0.1), None]);
+        assert_eq!(c.guard_masks_per_s, vec![3.0, 0.0]);
     }
 }

@@ -73,6 +73,9 @@ impl Settlement {
         if !call.endpoint.spec().charged {
             meter.uncharged();
         }
+        if let Some(guard) = call.guard_call {
+            meter.guard_call(guard);
+        }
         meter.set_permit(permit, budget);
         Settlement { meter: Some(meter), permit: None, pin: None }
     }

@@ -66,6 +66,9 @@ pub struct RequestRow {
     /// What the guardrails found: `[{guard, kind, action, count}]`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub guardrails: Vec<crate::records::GuardVerdict>,
+    /// A model guard's call to its classifier: the guard's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard_call: Option<String>,
 }
 
 enum Param<'a> {
@@ -125,7 +128,7 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
     let sql = format!(
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
-         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails \
+         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call \
          FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
          LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
@@ -166,6 +169,7 @@ macro_rules! decode {
                 .map(|g| serde_json::from_str(&g).map_err(|_| StoreError::Corrupt(format!("guardrails {g}"))))
                 .transpose()?
                 .unwrap_or_default(),
+            guard_call: row.try_get(22)?,
         }
     }};
 }

@@ -14,8 +14,8 @@ pub const HOUR_MS: i64 = 3_600_000;
 
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
-                              response_bytes, route_reason, guardrails";
-const RECORD_COLS: usize = 20;
+                              response_bytes, route_reason, guardrails, guard_call";
+const RECORD_COLS: usize = 21;
 const ROLLUP_COLS: usize = 10;
 /// Rows per multi-row statement at most: 20 columns x 512 = 10,240 parameters, well under SQLite's 32,766 and
 /// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
@@ -197,6 +197,7 @@ where
         .bind(row.response_bytes)
         .bind(&r.route)
         .bind(&row.guardrails)
+        .bind(&r.guard_call)
 }
 
 /// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.

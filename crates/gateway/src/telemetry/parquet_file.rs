@@ -172,6 +172,7 @@ mod tests {
                 Box::new(StoredBodies { request: "{\"x\":1}".into(), response: "ok ✓".into(), truncated: false })
             }),
             guardrails: Vec::new(),
+            guard_call: None,
         }
     }
 

@@ -54,6 +54,7 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         route: None,
         bodies: None,
         guardrails: Vec::new(),
+        guard_call: None,
     }
 }
 

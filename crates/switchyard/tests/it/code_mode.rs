@@ -259,3 +259,17 @@ async fn guardrails_apply_to_the_calls_a_program_makes() {
     assert!(error.contains("blocked by guardrail `secrets`") && !error.contains("AKIA"), "{error}");
     assert_eq!(m.stats().calls.get("echo").copied().unwrap_or(0), 1, "the blocked call never reached the server");
 }
+
+/// A key's own guardrails apply to the calls its programs make (issue 32); the master key, which
+/// adds none, is not masked.
+#[tokio::test]
+async fn a_keys_own_guardrails_apply_to_its_programs_calls() {
+    let guards = "guardrails:\n  pii: {type: pii, action: mask, on: [tool_result]}\n";
+    let (gw, _m, _db) = code_gateway_with("", guards).await;
+    let key = create_key(&gw, r#"{"guardrails": ["pii"]}"#).await;
+    let program = "return await tools.files.echo({text: 'mail jane.doe@example.com'});";
+    let result = execute(&gw, &key, program).await;
+    assert_eq!(result["structuredContent"]["result"], "mail [EMAIL]", "{result}");
+    let result = execute(&gw, MASTER, program).await;
+    assert_eq!(result["structuredContent"]["result"], "mail jane.doe@example.com", "{result}");
+}

@@ -289,68 +289,21 @@ async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_
 
 /// A webhook guard service on an ephemeral port: it keeps what it was sent, waits `delay`, and
 /// answers by the texts: `forbidden` → block, `code-123` → mask it as `[CODE]`, else allow.
-async fn webhook_service(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/check", listener.local_addr().unwrap());
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else { return };
-            let kept = kept.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let body = loop {
-                    let n = socket.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + length {
-                        break buf[end + 4..end + 4 + length].to_vec();
-                    }
-                };
-                let asked: Value = serde_json::from_slice(&body).unwrap();
-                kept.lock().unwrap().push(asked.clone());
-                tokio::time::sleep(delay).await;
-                let texts: Vec<&str> = asked["texts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-                let answer = if texts.iter().any(|t| t.contains("forbidden")) {
-                    json!({"action": "block", "reason": "policy 7"})
-                } else if texts.iter().any(|t| t.contains("code-123")) {
-                    let replaced: Vec<Value> =
-                        texts
-                            .iter()
-                            .map(|t| {
-                                if t.contains("code-123") {
-                                    json!(t.replace("code-123", "[CODE]"))
-                                } else {
-                                    Value::Null
-                                }
-                            })
-                            .collect();
-                    json!({"action": "mask", "replacements": replaced})
-                } else {
-                    json!({"action": "allow"})
-                };
-                let answer = answer.to_string();
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
-                    answer.len()
-                );
-                let _ = socket.write_all(reply.as_bytes()).await;
-            });
+async fn webhook_service(delay: std::time::Duration) -> (String, crate::common::json_service::Seen) {
+    let (addr, seen) = crate::common::json_service::json_service(delay, |asked| {
+        let texts: Vec<&str> = asked["texts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        if texts.iter().any(|t| t.contains("forbidden")) {
+            json!({"action": "block", "reason": "policy 7"})
+        } else if texts.iter().any(|t| t.contains("code-123")) {
+            let masked =
+                |t: &&str| if t.contains("code-123") { json!(t.replace("code-123", "[CODE]")) } else { Value::Null };
+            json!({"action": "mask", "replacements": texts.iter().map(masked).collect::<Vec<_>>()})
+        } else {
+            json!({"action": "allow"})
         }
-    });
-    (url, seen)
+    })
+    .await;
+    (format!("http://{addr}/check"), seen)
 }
 
 fn webhook_gateway_yaml(backend: &MockServer, url: &str, timeout: &str, on_error: &str, top: &str) -> String {

@@ -32,6 +32,7 @@ mod keys;
 mod limits;
 mod mcp;
 mod mcp_relay;
+mod model_guards;
 mod orgs;
 mod origin;
 mod providers;

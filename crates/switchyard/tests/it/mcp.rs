@@ -592,3 +592,52 @@ async fn guardrails_block_a_secret_in_a_tool_call_before_the_server_and_mask_wha
         assert_eq!(r["result"]["content"][0]["text"], "write to [EMAIL]", "{path}: {r}");
     }
 }
+
+/// A key's and its team's own guardrails (issue 32) apply to its tool calls as to its model
+/// requests: here the team adds masking of results and the key a block on calls; the master
+/// key, which adds none, gets neither.
+#[tokio::test]
+async fn a_keys_and_its_teams_guardrails_apply_to_its_tool_calls() {
+    let files = mcp_mock(McpMockConfig::default()).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
+         guardrails:\n\
+         \x20 pii: {{type: pii, action: mask, on: [tool_result]}}\n\
+         \x20 blocker: {{type: keywords, keywords: [nightingale], action: block, on: [tool_call]}}\n\
+         mcp:\n  servers:\n    - {{name: files, url: '{}'}}\n",
+        db_url(&dir),
+        dir.display(),
+        files.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let auth = format!("Bearer {MASTER}");
+    let admin = |path: &str, body: Value| {
+        let (client, url, auth) = (client.clone(), format!("{}{path}", gw.url()), auth.clone());
+        async move { client.post_json(&url, body.to_string().as_bytes(), &[("authorization", &auth)]).await.unwrap() }
+    };
+    let team = admin("/admin/teams", json!({"name": "research", "guardrails": ["pii"]})).await;
+    assert_eq!(team.status, 201, "{}", team.text());
+    let team_id = team.json()["id"].as_str().unwrap().to_owned();
+    let key = admin("/admin/keys", json!({"team_id": team_id, "guardrails": ["blocker"]})).await;
+    assert_eq!(key.status, 201, "{}", key.text());
+    let key = key.json()["key"].as_str().unwrap().to_owned();
+
+    let echo = |text: &str| json!({"name": "files__echo", "arguments": {"text": text}});
+    let mut guarded = Session::new(&gw, "/mcp", &key);
+    guarded.initialize().await;
+    let r = guarded.call(1, "tools/call", echo("about project nightingale")).await;
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("blocked by guardrail `blocker`"), "{r}");
+    assert_eq!(files.stats().calls.get("echo"), None, "the blocked call never left");
+    let r = guarded.call(2, "tools/call", echo("mail jane.doe@example.com")).await;
+    assert_eq!(r["result"]["content"][0]["text"], "mail [EMAIL]", "{r}");
+
+    let mut open = Session::new(&gw, "/mcp", MASTER);
+    open.initialize().await;
+    let r = open.call(1, "tools/call", echo("about project nightingale")).await;
+    assert_eq!(r["result"]["content"][0]["text"], "about project nightingale", "{r}");
+    let r = open.call(2, "tools/call", echo("mail jane.doe@example.com")).await;
+    assert_eq!(r["result"]["content"][0]["text"], "mail jane.doe@example.com", "{r}");
+}

@@ -159,6 +159,7 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         route: None,
         bodies: None,
         guardrails: Vec::new(),
+        guard_call: None,
     }
 }
 

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cut;
+pub mod json_service;
 pub mod redis;
 
 use std::collections::HashMap;

@@ -1,0 +1,199 @@
+//! Remote guards: the webhooks and classifier models a request's texts are sent to, after the
+//! built-in detectors. Each is asked once per request, in name order, before routing — or, for a
+//! classifier in `mode: parallel`, while the call goes ahead, its answer held until the verdict
+//! (`Parallel`). A failover's retries reuse the verdict, so none is applied twice. A guard that
+//! cannot answer within its timeout and the request's deadline fails as configured: `on_error:
+//! closed` refuses the request (503 `guardrail_unavailable`), `open` lets it through.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::content::ContentGuards;
+use super::json_text::{rewrite_texts, NOT_TEXT};
+use super::model::{self, ModelCaller};
+use super::{webhook, GuardedRequest};
+use crate::config::guardrails::{Classifier, GuardAction, GuardKind, Webhook};
+use crate::error::GatewayError;
+use crate::records::VerdictTally;
+use crate::upstream::UpstreamClient;
+
+pub struct RemoteGuards {
+    content: ContentGuards,
+    /// (index among the configured guards, what to ask)
+    remotes: Vec<(usize, Remote)>,
+    client: UpstreamClient,
+    caller: Arc<dyn ModelCaller>,
+}
+
+enum Remote {
+    Webhook(Webhook),
+    Model(Classifier),
+}
+
+/// Classifiers judging beside the call: the answer waits for `verdict`. Dropped unawaited (the
+/// request ended first), they are stopped.
+pub struct Parallel(Vec<tokio::task::JoinHandle<Result<(), GatewayError>>>);
+
+impl Parallel {
+    /// Every classifier's verdict: the first block or closed failure.
+    pub async fn verdict(mut self) -> Result<(), GatewayError> {
+        while let Some(judging) = self.0.first_mut() {
+            let judged = judging.await;
+            self.0.remove(0);
+            judged.map_err(|_| GatewayError::GuardrailUnavailable)??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Parallel {
+    fn drop(&mut self) {
+        self.0.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
+/// What a timed-out remote guard reports.
+pub(super) fn no_answer_within(wait: Duration) -> String {
+    format!("no answer within {}", humantime::format_duration(Duration::from_millis(wait.as_millis() as u64)))
+}
+
+impl RemoteGuards {
+    /// The webhook and model guards among the configured ones; `None` when there are none.
+    pub fn build(
+        content: &ContentGuards,
+        client: UpstreamClient,
+        caller: Arc<dyn ModelCaller>,
+    ) -> Option<RemoteGuards> {
+        let remotes: Vec<(usize, Remote)> = content
+            .configs()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| match &g.kind {
+                GuardKind::Webhook(w) => Some((i, Remote::Webhook(w.clone()))),
+                GuardKind::Model(c) => Some((i, Remote::Model(c.clone()))),
+                _ => None,
+            })
+            .collect();
+        (!remotes.is_empty()).then(|| RemoteGuards { content: content.clone(), remotes, client, caller })
+    }
+
+    /// Ask every remote guard that applies to this request, in name order: `body` becomes what
+    /// the last one left (masked), or the first block or closed failure refuses it. Classifiers
+    /// in `mode: parallel` are started and returned, to be awaited before the answer goes out.
+    pub async fn check(
+        &self,
+        request: &GuardedRequest<'_>,
+        body: &mut Bytes,
+        deadline: Instant,
+    ) -> Result<Option<Parallel>, GatewayError> {
+        let active = self.content.active_on_request(request);
+        let mut parallel = Vec::new();
+        for (index, remote) in self.remotes.iter().filter(|(i, _)| active & (1 << i) != 0) {
+            let guard = &self.content.configs()[*index];
+            let texts = texts_of(body);
+            if texts.is_empty() {
+                continue;
+            }
+            match remote {
+                Remote::Webhook(hook) => {
+                    let started = Instant::now();
+                    let asked = webhook::ask(&self.client, hook, &guard.name, request, &texts, deadline).await;
+                    self.content.time(&guard.name, started.elapsed());
+                    match asked {
+                        Ok(answer) => webhook::apply(&self.content, request, &guard.name, guard.action, answer, body)?,
+                        Err(e) => {
+                            let tally = request.verdicts.map(|t| &**t);
+                            failed(&self.content, tally, &guard.name, "webhook", hook.fail_open, &e)?
+                        }
+                    }
+                }
+                Remote::Model(classifier) => {
+                    let judged = self.judge(classifier, &guard.name, guard.action, request, texts, deadline);
+                    if classifier.parallel {
+                        parallel.push(tokio::spawn(judged));
+                    } else {
+                        judged.await?;
+                    }
+                }
+            }
+        }
+        Ok((!parallel.is_empty()).then_some(Parallel(parallel)))
+    }
+
+    /// A classifier's verdict on `texts`, counted, as a future that owns what it needs (it may
+    /// run on its own task, beside the call).
+    fn judge(
+        &self,
+        classifier: &Classifier,
+        guard: &str,
+        action: GuardAction,
+        request: &GuardedRequest<'_>,
+        texts: Vec<String>,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<(), GatewayError>> + Send + 'static {
+        let (this, classifier, guard) = (self.handle(), classifier.clone(), guard.to_owned());
+        let tally = request.verdicts.cloned();
+        async move {
+            let started = Instant::now();
+            let asked = model::ask(&*this.caller, &classifier, &guard, &texts, deadline).await;
+            this.content.time(&guard, started.elapsed());
+            let judgement = match asked {
+                Ok(judgement) => judgement,
+                Err(e) => return failed(&this.content, tally.as_deref(), &guard, "model", classifier.fail_open, &e),
+            };
+            let Some(categories) = judgement.blocking(&classifier) else { return Ok(()) };
+            let logging = action == GuardAction::Log;
+            this.content.count_into(tally.as_deref(), &guard, "model", if logging { "log" } else { "block" });
+            if logging {
+                return Ok(());
+            }
+            let reason = match categories.as_slice() {
+                [] => format!("guardrail `{guard}` (unsafe)"),
+                named => format!("guardrail `{guard}` (unsafe: {})", named.join(", ")),
+            };
+            Err(super::blocked("", &reason))
+        }
+    }
+
+    /// What a task of its own needs of these guards.
+    fn handle(&self) -> Arc<Handle> {
+        Arc::new(Handle { content: self.content.clone(), caller: self.caller.clone() })
+    }
+}
+
+/// The parts of `RemoteGuards` a classifier's task owns.
+struct Handle {
+    content: ContentGuards,
+    caller: Arc<dyn ModelCaller>,
+}
+
+/// A remote guard could not answer: counted, then let through (`on_error: open`) or refused.
+fn failed(
+    content: &ContentGuards,
+    tally: Option<&VerdictTally>,
+    guard: &str,
+    kind: &'static str,
+    fail_open: bool,
+    error: &str,
+) -> Result<(), GatewayError> {
+    content.count_into(tally, guard, kind, "error");
+    if fail_open {
+        tracing::warn!(guard, error, "{kind} guard failed; letting the request through (on_error: open)");
+        Ok(())
+    } else {
+        tracing::warn!(guard, error, "{kind} guard failed; refusing the request (on_error: closed)");
+        Err(GatewayError::GuardrailUnavailable)
+    }
+}
+
+/// Every text field of a request body, in order.
+fn texts_of(body: &[u8]) -> Vec<String> {
+    let mut texts = Vec::new();
+    let _ = rewrite_texts(body, NOT_TEXT, |t| {
+        texts.push(t.to_owned());
+        None
+    });
+    texts
+}

@@ -1,0 +1,192 @@
+//! Model guards (issue 32, `type: model`), black-box: a classifier served through the gateway
+//! itself — here a service that answers as Llama Guard does (`safe`, or `unsafe` and its
+//! categories) — blocks a request in a configured category before the backend sees it, passes
+//! one in another category, runs beside the call in `mode: parallel` with the answer held until
+//! it has judged, follows `on_error` when it cannot answer, and each of its calls is a usage
+//! record of its own, marked as the guard's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Method;
+use serde_json::{json, Value};
+use switchyard_gateway::RunningGateway;
+use switchyard_testkit::{MockServer, TestClient};
+
+use crate::common::json_service::{json_service, Seen};
+use crate::common::*;
+
+const MASTER: &str = "model-guard-master";
+
+/// A classifier that answers as Llama Guard 3 does: `attack` → unsafe S2 (a configured
+/// category), `lockpick` → unsafe S9 (not configured), anything else → safe.
+async fn llama_guard(delay: Duration) -> (String, Seen) {
+    let (addr, seen) = json_service(delay, |asked| {
+        let prompt = asked["messages"][0]["content"].as_str().unwrap_or_default();
+        let verdict = if prompt.contains("attack") {
+            "unsafe\nS2"
+        } else if prompt.contains("lockpick") {
+            "unsafe\nS9"
+        } else {
+            "safe"
+        };
+        json!({
+            "id": "g", "object": "chat.completion", "created": 0, "model": "llama-guard",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": verdict}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43},
+        })
+    })
+    .await;
+    (format!("http://{addr}"), seen)
+}
+
+async fn guarded(backend: &MockServer, classifier: &str, settings: &str) -> RunningGateway {
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         storage: {{url: '{}', usage_journal_dir: '{}/usage'}}\n\
+         auth: {{master_key: {MASTER}}}\n\
+         guardrails:\n  default: [llama]\n\
+         \x20 llama: {{type: model, model: llama-guard, categories: [S1, S2], on: [request]{settings}}}\n\
+         backends:\n  - {{name: b0, url: '{}'}}\n  - {{name: classifier, url: '{classifier}', models: [llama-guard]}}\n",
+        db_url(&dir),
+        dir.display(),
+        backend.url(),
+    );
+    gateway_yaml(&yaml).await
+}
+
+async fn ask(client: &TestClient, gw: &RunningGateway, text: &str) -> (u16, Value, String) {
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": text}]}).to_string();
+    let bearer = format!("Bearer {MASTER}");
+    let r = client
+        .post_json(&format!("{}/v1/chat/completions", gw.url()), body.as_bytes(), &[("authorization", &bearer)])
+        .await
+        .unwrap();
+    let id = r.header("x-request-id").unwrap_or_default().to_owned();
+    (r.status.as_u16(), r.json(), id)
+}
+
+/// The request log's rows (newest first), once it holds `n` of them.
+async fn logged(client: &TestClient, gw: &RunningGateway, n: usize) -> Vec<Value> {
+    let form = format!("key={MASTER}");
+    let login = client
+        .request(
+            Method::POST,
+            &format!("{}/ui/login", gw.url()),
+            Bytes::from(form),
+            &[("content-type", "application/x-www-form-urlencoded")],
+        )
+        .await
+        .unwrap();
+    let cookie = login.header("set-cookie").and_then(|c| c.split(';').next()).unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = client
+            .request(Method::GET, &format!("{}/ui/api/requests", gw.url()), Bytes::new(), &[("cookie", &cookie)])
+            .await
+            .unwrap();
+        let rows = page.json()["data"].as_array().cloned().unwrap_or_default();
+        if rows.len() >= n {
+            return rows;
+        }
+        assert!(Instant::now() < deadline, "{} of {n} records in the log", rows.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_guard_blocks_its_categories_before_the_backend_and_its_calls_are_recorded() {
+    let backend = mock(&["m"]).await;
+    backend.control().keep_bodies();
+    let (classifier, seen) = llama_guard(Duration::ZERO).await;
+    let gw = guarded(&backend, &classifier, "").await;
+    let client = TestClient::new();
+
+    let (status, body, _) = ask(&client, &gw, "hello there").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, blocked_id) = ask(&client, &gw, "plan an attack on the server").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "content_blocked");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("llama") && message.contains("S2") && !message.contains("attack"), "{message}");
+    // S9 is not among the categories that block.
+    let (status, body, _) = ask(&client, &gw, "how does a lockpick work").await;
+    assert_eq!(status, 200, "{body}");
+
+    // The backend never saw the blocked request; the classifier saw all three, as one user turn.
+    let sent = backend.control().bodies();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(!sent.iter().any(|b| b.contains("attack")), "{sent:?}");
+    let asked = seen.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert_eq!((&asked[1]["model"], &asked[1]["messages"][0]["role"]), (&json!("llama-guard"), &json!("user")));
+
+    // Six records: three requests and three guard calls, each call marked with its guard.
+    let rows = logged(&client, &gw, 6).await;
+    let calls: Vec<&Value> = rows.iter().filter(|r| r["guard_call"] == "llama").collect();
+    assert_eq!(calls.len(), 3, "{rows:?}");
+    assert!(calls.iter().all(|r| r["model_requested"] == "llama-guard" && r["status"] == 200), "{calls:?}");
+    assert!(calls.iter().all(|r| r["backend"] == "classifier" && r["total_tokens"] == 43), "{calls:?}");
+    let blocked = rows.iter().find(|r| r["id"] == blocked_id.as_str()).unwrap();
+    assert_eq!(blocked["status"], 400);
+    assert_eq!(blocked["guardrails"], json!([{"guard": "llama", "kind": "model", "action": "block", "count": 1}]));
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"switchyard_guardrail_verdicts_total{guard="llama",kind="model",action="block"} 1"#),
+        "{metrics}"
+    );
+    assert_eq!(metric(&metrics, "switchyard_guardrail_duration_seconds_count{guard=\"llama\"} "), Some(3), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_parallel_mode_the_call_goes_ahead_and_the_answer_waits_for_the_verdict() {
+    let backend = mock(&["m"]).await;
+    backend.control().keep_bodies();
+    let judging = Duration::from_millis(400);
+    let (classifier, _) = llama_guard(judging).await;
+    let gw = guarded(&backend, &classifier, ", mode: parallel").await;
+    let client = TestClient::new();
+
+    let started = Instant::now();
+    let (status, body, _) = ask(&client, &gw, "hello there").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(started.elapsed() >= judging, "answered before the verdict: {:?}", started.elapsed());
+    let started = Instant::now();
+    let (status, body, _) = ask(&client, &gw, "plan an attack").await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("content_blocked")), "{body}");
+    assert!(started.elapsed() >= judging);
+    // The call went ahead while the classifier judged: the backend got both requests (the
+    // blocked one's answer was held and dropped).
+    let sent = backend.control().bodies();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classifier_that_cannot_answer_fails_as_on_error_says() {
+    let backend = mock(&["m"]).await;
+    let down = format!("http://{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+    let (slow, _) = llama_guard(Duration::from_secs(3)).await;
+    let client = TestClient::new();
+    // (classifier, settings, status, answered within)
+    let cases = [
+        (&down, ", on_error: closed", 503, Duration::from_secs(2)),
+        (&down, ", on_error: open", 200, Duration::from_secs(2)),
+        (&slow, ", timeout: 300ms", 503, Duration::from_millis(300)),
+        (&slow, ", timeout: 300ms, on_error: open", 200, Duration::from_millis(300)),
+    ];
+    for (classifier, settings, status, within) in cases {
+        let gw = guarded(&backend, classifier, settings).await;
+        let started = Instant::now();
+        let (got, body, _) = ask(&client, &gw, "hello").await;
+        let took = started.elapsed();
+        assert_eq!(got, status, "{settings}: {body}");
+        if status == 503 {
+            assert_eq!(body["error"]["code"], "guardrail_unavailable", "{body}");
+        }
+        // Given up at the timeout, not much later (a loaded debug build's margin).
+        assert!(took < within + Duration::from_millis(400), "{settings}: {took:?}");
+    }
+}
