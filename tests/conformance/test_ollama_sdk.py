@@ -134,11 +134,12 @@ def test_generate_stream(client: ollama.Client, backend_model: str) -> None:
 
 def test_embed(client: ollama.Client, backend_model: str, matrix: Matrix) -> None:
     if backend_model == AN_MODEL:
-        # Anthropic has no embeddings API: a clear client error, not a silent empty answer.
+        # Anthropic has no embeddings API: the model is not found for embeddings (a 404 naming
+        # the endpoint), not a silent empty answer.
         with pytest.raises(ollama.ResponseError) as info:
             client.embed(model=backend_model, input="hello")
-        assert info.value.status_code == 400, info.value
-        assert info.value.error
+        assert info.value.status_code == 404, info.value
+        assert "embeddings" in info.value.error
         return
     resp = client.embed(model=backend_model, input=["first", "second"])
     assert resp.model == backend_model

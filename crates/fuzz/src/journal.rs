@@ -34,6 +34,7 @@ fn record(i: usize) -> UsageRecord {
         bodies: None,
         guardrails: Vec::new(),
         guard_call: None,
+        units: None,
     }
 }
 

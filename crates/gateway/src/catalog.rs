@@ -74,9 +74,13 @@ pub fn openai_models(app: &App) -> Response<GatewayBody> {
 
 fn openai_entries(app: &App) -> Vec<serde_json::Value> {
     let catalogue = app.router.catalogue();
+    let capabilities = app.router.capabilities();
     let mut data: Vec<serde_json::Value> = catalogue
         .iter()
-        .map(|(id, backends)| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard", "backends": backends}))
+        .map(|(id, backends)| {
+            json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard", "backends": backends,
+                   "capabilities": capabilities.get(id)})
+        })
         .collect();
     let mut aliases: Vec<_> = app.config.aliases.iter().filter(|(_, t)| catalogue.contains_key(*t)).collect();
     aliases.sort();

@@ -143,6 +143,8 @@ pub struct BackendConfig {
     pub api_key: Option<String>,
     /// Static model list; `None` means discover from the backend.
     pub models: Option<Vec<String>>,
+    /// What it serves (`endpoint::CAPABILITIES`); None: whatever its type can speak.
+    pub capabilities: Option<Vec<String>>,
     /// Higher wins under the `priority` strategy.
     pub priority: i32,
     pub weight: u32,
@@ -279,13 +281,24 @@ pub struct StorageConfig {
     pub record_usage: bool,
 }
 
-/// USD per million tokens.
+/// USD per million tokens, and per unit of what else a request uses.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Price {
     pub input_per_million: f64,
     pub output_per_million: f64,
     /// Prompt tokens read from the provider's prompt cache; None: billed as input.
     pub cached_input_per_million: Option<f64>,
+    pub units: UnitPrices,
+}
+
+/// USD per answered request, image, search unit, second of audio and character of speech.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct UnitPrices {
+    pub per_request: f64,
+    pub per_image: f64,
+    pub per_search_unit: f64,
+    pub per_second_audio: f64,
+    pub per_character: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -451,6 +464,20 @@ impl Config {
                 + cached as f64 * cached_price
                 + completion_tokens as f64 * p.output_per_million)
                 / 1e6
+        })
+    }
+
+    /// What an answered request of `model` costs besides its tokens: per request, and per image,
+    /// search unit, second of audio and character it used.
+    pub fn unit_cost(&self, model: &str, units: Option<&crate::records::UsageUnits>) -> f64 {
+        self.price(model).map_or(0.0, |p| {
+            let u = p.units;
+            let used = units.cloned().unwrap_or_default();
+            u.per_request
+                + used.images as f64 * u.per_image
+                + used.search_units as f64 * u.per_search_unit
+                + used.audio_seconds * u.per_second_audio
+                + used.characters as f64 * u.per_character
         })
     }
 

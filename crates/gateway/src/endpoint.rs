@@ -2,8 +2,8 @@
 //! path, metrics label, span route, GenAI operation, where its model is named, and what the
 //! pipeline does for it (usage asked for on streams, charged or not, resumable, cacheable). The
 //! request path reads the row; it never matches on the endpoint itself. Adding an endpoint is a
-//! variant, a row, and (where the answer reports usage in a new spelling) its extraction in
-//! `usage/extract.rs`. The bottom of the pipeline: everything may name an endpoint.
+//! variant, a row, its wire to backends (`translate::Wire`), and (where the answer reports
+//! usage in a new spelling) its extraction in `usage/extract.rs`. The bottom of the pipeline: everything may name an endpoint.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -27,7 +27,30 @@ pub enum Endpoint {
     GeminiStream,
     /// Gemini `POST /v1beta/models/{model}:countTokens`.
     GeminiCountTokens,
+    /// `POST /v1/rerank` (Cohere's and Jina's shape, as vLLM, Infinity and TEI serve it; also
+    /// `/v2/rerank`).
+    Rerank,
+    /// vLLM's `POST /v1/score`.
+    Score,
+    /// `POST /v1/moderations`.
+    Moderations,
+    /// `POST /v1/images/generations`.
+    ImagesGenerations,
+    /// vLLM's and llama.cpp's `POST /tokenize` and `/detokenize`.
+    Tokenize,
+    Detokenize,
     Other,
+}
+
+/// What a request uses besides tokens, read from its answer and priced by `prices.MODEL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    /// Tokens only.
+    Tokens,
+    /// Images generated (`data`'s length).
+    Images,
+    /// Search units, where the backend bills them (Cohere's `meta.billed_units`).
+    SearchUnits,
 }
 
 /// Where a request names its model.
@@ -63,7 +86,15 @@ pub struct Spec {
     pub resumable: bool,
     /// Answers may be kept in the response cache.
     pub cacheable: bool,
+    /// What its answers are priced by besides tokens.
+    pub units: Units,
+    /// What a backend must serve to take it (`backends[].capabilities`, `/v1/models`).
+    pub capability: &'static str,
 }
+
+/// What a backend may serve (`backends[].capabilities`): every endpoint needs one of these.
+pub const CAPABILITIES: [&str; 8] =
+    ["chat", "embeddings", "rerank", "moderations", "images", "audio", "tokenize", "none"];
 
 const fn row(endpoint: Endpoint, path: &'static str, label: &'static str, route: &'static str) -> Spec {
     Spec {
@@ -77,7 +108,21 @@ const fn row(endpoint: Endpoint, path: &'static str, label: &'static str, route:
         charged: true,
         resumable: true,
         cacheable: true,
+        units: Units::Tokens,
+        capability: "chat",
     }
+}
+
+/// A row for an endpoint passed through as it is to the backends that serve it (no streams to
+/// resume, answers not cached).
+const fn plain(
+    endpoint: Endpoint,
+    path: &'static str,
+    label: &'static str,
+    operation: &'static str,
+    capability: &'static str,
+) -> Spec {
+    Spec { operation, resumable: false, cacheable: false, capability, ..row(endpoint, path, label, "") }
 }
 
 /// Every endpoint, in `Endpoint`'s order (a test checks it).
@@ -95,12 +140,14 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
     Spec {
         operation: "embeddings",
         resumable: false,
+        capability: "embeddings",
         ..row(Endpoint::Embeddings, "/embeddings", "embeddings", "/v1/embeddings")
     },
     Spec {
         model_in: ModelIn::Nowhere,
         resumable: false,
         cacheable: false,
+        capability: "none",
         ..row(Endpoint::Models, "/models", "models", "/v1/models")
     },
     row(Endpoint::Responses, "/responses", "responses", "/v1/responses"),
@@ -119,6 +166,7 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
     Spec {
         operation: "embeddings",
         resumable: false,
+        capability: "embeddings",
         ..row(Endpoint::OllamaEmbed, "/api/embed", "ollama_embed", "/api/embed")
     },
     Spec {
@@ -142,17 +190,43 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
         ..row(Endpoint::GeminiCountTokens, "", "gemini_count_tokens", "/v1beta/models/{model}:countTokens")
     },
     Spec {
+        route: Some("/v1/rerank"),
+        units: Units::SearchUnits,
+        ..plain(Endpoint::Rerank, "/rerank", "rerank", "rerank", "rerank")
+    },
+    Spec { route: Some("/v1/score"), ..plain(Endpoint::Score, "/score", "score", "score", "rerank") },
+    Spec {
+        route: Some("/v1/moderations"),
+        ..plain(Endpoint::Moderations, "/moderations", "moderations", "moderation", "moderations")
+    },
+    Spec {
+        route: Some("/v1/images/generations"),
+        units: Units::Images,
+        ..plain(Endpoint::ImagesGenerations, "/images/generations", "images_generations", "image_generation", "images")
+    },
+    Spec {
+        route: Some("/tokenize"),
+        charged: false,
+        ..plain(Endpoint::Tokenize, "/tokenize", "tokenize", "tokenize", "tokenize")
+    },
+    Spec {
+        route: Some("/detokenize"),
+        charged: false,
+        ..plain(Endpoint::Detokenize, "/detokenize", "detokenize", "detokenize", "tokenize")
+    },
+    Spec {
         path: None,
         route: None,
         model_in: ModelIn::Nowhere,
         resumable: false,
         cacheable: false,
+        capability: "none",
         ..row(Endpoint::Other, "", "other", "")
     },
 ];
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 14] = [
+    pub const ALL: [Endpoint; 20] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -166,6 +240,12 @@ impl Endpoint {
         Endpoint::GeminiGenerate,
         Endpoint::GeminiStream,
         Endpoint::GeminiCountTokens,
+        Endpoint::Rerank,
+        Endpoint::Score,
+        Endpoint::Moderations,
+        Endpoint::ImagesGenerations,
+        Endpoint::Tokenize,
+        Endpoint::Detokenize,
         Endpoint::Other,
     ];
 
@@ -183,6 +263,10 @@ impl Endpoint {
     pub fn from_path(path: &str) -> Endpoint {
         if let Some(spec) = TABLE.iter().find(|s| s.path == Some(path)) {
             return spec.endpoint;
+        }
+        // Cohere's v2 client names its version in the path.
+        if path == "/v2/rerank" {
+            return Endpoint::Rerank;
         }
         Endpoint::gemini_model(path).map_or(Endpoint::Other, |(_, endpoint)| endpoint)
     }
@@ -233,5 +317,6 @@ mod tests {
         }
         assert_eq!(Endpoint::from_path("/v1beta/models/g:streamGenerateContent"), Endpoint::GeminiStream);
         assert_eq!(Endpoint::from_path("/nope"), Endpoint::Other);
+        assert_eq!(Endpoint::from_path("/v2/rerank"), Endpoint::Rerank);
     }
 }

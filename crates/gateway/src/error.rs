@@ -40,6 +40,11 @@ pub enum GatewayError {
     ModelNotFound {
         model: String,
     },
+    /// The model is served, but by no backend that serves this endpoint (`rerank`, `images`...).
+    NotServedFor {
+        model: String,
+        capability: &'static str,
+    },
     /// Every backend serving the model is down or its breaker is open.
     NoHealthyBackend {
         model: String,
@@ -107,7 +112,9 @@ impl GatewayError {
             GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             GatewayError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            GatewayError::RouteNotFound | GatewayError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
+            GatewayError::RouteNotFound | GatewayError::ModelNotFound { .. } | GatewayError::NotServedFor { .. } => {
+                StatusCode::NOT_FOUND
+            }
             GatewayError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             GatewayError::NoHealthyBackend { .. }
@@ -140,7 +147,7 @@ impl GatewayError {
             GatewayError::RouteNotFound => "route_not_found",
             GatewayError::MethodNotAllowed => "method_not_allowed",
             GatewayError::UnsupportedMediaType => "unsupported_media_type",
-            GatewayError::ModelNotFound { .. } => "model_not_found",
+            GatewayError::ModelNotFound { .. } | GatewayError::NotServedFor { .. } => "model_not_found",
             GatewayError::NoHealthyBackend { .. } => "no_healthy_backend",
             GatewayError::Overloaded { .. } => "overloaded",
             GatewayError::BackendsCooling { .. } => "backends_cooling",
@@ -173,6 +180,20 @@ impl GatewayError {
                 "a guardrail this request must pass cannot be reached right now; retry shortly"
             }
             _ => "this key's limits cannot be checked right now (shared state unreachable); retry shortly",
+        }
+    }
+
+    /// What a model that is not found says: no such model, or none of its backends serves the
+    /// endpoint.
+    fn not_found(&self) -> String {
+        match self {
+            GatewayError::NotServedFor { model, capability } => {
+                format!("no backend of the model `{model}` serves {capability}")
+            }
+            GatewayError::ModelNotFound { model } => {
+                format!("the model `{model}` does not exist or no backend serves it")
+            }
+            _ => String::new(),
         }
     }
 
@@ -212,12 +233,9 @@ impl GatewayError {
                 None,
                 None,
             ),
-            GatewayError::ModelNotFound { model } => (
-                format!("the model `{model}` does not exist or no backend serves it"),
-                "invalid_request_error",
-                Some("model"),
-                Some("model_not_found"),
-            ),
+            GatewayError::ModelNotFound { .. } | GatewayError::NotServedFor { .. } => {
+                (self.not_found(), "invalid_request_error", Some("model"), Some("model_not_found"))
+            }
             GatewayError::Overloaded { model, .. } => (
                 format!("every backend serving `{model}` is busy and the queue is full; retry shortly"),
                 "server_error",

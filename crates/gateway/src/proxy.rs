@@ -178,6 +178,7 @@ async fn proceed(
     settlement: &mut Settlement,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     guard_request(call, identity, exchange, settlement).await?;
+    served(call, exchange)?;
     let cached = Cached::of(
         call.app,
         call.endpoint,
@@ -210,6 +211,20 @@ async fn proceed(
             Ok(*resp)
         }
     }
+}
+
+/// Route: a model the gateway knows, but whose backends all serve other endpoints (a chat model
+/// asked to rerank), is not found for this one — unless a fallback model may serve it.
+fn served(call: &Call<'_>, exchange: &Exchange) -> Result<(), GatewayError> {
+    let (router, model, requested) = (&call.app.router, exchange.routed.model.as_str(), &exchange.routed.requested);
+    if !router.knows_model(model)
+        || router.serves(model, call.endpoint)
+        || !call.app.config.fallbacks_for(requested, model).is_empty()
+    {
+        return Ok(());
+    }
+    let capability = call.endpoint.spec().capability;
+    Err(GatewayError::NotServedFor { model: requested.clone(), capability })
 }
 
 /// Classifiers running beside the call (`mode: parallel`) have judged the request: the answer

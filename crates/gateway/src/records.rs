@@ -212,6 +212,38 @@ pub struct UsageRecord {
     /// A model guard's own call to its classifier: the guard's name (`type: model`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard_call: Option<String>,
+    /// What the request used besides tokens (images, search units, audio), when anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<Box<UsageUnits>>,
+}
+
+/// What a request used besides tokens, priced by `prices.MODEL.per_*` (issue 33).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageUnits {
+    /// Images generated, and the size and quality asked for.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub images: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_quality: Option<String>,
+    /// Search units billed (a hosted reranker's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub search_units: u64,
+    /// Seconds of audio transcribed or translated.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub audio_seconds: f64,
+    /// Characters of text spoken.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub characters: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
 }
 
 /// One request's verdicts as the guards reach them (request, answer, webhooks), for its record.

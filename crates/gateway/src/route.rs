@@ -171,6 +171,11 @@ impl Router {
         Some(Duration::from_millis(until - now))
     }
 
+    /// Whether some backend of `model` takes requests of `endpoint` (healthy or not).
+    pub fn serves(&self, model: &str, endpoint: crate::endpoint::Endpoint) -> bool {
+        self.table.load().get(model).is_some_and(|all| all.iter().any(|b| b.serves(endpoint)))
+    }
+
     pub fn knows_model(&self, model: &str) -> bool {
         self.table.load().contains_key(model)
     }
@@ -419,6 +424,21 @@ impl Router {
     }
 
     /// De-duplicated catalogue of every model served by a backend that is up: model → backend names.
+    /// What each model's healthy backends serve together (`chat`, `rerank`, ...).
+    pub fn capabilities(&self) -> BTreeMap<String, Vec<&'static str>> {
+        let mut out: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
+        for b in self.backends.iter().filter(|b| b.health.is_up()) {
+            let served = b.capabilities();
+            for m in b.models().iter() {
+                let entry = out.entry(m.clone()).or_default();
+                entry.extend_from_slice(&served);
+                entry.sort_unstable();
+                entry.dedup();
+            }
+        }
+        out
+    }
+
     pub fn catalogue(&self) -> BTreeMap<String, Vec<String>> {
         let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for b in self.backends.iter().filter(|b| b.health.is_up()) {

@@ -35,10 +35,18 @@ pub enum Wire {
     Bedrock,
     /// Gemini's `countTokens`; the URL names the model.
     GeminiCountTokens,
+    /// Endpoints OpenAI-compatible servers (vLLM, llama.cpp, SGLang, Infinity, TEI) serve and
+    /// other kinds do not: passed through as they are.
+    Rerank,
+    Score,
+    Moderations,
+    ImagesGenerations,
+    Tokenize,
+    Detokenize,
 }
 
 impl Wire {
-    pub const ALL: [Wire; 11] = [
+    pub const ALL: [Wire; 17] = [
         Wire::OpenAiChat,
         Wire::OpenAiCompletions,
         Wire::OpenAiEmbeddings,
@@ -50,6 +58,12 @@ impl Wire {
         Wire::Gemini,
         Wire::Bedrock,
         Wire::GeminiCountTokens,
+        Wire::Rerank,
+        Wire::Score,
+        Wire::Moderations,
+        Wire::ImagesGenerations,
+        Wire::Tokenize,
+        Wire::Detokenize,
     ];
 
     /// Path under the backend's base URL.
@@ -65,21 +79,51 @@ impl Wire {
             Wire::OllamaEmbed => "/api/embed",
             Wire::Gemini | Wire::GeminiCountTokens => "/v1beta/models",
             Wire::Bedrock => "/model",
+            Wire::Rerank => "/v1/rerank",
+            Wire::Score => "/v1/score",
+            Wire::Moderations => "/v1/moderations",
+            Wire::ImagesGenerations => "/v1/images/generations",
+            Wire::Tokenize => "/tokenize",
+            Wire::Detokenize => "/detokenize",
         }
     }
 
     /// Whether `kind` of backend speaks this wire.
     pub fn spoken_by(self, kind: BackendKind) -> bool {
         match kind {
-            BackendKind::OpenAi | BackendKind::Azure => {
-                matches!(self, Wire::OpenAiChat | Wire::OpenAiCompletions | Wire::OpenAiEmbeddings)
-            }
+            BackendKind::OpenAi => matches!(
+                self,
+                Wire::OpenAiChat
+                    | Wire::OpenAiCompletions
+                    | Wire::OpenAiEmbeddings
+                    | Wire::Rerank
+                    | Wire::Score
+                    | Wire::Moderations
+                    | Wire::ImagesGenerations
+                    | Wire::Tokenize
+                    | Wire::Detokenize
+            ),
+            BackendKind::Azure => matches!(
+                self,
+                Wire::OpenAiChat
+                    | Wire::OpenAiCompletions
+                    | Wire::OpenAiEmbeddings
+                    | Wire::Moderations
+                    | Wire::ImagesGenerations
+            ),
             BackendKind::Gemini => matches!(self, Wire::Gemini | Wire::GeminiCountTokens),
             BackendKind::Bedrock => self == Wire::Bedrock,
-            // Ollama serves its native API and an OpenAI-compatible one under /v1.
-            BackendKind::Ollama => {
-                !matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens | Wire::Gemini | Wire::GeminiCountTokens)
-            }
+            // Ollama serves its native API and an OpenAI-compatible one under /v1 (chat,
+            // completions, embeddings).
+            BackendKind::Ollama => matches!(
+                self,
+                Wire::OpenAiChat
+                    | Wire::OpenAiCompletions
+                    | Wire::OpenAiEmbeddings
+                    | Wire::OllamaChat
+                    | Wire::OllamaGenerate
+                    | Wire::OllamaEmbed
+            ),
             BackendKind::Anthropic => matches!(self, Wire::Anthropic | Wire::AnthropicCountTokens),
         }
     }
@@ -98,6 +142,12 @@ impl Wire {
             Endpoint::OllamaEmbed => Wire::OllamaEmbed,
             Endpoint::GeminiGenerate | Endpoint::GeminiStream => Wire::Gemini,
             Endpoint::GeminiCountTokens => Wire::GeminiCountTokens,
+            Endpoint::Rerank => Wire::Rerank,
+            Endpoint::Score => Wire::Score,
+            Endpoint::Moderations => Wire::Moderations,
+            Endpoint::ImagesGenerations => Wire::ImagesGenerations,
+            Endpoint::Tokenize => Wire::Tokenize,
+            Endpoint::Detokenize => Wire::Detokenize,
             Endpoint::Responses | Endpoint::Models | Endpoint::Other => return None,
         })
     }
@@ -142,6 +192,12 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         }
         Endpoint::Embeddings | Endpoint::OllamaEmbed => Plan::Unsupported("embeddings"),
         Endpoint::Completions => Plan::Unsupported("legacy text completions"),
+        Endpoint::Rerank
+        | Endpoint::Score
+        | Endpoint::Moderations
+        | Endpoint::ImagesGenerations
+        | Endpoint::Tokenize
+        | Endpoint::Detokenize => Plan::Unsupported(endpoint.as_str()),
         Endpoint::Models | Endpoint::Other => Plan::Unsupported("this endpoint"),
     }
 }

@@ -20,6 +20,11 @@ pub struct RoutingFields<'a> {
     /// Gemini's turns.
     #[serde(borrow, default)]
     pub contents: Option<&'a RawValue>,
+    /// Rerank's documents (and `query`, required with them).
+    #[serde(borrow, default)]
+    pub documents: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub query: Option<&'a RawValue>,
     /// Upper bound of completion tokens, for rate-limit reservations (either spelling).
     #[serde(default)]
     pub max_tokens: Option<serde_json::Value>,

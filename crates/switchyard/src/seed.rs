@@ -51,6 +51,7 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             bodies: None,
             guardrails: Vec::new(),
             guard_call: None,
+            units: None,
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

@@ -2,9 +2,11 @@
 //! control knobs and the server lifecycle (bind, accept loop, kill, restart).
 
 mod anthropic;
+mod audio;
 mod azure;
 mod bedrock;
 mod body;
+mod extra_api;
 mod frames;
 mod gemini;
 mod handlers;
@@ -20,6 +22,8 @@ mod stream;
 mod tests;
 #[cfg(test)]
 mod tests_anthropic;
+#[cfg(test)]
+mod tests_extra;
 #[cfg(test)]
 mod tests_kv;
 #[cfg(test)]

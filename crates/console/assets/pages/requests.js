@@ -178,6 +178,17 @@ export const requests = {
       return box;
     }
 
+    // What a request used besides tokens: images (size, quality), search units, audio, characters.
+    function unitsText(u) {
+      if (!u) return null;
+      const parts = [];
+      if (u.images) parts.push(`${fmt.int(u.images)} image${u.images === 1 ? '' : 's'}${u.image_size ? ` ${u.image_size}` : ''}${u.image_quality ? ` ${u.image_quality}` : ''}`);
+      if (u.search_units) parts.push(`${fmt.int(u.search_units)} search unit${u.search_units === 1 ? '' : 's'}`);
+      if (u.audio_seconds) parts.push(`${fmt.num(u.audio_seconds, 1)} s of audio`);
+      if (u.characters) parts.push(`${fmt.int(u.characters)} characters`);
+      return parts.join(' · ') || null;
+    }
+
     function openDetail(r, tr) {
       closeDetail();
       tr.classList.add('selected');
@@ -192,11 +203,12 @@ export const requests = {
         ['Response bytes', r.response_bytes == null ? null : fmt.int(r.response_bytes)],
         ['Guardrails', r.guardrails ? r.guardrails.map((v) => `${v.guard}: ${v.kind} ${v.action} ×${v.count}`).join('; ') : null],
         ['Guard call', r.guard_call == null ? null : `classifier call of guardrail ${r.guard_call}`, 'mono'],
+        ['Units', unitsText(r.units)],
       ];
       // Any field the server adds later is shown too.
       const known = new Set(['id', 'ts_ms', 'status', 'key_id', 'key_name', 'user', 'team', 'model_requested', 'model_served', 'backend',
         'prompt_tokens', 'completion_tokens', 'total_tokens', 'latency_ms', 'ttft_ms', 'cost_usd', 'estimated', 'route', 'tool',
-        'response_bytes', 'has_bodies', 'guardrails', 'guard_call']);
+        'response_bytes', 'has_bodies', 'guardrails', 'guard_call', 'units']);
       for (const [k, v] of Object.entries(r)) {
         if (!known.has(k)) fields.push([k, v == null ? null : typeof v === 'object' ? JSON.stringify(v) : v, 'mono']);
       }

@@ -19,6 +19,9 @@ pub struct RawBackend {
     kind: Option<String>,
     api_key: Option<String>,
     models: Option<Vec<String>>,
+    /// What the backend serves (`chat`, `embeddings`, `rerank`, `moderations`, `images`,
+    /// `audio`, `tokenize`); unset: whatever its type can speak.
+    capabilities: Option<Vec<String>>,
     priority: Option<i32>,
     weight: Option<u32>,
     cache_tokens: Option<usize>,
@@ -71,12 +74,18 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
             return Err(ConfigError::at(format!("backends[{i}].models[{pos}]"), "empty model name"));
         }
     }
+    let known = &crate::endpoint::CAPABILITIES[..crate::endpoint::CAPABILITIES.len() - 1];
+    if let Some(pos) = b.capabilities.iter().flatten().position(|c| !known.contains(&c.as_str())) {
+        let message = format!("must be one of {}", known.join(", "));
+        return Err(ConfigError::at(format!("backends[{i}].capabilities[{pos}]"), message));
+    }
     Ok(BackendConfig {
         name: b.name,
         url,
         kind,
         api_key: b.api_key.filter(|k| !k.is_empty()),
         models: b.models,
+        capabilities: b.capabilities,
         priority: b.priority.unwrap_or(0),
         weight,
         cache_tokens: b.cache_tokens.unwrap_or(DEFAULT_CACHE_TOKENS).max(1),

@@ -58,7 +58,12 @@ pub fn shipped() -> impl Iterator<Item = (String, Price)> {
     SHIPPED.iter().map(|&(model, input, output, cached)| {
         (
             model.to_owned(),
-            Price { input_per_million: input, output_per_million: output, cached_input_per_million: cached },
+            Price {
+                input_per_million: input,
+                output_per_million: output,
+                cached_input_per_million: cached,
+                units: super::UnitPrices::default(),
+            },
         )
     })
 }

@@ -11,7 +11,7 @@ use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
     AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, HealthConfig, ListenerLimits, Price, RedisConfig,
-    StorageConfig, Strategy, Timeouts, TlsConfig,
+    StorageConfig, Strategy, Timeouts, TlsConfig, UnitPrices,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -101,9 +101,21 @@ struct RawStorage {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPrice {
+    #[serde(default)]
     input_per_million: f64,
+    #[serde(default)]
     output_per_million: f64,
     cached_input_per_million: Option<f64>,
+    #[serde(default)]
+    per_request: f64,
+    #[serde(default)]
+    per_image: f64,
+    #[serde(default)]
+    per_search_unit: f64,
+    #[serde(default)]
+    per_second_audio: f64,
+    #[serde(default)]
+    per_character: f64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -472,16 +484,31 @@ fn validate_prices(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Pri
     let mut prices: HashMap<String, Price> = super::prices::shipped().collect();
     for (model, p) in raw {
         let cached = ("cached_input_per_million", p.cached_input_per_million.unwrap_or(0.0));
-        for (field, v) in
-            [("input_per_million", p.input_per_million), ("output_per_million", p.output_per_million), cached]
-        {
+        let units = UnitPrices {
+            per_request: p.per_request,
+            per_image: p.per_image,
+            per_search_unit: p.per_search_unit,
+            per_second_audio: p.per_second_audio,
+            per_character: p.per_character,
+        };
+        let fields = [
+            ("input_per_million", p.input_per_million),
+            ("output_per_million", p.output_per_million),
+            cached,
+            ("per_request", units.per_request),
+            ("per_image", units.per_image),
+            ("per_search_unit", units.per_search_unit),
+            ("per_second_audio", units.per_second_audio),
+            ("per_character", units.per_character),
+        ];
+        for (field, v) in fields {
             if !v.is_finite() || v < 0.0 {
                 return Err(ConfigError::at(format!("prices.{model}.{field}"), "must be a non-negative number"));
             }
         }
         let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
         let cached_input_per_million = p.cached_input_per_million;
-        prices.insert(model, Price { input_per_million, output_per_million, cached_input_per_million });
+        prices.insert(model, Price { input_per_million, output_per_million, cached_input_per_million, units });
     }
     Ok(prices)
 }

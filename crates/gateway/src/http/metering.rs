@@ -102,6 +102,10 @@ pub struct Meter {
     uncharged: bool,
     /// What attempts before a resumed stream's current one consumed (estimated).
     earlier: Option<Tokens>,
+    /// What the endpoint is priced by besides tokens, and what the request asked for of it
+    /// (images: how many, what size and quality).
+    units_kind: crate::endpoint::Units,
+    units: Option<Box<crate::records::UsageUnits>>,
     recorded: bool,
 }
 
@@ -143,6 +147,7 @@ impl Meter {
                 bodies: None,
                 guardrails: Vec::new(),
                 guard_call: None,
+                units: None,
             },
             journal,
             traced: None,
@@ -159,7 +164,18 @@ impl Meter {
             reported_chars: 0,
             uncharged: false,
             earlier: None,
+            units_kind: crate::endpoint::Units::Tokens,
+            units: None,
             recorded: false,
+        }
+    }
+
+    /// The endpoint is priced by `kind` besides tokens; an image request's `n`, `size` and
+    /// `quality` are read from its body here (the answer's images may be megabytes of base64).
+    pub fn units(&mut self, kind: crate::endpoint::Units, request: &[u8]) {
+        self.units_kind = kind;
+        if kind == crate::endpoint::Units::Images {
+            self.units = Some(Box::new(crate::usage::extract::image_request(request)));
         }
     }
 
@@ -264,6 +280,8 @@ impl Meter {
         }
         self.tap = Some(if sse {
             Tap::Sse(SseUsageTap::new(strip_usage_chunk))
+        } else if self.units_kind == crate::endpoint::Units::SearchUnits {
+            Tap::Body(BodyUsageTap::new(BODY_TAP_LIMIT).with_search_units())
         } else {
             Tap::Body(BodyUsageTap::new(BODY_TAP_LIMIT))
         });
@@ -329,6 +347,17 @@ impl Meter {
         self.record_now();
     }
 
+    /// What an answered request used besides tokens.
+    fn units_used(&mut self) -> Option<Box<crate::records::UsageUnits>> {
+        match (self.units_kind, &self.tap) {
+            (crate::endpoint::Units::Images, _) => self.units.take(),
+            (crate::endpoint::Units::SearchUnits, Some(Tap::Body(tap))) => tap
+                .search_units()
+                .map(|search_units| Box::new(crate::records::UsageUnits { search_units, ..Default::default() })),
+            _ => None,
+        }
+    }
+
     /// Append the record (once). Tokens come from the backend's `usage`; without one they are
     /// estimated (prompt from the request size, completion from the streamed text) and marked so.
     pub fn record_now(&mut self) {
@@ -359,6 +388,7 @@ impl Meter {
             tokens.total += earlier.total;
             tokens.cached += earlier.cached;
         }
+        let units = if answered { self.units_used() } else { None };
         let r = &mut self.record;
         r.estimated = (!had_usage && answered) || self.earlier.is_some();
         r.prompt_tokens = tokens.prompt;
@@ -366,6 +396,10 @@ impl Meter {
         r.total_tokens = tokens.total.max(tokens.prompt + tokens.completion);
         r.latency_ms = self.started.elapsed().as_secs_f64() * 1e3;
         r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, tokens.cached, r.completion_tokens);
+        if answered {
+            r.units = units;
+            r.cost_usd += self.config.unit_cost(&r.model_served, r.units.as_deref());
+        }
         if let Some(p) = self.permit.as_mut() {
             p.settle(r.total_tokens);
         }

@@ -116,16 +116,27 @@ pub fn parse_request_at(
         Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::CountTokens | Endpoint::OllamaChat => {
             (fields.messages, "messages", true)
         }
-        Endpoint::Completions => (fields.prompt, "prompt", false),
-        Endpoint::Embeddings | Endpoint::OllamaEmbed | Endpoint::Responses => (fields.input, "input", false),
+        Endpoint::Completions | Endpoint::ImagesGenerations => (fields.prompt, "prompt", false),
+        Endpoint::Embeddings | Endpoint::OllamaEmbed | Endpoint::Responses | Endpoint::Moderations => {
+            (fields.input, "input", false)
+        }
+        Endpoint::Rerank => (fields.documents, "documents", true),
         Endpoint::GeminiGenerate | Endpoint::GeminiStream => (fields.contents, "contents", true),
         // `contents`, or a whole `generateContentRequest`.
         Endpoint::GeminiCountTokens => (None, "", false),
         // Ollama's generate may come without a prompt (it loads the model).
-        Endpoint::OllamaGenerate | Endpoint::Models | Endpoint::Other => (None, "", false),
+        Endpoint::OllamaGenerate
+        | Endpoint::Models
+        | Endpoint::Score
+        | Endpoint::Tokenize
+        | Endpoint::Detokenize
+        | Endpoint::Other => (None, "", false),
     };
     if !name.is_empty() {
         check_required(field, name, must_be_array)?;
+    }
+    if endpoint == Endpoint::Rerank {
+        check_required(fields.query, "query", false)?;
     }
     let session = if config.affinity.sticky_sessions { body_session(&fields) } else { None };
     let chain = prompt_chain(endpoint, &fields, config);

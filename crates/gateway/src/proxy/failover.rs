@@ -241,7 +241,10 @@ impl<'f> Failover<'f> {
 
     /// The attempt planned for `backend`'s API: the client's bytes, a translation, or a local answer.
     fn plan(&mut self, call: &Call<'_>, exchange: &mut Exchange, backend: &Backend) -> Result<Planned, GatewayError> {
-        let plan = translate::plan(call.endpoint, backend.kind());
+        let plan = match backend.serves(call.endpoint) {
+            true => translate::plan(call.endpoint, backend.kind()),
+            false => Plan::Unsupported(call.endpoint.spec().capability),
+        };
         Ok(match plan {
             Plan::Pass(wire) => Planned::Send(plan, wire, exchange.routed.body.clone()),
             Plan::Translate(wire) => match exchange.bodies.encode(wire) {

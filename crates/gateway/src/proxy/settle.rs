@@ -76,6 +76,10 @@ impl Settlement {
         if let Some(guard) = call.guard_call {
             meter.guard_call(guard);
         }
+        let units = call.endpoint.spec().units;
+        if units != crate::endpoint::Units::Tokens {
+            meter.units(units, &routed.body);
+        }
         meter.set_permit(permit, budget);
         Settlement { meter: Some(meter), permit: None, pin: None }
     }

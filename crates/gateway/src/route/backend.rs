@@ -182,6 +182,26 @@ impl Backend {
         format!("{}/openai/deployments/{model}{operation}?api-version={version}", self.cfg.url).parse().ok()
     }
 
+    /// Whether this backend takes requests of `endpoint`: its type speaks it (or a translation
+    /// of it) and, where its `capabilities` are configured, they name the endpoint's.
+    pub fn serves(&self, endpoint: crate::endpoint::Endpoint) -> bool {
+        let capability = endpoint.spec().capability;
+        !matches!(crate::translate::plan(endpoint, self.cfg.kind), crate::translate::Plan::Unsupported(_))
+            && self.cfg.capabilities.as_ref().is_none_or(|c| c.iter().any(|c| c == capability))
+    }
+
+    /// What it serves, for the catalogue: its configured capabilities, or what its type speaks.
+    pub fn capabilities(&self) -> Vec<&'static str> {
+        let mut served: Vec<&'static str> = crate::endpoint::Endpoint::ALL
+            .iter()
+            .filter(|e| e.is_proxied() && self.serves(**e))
+            .map(|e| e.spec().capability)
+            .collect();
+        served.sort_unstable();
+        served.dedup();
+        served
+    }
+
     pub fn kind(&self) -> BackendKind {
         self.cfg.kind
     }

@@ -75,6 +75,7 @@ pub(crate) mod test_support {
             kind: BackendKind::OpenAi,
             api_key: None,
             models: Some(vec!["m".into()]),
+            capabilities: None,
             priority,
             weight,
             cache_tokens: 65_536,

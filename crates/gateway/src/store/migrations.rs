@@ -29,7 +29,11 @@ const SQLITE: Embedded = &[
     (11, "0011_user_sessions.sql", include_str!("../../../../migrations/sqlite/0011_user_sessions.sql")),
     (12, "0012_audit_exports.sql", include_str!("../../../../migrations/sqlite/0012_audit_exports.sql")),
     (13, "0013_guardrails.sql", include_str!("../../../../migrations/sqlite/0013_guardrails.sql")),
-    (14, "0014_guard_calls.sql", include_str!("../../../../migrations/sqlite/0014_guard_calls.sql")),
+    (
+        14,
+        "0014_guard_calls_and_units.sql",
+        include_str!("../../../../migrations/sqlite/0014_guard_calls_and_units.sql"),
+    ),
 ];
 
 const POSTGRES: Embedded = &[
@@ -46,7 +50,11 @@ const POSTGRES: Embedded = &[
     (11, "0011_user_sessions.sql", include_str!("../../../../migrations/postgres/0011_user_sessions.sql")),
     (12, "0012_audit_exports.sql", include_str!("../../../../migrations/postgres/0012_audit_exports.sql")),
     (13, "0013_guardrails.sql", include_str!("../../../../migrations/postgres/0013_guardrails.sql")),
-    (14, "0014_guard_calls.sql", include_str!("../../../../migrations/postgres/0014_guard_calls.sql")),
+    (
+        14,
+        "0014_guard_calls_and_units.sql",
+        include_str!("../../../../migrations/postgres/0014_guard_calls_and_units.sql"),
+    ),
 ];
 
 #[derive(Debug)]

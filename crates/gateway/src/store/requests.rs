@@ -69,6 +69,9 @@ pub struct RequestRow {
     /// A model guard's call to its classifier: the guard's name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard_call: Option<String>,
+    /// What it used besides tokens (images, search units, audio).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub units: Option<crate::records::UsageUnits>,
 }
 
 enum Param<'a> {
@@ -128,7 +131,7 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
     let sql = format!(
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
-         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call \
+         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call, r.units \
          FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
          LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
@@ -170,6 +173,10 @@ macro_rules! decode {
                 .transpose()?
                 .unwrap_or_default(),
             guard_call: row.try_get(22)?,
+            units: row
+                .try_get::<Option<String>, _>(23)?
+                .map(|u| serde_json::from_str(&u).map_err(|_| StoreError::Corrupt(format!("units {u}"))))
+                .transpose()?,
         }
     }};
 }

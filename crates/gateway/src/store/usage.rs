@@ -14,10 +14,10 @@ pub const HOUR_MS: i64 = 3_600_000;
 
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
-                              response_bytes, route_reason, guardrails, guard_call";
-const RECORD_COLS: usize = 21;
+                              response_bytes, route_reason, guardrails, guard_call, units";
+const RECORD_COLS: usize = 22;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement at most: 20 columns x 512 = 10,240 parameters, well under SQLite's 32,766 and
+/// Rows per multi-row statement at most: 22 columns x 512 = 11,264 parameters, well under SQLite's 32,766 and
 /// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
 const CHUNK_ROWS: usize = 512;
 
@@ -49,6 +49,8 @@ struct Row<'a> {
     response_bytes: Option<i64>,
     /// The guardrails' verdicts as JSON; None when there were none.
     guardrails: Option<String>,
+    /// What it used besides tokens, as JSON.
+    units: Option<String>,
 }
 
 impl<'a> Row<'a> {
@@ -61,6 +63,7 @@ impl<'a> Row<'a> {
             total: to_i64(r.total_tokens, "total_tokens")?,
             response_bytes: r.response_bytes.map(|b| to_i64(b, "response_bytes")).transpose()?,
             guardrails: (!r.guardrails.is_empty()).then(|| serde_json::to_string(&r.guardrails).unwrap_or_default()),
+            units: r.units.as_ref().map(|u| serde_json::to_string(u).unwrap_or_default()),
         })
     }
 }
@@ -198,6 +201,7 @@ where
         .bind(&r.route)
         .bind(&row.guardrails)
         .bind(&r.guard_call)
+        .bind(&row.units)
 }
 
 /// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.

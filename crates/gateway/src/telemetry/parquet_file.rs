@@ -173,6 +173,7 @@ mod tests {
             }),
             guardrails: Vec::new(),
             guard_call: None,
+            units: None,
         }
     }
 

@@ -34,9 +34,15 @@ impl Decoded {
                 Decoded::Chat(Box::new(req))
             }
             Endpoint::GeminiCountTokens => Decoded::Chat(Box::new(gemini::decode_count_tokens_request(body)?)),
-            Endpoint::Completions | Endpoint::Models | Endpoint::Other => {
-                return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned()))
-            }
+            Endpoint::Completions
+            | Endpoint::Models
+            | Endpoint::Rerank
+            | Endpoint::Score
+            | Endpoint::Moderations
+            | Endpoint::ImagesGenerations
+            | Endpoint::Tokenize
+            | Endpoint::Detokenize
+            | Endpoint::Other => return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned())),
         };
         match &mut decoded {
             Decoded::Chat(req) => req.model = model.to_owned(),

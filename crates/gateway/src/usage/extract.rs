@@ -46,7 +46,10 @@ impl WireUsage {
         }
         let (read, written) =
             (self.cache_read_input_tokens.unwrap_or(0), self.cache_creation_input_tokens.unwrap_or(0));
-        let prompt = self.prompt_tokens.unwrap_or(0).saturating_add(read).saturating_add(written);
+        // Only a total (vLLM's rerank): it is all input.
+        let only_total = self.prompt_tokens.is_none() && self.completion_tokens.is_none();
+        let prompt = if only_total { self.total_tokens } else { self.prompt_tokens };
+        let prompt = prompt.unwrap_or(0).saturating_add(read).saturating_add(written);
         let completion = self.completion_tokens.unwrap_or(0);
         let cached = self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(read);
         let total = match self.total_tokens {
@@ -140,11 +143,24 @@ pub struct BodyUsageTap {
     frames: Vec<Bytes>,
     len: usize,
     limit: usize,
+    /// Read the search units a hosted reranker bills too (`meta.billed_units.search_units`).
+    search_units: Option<Option<u64>>,
 }
 
 impl BodyUsageTap {
     pub fn new(limit: usize) -> Self {
-        BodyUsageTap { frames: Vec::new(), len: 0, limit }
+        BodyUsageTap { frames: Vec::new(), len: 0, limit, search_units: None }
+    }
+
+    /// A tap that also reads the search units the answer bills (`search_units` after `finish`).
+    pub fn with_search_units(mut self) -> Self {
+        self.search_units = Some(None);
+        self
+    }
+
+    /// The search units the body billed, once `finish` has read it.
+    pub fn search_units(&self) -> Option<u64> {
+        self.search_units.flatten()
     }
 
     pub fn push(&mut self, frame: &Bytes) {
@@ -159,12 +175,56 @@ impl BodyUsageTap {
     /// The usage of the whole body (joined only if it came in several frames).
     pub fn finish(&mut self) -> Option<Tokens> {
         let frames = std::mem::take(&mut self.frames);
-        match frames.as_slice() {
-            [] => None,
-            [one] => usage_from_response(one),
-            many => usage_from_response(&many.concat()),
+        let joined;
+        let body: &[u8] = match frames.as_slice() {
+            [] => return None,
+            [one] => one,
+            many => {
+                joined = many.concat();
+                &joined
+            }
+        };
+        if let Some(units) = self.search_units.as_mut() {
+            *units = search_units_from_response(body);
         }
+        usage_from_response(body)
     }
+}
+
+/// What an image request asks for: `n` images (default 1) of `size` and `quality`.
+pub fn image_request(body: &[u8]) -> crate::records::UsageUnits {
+    #[derive(Deserialize)]
+    struct Asked {
+        n: Option<u64>,
+        size: Option<String>,
+        quality: Option<String>,
+    }
+    let asked = serde_json::from_slice::<Asked>(body).ok();
+    let asked = asked.unwrap_or(Asked { n: None, size: None, quality: None });
+    crate::records::UsageUnits {
+        images: asked.n.unwrap_or(1).clamp(1, 128),
+        image_size: asked.size.filter(|s| s.len() <= 32),
+        image_quality: asked.quality.filter(|q| q.len() <= 32),
+        ..Default::default()
+    }
+}
+
+/// The search units a Cohere-style rerank answer bills (`meta.billed_units.search_units`).
+pub fn search_units_from_response(body: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Envelope {
+        meta: Option<Meta>,
+    }
+    #[derive(Deserialize)]
+    struct Meta {
+        billed_units: Option<Billed>,
+    }
+    #[derive(Deserialize)]
+    struct Billed {
+        search_units: Option<f64>,
+    }
+    let units = serde_json::from_slice::<Envelope>(body).ok()?.meta?.billed_units?.search_units?;
+    (units.is_finite() && units > 0.0).then_some(units.ceil() as u64)
 }
 
 /// For a streaming request (`"stream": true`) whose client did not ask for usage, the body with

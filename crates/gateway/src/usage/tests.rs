@@ -55,6 +55,7 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         bodies: None,
         guardrails: Vec::new(),
         guard_call: None,
+        units: None,
     }
 }
 

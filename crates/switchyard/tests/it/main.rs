@@ -19,6 +19,7 @@ mod code_mode;
 mod console;
 mod crash;
 mod drain;
+mod endpoints;
 mod errors;
 mod exports;
 mod failover;

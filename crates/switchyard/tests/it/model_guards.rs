@@ -9,8 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::Method;
 use serde_json::{json, Value};
 use switchyard_gateway::RunningGateway;
 use switchyard_testkit::{MockServer, TestClient};
@@ -69,34 +67,6 @@ async fn ask(client: &TestClient, gw: &RunningGateway, text: &str) -> (u16, Valu
     (r.status.as_u16(), r.json(), id)
 }
 
-/// The request log's rows (newest first), once it holds `n` of them.
-async fn logged(client: &TestClient, gw: &RunningGateway, n: usize) -> Vec<Value> {
-    let form = format!("key={MASTER}");
-    let login = client
-        .request(
-            Method::POST,
-            &format!("{}/ui/login", gw.url()),
-            Bytes::from(form),
-            &[("content-type", "application/x-www-form-urlencoded")],
-        )
-        .await
-        .unwrap();
-    let cookie = login.header("set-cookie").and_then(|c| c.split(';').next()).unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let page = client
-            .request(Method::GET, &format!("{}/ui/api/requests", gw.url()), Bytes::new(), &[("cookie", &cookie)])
-            .await
-            .unwrap();
-        let rows = page.json()["data"].as_array().cloned().unwrap_or_default();
-        if rows.len() >= n {
-            return rows;
-        }
-        assert!(Instant::now() < deadline, "{} of {n} records in the log", rows.len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_guard_blocks_its_categories_before_the_backend_and_its_calls_are_recorded() {
     let backend = mock(&["m"]).await;
@@ -125,7 +95,7 @@ async fn a_model_guard_blocks_its_categories_before_the_backend_and_its_calls_ar
     assert_eq!((&asked[1]["model"], &asked[1]["messages"][0]["role"]), (&json!("llama-guard"), &json!("user")));
 
     // Six records: three requests and three guard calls, each call marked with its guard.
-    let rows = logged(&client, &gw, 6).await;
+    let rows = request_log(&client, &gw, MASTER, 6).await;
     let calls: Vec<&Value> = rows.iter().filter(|r| r["guard_call"] == "llama").collect();
     assert_eq!(calls.len(), 3, "{rows:?}");
     assert!(calls.iter().all(|r| r["model_requested"] == "llama-guard" && r["status"] == 200), "{calls:?}");

@@ -160,6 +160,7 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         bodies: None,
         guardrails: Vec::new(),
         guard_call: None,
+        units: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible API of the mock (also Ollama's `/v1`): models, chat completions (with tool
 //! calls), completions and embeddings. The default reply takes a fast hand-rendered path; tool
-//! calls and replies to tool results are rendered from a parsed body.
+//! calls and replies to tool results are rendered from a parsed body. Rerank, score, moderations,
+//! images, tokenize and audio are routed to [`super::extra_api`].
 
 use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL};
@@ -11,6 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::body::MockBody;
+use super::extra_api;
 use super::frames::Frames;
 use super::handlers::{body_id, gate, raw_str, read_logged, Model, Rejection, State};
 use super::kv;
@@ -32,6 +34,12 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     match parts.method {
         Method::GET if path == "/v1/models" => state.json(StatusCode::OK, state.models_body.clone()),
         Method::POST => {
+            if let Some(extra) = extra_api::route(path) {
+                let Some(bytes) = read_logged(state, body).await else {
+                    return bad_request(state, "could not read request body", None);
+                };
+                return extra_api::serve(state, extra, &parts.headers, &bytes).await;
+            }
             let endpoint = match path {
                 "/v1/chat/completions" => Endpoint::Chat,
                 "/v1/completions" => Endpoint::Completion,
@@ -82,7 +90,7 @@ fn error(
     state.json(status, render::error_body(message, kind, param, code))
 }
 
-fn bad_request(state: &State, message: &str, param: Option<&str>) -> Response<MockBody> {
+pub(super) fn bad_request(state: &State, message: &str, param: Option<&str>) -> Response<MockBody> {
     error(state, StatusCode::BAD_REQUEST, message, "invalid_request_error", param, None)
 }
 
@@ -140,7 +148,7 @@ struct EmbeddingsReq<'a> {
 }
 
 /// Validates the requested model.
-fn resolve_model<'s>(state: &'s State, model: Option<&RawValue>) -> Result<&'s Model, Rejection> {
+pub(super) fn resolve_model<'s>(state: &'s State, model: Option<&RawValue>) -> Result<&'s Model, Rejection> {
     let Some(name) = model.and_then(raw_str) else {
         return Err(Box::new(bad_request(state, "you must provide a model parameter (a string)", Some("model"))));
     };

@@ -224,3 +224,26 @@ pub async fn admin_as(
         .await
         .unwrap()
 }
+
+/// The request log's rows (newest first, as the console reads them), once it holds `n`; logs in
+/// with `master`.
+pub async fn request_log(client: &TestClient, gw: &RunningGateway, master: &str, n: usize) -> Vec<serde_json::Value> {
+    let form = format!("key={master}");
+    let url = |path: &str| format!("{}{path}", gw.url());
+    let form_type = [("content-type", "application/x-www-form-urlencoded")];
+    let login =
+        client.request(http::Method::POST, &url("/ui/login"), bytes::Bytes::from(form), &form_type).await.unwrap();
+    let cookie = login.header("set-cookie").and_then(|c| c.split(';').next()).unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let cookie = [("cookie", cookie.as_str())];
+        let page =
+            client.request(http::Method::GET, &url("/ui/api/requests"), bytes::Bytes::new(), &cookie).await.unwrap();
+        let rows = page.json()["data"].as_array().cloned().unwrap_or_default();
+        if rows.len() >= n {
+            return rows;
+        }
+        assert!(std::time::Instant::now() < deadline, "{} of {n} records in the log", rows.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

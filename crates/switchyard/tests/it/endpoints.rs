@@ -1,0 +1,163 @@
+//! The rest of the API (issue 33), black-box: rerank (vLLM's shape and Cohere's `/v2` path),
+//! score, moderations, image generation, tokenize and detokenize are routed to the backends that
+//! serve them and passed through; each request is one usage record, priced per request, image
+//! and search unit as `prices` says; a model whose backends serve other endpoints is a 404
+//! `model_not_found` naming the endpoint; `/v1/models` says what each model serves.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use switchyard_gateway::RunningGateway;
+use switchyard_testkit::{MockServer, TestClient};
+
+use crate::common::json_service::json_service;
+use crate::common::*;
+
+const MASTER: &str = "endpoints-master";
+
+/// A hosted reranker answering in Cohere's shape, billing one search unit per call.
+async fn cohere_like() -> String {
+    let (addr, _) = json_service(Duration::ZERO, |asked| {
+        let n = asked["documents"].as_array().map_or(0, Vec::len);
+        let results: Vec<Value> = (0..n).map(|i| json!({"index": i, "relevance_score": 1.0 / (i as f64 + 1.0)})).collect();
+        json!({"id": "c1", "results": results, "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}})
+    })
+    .await;
+    format!("http://{addr}")
+}
+
+async fn gateway_with_prices() -> (RunningGateway, MockServer, MockServer) {
+    let backend = mock(&["m", "img"]).await;
+    let chat_only = mock(&["chat-only"]).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         storage: {{url: '{}', usage_journal_dir: '{}/usage'}}\n\
+         auth: {{master_key: {MASTER}}}\n\
+         prices:\n  m: {{input_per_million: 1000000, per_request: 0.5}}\n  img: {{per_image: 2.0}}\n  \
+         rerank-hosted: {{per_search_unit: 0.25}}\n\
+         backends:\n  - {{name: b0, url: '{}'}}\n  - {{name: hosted, url: '{}', models: [rerank-hosted], capabilities: [rerank]}}\n  \
+         - {{name: claude, url: 'http://127.0.0.1:9', type: anthropic, models: [claude-x]}}\n  \
+         - {{name: chatonly, url: '{}', models: [chat-only], capabilities: [chat]}}\n",
+        db_url(&dir),
+        dir.display(),
+        backend.url(),
+        cohere_like().await,
+        chat_only.url(),
+    );
+    (gateway_yaml(&yaml).await, backend, chat_only)
+}
+
+async fn post(client: &TestClient, gw: &RunningGateway, path: &str, body: Value) -> (u16, Value) {
+    let bearer = format!("Bearer {MASTER}");
+    let r = client
+        .post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[("authorization", &bearer)])
+        .await
+        .unwrap();
+    let status = r.status.as_u16();
+    (status, serde_json::from_slice(r.body.as_ref()).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_endpoint_is_routed_passed_through_recorded_and_priced() {
+    let (gw, backend, _chat_only) = gateway_with_prices().await;
+    let client = TestClient::new();
+    let rerank = json!({"model": "m", "query": "red apples", "documents": ["green pears", "red apples are sweet", "blue sky"], "top_n": 2});
+    let (status, body) = post(&client, &gw, "/v1/rerank", rerank.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"].as_array().unwrap().len(), 2, "{body}");
+    assert_eq!(body["results"][0]["index"], 1, "the best match first: {body}");
+    // Cohere's v2 client path is the same endpoint.
+    let (status, _) = post(&client, &gw, "/v2/rerank", rerank).await;
+    assert_eq!(status, 200);
+    let (status, body) =
+        post(&client, &gw, "/v1/score", json!({"model": "m", "text_1": "a", "text_2": ["a", "b"]})).await;
+    assert_eq!((status, body["data"].as_array().map(Vec::len)), (200, Some(2)), "{body}");
+    let (status, body) =
+        post(&client, &gw, "/v1/moderations", json!({"model": "m", "input": ["hello", "attack them"]})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((&body["results"][0]["flagged"], &body["results"][1]["flagged"]), (&json!(false), &json!(true)));
+    let images = json!({"model": "img", "prompt": "a lighthouse", "n": 2, "size": "1024x1024", "quality": "hd"});
+    let (status, body) = post(&client, &gw, "/v1/images/generations", images).await;
+    assert_eq!((status, body["data"].as_array().map(Vec::len)), (200, Some(2)), "{body}");
+    let (status, body) = post(&client, &gw, "/tokenize", json!({"model": "m", "prompt": "one two three"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["count"].as_u64().unwrap() > 0 && body["tokens"].is_array(), "{body}");
+    let (status, body) = post(&client, &gw, "/detokenize", json!({"model": "m", "tokens": [1, 2]})).await;
+    assert_eq!((status, body["prompt"].is_string()), (200, true), "{body}");
+    let (status, body) =
+        post(&client, &gw, "/v1/rerank", json!({"model": "rerank-hosted", "query": "q", "documents": ["a", "b"]}))
+            .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(backend.control().request_count(), 7, "each reached the backend once");
+
+    // One record each, with what it used and its price.
+    let rows = request_log(&client, &gw, MASTER, 8).await;
+    let row = |model: &str, n: usize| rows.iter().filter(|r| r["model_requested"] == model).nth(n).cloned().unwrap();
+    let image = row("img", 0);
+    assert_eq!(image["units"], json!({"images": 2, "image_size": "1024x1024", "image_quality": "hd"}), "{image}");
+    assert!((image["cost_usd"].as_f64().unwrap() - 4.0).abs() < 1e-9, "two images at 2.0: {image}");
+    let hosted = row("rerank-hosted", 0);
+    assert_eq!(hosted["units"], json!({"search_units": 1}), "{hosted}");
+    assert!((hosted["cost_usd"].as_f64().unwrap() - 0.25).abs() < 1e-9, "{hosted}");
+    // vLLM's rerank reports its tokens as a total: they are input; each request is 0.5 on top.
+    let reranked = rows.iter().filter(|r| r["model_requested"] == "m" && r["prompt_tokens"].as_u64() > Some(0)).count();
+    assert!(reranked >= 3, "{rows:?}");
+    let tokenized = rows.iter().filter(|r| r["model_requested"] == "m" && r["cost_usd"] == 0.0).count();
+    assert_eq!(tokenized, 2, "tokenize and detokenize cost nothing: {rows:?}");
+    let charged = rows.iter().filter(|r| r["model_requested"] == "m" && r["cost_usd"].as_f64() > Some(0.5)).count();
+    assert_eq!(charged, 4, "rerank twice, score, moderations: 0.5 each plus tokens: {rows:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_no_backend_serves_the_endpoint_for_is_not_found_and_the_catalogue_says_what_each_serves() {
+    let (gw, _backend, _chat_only) = gateway_with_prices().await;
+    let client = TestClient::new();
+    for (model, path, capability) in [
+        ("claude-x", "/v1/rerank", "rerank"),
+        ("chat-only", "/v1/rerank", "rerank"),
+        ("chat-only", "/v1/images/generations", "images"),
+        ("rerank-hosted", "/v1/moderations", "moderations"),
+    ] {
+        let body = json!({"model": model, "query": "q", "documents": ["d"], "prompt": "p", "input": "i"});
+        let (status, body) = post(&client, &gw, path, body).await;
+        assert_eq!(status, 404, "{model} {path}: {body}");
+        assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(model) && message.contains(capability), "{message}");
+    }
+    // A chat-only backend still chats; bad input is a 400 before any backend.
+    let (status, _) = post(
+        &client,
+        &gw,
+        "/v1/chat/completions",
+        json!({"model": "chat-only", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    for (body, param) in [
+        (json!({"model": "m", "query": "q"}), "documents"),
+        (json!({"model": "m", "documents": ["d"]}), "query"),
+        (json!({"query": "q", "documents": ["d"]}), "model"),
+    ] {
+        let (status, answer) = post(&client, &gw, "/v1/rerank", body).await;
+        assert_eq!((status, &answer["error"]["param"]), (400, &json!(param)), "{answer}");
+    }
+    let bearer = format!("Bearer {MASTER}");
+    let url = format!("{}/v1/models", gw.url());
+    let models = client
+        .request(http::Method::GET, &url, bytes::Bytes::new(), &[("authorization", &bearer)])
+        .await
+        .unwrap()
+        .json();
+    let served =
+        |id: &str| models["data"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap()["capabilities"].clone();
+    assert_eq!(served("rerank-hosted"), json!(["rerank"]), "{models}");
+    assert_eq!(served("chat-only"), json!(["chat"]), "{models}");
+    let m = served("m");
+    for capability in ["chat", "embeddings", "rerank", "moderations", "images", "tokenize"] {
+        assert!(m.as_array().unwrap().contains(&json!(capability)), "{capability}: {m}");
+    }
+}
