@@ -5,6 +5,7 @@ gateway), against `switchyard mock`'s vLLM-shaped endpoints, each with a usage r
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import cohere
 from openai import OpenAI
@@ -46,3 +47,48 @@ def test_each_call_is_a_usage_record(lone_backend: LoneBackend) -> None:
         model=MODEL_A, query="x", documents=["x"]
     )
     assert wait_for_usage(lone_backend.gateway.url, 3)["requests"] == 3
+
+
+def _wav(seconds: int) -> bytes:
+    """A WAV file of `seconds` of silence, 16 kHz 16-bit mono."""
+    data = seconds * 32_000
+    header = b"RIFF" + (36 + data).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
+    header += (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + (16_000).to_bytes(4, "little")
+    header += (32_000).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
+    return header + b"data" + data.to_bytes(4, "little") + bytes(data)
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_a_25_mb_transcription_streams_through_without_growing_the_gateway(lone_backend: LoneBackend) -> None:
+    c = lone_backend.client()
+    # Warm up: the first upload builds the upload client and its connection.
+    c.audio.transcriptions.create(model=MODEL_A, file=("small.wav", _wav(1), "audio/wav"))
+    pid = lone_backend.gateway.popen.pid
+    before = _status_kib(pid, "VmRSS")
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak (VmHWM) starts again from now
+    audio = _wav(782)  # 25.0 MB
+    assert len(audio) >= 25_000_000
+    text = c.audio.transcriptions.create(model=MODEL_A, file=("big.wav", audio, "audio/wav"))
+    assert text.text == f"mock transcript of {len(audio)} bytes"
+    grew_kib = _status_kib(pid, "VmHWM") - before
+    print(f"gateway RSS before {before} KiB, peak during a {len(audio)}-byte upload +{grew_kib} KiB")
+    assert grew_kib < 5 * 1024, f"the gateway's resident memory peaked {grew_kib} KiB above where it was"
+    verbose = c.audio.transcriptions.create(
+        model=MODEL_A, file=("a.wav", _wav(2), "audio/wav"), response_format="verbose_json"
+    )
+    assert verbose.duration == 2.0
+
+
+def test_speech_streams_back(client: OpenAI) -> None:
+    with client.audio.speech.with_streaming_response.create(
+        model=MODEL_A, voice="alloy", input="hello there", response_format="wav"
+    ) as response:
+        chunks = list(response.iter_bytes(chunk_size=None))
+    audio = b"".join(chunks)
+    assert audio.startswith(b"RIFF") and len(audio) == 44 + 2400 * len("hello there")

@@ -337,6 +337,8 @@ pub struct Config {
     pub health: HealthConfig,
     pub timeouts: Timeouts,
     pub max_body_bytes: usize,
+    /// The largest multipart upload (audio): a 413 once this much has streamed through.
+    pub max_upload_bytes: usize,
     /// Idle keep-alive connections kept per plain-http backend; one coming back past this is
     /// closed (0: none kept, every request connects anew).
     pub max_idle_upstream_connections: usize,

@@ -39,6 +39,11 @@ pub enum Endpoint {
     /// vLLM's and llama.cpp's `POST /tokenize` and `/detokenize`.
     Tokenize,
     Detokenize,
+    /// `POST /v1/audio/transcriptions` and `/v1/audio/translations`: multipart uploads, streamed.
+    AudioTranscriptions,
+    AudioTranslations,
+    /// `POST /v1/audio/speech`: the audio streams back.
+    AudioSpeech,
     Other,
 }
 
@@ -51,6 +56,10 @@ pub enum Units {
     Images,
     /// Search units, where the backend bills them (Cohere's `meta.billed_units`).
     SearchUnits,
+    /// Seconds of audio uploaded (the answer's `duration`, else the upload's WAV header).
+    AudioSeconds,
+    /// Characters of text spoken.
+    Characters,
 }
 
 /// Where a request names its model.
@@ -60,6 +69,8 @@ pub enum ModelIn {
     Body,
     /// The path (`/v1beta/models/{model}:generateContent`).
     Path,
+    /// A multipart form's `model` field (an upload, streamed: `http/multipart.rs`).
+    Form,
     /// Not a model request.
     Nowhere,
 }
@@ -215,6 +226,29 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
         ..plain(Endpoint::Detokenize, "/detokenize", "detokenize", "detokenize", "tokenize")
     },
     Spec {
+        route: Some("/v1/audio/transcriptions"),
+        model_in: ModelIn::Form,
+        units: Units::AudioSeconds,
+        ..plain(
+            Endpoint::AudioTranscriptions,
+            "/audio/transcriptions",
+            "audio_transcriptions",
+            "transcription",
+            "audio",
+        )
+    },
+    Spec {
+        route: Some("/v1/audio/translations"),
+        model_in: ModelIn::Form,
+        units: Units::AudioSeconds,
+        ..plain(Endpoint::AudioTranslations, "/audio/translations", "audio_translations", "translation", "audio")
+    },
+    Spec {
+        route: Some("/v1/audio/speech"),
+        units: Units::Characters,
+        ..plain(Endpoint::AudioSpeech, "/audio/speech", "audio_speech", "speech", "audio")
+    },
+    Spec {
         path: None,
         route: None,
         model_in: ModelIn::Nowhere,
@@ -226,7 +260,7 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
 ];
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 20] = [
+    pub const ALL: [Endpoint; 23] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -246,6 +280,9 @@ impl Endpoint {
         Endpoint::ImagesGenerations,
         Endpoint::Tokenize,
         Endpoint::Detokenize,
+        Endpoint::AudioTranscriptions,
+        Endpoint::AudioTranslations,
+        Endpoint::AudioSpeech,
         Endpoint::Other,
     ];
 
@@ -300,6 +337,11 @@ impl Endpoint {
     /// Whether requests here are forwarded to a backend (a POST with a `model`).
     pub fn is_proxied(self) -> bool {
         self.spec().model_in != ModelIn::Nowhere
+    }
+
+    /// Whether requests here are multipart uploads, streamed rather than read whole.
+    pub fn is_upload(self) -> bool {
+        self.spec().model_in == ModelIn::Form
     }
 }
 

@@ -4,6 +4,7 @@
 //! Handlers (`proxy`, `admin`, `catalog`) sit above this and the route table above them.
 
 pub mod metering;
+pub mod multipart;
 pub mod parse;
 pub mod relay;
 pub mod request_id;

@@ -24,6 +24,7 @@ mod resume;
 mod retry;
 mod settle;
 mod translation;
+mod upload;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -86,6 +87,8 @@ pub(crate) struct Exchange {
     pub verdicts: Option<Arc<crate::records::VerdictTally>>,
     /// Classifiers judging the request beside the call: the answer waits for them.
     pub parallel: Option<crate::guard::remote::Parallel>,
+    /// A multipart upload streaming through (audio): what attempts send instead of `routed.body`.
+    pub upload: Option<upload::Upload>,
 }
 
 pub async fn forward(
@@ -107,6 +110,47 @@ pub async fn forward(
     let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
     let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call };
     forward_body(app, &inbound, &identity, body, trace).await
+}
+
+/// The request path of a multipart upload (audio transcriptions and translations): the same
+/// phases, but the body is read only as far as the form's `model` (`http/multipart.rs`); the
+/// rest streams to the backend as it arrives (`proxy/upload.rs`).
+pub async fn forward_upload(
+    app: &Arc<App>,
+    endpoint: Endpoint,
+    req: Request<Incoming>,
+    started: Instant,
+    request_id: &HeaderValue,
+    trace: &mut Option<Tracing>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let (parts, body) = req.into_parts();
+    let identity = app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?;
+    let limit = app.config.max_upload_bytes;
+    let declared = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(GatewayError::PayloadTooLarge { limit });
+    }
+    let boundary = crate::http::multipart::boundary(&parts.headers)?;
+    let head = crate::http::multipart::read_head(body, &boundary, limit, app.config.timeouts.body_read).await?;
+    let requested = head.model.clone();
+    let (head, grew) = head.with_model(app.config.resolve_alias(&requested));
+    let stream = head.stream;
+    let routed = RoutedRequest {
+        model: head.model.clone(),
+        requested,
+        max_tokens: None,
+        stream,
+        body: Bytes::new(),
+        session: None,
+        chain: Vec::new(),
+        root: None,
+    };
+    let mut exchange = Exchange::new(endpoint, routed);
+    exchange.upload = Some(upload::Upload::new(head, grew, &parts.headers, limit));
+    let deadline = started + app.config.timeouts.request;
+    let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
+    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call };
+    forward_exchange(app, &inbound, &identity, exchange, trace).await
 }
 
 /// A model guard's call to its classifier (`guard/model.rs`): Chat Completions through the whole
@@ -147,8 +191,19 @@ async fn forward_body(
     body: Bytes,
     trace: &mut Option<Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
+    let exchange = parse(app, inbound.endpoint, inbound.path, body)?;
+    forward_exchange(app, inbound, identity, exchange, trace).await
+}
+
+/// The phases from admission on, for a request that has been parsed.
+async fn forward_exchange(
+    app: &Arc<App>,
+    inbound: &Inbound<'_>,
+    identity: &Identity,
+    mut exchange: Exchange,
+    trace: &mut Option<Tracing>,
+) -> Result<Response<GatewayBody>, GatewayError> {
     let (endpoint, deadline) = (inbound.endpoint, inbound.deadline);
-    let mut exchange = parse(app, endpoint, inbound.path, body)?;
     // Boxed, as the later phases are: inline, their kilobytes of state would be copied with this
     // future on each move, also on the paths that never await them.
     let admitted = Box::pin(permits::take(app, identity, &exchange.routed, deadline)).await?;
@@ -163,6 +218,9 @@ async fn forward_body(
         guard_call: inbound.guard_call,
     };
     let mut settlement = Settlement::open(&call, identity, &exchange.routed, admitted, trace);
+    if let (Some(upload), Some(meter)) = (&exchange.upload, settlement.meter()) {
+        meter.upload_seconds(upload.seconds());
+    }
     let result = Box::pin(proceed(&call, identity, &mut exchange, &mut settlement)).await;
     if let Err(e) = &result {
         settlement.fail(e.status().as_u16());
@@ -258,7 +316,7 @@ impl Exchange {
         let client_body = routed.body.clone();
         let bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
         let strip_usage_chunk = ask_stream_usage(endpoint, &mut routed);
-        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts: None, parallel: None }
+        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts: None, parallel: None, upload: None }
     }
 
     /// The client's body changed (a guard masked it): what is sent upstream follows.
@@ -307,7 +365,8 @@ async fn guard_request(
     settlement: &mut Settlement,
 ) -> Result<(), GatewayError> {
     let guards = &call.app.guards;
-    if guards.is_empty() || call.guard_call.is_some() {
+    // An upload's form is not JSON text: guards watch JSON APIs.
+    if guards.is_empty() || call.guard_call.is_some() || call.endpoint.is_upload() {
         return Ok(());
     }
     let tally = Arc::new(crate::records::VerdictTally::default());

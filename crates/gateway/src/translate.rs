@@ -43,10 +43,13 @@ pub enum Wire {
     ImagesGenerations,
     Tokenize,
     Detokenize,
+    AudioTranscriptions,
+    AudioTranslations,
+    AudioSpeech,
 }
 
 impl Wire {
-    pub const ALL: [Wire; 17] = [
+    pub const ALL: [Wire; 20] = [
         Wire::OpenAiChat,
         Wire::OpenAiCompletions,
         Wire::OpenAiEmbeddings,
@@ -64,6 +67,9 @@ impl Wire {
         Wire::ImagesGenerations,
         Wire::Tokenize,
         Wire::Detokenize,
+        Wire::AudioTranscriptions,
+        Wire::AudioTranslations,
+        Wire::AudioSpeech,
     ];
 
     /// Path under the backend's base URL.
@@ -85,6 +91,9 @@ impl Wire {
             Wire::ImagesGenerations => "/v1/images/generations",
             Wire::Tokenize => "/tokenize",
             Wire::Detokenize => "/detokenize",
+            Wire::AudioTranscriptions => "/v1/audio/transcriptions",
+            Wire::AudioTranslations => "/v1/audio/translations",
+            Wire::AudioSpeech => "/v1/audio/speech",
         }
     }
 
@@ -102,6 +111,9 @@ impl Wire {
                     | Wire::ImagesGenerations
                     | Wire::Tokenize
                     | Wire::Detokenize
+                    | Wire::AudioTranscriptions
+                    | Wire::AudioTranslations
+                    | Wire::AudioSpeech
             ),
             BackendKind::Azure => matches!(
                 self,
@@ -110,6 +122,9 @@ impl Wire {
                     | Wire::OpenAiEmbeddings
                     | Wire::Moderations
                     | Wire::ImagesGenerations
+                    | Wire::AudioTranscriptions
+                    | Wire::AudioTranslations
+                    | Wire::AudioSpeech
             ),
             BackendKind::Gemini => matches!(self, Wire::Gemini | Wire::GeminiCountTokens),
             BackendKind::Bedrock => self == Wire::Bedrock,
@@ -148,6 +163,9 @@ impl Wire {
             Endpoint::ImagesGenerations => Wire::ImagesGenerations,
             Endpoint::Tokenize => Wire::Tokenize,
             Endpoint::Detokenize => Wire::Detokenize,
+            Endpoint::AudioTranscriptions => Wire::AudioTranscriptions,
+            Endpoint::AudioTranslations => Wire::AudioTranslations,
+            Endpoint::AudioSpeech => Wire::AudioSpeech,
             Endpoint::Responses | Endpoint::Models | Endpoint::Other => return None,
         })
     }
@@ -197,7 +215,10 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::Moderations
         | Endpoint::ImagesGenerations
         | Endpoint::Tokenize
-        | Endpoint::Detokenize => Plan::Unsupported(endpoint.as_str()),
+        | Endpoint::Detokenize
+        | Endpoint::AudioTranscriptions
+        | Endpoint::AudioTranslations
+        | Endpoint::AudioSpeech => Plan::Unsupported(endpoint.as_str()),
         Endpoint::Models | Endpoint::Other => Plan::Unsupported("this endpoint"),
     }
 }

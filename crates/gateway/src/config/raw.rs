@@ -165,6 +165,7 @@ struct RawTimeouts {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     max_body_bytes: Option<usize>,
+    max_upload_bytes: Option<usize>,
     max_connections: Option<usize>,
     max_idle_upstream_connections: Option<usize>,
     max_headers: Option<usize>,
@@ -247,6 +248,11 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     if max_body_bytes == 0 {
         return Err(ConfigError::at("limits.max_body_bytes", "must be greater than zero"));
     }
+    // Uploads (audio) stream through: their limit is checked as they go, never buffered.
+    let max_upload_bytes = raw.limits.max_upload_bytes.unwrap_or(64 * 1024 * 1024);
+    if max_upload_bytes == 0 {
+        return Err(ConfigError::at("limits.max_upload_bytes", "must be greater than zero"));
+    }
     let listener = validate_listener(&raw.limits)?;
     let auth = validate_auth(raw.auth, env)?;
     let storage = validate_storage(raw.storage)?;
@@ -277,6 +283,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         health,
         timeouts,
         max_body_bytes,
+        max_upload_bytes,
         max_idle_upstream_connections: raw.limits.max_idle_upstream_connections.unwrap_or(1024),
         listener,
         shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace, Duration::from_secs(30))?,

@@ -106,6 +106,8 @@ pub struct Meter {
     /// (images: how many, what size and quality).
     units_kind: crate::endpoint::Units,
     units: Option<Box<crate::records::UsageUnits>>,
+    /// An upload's duration from its WAV header (f64 bits; 0: unknown), read as it streams.
+    upload_seconds: Option<Arc<std::sync::atomic::AtomicU64>>,
     recorded: bool,
 }
 
@@ -166,6 +168,7 @@ impl Meter {
             earlier: None,
             units_kind: crate::endpoint::Units::Tokens,
             units: None,
+            upload_seconds: None,
             recorded: false,
         }
     }
@@ -173,10 +176,18 @@ impl Meter {
     /// The endpoint is priced by `kind` besides tokens; an image request's `n`, `size` and
     /// `quality` are read from its body here (the answer's images may be megabytes of base64).
     pub fn units(&mut self, kind: crate::endpoint::Units, request: &[u8]) {
+        use crate::endpoint::Units;
         self.units_kind = kind;
-        if kind == crate::endpoint::Units::Images {
-            self.units = Some(Box::new(crate::usage::extract::image_request(request)));
-        }
+        self.units = match kind {
+            Units::Images => Some(Box::new(crate::usage::extract::image_request(request))),
+            Units::Characters => Some(Box::new(crate::usage::extract::speech_request(request))),
+            _ => None,
+        };
+    }
+
+    /// The upload's duration as its header tells it, for when the answer does not.
+    pub fn upload_seconds(&mut self, seconds: Arc<std::sync::atomic::AtomicU64>) {
+        self.upload_seconds = Some(seconds);
     }
 
     /// Keep the request body and what the client receives with the record, redacted, each cut at `max`.
@@ -278,13 +289,12 @@ impl Meter {
             self.tap = None;
             return;
         }
-        self.tap = Some(if sse {
-            Tap::Sse(SseUsageTap::new(strip_usage_chunk))
-        } else if self.units_kind == crate::endpoint::Units::SearchUnits {
-            Tap::Body(BodyUsageTap::new(BODY_TAP_LIMIT).with_search_units())
-        } else {
-            Tap::Body(BodyUsageTap::new(BODY_TAP_LIMIT))
-        });
+        self.tap = match self.units_kind {
+            _ if sse => Some(Tap::Sse(SseUsageTap::new(strip_usage_chunk))),
+            // Speech answers are audio: nothing in them to read.
+            crate::endpoint::Units::Characters => None,
+            units => Some(Tap::Body(BodyUsageTap::new(BODY_TAP_LIMIT).with_units(units))),
+        };
     }
 
     /// The stream carries on at `backend` (a resume): from here the relay's translator reports
@@ -349,12 +359,20 @@ impl Meter {
 
     /// What an answered request used besides tokens.
     fn units_used(&mut self) -> Option<Box<crate::records::UsageUnits>> {
-        match (self.units_kind, &self.tap) {
-            (crate::endpoint::Units::Images, _) => self.units.take(),
-            (crate::endpoint::Units::SearchUnits, Some(Tap::Body(tap))) => tap
-                .search_units()
-                .map(|search_units| Box::new(crate::records::UsageUnits { search_units, ..Default::default() })),
+        use crate::endpoint::Units;
+        let read = match &mut self.tap {
+            Some(Tap::Body(tap)) => tap.units(),
             _ => None,
+        };
+        match self.units_kind {
+            Units::Images | Units::Characters => self.units.take(),
+            Units::SearchUnits => read.map(Box::new),
+            Units::AudioSeconds => read.map(Box::new).or_else(|| {
+                let bits = self.upload_seconds.as_ref()?.load(std::sync::atomic::Ordering::Relaxed);
+                let audio_seconds = f64::from_bits(bits);
+                (bits != 0).then(|| Box::new(crate::records::UsageUnits { audio_seconds, ..Default::default() }))
+            }),
+            Units::Tokens => None,
         }
     }
 

@@ -121,6 +121,7 @@ pub fn parse_request_at(
             (fields.input, "input", false)
         }
         Endpoint::Rerank => (fields.documents, "documents", true),
+        Endpoint::AudioSpeech => (fields.input, "input", false),
         Endpoint::GeminiGenerate | Endpoint::GeminiStream => (fields.contents, "contents", true),
         // `contents`, or a whole `generateContentRequest`.
         Endpoint::GeminiCountTokens => (None, "", false),
@@ -130,6 +131,8 @@ pub fn parse_request_at(
         | Endpoint::Score
         | Endpoint::Tokenize
         | Endpoint::Detokenize
+        | Endpoint::AudioTranscriptions
+        | Endpoint::AudioTranslations
         | Endpoint::Other => (None, "", false),
     };
     if !name.is_empty() {

@@ -18,6 +18,10 @@ use crate::upstream::pool::{PoolError, UpstreamBody};
 pub enum AttemptError {
     Transport,
     Timeout,
+    /// An upload already went (in part) to an earlier attempt: it cannot be sent again.
+    Spent,
+    /// An upload passed `limits.max_upload_bytes` on its way through.
+    TooLarge,
 }
 
 /// What an attempt's request carries besides the body.
@@ -74,17 +78,16 @@ pub async fn attempt_once(
     tokio::time::timeout(limit, exchange).await.map_err(|_| AttemptError::Timeout)?
 }
 
-/// The upstream request: the body, its content type, the request id, the client's `accept`, the
-/// attempt's trace context, the backend's credentials (and signature).
-fn request(
+/// An upstream request's head: its content type, the request id, the client's `accept`, the
+/// attempt's trace context, the backend's credentials.
+pub fn request_head(
     backend: &Backend,
     uri: http::Uri,
-    body: &Bytes,
+    content_type: HeaderValue,
     headers: &Headers<'_>,
-) -> Result<Request<Full<Bytes>>, AttemptError> {
-    let mut req = Request::post(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(&REQUEST_ID, headers.request_id.clone());
+) -> http::request::Builder {
+    let mut req =
+        Request::post(uri).header(header::CONTENT_TYPE, content_type).header(&REQUEST_ID, headers.request_id.clone());
     if let Some(accept) = headers.client.get(header::ACCEPT) {
         req = req.header(header::ACCEPT, accept.clone());
     }
@@ -97,6 +100,18 @@ fn request(
     for (name, value) in &backend.auth_headers {
         req = req.header(name, value.clone());
     }
+    req
+}
+
+/// The upstream request: the body, its content type, the request id, the client's `accept`, the
+/// attempt's trace context, the backend's credentials (and signature).
+fn request(
+    backend: &Backend,
+    uri: http::Uri,
+    body: &Bytes,
+    headers: &Headers<'_>,
+) -> Result<Request<Full<Bytes>>, AttemptError> {
+    let req = request_head(backend, uri, HeaderValue::from_static("application/json"), headers);
     let mut req = req.body(Full::new(body.clone())).map_err(|_| AttemptError::Transport)?;
     backend.sign(&mut req, body).map_err(|e| {
         tracing::warn!(backend = backend.name(), error = %e, "could not sign the upstream request");

@@ -293,14 +293,19 @@ impl<'f> Failover<'f> {
             request_id: call.request_id,
             trace,
         };
-        let outcome = attempt_once(call.app, backend, wire, body, headers, limit).await;
+        let outcome = match &exchange.upload {
+            // An upload streams for as long as the client sends: the request's deadline bounds it.
+            Some(upload) => super::upload::attempt(call.app, backend, wire, upload, headers, remaining).await,
+            None => attempt_once(call.app, backend, wire, body, headers, limit).await,
+        };
         let ttfb = sent.elapsed();
         self.upstream_wait += ttfb;
         if let Some(m) = settlement.meter() {
             m.trace_outcome(match &outcome {
                 Ok((parts, _, _)) => Ok(parts.status.as_u16()),
-                Err(AttemptError::Transport) => Err("connection_error"),
+                Err(AttemptError::Transport | AttemptError::Spent) => Err("connection_error"),
                 Err(AttemptError::Timeout) => Err("timeout"),
+                Err(AttemptError::TooLarge) => Err("request_too_large"),
             });
         }
         (outcome, ttfb)
@@ -322,6 +327,11 @@ impl<'f> Failover<'f> {
                 backend.mark_failed("timeout");
                 self.failure = Some(GatewayError::UpstreamTimeout);
             }
+            // The client's upload, not the backend, failed: why stands, and no backend is blamed.
+            AttemptError::TooLarge => {
+                self.failure = Some(GatewayError::PayloadTooLarge { limit: call.app.config.max_upload_bytes });
+            }
+            AttemptError::Spent => {}
         }
     }
 

@@ -155,6 +155,8 @@ impl Resumer {
                     app.metrics.count_error("upstream_timeout");
                     backend.mark_failed("timeout");
                 }
+                // Resumed streams are JSON requests, never uploads.
+                Err(AttemptError::Spent | AttemptError::TooLarge) => return None,
             }
         }
     }

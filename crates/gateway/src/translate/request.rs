@@ -42,6 +42,9 @@ impl Decoded {
             | Endpoint::ImagesGenerations
             | Endpoint::Tokenize
             | Endpoint::Detokenize
+            | Endpoint::AudioTranscriptions
+            | Endpoint::AudioTranslations
+            | Endpoint::AudioSpeech
             | Endpoint::Other => return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned())),
         };
         match &mut decoded {

@@ -10,6 +10,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::Tokens;
+use crate::endpoint::Units;
+use crate::records::UsageUnits;
 
 /// The OpenAI `usage` object (chat, completions, embeddings and stream chunks); the
 /// `input_tokens`/`output_tokens` spelling of newer APIs is accepted too.
@@ -143,24 +145,25 @@ pub struct BodyUsageTap {
     frames: Vec<Bytes>,
     len: usize,
     limit: usize,
-    /// Read the search units a hosted reranker bills too (`meta.billed_units.search_units`).
-    search_units: Option<Option<u64>>,
+    /// What else to read of the answer (search units, seconds of audio), and what was read.
+    units: Units,
+    read: Option<UsageUnits>,
 }
 
 impl BodyUsageTap {
     pub fn new(limit: usize) -> Self {
-        BodyUsageTap { frames: Vec::new(), len: 0, limit, search_units: None }
+        BodyUsageTap { frames: Vec::new(), len: 0, limit, units: Units::Tokens, read: None }
     }
 
-    /// A tap that also reads the search units the answer bills (`search_units` after `finish`).
-    pub fn with_search_units(mut self) -> Self {
-        self.search_units = Some(None);
+    /// A tap that also reads what the answer says of `units` (`units` after `finish`).
+    pub fn with_units(mut self, units: Units) -> Self {
+        self.units = units;
         self
     }
 
-    /// The search units the body billed, once `finish` has read it.
-    pub fn search_units(&self) -> Option<u64> {
-        self.search_units.flatten()
+    /// What the body said of its units, once `finish` has read it.
+    pub fn units(&mut self) -> Option<UsageUnits> {
+        self.read.take()
     }
 
     pub fn push(&mut self, frame: &Bytes) {
@@ -184,15 +187,23 @@ impl BodyUsageTap {
                 &joined
             }
         };
-        if let Some(units) = self.search_units.as_mut() {
-            *units = search_units_from_response(body);
-        }
+        self.read = units_from_response(self.units, body);
         usage_from_response(body)
     }
 }
 
+/// How many characters a speech request's `input` holds.
+pub fn speech_request(body: &[u8]) -> UsageUnits {
+    #[derive(Deserialize)]
+    struct Asked {
+        input: Option<String>,
+    }
+    let characters = serde_json::from_slice::<Asked>(body).ok().and_then(|a| a.input).map_or(0, |i| i.chars().count());
+    UsageUnits { characters: characters as u64, ..Default::default() }
+}
+
 /// What an image request asks for: `n` images (default 1) of `size` and `quality`.
-pub fn image_request(body: &[u8]) -> crate::records::UsageUnits {
+pub fn image_request(body: &[u8]) -> UsageUnits {
     #[derive(Deserialize)]
     struct Asked {
         n: Option<u64>,
@@ -201,7 +212,7 @@ pub fn image_request(body: &[u8]) -> crate::records::UsageUnits {
     }
     let asked = serde_json::from_slice::<Asked>(body).ok();
     let asked = asked.unwrap_or(Asked { n: None, size: None, quality: None });
-    crate::records::UsageUnits {
+    UsageUnits {
         images: asked.n.unwrap_or(1).clamp(1, 128),
         image_size: asked.size.filter(|s| s.len() <= 32),
         image_quality: asked.quality.filter(|q| q.len() <= 32),
@@ -209,8 +220,38 @@ pub fn image_request(body: &[u8]) -> crate::records::UsageUnits {
     }
 }
 
+/// What an answer says it used besides tokens: the search units a Cohere-style reranker bills,
+/// or the seconds of audio a transcription heard (`duration` in `verbose_json`, Whisper's
+/// `usage: {"type": "duration", "seconds"}` in `json`).
+fn units_from_response(units: Units, body: &[u8]) -> Option<UsageUnits> {
+    match units {
+        Units::SearchUnits => {
+            search_units_from_response(body).map(|search_units| UsageUnits { search_units, ..Default::default() })
+        }
+        Units::AudioSeconds => {
+            audio_seconds_from_response(body).map(|audio_seconds| UsageUnits { audio_seconds, ..Default::default() })
+        }
+        _ => None,
+    }
+}
+
+fn audio_seconds_from_response(body: &[u8]) -> Option<f64> {
+    #[derive(Deserialize)]
+    struct Envelope {
+        duration: Option<f64>,
+        usage: Option<Duration>,
+    }
+    #[derive(Deserialize)]
+    struct Duration {
+        seconds: Option<f64>,
+    }
+    let envelope = serde_json::from_slice::<Envelope>(body).ok()?;
+    let seconds = envelope.duration.or(envelope.usage.and_then(|u| u.seconds))?;
+    (seconds.is_finite() && seconds > 0.0).then_some(seconds)
+}
+
 /// The search units a Cohere-style rerank answer bills (`meta.billed_units.search_units`).
-pub fn search_units_from_response(body: &[u8]) -> Option<u64> {
+fn search_units_from_response(body: &[u8]) -> Option<u64> {
     #[derive(Deserialize)]
     struct Envelope {
         meta: Option<Meta>,

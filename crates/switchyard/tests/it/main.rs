@@ -10,6 +10,7 @@ mod common;
 
 mod admission;
 mod affinity;
+mod audio;
 mod audit;
 mod bench_quick;
 mod cache;
