@@ -58,6 +58,8 @@ pub struct KeyFields {
     user_id: Option<Option<String>>,
     /// Guards (names under `guardrails:`) the key's requests get on top of the configured ones.
     guardrails: Option<Vec<String>>,
+    /// Backends (globs over names) the key may reach through `/passthrough/{backend}/...`.
+    passthrough: Option<Vec<String>>,
 }
 
 /// A present field, `null` included (`Some(None)`), as opposed to an absent one (`None`).
@@ -91,7 +93,7 @@ fn key_json(k: &KeyRecord) -> Value {
         "revoked_at": ts(k.revoked_at), "created_at": rfc3339(k.created_at),
         "metadata": {"user": k.user, "team": k.team, "tags": k.tags},
         "mcp_servers": k.mcp_servers, "mcp_tools": k.mcp_tools, "team_id": k.team_id, "user_id": k.user_id,
-        "guardrails": k.guardrails,
+        "guardrails": k.guardrails, "passthrough": k.passthrough,
     })
 }
 
@@ -142,6 +144,12 @@ fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> 
     }
     if let Some(guardrails) = f.guardrails {
         k.guardrails = guardrails;
+    }
+    if let Some(passthrough) = f.passthrough {
+        if passthrough.iter().any(|b| b.trim().is_empty()) {
+            return Err(bad("`passthrough` entries must not be empty", Some("passthrough")));
+        }
+        k.passthrough = passthrough;
     }
     if let Some(t) = f.expires_at {
         k.expires_at = Some(parse_time(&t, "expires_at")?);

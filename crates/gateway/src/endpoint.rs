@@ -44,6 +44,8 @@ pub enum Endpoint {
     AudioTranslations,
     /// `POST /v1/audio/speech`: the audio streams back.
     AudioSpeech,
+    /// `/passthrough/{backend}/{path}`: any request, to one named backend.
+    Passthrough,
     Other,
 }
 
@@ -250,6 +252,15 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
     },
     Spec {
         path: None,
+        route: Some("/passthrough/{backend}/{path}"),
+        model_in: ModelIn::Nowhere,
+        resumable: false,
+        cacheable: false,
+        capability: "none",
+        ..row(Endpoint::Passthrough, "", "passthrough", "")
+    },
+    Spec {
+        path: None,
         route: None,
         model_in: ModelIn::Nowhere,
         resumable: false,
@@ -260,7 +271,7 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
 ];
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 23] = [
+    pub const ALL: [Endpoint; 24] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -283,6 +294,7 @@ impl Endpoint {
         Endpoint::AudioTranscriptions,
         Endpoint::AudioTranslations,
         Endpoint::AudioSpeech,
+        Endpoint::Passthrough,
         Endpoint::Other,
     ];
 
@@ -304,6 +316,9 @@ impl Endpoint {
         // Cohere's v2 client names its version in the path.
         if path == "/v2/rerank" {
             return Endpoint::Rerank;
+        }
+        if path.starts_with("/passthrough/") {
+            return Endpoint::Passthrough;
         }
         Endpoint::gemini_model(path).map_or(Endpoint::Other, |(_, endpoint)| endpoint)
     }
@@ -360,5 +375,6 @@ mod tests {
         assert_eq!(Endpoint::from_path("/v1beta/models/g:streamGenerateContent"), Endpoint::GeminiStream);
         assert_eq!(Endpoint::from_path("/nope"), Endpoint::Other);
         assert_eq!(Endpoint::from_path("/v2/rerank"), Endpoint::Rerank);
+        assert_eq!(Endpoint::from_path("/passthrough/b0/metrics"), Endpoint::Passthrough);
     }
 }

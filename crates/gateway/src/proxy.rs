@@ -17,6 +17,7 @@ mod cached;
 mod failover;
 mod fallback;
 mod headers;
+pub mod passthrough;
 mod permits;
 mod queue;
 mod respond;

@@ -44,6 +44,9 @@ pub struct KeyRecord {
     /// Guards (by name, from `guardrails:`) this key's requests get on top of the configured ones.
     #[serde(default)]
     pub guardrails: Vec<String>,
+    /// Backends (globs over their names) this key may reach through `/passthrough/{backend}/…`.
+    #[serde(default)]
+    pub passthrough: Vec<String>,
     /// The key's team and user as they were when the key was looked up (not stored with it).
     #[serde(skip)]
     pub owners: Owners,
@@ -167,6 +170,7 @@ impl KeyRecord {
             team_id: None,
             user_id: None,
             guardrails: Vec::new(),
+            passthrough: Vec::new(),
             owners: Owners::default(),
         }
     }

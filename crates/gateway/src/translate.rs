@@ -166,7 +166,7 @@ impl Wire {
             Endpoint::AudioTranscriptions => Wire::AudioTranscriptions,
             Endpoint::AudioTranslations => Wire::AudioTranslations,
             Endpoint::AudioSpeech => Wire::AudioSpeech,
-            Endpoint::Responses | Endpoint::Models | Endpoint::Other => return None,
+            Endpoint::Responses | Endpoint::Models | Endpoint::Passthrough | Endpoint::Other => return None,
         })
     }
 }
@@ -219,7 +219,7 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::AudioTranscriptions
         | Endpoint::AudioTranslations
         | Endpoint::AudioSpeech => Plan::Unsupported(endpoint.as_str()),
-        Endpoint::Models | Endpoint::Other => Plan::Unsupported("this endpoint"),
+        Endpoint::Models | Endpoint::Passthrough | Endpoint::Other => Plan::Unsupported("this endpoint"),
     }
 }
 

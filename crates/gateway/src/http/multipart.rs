@@ -183,6 +183,9 @@ impl Scanner {
                 self.searched = buf.len().saturating_sub(self.closing.len()).max(data);
                 return Ok(Scan::NeedMore);
             };
+            if !is_file && len > MAX_FIELD_BYTES {
+                return Err(bad(&format!("the form field `{name}` is too long"), None));
+            }
             let value = &buf[data..data + len];
             match name.as_str() {
                 "model" => {

@@ -28,6 +28,18 @@ pub async fn take(
             code: "model_not_allowed",
         });
     }
+    take_allowed(app, principal, routed, deadline).await
+}
+
+/// Admission for a request whose permission was checked otherwise (a passthrough's backend):
+/// every level's limits and budgets.
+pub async fn take_allowed(
+    app: &App,
+    principal: &Identity,
+    routed: &RoutedRequest,
+    deadline: Instant,
+) -> Result<(Option<Permit>, Option<BudgetPermit>), GatewayError> {
+    let Some(key) = principal.key() else { return Ok((None, None)) };
     let budgets = budget_levels(key);
     if budgets.iter().all(Option::is_none) {
         return Ok((admit(app, key, routed, deadline).await?, None));

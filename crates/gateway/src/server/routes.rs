@@ -45,6 +45,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
     // Each handler's future is boxed: they are kilobytes (the proxy's ~10 KB), and hyper moves
     // this future into place for every request; inline, every such move copied all of them.
     let result = match (endpoint, req.method(), path) {
+        (Endpoint::Passthrough, _, _) => {
+            Box::pin(proxy::passthrough::forward(&app, req, started, &rid, &mut trace)).await
+        }
         (ep, &Method::POST, _) if ep.is_upload() => {
             Box::pin(proxy::forward_upload(&app, endpoint, req, started, &rid, &mut trace)).await
         }

@@ -5,7 +5,7 @@ use super::{to_i64, Store, StoreError};
 use crate::records::KeyRecord;
 
 const COLUMNS: &str = "id, secret_hash, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, \
-                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id, guardrails";
+                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id, guardrails, passthrough";
 
 /// One `api_keys` row as both drivers decode it (columns in `COLUMNS` order; more than sqlx's
 /// tuples reach, hence by hand).
@@ -29,6 +29,7 @@ struct KeyRow {
     team_id: Option<String>,
     user_id: Option<String>,
     guardrails: Option<String>,
+    passthrough: Option<String>,
 }
 
 macro_rules! key_row_from {
@@ -56,6 +57,7 @@ macro_rules! key_row_from {
                     team_id: r.try_get(16)?,
                     user_id: r.try_get(17)?,
                     guardrails: r.try_get(18)?,
+                    passthrough: r.try_get(19)?,
                 })
             }
         }
@@ -74,6 +76,7 @@ struct KeyParams {
     /// `{"servers": …, "tools": …}`; None when both are None (every server and tool).
     mcp: Option<String>,
     guardrails: Option<String>,
+    passthrough: Option<String>,
 }
 
 impl KeyParams {
@@ -86,6 +89,7 @@ impl KeyParams {
             max_parallel: k.max_parallel.map(i64::from),
             mcp: mcp_column(&k.mcp_servers, &k.mcp_tools)?,
             guardrails: guardrails_column(&k.guardrails)?,
+            passthrough: guardrails_column(&k.passthrough)?,
         })
     }
 }
@@ -95,7 +99,7 @@ impl Store {
     pub async fn insert_key(&self, k: &KeyRecord) -> Result<(), StoreError> {
         let p = KeyParams::new(k)?;
         let sql = format!(
-            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
         );
         with_pool!(self, |pool| {
             sqlx::query(&sql)
@@ -118,6 +122,7 @@ impl Store {
                 .bind(&k.team_id)
                 .bind(&k.user_id)
                 .bind(&p.guardrails)
+                .bind(&p.passthrough)
                 .execute(pool)
                 .await?;
         });
@@ -163,7 +168,7 @@ impl Store {
         let sql = "UPDATE api_keys SET secret_hash = $2, name = $3, models = $4, rpm = $5, tpm = $6, \
                    max_parallel = $7, budget_usd = $8, budget_period = $9, expires_at = $10, revoked_at = $11, \
                    user_name = $12, team = $13, tags = $14, created_at = $15, mcp = $16, team_id = $17, \
-                   user_id = $18, guardrails = $19 WHERE id = $1";
+                   user_id = $18, guardrails = $19, passthrough = $20 WHERE id = $1";
         let affected = with_pool!(self, |pool| {
             sqlx::query(sql)
                 .bind(&k.id)
@@ -185,6 +190,7 @@ impl Store {
                 .bind(&k.team_id)
                 .bind(&k.user_id)
                 .bind(&p.guardrails)
+                .bind(&p.passthrough)
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -208,7 +214,7 @@ pub(super) fn parse_list(text: &str, what: &str) -> Result<Vec<String>, StoreErr
     serde_json::from_str(text).map_err(|_| StoreError::Corrupt(format!("{what} is not a JSON list of strings")))
 }
 
-/// The `guardrails` column: a JSON list of guard names, NULL for none.
+/// A list column (`guardrails`, `passthrough`): a JSON list of names, NULL for none.
 pub(super) fn guardrails_column(names: &[String]) -> Result<Option<String>, StoreError> {
     if names.is_empty() {
         return Ok(None);
@@ -247,6 +253,7 @@ fn from_row(row: KeyRow) -> Result<KeyRecord, StoreError> {
         team_id: row.team_id,
         user_id: row.user_id,
         guardrails: parse_guardrails(row.guardrails.as_deref())?,
+        passthrough: row.passthrough.as_deref().map_or(Ok(Vec::new()), |t| parse_list(t, "passthrough"))?,
         owners: Default::default(),
     })
 }

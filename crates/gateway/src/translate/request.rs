@@ -45,6 +45,7 @@ impl Decoded {
             | Endpoint::AudioTranscriptions
             | Endpoint::AudioTranslations
             | Endpoint::AudioSpeech
+            | Endpoint::Passthrough
             | Endpoint::Other => return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned())),
         };
         match &mut decoded {

@@ -37,6 +37,7 @@ mod mcp_relay;
 mod model_guards;
 mod orgs;
 mod origin;
+mod passthrough;
 mod providers;
 mod reload;
 mod resume;

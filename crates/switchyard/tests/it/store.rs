@@ -132,6 +132,7 @@ fn key(id: &str, created_at: i64) -> KeyRecord {
         team_id: None,
         user_id: None,
         guardrails: Vec::new(),
+        passthrough: vec!["vllm-*".into()],
         owners: Default::default(),
     }
 }
