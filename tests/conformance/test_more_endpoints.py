@@ -92,3 +92,11 @@ def test_speech_streams_back(client: OpenAI) -> None:
         chunks = list(response.iter_bytes(chunk_size=None))
     audio = b"".join(chunks)
     assert audio.startswith(b"RIFF") and len(audio) == 44 + 2400 * len("hello there")
+
+
+def test_images_edit(client: OpenAI) -> None:
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+    edited = client.images.edit(model=MODEL_A, image=("in.png", png, "image/png"), prompt="add a moon", n=2)
+    assert len(edited.data) == 2

@@ -36,6 +36,8 @@ pub enum Endpoint {
     Moderations,
     /// `POST /v1/images/generations`.
     ImagesGenerations,
+    /// `POST /v1/images/edits`: a multipart upload (the images, a mask), streamed.
+    ImagesEdits,
     /// vLLM's and llama.cpp's `POST /tokenize` and `/detokenize`.
     Tokenize,
     Detokenize,
@@ -218,6 +220,12 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
         ..plain(Endpoint::ImagesGenerations, "/images/generations", "images_generations", "image_generation", "images")
     },
     Spec {
+        route: Some("/v1/images/edits"),
+        model_in: ModelIn::Form,
+        units: Units::Images,
+        ..plain(Endpoint::ImagesEdits, "/images/edits", "images_edits", "image_edit", "images")
+    },
+    Spec {
         route: Some("/tokenize"),
         charged: false,
         ..plain(Endpoint::Tokenize, "/tokenize", "tokenize", "tokenize", "tokenize")
@@ -271,7 +279,7 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
 ];
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 24] = [
+    pub const ALL: [Endpoint; 25] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -289,6 +297,7 @@ impl Endpoint {
         Endpoint::Score,
         Endpoint::Moderations,
         Endpoint::ImagesGenerations,
+        Endpoint::ImagesEdits,
         Endpoint::Tokenize,
         Endpoint::Detokenize,
         Endpoint::AudioTranscriptions,

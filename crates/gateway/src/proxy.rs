@@ -221,6 +221,7 @@ async fn forward_exchange(
     let mut settlement = Settlement::open(&call, identity, &exchange.routed, admitted, trace);
     if let (Some(upload), Some(meter)) = (&exchange.upload, settlement.meter()) {
         meter.upload_seconds(upload.seconds());
+        meter.form_units(upload.images());
     }
     let result = Box::pin(proceed(&call, identity, &mut exchange, &mut settlement)).await;
     if let Err(e) = &result {

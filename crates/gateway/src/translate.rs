@@ -41,6 +41,7 @@ pub enum Wire {
     Score,
     Moderations,
     ImagesGenerations,
+    ImagesEdits,
     Tokenize,
     Detokenize,
     AudioTranscriptions,
@@ -49,7 +50,7 @@ pub enum Wire {
 }
 
 impl Wire {
-    pub const ALL: [Wire; 20] = [
+    pub const ALL: [Wire; 21] = [
         Wire::OpenAiChat,
         Wire::OpenAiCompletions,
         Wire::OpenAiEmbeddings,
@@ -65,6 +66,7 @@ impl Wire {
         Wire::Score,
         Wire::Moderations,
         Wire::ImagesGenerations,
+        Wire::ImagesEdits,
         Wire::Tokenize,
         Wire::Detokenize,
         Wire::AudioTranscriptions,
@@ -89,6 +91,7 @@ impl Wire {
             Wire::Score => "/v1/score",
             Wire::Moderations => "/v1/moderations",
             Wire::ImagesGenerations => "/v1/images/generations",
+            Wire::ImagesEdits => "/v1/images/edits",
             Wire::Tokenize => "/tokenize",
             Wire::Detokenize => "/detokenize",
             Wire::AudioTranscriptions => "/v1/audio/transcriptions",
@@ -109,6 +112,7 @@ impl Wire {
                     | Wire::Score
                     | Wire::Moderations
                     | Wire::ImagesGenerations
+                    | Wire::ImagesEdits
                     | Wire::Tokenize
                     | Wire::Detokenize
                     | Wire::AudioTranscriptions
@@ -122,6 +126,7 @@ impl Wire {
                     | Wire::OpenAiEmbeddings
                     | Wire::Moderations
                     | Wire::ImagesGenerations
+                    | Wire::ImagesEdits
                     | Wire::AudioTranscriptions
                     | Wire::AudioTranslations
                     | Wire::AudioSpeech
@@ -161,6 +166,7 @@ impl Wire {
             Endpoint::Score => Wire::Score,
             Endpoint::Moderations => Wire::Moderations,
             Endpoint::ImagesGenerations => Wire::ImagesGenerations,
+            Endpoint::ImagesEdits => Wire::ImagesEdits,
             Endpoint::Tokenize => Wire::Tokenize,
             Endpoint::Detokenize => Wire::Detokenize,
             Endpoint::AudioTranscriptions => Wire::AudioTranscriptions,
@@ -214,6 +220,7 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::Score
         | Endpoint::Moderations
         | Endpoint::ImagesGenerations
+        | Endpoint::ImagesEdits
         | Endpoint::Tokenize
         | Endpoint::Detokenize
         | Endpoint::AudioTranscriptions

@@ -185,6 +185,13 @@ impl Meter {
         };
     }
 
+    /// What a form asked for (an image edit's `n`, `size` and `quality`), read as it arrived.
+    pub fn form_units(&mut self, units: crate::records::UsageUnits) {
+        if self.units_kind == crate::endpoint::Units::Images {
+            self.units = Some(Box::new(units));
+        }
+    }
+
     /// The upload's duration as its header tells it, for when the answer does not.
     pub fn upload_seconds(&mut self, seconds: Arc<std::sync::atomic::AtomicU64>) {
         self.upload_seconds = Some(seconds);

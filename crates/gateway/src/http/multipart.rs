@@ -30,6 +30,8 @@ pub struct FormHead {
     /// Where `model`'s value lies in `prefix` (an alias is spliced there).
     pub model_at: Range<usize>,
     pub stream: bool,
+    /// An image form's `n`, `size` and `quality` (what its images are priced by).
+    pub images: crate::records::UsageUnits,
 }
 
 impl FormHead {
@@ -106,7 +108,8 @@ pub async fn read_head(
         return Err(bad("you must provide a model parameter", Some("model")));
     };
     let rest = (!ended).then_some(body);
-    Ok(FormHead { prefix: buf.freeze(), rest, model, model_at, stream: scanner.stream })
+    let images = scanner.images;
+    Ok(FormHead { prefix: buf.freeze(), rest, model, model_at, stream: scanner.stream, images })
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -127,13 +130,15 @@ struct Scanner {
     searched: usize,
     model: Option<(String, Range<usize>)>,
     stream: bool,
+    images: crate::records::UsageUnits,
 }
 
 impl Scanner {
     fn new(boundary: &str) -> Scanner {
         let delimiter = format!("--{boundary}").into_bytes();
         let closing = [&b"\r\n"[..], &delimiter].concat();
-        Scanner { delimiter, closing, at: None, searched: 0, model: None, stream: false }
+        let images = crate::records::UsageUnits { images: 1, ..Default::default() };
+        Scanner { delimiter, closing, at: None, searched: 0, model: None, stream: false, images }
     }
 
     /// Parts from where the last call stopped: done once the model is known and the next part is
@@ -196,6 +201,17 @@ impl Scanner {
                     self.model = Some((model.to_owned(), data..data + len));
                 }
                 "stream" => self.stream = value.eq_ignore_ascii_case(b"true"),
+                "n" => {
+                    let n = std::str::from_utf8(value).ok().and_then(|n| n.trim().parse::<u64>().ok());
+                    self.images.images = n.unwrap_or(1).clamp(1, 128);
+                }
+                "size" | "quality" if value.len() <= 32 => {
+                    let text = String::from_utf8_lossy(value).into_owned();
+                    match name.as_str() {
+                        "size" => self.images.image_size = Some(text),
+                        _ => self.images.image_quality = Some(text),
+                    }
+                }
                 _ => {}
             }
             self.at = Some(data + len + 2);
@@ -289,7 +305,8 @@ mod tests {
         let mut s = Scanner::new("XyZ");
         assert_eq!(s.scan(&bytes).unwrap(), Scan::Done);
         let (model, model_at) = s.model.unwrap();
-        let head = FormHead { prefix: Bytes::from(bytes.clone()), rest: None, model, model_at, stream: false };
+        let images = crate::records::UsageUnits::default();
+        let head = FormHead { prefix: Bytes::from(bytes.clone()), rest: None, model, model_at, stream: false, images };
         let (head, grew) = head.with_model("whisper-large-v3");
         assert_eq!(grew, "whisper-large-v3".len() as i64 - 4);
         let text = String::from_utf8(head.prefix.to_vec()).unwrap();

@@ -133,6 +133,7 @@ pub fn parse_request_at(
         | Endpoint::Detokenize
         | Endpoint::AudioTranscriptions
         | Endpoint::AudioTranslations
+        | Endpoint::ImagesEdits
         | Endpoint::Passthrough
         | Endpoint::Other => (None, "", false),
     };

@@ -39,6 +39,8 @@ pub struct Upload {
     content_type: HeaderValue,
     /// The body's length as it goes upstream, when the client said it.
     length: Option<u64>,
+    /// An image form's `n`, `size` and `quality`.
+    images: crate::records::UsageUnits,
 }
 
 /// What every attempt and the meter learn of an upload.
@@ -67,15 +69,21 @@ impl Upload {
             .and_then(|n| n.checked_add_signed(grew));
         let content_type =
             client.get(CONTENT_TYPE).cloned().unwrap_or_else(|| HeaderValue::from_static("multipart/form-data"));
+        let images = head.images;
         let source = Source { prefix: Some(head.prefix), rest: head.rest, sent: 0, sniffed: Vec::new() };
         let seconds = Arc::new(AtomicU64::new(0));
         let state = Arc::new(UploadState { limit, exceeded: AtomicBool::new(false), seconds });
-        Upload { slot: Arc::new(Mutex::new(Some(source))), state, content_type, length }
+        Upload { slot: Arc::new(Mutex::new(Some(source))), state, content_type, length, images }
     }
 
     /// Its duration as its WAV header tells it (f64 bits; 0 until known), for the meter.
     pub fn seconds(&self) -> Arc<AtomicU64> {
         self.state.seconds.clone()
+    }
+
+    /// What an image form asks for (`n`, `size`, `quality`).
+    pub fn images(&self) -> crate::records::UsageUnits {
+        self.images.clone()
     }
 
     /// No attempt has read any of it yet.

@@ -40,6 +40,7 @@ impl Decoded {
             | Endpoint::Score
             | Endpoint::Moderations
             | Endpoint::ImagesGenerations
+            | Endpoint::ImagesEdits
             | Endpoint::Tokenize
             | Endpoint::Detokenize
             | Endpoint::AudioTranscriptions

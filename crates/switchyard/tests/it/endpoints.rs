@@ -161,3 +161,34 @@ async fn a_model_no_backend_serves_the_endpoint_for_is_not_found_and_the_catalog
         assert!(m.as_array().unwrap().contains(&json!(capability)), "{capability}: {m}");
     }
 }
+
+/// Image edits are multipart uploads like audio: streamed through, priced by the images the form
+/// asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_edit_streams_through_and_is_priced_by_its_images() {
+    let (gw, _backend, _chat_only) = gateway_with_prices().await;
+    let client = TestClient::new();
+    let boundary = "edit-boundary";
+    let mut form = Vec::new();
+    for (name, value) in [("model", "img"), ("prompt", "add a moon"), ("n", "3"), ("size", "512x512")] {
+        form.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes(),
+        );
+    }
+    form.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n\r\n")
+            .as_bytes(),
+    );
+    form.extend_from_slice(&[0x89, b'P', b'N', b'G', 0, 1, 2, 3]);
+    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    let bearer = format!("Bearer {MASTER}");
+    let headers = [("content-type", content_type.as_str()), ("authorization", bearer.as_str())];
+    let url = format!("{}/v1/images/edits", gw.url());
+    let r = client.request(http::Method::POST, &url, bytes::Bytes::from(form), &headers).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"].as_array().map(Vec::len), Some(3));
+    let rows = request_log(&client, &gw, MASTER, 1).await;
+    assert_eq!(rows[0]["units"], json!({"images": 3, "image_size": "512x512"}), "{}", rows[0]);
+    assert!((rows[0]["cost_usd"].as_f64().unwrap() - 6.0).abs() < 1e-9, "{}", rows[0]);
+}

@@ -48,6 +48,8 @@ pub(crate) enum Extra {
     Score,
     Moderations,
     Images,
+    /// `/v1/images/edits`: a multipart form, answered as a generation.
+    ImageEdits,
     Tokenize,
     Detokenize,
     Audio(Task),
@@ -61,6 +63,7 @@ pub(crate) fn route(path: &str) -> Option<Extra> {
         "/v1/score" | "/score" => Extra::Score,
         "/v1/moderations" => Extra::Moderations,
         "/v1/images/generations" => Extra::Images,
+        "/v1/images/edits" => Extra::ImageEdits,
         "/tokenize" => Extra::Tokenize,
         "/detokenize" => Extra::Detokenize,
         "/v1/audio/transcriptions" => Extra::Audio(Task::Transcribe),
@@ -77,6 +80,7 @@ pub(crate) async fn serve(state: &State, extra: Extra, headers: &HeaderMap, byte
         Extra::Score => score(state, bytes).await,
         Extra::Moderations => moderations(state, bytes).await,
         Extra::Images => images(state, bytes).await,
+        Extra::ImageEdits => image_edits(state, headers, bytes).await,
         Extra::Tokenize => tokenize(state, bytes).await,
         Extra::Detokenize => detokenize(state, bytes).await,
         Extra::Audio(task) => audio::transcribe(state, headers, bytes, task).await,
@@ -313,6 +317,27 @@ async fn images(state: &State, bytes: &[u8]) -> Result<Response<MockBody>, Rejec
         answer["usage"] = json!({"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens});
     }
     Ok(ok_json(state, &answer))
+}
+
+/// An image edit: a multipart form with the image(s), a `prompt` and a `model`, answered as the
+/// generation its fields describe.
+async fn image_edits(state: &State, headers: &HeaderMap, bytes: &[u8]) -> Result<Response<MockBody>, Rejection> {
+    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let parts = content_type.and_then(audio::boundary).and_then(|b| audio::multipart(bytes, b));
+    let Some(parts) = parts else { return Err(invalid(state, "the request must be a multipart/form-data form", None)) };
+    if !parts.iter().any(|p| p.name == "image" || p.name == "image[]") {
+        return Err(invalid(state, "you must provide an `image`", Some("image")));
+    }
+    let mut fields = Map::new();
+    for part in parts.iter().filter(|p| ["model", "prompt", "n", "response_format"].contains(&p.name.as_str())) {
+        let text = String::from_utf8_lossy(part.data).into_owned();
+        let value = match part.name.as_str() {
+            "n" => text.trim().parse::<u64>().map_or(Value::String(text), Value::from),
+            _ => Value::String(text),
+        };
+        fields.insert(part.name.clone(), value);
+    }
+    images(state, &serde_json::to_vec(&Value::Object(fields)).unwrap_or_default()).await
 }
 
 /// vLLM's `/tokenize` and `/detokenize` name a model optionally; a named one must be served.
