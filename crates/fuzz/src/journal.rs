@@ -35,6 +35,7 @@ fn record(i: usize) -> UsageRecord {
         guardrails: Vec::new(),
         guard_call: None,
         units: None,
+        batch_id: None,
     }
 }
 

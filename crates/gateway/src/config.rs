@@ -273,6 +273,8 @@ pub struct StorageConfig {
     pub url: String,
     /// Where the usage journal lives (append-only files replayed into the database).
     pub journal_dir: std::path::PathBuf,
+    /// Where uploaded files and batch results are kept (`storage.files_dir`).
+    pub files_dir: std::path::PathBuf,
     /// A new journal file is started once the current one is this large (64 MiB); files are the
     /// unit in which they are deleted, and in which an export sink past `max_backlog` drops records.
     pub journal_file_bytes: u64,
@@ -289,6 +291,8 @@ pub struct Price {
     /// Prompt tokens read from the provider's prompt cache; None: billed as input.
     pub cached_input_per_million: Option<f64>,
     pub units: UnitPrices,
+    /// The share of the price a batch's lines pay (`batch_discount`, 1.0 unless set).
+    pub batch_discount: f64,
 }
 
 /// USD per answered request, image, search unit, second of audio and character of speech.
@@ -364,6 +368,9 @@ pub struct Config {
     pub security: SecurityConfig,
     /// Content checks and where they apply (`guardrails:`, `models.*.guardrails`).
     pub guardrails: guardrails::GuardrailsConfig,
+    /// Lines of one batch in flight at once, at most (`batches.concurrency`), and only in capacity
+    /// interactive requests leave free.
+    pub batch_concurrency: usize,
 }
 
 /// `console: {enabled, session_ttl, store_bodies, max_stored_body_bytes}`.

@@ -33,6 +33,7 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod batch;
 pub mod cache;
 pub mod catalog;
 pub mod clock;

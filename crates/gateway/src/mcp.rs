@@ -219,6 +219,7 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
             guardrails: Vec::new(),
             guard_call: None,
             units: None,
+            batch_id: None,
         };
         if let Err(e) = journal.append(&record) {
             tracing::error!(error = %e, "could not journal an MCP tool call's usage");

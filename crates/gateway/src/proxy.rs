@@ -17,6 +17,7 @@ mod cached;
 mod failover;
 mod fallback;
 mod headers;
+mod internal;
 pub mod passthrough;
 mod permits;
 mod queue;
@@ -47,6 +48,7 @@ use attempt::{attempt_once, AttemptError, Headers};
 use cached::Cached;
 use failover::{Failover, Reached};
 pub use headers::BACKEND_HEADER;
+pub use internal::{call_for_guard, call_internal, InternalCall};
 use settle::Settlement;
 use translation::Bodies;
 
@@ -63,6 +65,8 @@ pub(crate) struct Call<'a> {
     pub stream: bool,
     /// Model guard `NAME`'s own call to its classifier: it gets no guards, its record is marked.
     pub guard_call: Option<&'a str>,
+    /// A line of batch `ID`: its record is marked and priced at the batch discount.
+    pub batch: Option<&'a str>,
 }
 
 /// Where a request came from, as the phases after reading its body need it.
@@ -74,6 +78,7 @@ struct Inbound<'a> {
     started: Instant,
     deadline: Instant,
     guard_call: Option<&'a str>,
+    batch: Option<&'a str>,
 }
 
 /// The request's bodies as the phases change them (a guard's mask, a fallback's model).
@@ -109,7 +114,7 @@ pub async fn forward(
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let deadline = started + app.config.timeouts.request;
     let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call };
+    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None };
     forward_body(app, &inbound, &identity, body, trace).await
 }
 
@@ -150,38 +155,8 @@ pub async fn forward_upload(
     exchange.upload = Some(upload::Upload::new(head, grew, &parts.headers, limit));
     let deadline = started + app.config.timeouts.request;
     let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call };
+    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None };
     forward_exchange(app, &inbound, &identity, exchange, trace).await
-}
-
-/// A model guard's call to its classifier (`guard/model.rs`): Chat Completions through the whole
-/// pipeline as the gateway itself (no key, so no key's limits; no guards of its own), its usage
-/// record marked with the guard's name. The answer's body, or why there is none.
-pub async fn call_for_guard(app: &Arc<App>, guard: &str, body: Bytes, deadline: Instant) -> Result<Bytes, String> {
-    use http_body_util::BodyExt;
-    let mut headers = HeaderMap::new();
-    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let request_id = crate::http::request_id::generate();
-    let started = Instant::now();
-    let inbound = Inbound {
-        endpoint: Endpoint::ChatCompletions,
-        path: "/v1/chat/completions",
-        headers: &headers,
-        request_id: &request_id,
-        started,
-        deadline: deadline.min(started + app.config.timeouts.request),
-        guard_call: Some(guard),
-    };
-    let identity = Identity::from(crate::auth::Principal::Master);
-    let answered = Box::pin(forward_body(app, &inbound, &identity, body, &mut None)).await;
-    let status = answered.as_ref().map_or_else(|e| e.status(), |r| r.status());
-    app.metrics.count_request(Endpoint::ChatCompletions, status.as_u16());
-    let resp = answered.map_err(|e| format!("the classifier's call failed: {e}"))?;
-    if !status.is_success() {
-        return Err(format!("the classifier answered {status}"));
-    }
-    let read = http_body_util::Limited::new(resp.into_body(), 1 << 20).collect().await;
-    Ok(read.map_err(|e| format!("reading the classifier's answer: {e}"))?.to_bytes())
 }
 
 /// The phases from parsing on, for a body that has been read.
@@ -217,6 +192,7 @@ async fn forward_exchange(
         deadline,
         stream: exchange.routed.stream,
         guard_call: inbound.guard_call,
+        batch: inbound.batch,
     };
     let mut settlement = Settlement::open(&call, identity, &exchange.routed, admitted, trace);
     if let (Some(upload), Some(meter)) = (&exchange.upload, settlement.meter()) {

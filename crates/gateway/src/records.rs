@@ -219,6 +219,9 @@ pub struct UsageRecord {
     /// What the request used besides tokens (images, search units, audio), when anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units: Option<Box<UsageUnits>>,
+    /// The batch a line of which this request was (`/v1/batches`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
 }
 
 /// What a request used besides tokens, priced by `prices.MODEL.per_*` (issue 33).

@@ -171,6 +171,12 @@ impl Router {
         Some(Duration::from_millis(until - now))
     }
 
+    /// Whether an available backend of `model` has a slot to spare (`Backend::has_spare`).
+    pub fn has_spare(&self, model: &str) -> bool {
+        let now = self.clock.mono_ms();
+        self.table.load().get(model).is_some_and(|all| all.iter().any(|b| b.health.available(now) && b.has_spare()))
+    }
+
     /// Whether some backend of `model` takes requests of `endpoint` (healthy or not).
     pub fn serves(&self, model: &str, endpoint: crate::endpoint::Endpoint) -> bool {
         self.table.load().get(model).is_some_and(|all| all.iter().any(|b| b.serves(endpoint)))

@@ -175,6 +175,9 @@ pub async fn start_guarded(
     let mut fleet = spawn_fleet(&app);
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
     let _ = caller.0.set(Arc::downgrade(&current));
+    if app.store.is_some() {
+        crate::batch::runner::spawn(Arc::downgrade(&current));
+    }
     if let Some(shared) = &app.shared {
         fleet.extend(spawn_health_sharing(current.clone(), shared.clone()));
     }

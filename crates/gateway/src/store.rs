@@ -10,7 +10,8 @@
 //! rollup, so they stay fast however many raw rows there are; the price is hour granularity.
 //!
 //! Submodules: `error` (StoreError), `keys` (key CRUD), `usage` (batch writes, checkpoint, spend), `report`
-//! (usage reports and per-group totals), `requests` (the console's request log), `migrations` (embedded schema).
+//! (usage reports and per-group totals), `requests` (the console's request log), `batches` (the Files and Batch
+//! APIs' files, batches and finished lines), `migrations` (embedded schema).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ macro_rules! with_pool {
 }
 
 mod audit;
+mod batches;
 mod error;
 mod keys;
 mod migrations;
@@ -46,6 +48,7 @@ mod usage;
 pub use usage::ALL as ALL_KEYS;
 
 pub use audit::{verify_run, AuditRow, Break, NewAudit, GENESIS};
+pub use batches::{BatchRow, FileRow, LineRow};
 pub use error::StoreError;
 pub use report::{Bucket, GroupBy, GroupScope, UsageBucket, UsageGroup, UsageQuery, UsageReport, UsageTotals};
 pub use requests::{RequestQuery, RequestRow, StatusFilter};

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["server"],
     &["console"],
+    &["batch"],
     &["admin", "catalog", "mcp", "proxy"],
     &["app"],
     &["http"],

@@ -52,6 +52,7 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             guardrails: Vec::new(),
             guard_call: None,
             units: None,
+            batch_id: None,
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

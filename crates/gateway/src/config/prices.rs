@@ -63,6 +63,7 @@ pub fn shipped() -> impl Iterator<Item = (String, Price)> {
                 output_per_million: output,
                 cached_input_per_million: cached,
                 units: super::UnitPrices::default(),
+                batch_discount: 1.0,
             },
         )
     })

@@ -53,8 +53,17 @@ pub struct RawConfig {
     cache: Option<super::cache::RawCache>,
     security: Option<super::security::RawSecurity>,
     guardrails: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(default)]
+    batches: RawBatches,
     #[serde(default)] // per-model settings, by the name clients use
     models: HashMap<String, super::guardrails::RawModel>,
+}
+
+/// `batches:` — how the gateway runs the Batch API's lines.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBatches {
+    concurrency: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -94,6 +103,8 @@ struct RawAuth {
 struct RawStorage {
     url: Option<String>,
     usage_journal_dir: Option<String>,
+    /// Where uploaded files and batch results are kept (`/v1/files`).
+    files_dir: Option<String>,
     usage_journal_file_bytes: Option<super::cache::RawSize>,
     record_usage: Option<bool>,
 }
@@ -116,6 +127,8 @@ struct RawPrice {
     per_second_audio: f64,
     #[serde(default)]
     per_character: f64,
+    /// What a batch's lines cost of the full price (1.0: the same).
+    batch_discount: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -296,6 +309,10 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         cache: super::cache::validate(raw.cache)?,
         security: super::security::validate(raw.security, listen)?,
         guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
+        batch_concurrency: match raw.batches.concurrency {
+            Some(0) => return Err(ConfigError::at("batches.concurrency", "must be at least 1")),
+            n => n.unwrap_or(4),
+        },
         source: None,
     })
 }
@@ -478,8 +495,17 @@ fn validate_storage(raw: RawStorage) -> Result<StorageConfig, ConfigError> {
     if journal_file_bytes < 4096 {
         return Err(ConfigError::at("storage.usage_journal_file_bytes", "must be at least 4KiB"));
     }
+    let journal_dir: std::path::PathBuf =
+        raw.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into();
+    // Beside the journal unless told: a scratch directory for the one holds the other too.
+    let files_dir = match raw.files_dir {
+        Some(dir) if dir.trim().is_empty() => return Err(ConfigError::at("storage.files_dir", "must not be empty")),
+        Some(dir) => dir.into(),
+        None => journal_dir.parent().unwrap_or(std::path::Path::new(".")).join("switchyard-files"),
+    };
     Ok(StorageConfig {
-        journal_dir: raw.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into(),
+        journal_dir,
+        files_dir,
         journal_file_bytes: journal_file_bytes as u64,
         url,
         record_usage: raw.record_usage.unwrap_or(true),
@@ -507,6 +533,7 @@ fn validate_prices(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Pri
             ("per_search_unit", units.per_search_unit),
             ("per_second_audio", units.per_second_audio),
             ("per_character", units.per_character),
+            ("batch_discount", p.batch_discount.unwrap_or(1.0)),
         ];
         for (field, v) in fields {
             if !v.is_finite() || v < 0.0 {
@@ -515,7 +542,9 @@ fn validate_prices(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Pri
         }
         let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
         let cached_input_per_million = p.cached_input_per_million;
-        prices.insert(model, Price { input_per_million, output_per_million, cached_input_per_million, units });
+        let batch_discount = p.batch_discount.unwrap_or(1.0);
+        let price = Price { input_per_million, output_per_million, cached_input_per_million, units, batch_discount };
+        prices.insert(model, price);
     }
     Ok(prices)
 }

@@ -150,6 +150,7 @@ impl Meter {
                 guardrails: Vec::new(),
                 guard_call: None,
                 units: None,
+                batch_id: None,
             },
             journal,
             traced: None,
@@ -200,6 +201,12 @@ impl Meter {
     /// Keep the request body and what the client receives with the record, redacted, each cut at `max`.
     pub fn keep_bodies(&mut self, request: Bytes, max: usize, redactor: Arc<Redactor>) {
         self.capture = Some(Box::new(Capture { redactor, max, request, response: Vec::new(), response_len: 0 }));
+    }
+
+    /// This request is a line of batch `batch`: its record says so, and it pays the model's
+    /// `batch_discount` of the price.
+    pub fn batch(&mut self, batch: &str) {
+        self.record.batch_id = Some(batch.to_owned());
     }
 
     /// This request is model guard `guard`'s call to its classifier: its record says so.
@@ -424,6 +431,9 @@ impl Meter {
         if answered {
             r.units = units;
             r.cost_usd += self.config.unit_cost(&r.model_served, r.units.as_deref());
+        }
+        if r.batch_id.is_some() {
+            r.cost_usd *= self.config.price(&r.model_served).map_or(1.0, |p| p.batch_discount);
         }
         if let Some(p) = self.permit.as_mut() {
             p.settle(r.total_tokens);

@@ -57,6 +57,7 @@ pub async fn forward(
         deadline,
         stream: false,
         guard_call: None,
+        batch: None,
     };
     let mut settlement = Settlement::open(&call, &identity, &routed, admitted, trace);
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();

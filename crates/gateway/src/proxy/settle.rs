@@ -76,6 +76,9 @@ impl Settlement {
         if let Some(guard) = call.guard_call {
             meter.guard_call(guard);
         }
+        if let Some(batch) = call.batch {
+            meter.batch(batch);
+        }
         let units = call.endpoint.spec().units;
         if units != crate::endpoint::Units::Tokens {
             meter.units(units, &routed.body);

@@ -230,6 +230,12 @@ impl Backend {
         self.capacity().is_none_or(|cap| self.in_flight() < cap)
     }
 
+    /// Room for one more with a slot still left after it: what low-priority work (a batch's
+    /// lines) may take, so it never takes a capped backend's last slot.
+    pub fn has_spare(&self) -> bool {
+        self.capacity().is_none_or(|cap| self.in_flight() + 1 < cap)
+    }
+
     pub fn models(&self) -> Arc<Vec<String>> {
         self.models.load_full()
     }

@@ -45,6 +45,10 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
     // Each handler's future is boxed: they are kilobytes (the proxy's ~10 KB), and hyper moves
     // this future into place for every request; inline, every such move copied all of them.
     let result = match (endpoint, req.method(), path) {
+        (Endpoint::Other, _, p) if p.starts_with("/files") || p.starts_with("/batches") => {
+            let path = p.to_owned();
+            Box::pin(crate::batch::handle(&app, req, &path)).await
+        }
         (Endpoint::Passthrough, _, _) => {
             Box::pin(proxy::passthrough::forward(&app, req, started, &rid, &mut trace)).await
         }

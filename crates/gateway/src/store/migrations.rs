@@ -34,6 +34,7 @@ const SQLITE: Embedded = &[
         "0014_guard_calls_and_units.sql",
         include_str!("../../../../migrations/sqlite/0014_guard_calls_and_units.sql"),
     ),
+    (15, "0015_files_and_batches.sql", include_str!("../../../../migrations/sqlite/0015_files_and_batches.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -55,6 +56,7 @@ const POSTGRES: Embedded = &[
         "0014_guard_calls_and_units.sql",
         include_str!("../../../../migrations/postgres/0014_guard_calls_and_units.sql"),
     ),
+    (15, "0015_files_and_batches.sql", include_str!("../../../../migrations/postgres/0015_files_and_batches.sql")),
 ];
 
 #[derive(Debug)]

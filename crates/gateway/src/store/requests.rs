@@ -72,6 +72,9 @@ pub struct RequestRow {
     /// What it used besides tokens (images, search units, audio).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub units: Option<crate::records::UsageUnits>,
+    /// The batch it was a line of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
 }
 
 enum Param<'a> {
@@ -131,7 +134,7 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
     let sql = format!(
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
-         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call, r.units \
+         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call, r.units, r.batch_id \
          FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
          LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
@@ -177,6 +180,7 @@ macro_rules! decode {
                 .try_get::<Option<String>, _>(23)?
                 .map(|u| serde_json::from_str(&u).map_err(|_| StoreError::Corrupt(format!("units {u}"))))
                 .transpose()?,
+            batch_id: row.try_get(24)?,
         }
     }};
 }

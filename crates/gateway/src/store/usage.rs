@@ -14,10 +14,10 @@ pub const HOUR_MS: i64 = 3_600_000;
 
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
-                              response_bytes, route_reason, guardrails, guard_call, units";
-const RECORD_COLS: usize = 22;
+                              response_bytes, route_reason, guardrails, guard_call, units, batch_id";
+const RECORD_COLS: usize = 23;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement at most: 22 columns x 512 = 11,264 parameters, well under SQLite's 32,766 and
+/// Rows per multi-row statement at most: 23 columns x 512 = 11,776 parameters, well under SQLite's 32,766 and
 /// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
 const CHUNK_ROWS: usize = 512;
 
@@ -202,6 +202,7 @@ where
         .bind(&row.guardrails)
         .bind(&r.guard_call)
         .bind(&row.units)
+        .bind(&r.batch_id)
 }
 
 /// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.

@@ -174,6 +174,7 @@ mod tests {
             guardrails: Vec::new(),
             guard_call: None,
             units: None,
+            batch_id: None,
         }
     }
 

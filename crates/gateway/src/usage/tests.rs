@@ -56,6 +56,7 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         guardrails: Vec::new(),
         guard_call: None,
         units: None,
+        batch_id: None,
     }
 }
 

@@ -162,6 +162,7 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         guardrails: Vec::new(),
         guard_call: None,
         units: None,
+        batch_id: None,
     }
 }
 

@@ -1,0 +1,82 @@
+//! Where files' bytes are kept: one file per id under `storage.files_dir`, written to a
+//! temporary name and renamed into place, so a file is either whole or absent.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+
+pub struct FileStore {
+    dir: PathBuf,
+}
+
+impl FileStore {
+    pub fn new(dir: PathBuf) -> FileStore {
+        FileStore { dir }
+    }
+
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+
+    /// Keep `chunks` as `id`, at most `limit` bytes: how many there were.
+    pub async fn write<S, E>(&self, id: &str, mut chunks: S, limit: u64) -> Result<u64, WriteError>
+    where
+        S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        use futures_util::StreamExt;
+        tokio::fs::create_dir_all(&self.dir).await.map_err(|e| WriteError::Io(e.to_string()))?;
+        let partial = self.dir.join(format!(".{id}.partial"));
+        let mut file = tokio::fs::File::create(&partial).await.map_err(|e| WriteError::Io(e.to_string()))?;
+        let mut written = 0u64;
+        let outcome = async {
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk.map_err(|e| WriteError::Read(e.to_string()))?;
+                written += chunk.len() as u64;
+                if written > limit {
+                    return Err(WriteError::TooLarge);
+                }
+                file.write_all(&chunk).await.map_err(|e| WriteError::Io(e.to_string()))?;
+            }
+            file.flush().await.map_err(|e| WriteError::Io(e.to_string()))?;
+            file.sync_all().await.map_err(|e| WriteError::Io(e.to_string()))
+        }
+        .await;
+        if let Err(e) = outcome {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(e);
+        }
+        tokio::fs::rename(&partial, self.path(id)).await.map_err(|e| WriteError::Io(e.to_string()))?;
+        Ok(written)
+    }
+
+    /// Keep `bytes` as `id`.
+    pub async fn write_all(&self, id: &str, bytes: Bytes) -> Result<u64, WriteError> {
+        let once = futures_util::stream::iter([Ok::<Bytes, std::convert::Infallible>(bytes)]);
+        self.write(id, once, u64::MAX).await
+    }
+
+    /// The whole of `id`.
+    pub async fn read(&self, id: &str) -> std::io::Result<Bytes> {
+        tokio::fs::read(self.path(id)).await.map(Bytes::from)
+    }
+
+    pub async fn delete(&self, id: &str) -> std::io::Result<()> {
+        match tokio::fs::remove_file(self.path(id)).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why a file could not be kept.
+#[derive(Debug)]
+pub enum WriteError {
+    /// More than the limit arrived.
+    TooLarge,
+    /// The upload could not be read.
+    Read(String),
+    /// The disk failed.
+    Io(String),
+}

@@ -1,0 +1,222 @@
+//! Files and batches (issue 33), black-box: a JSONL file uploaded by a key runs as a batch
+//! through the gateway itself, its output and error files in OpenAI's format with every
+//! `custom_id` once, `request_counts` right, a malformed line in the error file while the rest
+//! run; each line one usage record carrying the batch's id, priced at the batch discount; files
+//! and batches are seen only by their owner; a cancelled batch stops starting lines; a batch
+//! carries on after the gateway is SIGKILLed and restarted with every line exactly once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Method;
+use serde_json::{json, Value};
+use switchyard_testkit::{MockConfig, TestClient};
+
+use crate::common::*;
+
+const MASTER: &str = "batches-master";
+const BOUNDARY: &str = "batch-form-boundary";
+
+/// `lines` chat requests for model `m`, as a batch input file.
+fn input(lines: usize) -> String {
+    (0..lines)
+        .map(|i| {
+            let body = json!({"model": "m", "messages": [{"role": "user", "content": format!("question {i}")}]});
+            json!({"custom_id": format!("req-{i}"), "method": "POST", "url": "/v1/chat/completions", "body": body})
+                .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+/// A gateway at `url`, as `key`: upload, create, poll, read.
+struct Api {
+    client: TestClient,
+    url: String,
+    key: String,
+}
+
+impl Api {
+    async fn call(&self, method: Method, path: &str, body: Bytes, content_type: &str) -> (u16, Value) {
+        let bearer = format!("Bearer {}", self.key);
+        let headers = [("authorization", bearer.as_str()), ("content-type", content_type)];
+        let r = self.client.request(method, &format!("{}{path}", self.url), body, &headers).await.unwrap();
+        (r.status.as_u16(), serde_json::from_slice(r.body.as_ref()).unwrap_or(Value::String(r.text())))
+    }
+
+    async fn upload(&self, content: &str) -> (u16, Value) {
+        let form = format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n\
+             --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\
+             Content-Type: application/jsonl\r\n\r\n{content}\r\n--{BOUNDARY}--\r\n"
+        );
+        let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+        self.call(Method::POST, "/v1/files", Bytes::from(form), &content_type).await
+    }
+
+    async fn create(&self, file: &str) -> (u16, Value) {
+        let body = json!({"input_file_id": file, "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+        self.call(Method::POST, "/v1/batches", Bytes::from(body.to_string()), "application/json").await
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(Method::GET, path, Bytes::new(), "application/json").await
+    }
+
+    /// The batch once its status is one of `states`.
+    async fn until(&self, id: &str, states: &[&str], within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let (status, batch) = self.get(&format!("/v1/batches/{id}")).await;
+            assert_eq!(status, 200, "{batch}");
+            if states.contains(&batch["status"].as_str().unwrap_or_default()) {
+                return batch;
+            }
+            assert!(Instant::now() < deadline, "still {batch}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A file's lines, by `custom_id`.
+    async fn lines(&self, file: &Value) -> HashMap<String, Value> {
+        let (status, _) = self.get(&format!("/v1/files/{}", file.as_str().unwrap())).await;
+        assert_eq!(status, 200);
+        let bearer = format!("Bearer {}", self.key);
+        let url = format!("{}/v1/files/{}/content", self.url, file.as_str().unwrap());
+        let r = self.client.request(Method::GET, &url, Bytes::new(), &[("authorization", &bearer)]).await.unwrap();
+        let mut out = HashMap::new();
+        for line in r.text().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let previous = out.insert(v["custom_id"].as_str().unwrap().to_owned(), v);
+            assert!(previous.is_none(), "a custom_id twice in {file}");
+        }
+        out
+    }
+}
+
+async fn key(client: &TestClient, base: &str) -> String {
+    let r = client
+        .post_json(&format!("{base}/admin/keys"), b"{}", &[("authorization", &format!("Bearer {MASTER}"))])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["key"].as_str().unwrap().to_owned()
+}
+
+fn config(dir: &std::path::Path, backends: &str, extra: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0\n\
+         storage: {{url: '{}', usage_journal_dir: '{}/usage'}}\n\
+         auth: {{master_key: {MASTER}}}\n\
+         prices:\n  m: {{input_per_million: 1000000, output_per_million: 1000000, batch_discount: 0.5}}\n\
+         {extra}backends:\n{backends}",
+        db_url(dir),
+        dir.display(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_through_the_gateway_and_writes_openais_files() {
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let gw = gateway_yaml(&config(&dir, &backends_yaml(&[&backend]), "")).await;
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    let mut content = input(40);
+    content.push_str("{not json\n");
+    content.push_str(
+        &json!({"custom_id": "wrong-url", "method": "POST", "url": "/v1/embeddings", "body": {}}).to_string(),
+    );
+    let (status, file) = api.upload(&content).await;
+    assert_eq!((status, &file["purpose"], &file["object"]), (200, &json!("batch"), &json!("file")), "{file}");
+    let (status, batch) = api.create(file["id"].as_str().unwrap()).await;
+    assert_eq!((status, &batch["status"]), (200, &json!("validating")), "{batch}");
+    let id = batch["id"].as_str().unwrap().to_owned();
+    let done = api.until(&id, &["completed"], Duration::from_secs(30)).await;
+    assert_eq!(done["request_counts"], json!({"total": 42, "completed": 40, "failed": 2}), "{done}");
+    let output = api.lines(&done["output_file_id"]).await;
+    assert_eq!(output.len(), 40);
+    let first = &output["req-7"];
+    assert_eq!(first["response"]["status_code"], 200, "{first}");
+    assert_eq!(first["response"]["body"]["object"], "chat.completion");
+    assert!(first["id"].as_str().unwrap().starts_with("batch_req_") && first["error"].is_null());
+    let errors = api.lines(&done["error_file_id"]).await;
+    assert_eq!(errors["wrong-url"]["error"]["code"], "invalid_url", "{errors:?}");
+    assert_eq!(errors["line-41"]["error"]["code"], "invalid_json_line", "{errors:?}");
+
+    // Each line one record, tagged with the batch, at half the price.
+    let rows = request_log(&client, &gw, MASTER, 40).await;
+    let lines: Vec<&Value> = rows.iter().filter(|r| r["batch_id"] == id.as_str()).collect();
+    assert_eq!(lines.len(), 40, "{rows:?}");
+    let row = lines[0];
+    let tokens = row["total_tokens"].as_f64().unwrap();
+    assert!((row["cost_usd"].as_f64().unwrap() - tokens * 0.5).abs() < 1e-6, "{row}");
+
+    // Another key sees none of it.
+    let other = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    for path in [format!("/v1/files/{}", file["id"].as_str().unwrap()), format!("/v1/batches/{id}")] {
+        assert_eq!(other.get(&path).await.0, 404, "{path}");
+    }
+    let (status, _) = other.create(file["id"].as_str().unwrap()).await;
+    assert_eq!(status, 404);
+    assert_eq!(other.get("/v1/batches").await.1["data"], json!([]));
+    assert_eq!(api.get("/v1/batches").await.1["data"][0]["id"], id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_batch_stops_starting_lines_and_keeps_what_finished() {
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(30), ..MockConfig::default() }).await;
+    let dir = scratch_dir();
+    let gw = gateway_yaml(&config(&dir, &backends_yaml(&[&backend]), "batches: {concurrency: 2}\n")).await;
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    let (_, file) = api.upload(&input(300)).await;
+    let (_, batch) = api.create(file["id"].as_str().unwrap()).await;
+    let id = batch["id"].as_str().unwrap().to_owned();
+    api.until(&id, &["in_progress"], Duration::from_secs(10)).await;
+    let (status, cancelling) =
+        api.call(Method::POST, &format!("/v1/batches/{id}/cancel"), Bytes::new(), "application/json").await;
+    assert_eq!((status, &cancelling["status"]), (200, &json!("cancelling")), "{cancelling}");
+    let done = api.until(&id, &["cancelled"], Duration::from_secs(20)).await;
+    let completed = done["request_counts"]["completed"].as_u64().unwrap();
+    assert!(completed < 300, "{done}");
+    if completed > 0 {
+        assert_eq!(api.lines(&done["output_file_id"]).await.len() as u64, completed);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_batches_get_a_clear_4xx() {
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let gw = gateway_yaml(&config(&dir, &backends_yaml(&[&backend]), "")).await;
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    let (_, file) = api.upload(&input(1)).await;
+    let id = file["id"].as_str().unwrap();
+    for (body, param) in [
+        (json!({"input_file_id": id, "endpoint": "/v1/images/generations", "completion_window": "24h"}), "endpoint"),
+        (
+            json!({"input_file_id": id, "endpoint": "/v1/chat/completions", "completion_window": "1h"}),
+            "completion_window",
+        ),
+    ] {
+        let (status, answer) =
+            api.call(Method::POST, "/v1/batches", Bytes::from(body.to_string()), "application/json").await;
+        assert_eq!((status, &answer["error"]["param"]), (400, &json!(param)), "{answer}");
+    }
+    let (status, _) = api.create("file-nope").await;
+    assert_eq!(status, 404);
+    let form =
+        format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{BOUNDARY}--\r\n");
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let (status, answer) = api.call(Method::POST, "/v1/files", Bytes::from(form), &content_type).await;
+    assert_eq!((status, &answer["error"]["param"]), (400, &json!("file")), "{answer}");
+    let (status, deleted) =
+        api.call(Method::DELETE, &format!("/v1/files/{id}"), Bytes::new(), "application/json").await;
+    assert_eq!((status, &deleted["deleted"]), (200, &json!(true)));
+    assert_eq!(api.get(&format!("/v1/files/{id}")).await.0, 404);
+}
