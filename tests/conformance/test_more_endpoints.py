@@ -5,12 +5,14 @@ gateway), against `switchyard mock`'s vLLM-shaped endpoints, each with a usage r
 from __future__ import annotations
 
 import base64
+import json
+import time
 from pathlib import Path
 
 import cohere
 from openai import OpenAI
 
-from conftest import MODEL_A, LoneBackend, Stack
+from conftest import CONTENT, MODEL_A, LoneBackend, Stack
 from test_openai_sdk import wait_for_usage
 
 
@@ -100,3 +102,38 @@ def test_images_edit(client: OpenAI) -> None:
     )
     edited = client.images.edit(model=MODEL_A, image=("in.png", png, "image/png"), prompt="add a moon", n=2)
     assert len(edited.data) == 2
+
+
+def test_files_and_batches(lone_backend: LoneBackend) -> None:
+    c = lone_backend.client()
+    lines = [
+        {
+            "custom_id": f"q-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": MODEL_A, "messages": [{"role": "user", "content": f"question {i}"}]},
+        }
+        for i in range(25)
+    ]
+    payload = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    uploaded = c.files.create(file=("in.jsonl", payload, "application/jsonl"), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes == len(payload)
+    assert c.files.content(uploaded.id).read() == payload
+    batch = c.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 30
+    while batch.status not in ("completed", "failed", "cancelled"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.05)
+        batch = c.batches.retrieve(batch.id)
+    assert batch.status == "completed", batch
+    assert batch.request_counts is not None and batch.request_counts.completed == 25
+    assert batch.output_file_id is not None
+    output = [json.loads(line) for line in c.files.content(batch.output_file_id).text.splitlines()]
+    # Line by line: each input's custom_id once, answered by the backend.
+    assert sorted(o["custom_id"] for o in output) == sorted(line["custom_id"] for line in lines)
+    for o in output:
+        assert o["response"]["status_code"] == 200 and o["error"] is None
+        assert o["response"]["body"]["choices"][0]["message"]["content"] == CONTENT
+    assert [b.id for b in c.batches.list()] == [batch.id]
+    # Cancelling a finished batch changes nothing.
+    assert c.batches.cancel(batch.id).status == "completed"
