@@ -15,6 +15,7 @@ mod presets;
 mod prices;
 mod raw;
 pub mod security;
+mod storage;
 mod telemetry;
 
 use std::collections::HashMap;
@@ -473,20 +474,6 @@ impl Config {
                 + cached as f64 * cached_price
                 + completion_tokens as f64 * p.output_per_million)
                 / 1e6
-        })
-    }
-
-    /// What an answered request of `model` costs besides its tokens: per request, and per image,
-    /// search unit, second of audio and character it used.
-    pub fn unit_cost(&self, model: &str, units: Option<&crate::records::UsageUnits>) -> f64 {
-        self.price(model).map_or(0.0, |p| {
-            let u = p.units;
-            let used = units.cloned().unwrap_or_default();
-            u.per_request
-                + used.images as f64 * u.per_image
-                + used.search_units as f64 * u.per_search_unit
-                + used.audio_seconds * u.per_second_audio
-                + used.characters as f64 * u.per_character
         })
     }
 

@@ -8,7 +8,11 @@
 //! within the base context tier); vendors change them, so a deployment that bills on them should
 //! pin its own in `prices:`.
 
-use super::Price;
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+use super::{ConfigError, Price, UnitPrices};
 
 /// (model, input, output, cached input) per million tokens.
 const SHIPPED: &[(&str, f64, f64, Option<f64>)] = &[
@@ -163,4 +167,64 @@ mod tests {
             assert!(normalized(&model).is_none(), "{model} is stored under its plain name");
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+/// One `prices:` entry as written.
+pub struct RawPrice {
+    #[serde(default)]
+    input_per_million: f64,
+    #[serde(default)]
+    output_per_million: f64,
+    cached_input_per_million: Option<f64>,
+    #[serde(default)]
+    per_request: f64,
+    #[serde(default)]
+    per_image: f64,
+    #[serde(default)]
+    per_search_unit: f64,
+    #[serde(default)]
+    per_second_audio: f64,
+    #[serde(default)]
+    per_character: f64,
+    /// What a batch's lines cost of the full price (1.0: the same).
+    batch_discount: Option<f64>,
+}
+
+/// The shipped table (config/prices.rs), then the configured prices over it.
+pub fn validate(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Price>, ConfigError> {
+    let mut prices: HashMap<String, Price> = shipped().collect();
+    for (model, p) in raw {
+        let cached = ("cached_input_per_million", p.cached_input_per_million.unwrap_or(0.0));
+        let units = UnitPrices {
+            per_request: p.per_request,
+            per_image: p.per_image,
+            per_search_unit: p.per_search_unit,
+            per_second_audio: p.per_second_audio,
+            per_character: p.per_character,
+        };
+        let fields = [
+            ("input_per_million", p.input_per_million),
+            ("output_per_million", p.output_per_million),
+            cached,
+            ("per_request", units.per_request),
+            ("per_image", units.per_image),
+            ("per_search_unit", units.per_search_unit),
+            ("per_second_audio", units.per_second_audio),
+            ("per_character", units.per_character),
+            ("batch_discount", p.batch_discount.unwrap_or(1.0)),
+        ];
+        for (field, v) in fields {
+            if !v.is_finite() || v < 0.0 {
+                return Err(ConfigError::at(format!("prices.{model}.{field}"), "must be a non-negative number"));
+            }
+        }
+        let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
+        let cached_input_per_million = p.cached_input_per_million;
+        let batch_discount = p.batch_discount.unwrap_or(1.0);
+        let price = Price { input_per_million, output_per_million, cached_input_per_million, units, batch_discount };
+        prices.insert(model, price);
+    }
+    Ok(prices)
 }

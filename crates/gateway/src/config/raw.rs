@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
-    AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, HealthConfig, ListenerLimits, Price, RedisConfig,
-    StorageConfig, Strategy, Timeouts, TlsConfig, UnitPrices,
+    AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, HealthConfig, ListenerLimits, RedisConfig,
+    Strategy, Timeouts, TlsConfig,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -38,9 +38,9 @@ pub struct RawConfig {
     #[serde(default)]
     auth: RawAuth,
     #[serde(default)]
-    storage: RawStorage,
+    storage: super::storage::RawStorage,
     #[serde(default)]
-    prices: HashMap<String, RawPrice>,
+    prices: HashMap<String, super::prices::RawPrice>,
     #[serde(default)]
     mcp: super::mcp::RawMcp,
     tls: Option<RawTls>,
@@ -96,39 +96,6 @@ struct RawAuth {
     secret: Option<String>,
     jwt: Option<Vec<super::jwt::RawJwtIssuer>>,
     oidc: Option<super::oidc::RawOidc>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStorage {
-    url: Option<String>,
-    usage_journal_dir: Option<String>,
-    /// Where uploaded files and batch results are kept (`/v1/files`).
-    files_dir: Option<String>,
-    usage_journal_file_bytes: Option<super::cache::RawSize>,
-    record_usage: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPrice {
-    #[serde(default)]
-    input_per_million: f64,
-    #[serde(default)]
-    output_per_million: f64,
-    cached_input_per_million: Option<f64>,
-    #[serde(default)]
-    per_request: f64,
-    #[serde(default)]
-    per_image: f64,
-    #[serde(default)]
-    per_search_unit: f64,
-    #[serde(default)]
-    per_second_audio: f64,
-    #[serde(default)]
-    per_character: f64,
-    /// What a batch's lines cost of the full price (1.0: the same).
-    batch_discount: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -268,8 +235,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     }
     let listener = validate_listener(&raw.limits)?;
     let auth = validate_auth(raw.auth, env)?;
-    let storage = validate_storage(raw.storage)?;
-    let prices = validate_prices(raw.prices)?;
+    let storage = super::storage::validate(raw.storage)?;
+    let prices = super::prices::validate(raw.prices)?;
     let exports = super::exports::validate(raw.exports)?;
     if !exports.is_empty() && !storage.record_usage {
         return Err(ConfigError::at("exports", "exports read the usage journal: storage.record_usage must be on"));
@@ -483,70 +450,6 @@ fn validate_auth(raw: RawAuth, env: &dyn Env) -> Result<AuthConfig, ConfigError>
         return Err(ConfigError::at("auth.secret", "must be at least 32 characters"));
     }
     Ok(auth)
-}
-
-fn validate_storage(raw: RawStorage) -> Result<StorageConfig, ConfigError> {
-    let url = raw.url.unwrap_or_else(|| "sqlite://./switchyard.db".to_owned());
-    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(ConfigError::at("storage.url", "use sqlite://PATH or postgres://USER:PASS@HOST/DB"));
-    }
-    let journal_file_bytes =
-        super::cache::size("storage.usage_journal_file_bytes", raw.usage_journal_file_bytes, 64 << 20)?;
-    if journal_file_bytes < 4096 {
-        return Err(ConfigError::at("storage.usage_journal_file_bytes", "must be at least 4KiB"));
-    }
-    let journal_dir: std::path::PathBuf =
-        raw.usage_journal_dir.unwrap_or_else(|| "./switchyard-usage".to_owned()).into();
-    // Beside the journal unless told: a scratch directory for the one holds the other too.
-    let files_dir = match raw.files_dir {
-        Some(dir) if dir.trim().is_empty() => return Err(ConfigError::at("storage.files_dir", "must not be empty")),
-        Some(dir) => dir.into(),
-        None => journal_dir.parent().unwrap_or(std::path::Path::new(".")).join("switchyard-files"),
-    };
-    Ok(StorageConfig {
-        journal_dir,
-        files_dir,
-        journal_file_bytes: journal_file_bytes as u64,
-        url,
-        record_usage: raw.record_usage.unwrap_or(true),
-    })
-}
-
-/// The shipped table (config/prices.rs), then the configured prices over it.
-fn validate_prices(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Price>, ConfigError> {
-    let mut prices: HashMap<String, Price> = super::prices::shipped().collect();
-    for (model, p) in raw {
-        let cached = ("cached_input_per_million", p.cached_input_per_million.unwrap_or(0.0));
-        let units = UnitPrices {
-            per_request: p.per_request,
-            per_image: p.per_image,
-            per_search_unit: p.per_search_unit,
-            per_second_audio: p.per_second_audio,
-            per_character: p.per_character,
-        };
-        let fields = [
-            ("input_per_million", p.input_per_million),
-            ("output_per_million", p.output_per_million),
-            cached,
-            ("per_request", units.per_request),
-            ("per_image", units.per_image),
-            ("per_search_unit", units.per_search_unit),
-            ("per_second_audio", units.per_second_audio),
-            ("per_character", units.per_character),
-            ("batch_discount", p.batch_discount.unwrap_or(1.0)),
-        ];
-        for (field, v) in fields {
-            if !v.is_finite() || v < 0.0 {
-                return Err(ConfigError::at(format!("prices.{model}.{field}"), "must be a non-negative number"));
-            }
-        }
-        let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
-        let cached_input_per_million = p.cached_input_per_million;
-        let batch_discount = p.batch_discount.unwrap_or(1.0);
-        let price = Price { input_per_million, output_per_million, cached_input_per_million, units, batch_discount };
-        prices.insert(model, price);
-    }
-    Ok(prices)
 }
 
 fn validate_redis(raw: RawRedis) -> Result<RedisConfig, ConfigError> {

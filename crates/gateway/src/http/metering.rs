@@ -430,7 +430,7 @@ impl Meter {
         r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, tokens.cached, r.completion_tokens);
         if answered {
             r.units = units;
-            r.cost_usd += self.config.unit_cost(&r.model_served, r.units.as_deref());
+            r.cost_usd += unit_cost(&self.config, &r.model_served, r.units.as_deref());
         }
         if r.batch_id.is_some() {
             r.cost_usd *= self.config.price(&r.model_served).map_or(1.0, |p| p.batch_discount);
@@ -476,4 +476,18 @@ impl Drop for Meter {
     fn drop(&mut self) {
         self.record_now();
     }
+}
+
+/// What an answered request of `model` costs besides its tokens: per request, and per image,
+/// search unit, second of audio and character it used.
+fn unit_cost(config: &Config, model: &str, units: Option<&crate::records::UsageUnits>) -> f64 {
+    config.price(model).map_or(0.0, |p| {
+        let u = p.units;
+        let used = units.cloned().unwrap_or_default();
+        u.per_request
+            + used.images as f64 * u.per_image
+            + used.search_units as f64 * u.per_search_unit
+            + used.audio_seconds * u.per_second_audio
+            + used.characters as f64 * u.per_character
+    })
 }
