@@ -137,3 +137,22 @@ def test_files_and_batches(lone_backend: LoneBackend) -> None:
     assert [b.id for b in c.batches.list()] == [batch.id]
     # Cancelling a finished batch changes nothing.
     assert c.batches.cancel(batch.id).status == "completed"
+
+
+def test_realtime_session_with_two_responses(lone_backend: LoneBackend) -> None:
+    c = lone_backend.client()
+    with c.realtime.connect(model=MODEL_A) as conn:
+        texts = []
+        for _ in range(2):
+            conn.response.create()
+            text = ""
+            for event in conn:
+                if event.type == "response.output_text.delta":
+                    text += event.delta
+                if event.type == "response.done":
+                    assert event.response.usage is not None and event.response.usage.output_tokens == 5
+                    break
+            texts.append(text)
+    assert texts == [CONTENT, CONTENT]
+    usage = wait_for_usage(lone_backend.gateway.url, 2)
+    assert usage["requests"] == 2 and usage["completion_tokens"] == 10

@@ -372,6 +372,10 @@ pub struct Config {
     /// Lines of one batch in flight at once, at most (`batches.concurrency`), and only in capacity
     /// interactive requests leave free.
     pub batch_concurrency: usize,
+    /// A realtime session ends after this long without a frame either way (`realtime.idle_timeout`).
+    pub realtime_idle: Duration,
+    /// … and after this long in all (`realtime.max_duration`).
+    pub realtime_max: Duration,
 }
 
 /// `console: {enabled, session_ttl, store_bodies, max_stored_body_bytes}`.

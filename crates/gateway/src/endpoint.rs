@@ -48,6 +48,8 @@ pub enum Endpoint {
     AudioSpeech,
     /// `/passthrough/{backend}/{path}`: any request, to one named backend.
     Passthrough,
+    /// `GET /v1/realtime?model=…`: a WebSocket session relayed to a realtime backend.
+    Realtime,
     Other,
 }
 
@@ -75,6 +77,8 @@ pub enum ModelIn {
     Path,
     /// A multipart form's `model` field (an upload, streamed: `http/multipart.rs`).
     Form,
+    /// The query string's `model` (a WebSocket session: `proxy/realtime.rs`).
+    Query,
     /// Not a model request.
     Nowhere,
 }
@@ -108,8 +112,8 @@ pub struct Spec {
 }
 
 /// What a backend may serve (`backends[].capabilities`): every endpoint needs one of these.
-pub const CAPABILITIES: [&str; 8] =
-    ["chat", "embeddings", "rerank", "moderations", "images", "audio", "tokenize", "none"];
+pub const CAPABILITIES: [&str; 9] =
+    ["chat", "embeddings", "rerank", "moderations", "images", "audio", "tokenize", "realtime", "none"];
 
 const fn row(endpoint: Endpoint, path: &'static str, label: &'static str, route: &'static str) -> Spec {
     Spec {
@@ -268,6 +272,11 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
         ..row(Endpoint::Passthrough, "", "passthrough", "")
     },
     Spec {
+        route: Some("/v1/realtime"),
+        model_in: ModelIn::Query,
+        ..plain(Endpoint::Realtime, "/realtime", "realtime", "realtime", "realtime")
+    },
+    Spec {
         path: None,
         route: None,
         model_in: ModelIn::Nowhere,
@@ -279,7 +288,7 @@ pub static TABLE: [Spec; Endpoint::ALL.len()] = [
 ];
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 25] = [
+    pub const ALL: [Endpoint; 26] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -304,6 +313,7 @@ impl Endpoint {
         Endpoint::AudioTranslations,
         Endpoint::AudioSpeech,
         Endpoint::Passthrough,
+        Endpoint::Realtime,
         Endpoint::Other,
     ];
 
@@ -360,6 +370,11 @@ impl Endpoint {
 
     /// Whether requests here are forwarded to a backend (a POST with a `model`).
     pub fn is_proxied(self) -> bool {
+        !matches!(self.spec().model_in, ModelIn::Nowhere | ModelIn::Query)
+    }
+
+    /// Whether a backend may be asked for it (a POST's model, or a session's): what the catalogue lists.
+    pub fn names_a_model(self) -> bool {
         self.spec().model_in != ModelIn::Nowhere
     }
 

@@ -21,6 +21,7 @@ mod internal;
 pub mod passthrough;
 mod permits;
 mod queue;
+pub mod realtime;
 mod respond;
 mod resume;
 mod retry;

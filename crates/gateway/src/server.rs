@@ -447,7 +447,7 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
                         let Some(io) = head::first_request(stream, head_limit, max_head, &mut draining).await else {
                             return;
                         };
-                        let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
                         return idle::drive!(conn, draining, activity, idle).await;
                     };
                     // The handshake too.
@@ -459,7 +459,7 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
                     let Some(io) = head::first_request(stream, head_limit, max_head, &mut draining).await else {
                         return;
                     };
-                    let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
                     idle::drive!(conn, draining, activity, idle).await
                 });
             }

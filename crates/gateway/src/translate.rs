@@ -47,10 +47,12 @@ pub enum Wire {
     AudioTranscriptions,
     AudioTranslations,
     AudioSpeech,
+    /// The realtime API's WebSocket (`ws(s)://…/v1/realtime`).
+    Realtime,
 }
 
 impl Wire {
-    pub const ALL: [Wire; 21] = [
+    pub const ALL: [Wire; 22] = [
         Wire::OpenAiChat,
         Wire::OpenAiCompletions,
         Wire::OpenAiEmbeddings,
@@ -72,6 +74,7 @@ impl Wire {
         Wire::AudioTranscriptions,
         Wire::AudioTranslations,
         Wire::AudioSpeech,
+        Wire::Realtime,
     ];
 
     /// Path under the backend's base URL.
@@ -97,6 +100,7 @@ impl Wire {
             Wire::AudioTranscriptions => "/v1/audio/transcriptions",
             Wire::AudioTranslations => "/v1/audio/translations",
             Wire::AudioSpeech => "/v1/audio/speech",
+            Wire::Realtime => "/v1/realtime",
         }
     }
 
@@ -118,6 +122,7 @@ impl Wire {
                     | Wire::AudioTranscriptions
                     | Wire::AudioTranslations
                     | Wire::AudioSpeech
+                    | Wire::Realtime
             ),
             BackendKind::Azure => matches!(
                 self,
@@ -172,6 +177,7 @@ impl Wire {
             Endpoint::AudioTranscriptions => Wire::AudioTranscriptions,
             Endpoint::AudioTranslations => Wire::AudioTranslations,
             Endpoint::AudioSpeech => Wire::AudioSpeech,
+            Endpoint::Realtime => Wire::Realtime,
             Endpoint::Responses | Endpoint::Models | Endpoint::Passthrough | Endpoint::Other => return None,
         })
     }
@@ -225,7 +231,8 @@ pub fn plan(endpoint: Endpoint, kind: BackendKind) -> Plan {
         | Endpoint::Detokenize
         | Endpoint::AudioTranscriptions
         | Endpoint::AudioTranslations
-        | Endpoint::AudioSpeech => Plan::Unsupported(endpoint.as_str()),
+        | Endpoint::AudioSpeech
+        | Endpoint::Realtime => Plan::Unsupported(endpoint.as_str()),
         Endpoint::Models | Endpoint::Passthrough | Endpoint::Other => Plan::Unsupported("this endpoint"),
     }
 }

@@ -38,6 +38,21 @@ pub fn build(connect_timeout: Duration) -> Result<UpstreamClient, String> {
 
 /// TCP (no Nagle, connect timeout, keep-alive) under rustls for https URLs: upstreams and the
 /// telemetry exporter alike.
+/// The same connector speaking HTTP/1.1 only: what a WebSocket's upgrade needs (ALPN must not
+/// pick HTTP/2).
+pub fn h1_connector(connect_timeout: Duration) -> Result<HttpsConnector<HttpConnector>, String> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
 pub fn connector(connect_timeout: Duration) -> Result<HttpsConnector<HttpConnector>, String> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);

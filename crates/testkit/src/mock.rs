@@ -14,6 +14,7 @@ mod kv;
 mod ollama;
 mod openai;
 mod prefix_cache;
+mod realtime;
 mod render;
 mod reply;
 mod signals;
@@ -612,7 +613,7 @@ async fn accept_loop(slot: ListenerSlot, conns: ConnSet, state: Arc<State>) {
                 let state = state.clone();
                 async move { Ok::<_, std::convert::Infallible>(handlers::handle(&state, req).await) }
             });
-            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
+            if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).await {
                 tracing::trace!(error = %e, "mock connection ended with error");
             }
         };

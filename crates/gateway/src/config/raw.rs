@@ -55,8 +55,18 @@ pub struct RawConfig {
     guardrails: Option<BTreeMap<String, serde_json::Value>>,
     #[serde(default)]
     batches: RawBatches,
+    #[serde(default)]
+    realtime: RawRealtime,
     #[serde(default)] // per-model settings, by the name clients use
     models: HashMap<String, super::guardrails::RawModel>,
+}
+
+/// `realtime:` — how long a WebSocket session may sit idle, and last at most.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRealtime {
+    idle_timeout: Option<String>,
+    max_duration: Option<String>,
 }
 
 /// `batches:` — how the gateway runs the Batch API's lines.
@@ -276,6 +286,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         cache: super::cache::validate(raw.cache)?,
         security: super::security::validate(raw.security, listen)?,
         guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
+        realtime_idle: duration("realtime.idle_timeout", &raw.realtime.idle_timeout, Duration::from_secs(300))?,
+        realtime_max: duration("realtime.max_duration", &raw.realtime.max_duration, Duration::from_secs(3600))?,
         batch_concurrency: match raw.batches.concurrency {
             Some(0) => return Err(ConfigError::at("batches.concurrency", "must be at least 1")),
             n => n.unwrap_or(4),

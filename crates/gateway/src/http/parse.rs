@@ -135,6 +135,7 @@ pub fn parse_request_at(
         | Endpoint::AudioTranslations
         | Endpoint::ImagesEdits
         | Endpoint::Passthrough
+        | Endpoint::Realtime
         | Endpoint::Other => (None, "", false),
     };
     if !name.is_empty() {

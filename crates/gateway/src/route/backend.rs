@@ -194,7 +194,7 @@ impl Backend {
     pub fn capabilities(&self) -> Vec<&'static str> {
         let mut served: Vec<&'static str> = crate::endpoint::Endpoint::ALL
             .iter()
-            .filter(|e| e.is_proxied() && self.serves(**e))
+            .filter(|e| e.names_a_model() && self.serves(**e))
             .map(|e| e.spec().capability)
             .collect();
         served.sort_unstable();

@@ -49,6 +49,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
             let path = p.to_owned();
             Box::pin(crate::batch::handle(&app, req, &path)).await
         }
+        (Endpoint::Realtime, &Method::GET, _) => Box::pin(proxy::realtime::forward(&app, req, started, &rid)).await,
         (Endpoint::Passthrough, _, _) => {
             Box::pin(proxy::passthrough::forward(&app, req, started, &rid, &mut trace)).await
         }

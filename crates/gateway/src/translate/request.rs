@@ -47,6 +47,7 @@ impl Decoded {
             | Endpoint::AudioTranslations
             | Endpoint::AudioSpeech
             | Endpoint::Passthrough
+            | Endpoint::Realtime
             | Endpoint::Other => return Err(TranslateError::Invalid("this endpoint cannot be translated".to_owned())),
         };
         match &mut decoded {

@@ -40,6 +40,7 @@ mod orgs;
 mod origin;
 mod passthrough;
 mod providers;
+mod realtime;
 mod reload;
 mod resume;
 mod retry;

@@ -109,6 +109,9 @@ impl State {
 
 /// Entry point of every request.
 pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<MockBody> {
+    if super::realtime::is_realtime(&req) {
+        return super::realtime::serve(state, req);
+    }
     if let Some(resp) = super::signals::handle(state, req.method(), req.uri().path(), req.uri().query()) {
         return resp;
     }
