@@ -4,6 +4,7 @@
 
 mod abuse;
 mod affinity;
+mod batch;
 mod cache;
 mod code_mode;
 mod failover;
@@ -475,6 +476,8 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         "cache" => cache::run(args, pin, &mut report).await?,
         // The same gateway with guardrails off and on.
         "guardrails" => guardrails::run(args, pin, &mut report).await?,
+        // A batch beside interactive traffic.
+        "batch" => batch::run(args, pin, &mut report).await?,
         // CPU per request and idle memory beside a bare hyper proxy's, in the same run.
         "floor" => floor::run(args, pin, &mut report).await?,
         // The same build with OpenTelemetry traces off and on.
