@@ -56,8 +56,12 @@ pub async fn upload(
         form.next_field().await.map_err(|e| bad(format!("a malformed multipart form: {e}"), None))?
     {
         match field.name() {
+            // Bytes, not `text()`: that would link every character encoding's tables.
             Some("purpose") => {
-                purpose = Some(field.text().await.map_err(|_| bad("`purpose` must be text", Some("purpose")))?)
+                let bytes = field.bytes().await.map_err(|_| bad("`purpose` could not be read", Some("purpose")))?;
+                purpose = Some(
+                    String::from_utf8(bytes.to_vec()).map_err(|_| bad("`purpose` must be text", Some("purpose")))?,
+                );
             }
             Some("file") if saved.is_none() => {
                 let filename = field.file_name().unwrap_or("upload.jsonl").chars().take(255).collect::<String>();
