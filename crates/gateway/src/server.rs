@@ -501,9 +501,10 @@ impl crate::guard::content::GuardMetrics for GuardrailMetrics {
 struct SelfCaller(std::sync::OnceLock<std::sync::Weak<ArcSwap<App>>>);
 
 impl crate::guard::model::ModelCaller for SelfCaller {
-    fn chat(
+    fn call(
         &self,
         guard: &str,
+        endpoint: crate::endpoint::Endpoint,
         body: bytes::Bytes,
         deadline: std::time::Instant,
     ) -> futures_util::future::BoxFuture<'static, Result<bytes::Bytes, String>> {
@@ -511,7 +512,7 @@ impl crate::guard::model::ModelCaller for SelfCaller {
         let guard = guard.to_owned();
         Box::pin(async move {
             let app = app.ok_or_else(|| "the gateway is stopping".to_owned())?;
-            crate::proxy::call_for_guard(&app, &guard, body, deadline).await
+            crate::proxy::call_for_guard(&app, &guard, endpoint, body, deadline).await
         })
     }
 }

@@ -34,6 +34,8 @@ pub struct RawGuard {
     model: Option<String>,
     categories: Option<Vec<String>>,
     mode: Option<String>,
+    /// `model`: `chat` (a Llama Guard-style classifier, the default) or `moderations`.
+    api: Option<String>,
 }
 
 /// `models: {NAME: {...}}`: settings of a model as clients name it.
@@ -90,6 +92,9 @@ pub struct Classifier {
     /// `mode: parallel`: the call goes ahead while the classifier judges; the answer is held
     /// until it has (`before`, the default: the call waits for the verdict).
     pub parallel: bool,
+    /// `api: moderations`: asked through `/v1/moderations` (an OpenAI-compatible moderation
+    /// model), not as a chat classifier.
+    pub moderations: bool,
 }
 
 /// A `webhook` guard's settings.
@@ -240,11 +245,16 @@ fn classifier(raw: &RawGuard, at: &dyn Fn(&str) -> String) -> Result<Classifier,
         "parallel" => true,
         _ => return Err(ConfigError::at(at("mode"), "must be before or parallel")),
     };
+    let moderations = match raw.api.as_deref().unwrap_or("chat") {
+        "chat" => false,
+        "moderations" => true,
+        _ => return Err(ConfigError::at(at("api"), "must be chat or moderations")),
+    };
     let categories = raw.categories.clone().unwrap_or_default();
     if categories.iter().any(|c| c.trim().is_empty()) {
         return Err(ConfigError::at(at("categories"), "categories must not be empty"));
     }
-    Ok(Classifier { model, categories, timeout, fail_open, parallel })
+    Ok(Classifier { model, categories, timeout, fail_open, parallel, moderations })
 }
 
 fn webhook(raw: &RawGuard, at: &dyn Fn(&str) -> String) -> Result<Webhook, ConfigError> {
@@ -334,6 +344,7 @@ mod tests {
             ("{x: {type: webhook, url: 'http://h', timeout: soon}}", "{}", "guardrails.x.timeout"),
             ("{x: {type: model}}", "{}", "guardrails.x.model"),
             ("{x: {type: model, model: g, mode: later}}", "{}", "guardrails.x.mode"),
+            ("{x: {type: model, model: g, api: completions}}", "{}", "guardrails.x.api"),
             ("{x: {type: model, model: g, action: mask}}", "{}", "guardrails.x.action"),
             ("{x: {type: model, model: g, on: [response]}}", "{}", "guardrails.x.on"),
             ("{x: {type: model, model: g, categories: ['']}}", "{}", "guardrails.x.categories"),

@@ -13,13 +13,20 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 
 use crate::config::guardrails::Classifier;
+use crate::endpoint::Endpoint;
 
 /// How a guard reaches a model through the gateway (the server provides it: the guard layer
 /// sits below the request pipeline and may not call it directly).
 pub trait ModelCaller: Send + Sync {
-    /// Send `body` to `/v1/chat/completions` as guard `guard` (no key, no guards of its own), by
-    /// `deadline`: the answer's body, or why there is none.
-    fn chat(&self, guard: &str, body: Bytes, deadline: Instant) -> BoxFuture<'static, Result<Bytes, String>>;
+    /// Send `body` to `endpoint` (Chat Completions or moderations) as guard `guard` (no key, no
+    /// guards of its own), by `deadline`: the answer's body, or why there is none.
+    fn call(
+        &self,
+        guard: &str,
+        endpoint: Endpoint,
+        body: Bytes,
+        deadline: Instant,
+    ) -> BoxFuture<'static, Result<Bytes, String>>;
 }
 
 /// What a classifier said about the texts.
@@ -54,19 +61,47 @@ pub async fn ask(
     texts: &[String],
     deadline: Instant,
 ) -> Result<Judgement, String> {
-    let body = serde_json::json!({
-        "model": classifier.model,
-        "messages": [{"role": "user", "content": texts.join("\n\n")}],
-        "max_tokens": 32,
-        "temperature": 0,
-        "stream": false,
-    });
+    let (endpoint, body) = if classifier.moderations {
+        (Endpoint::Moderations, serde_json::json!({"model": classifier.model, "input": texts}))
+    } else {
+        let content = texts.join("\n\n");
+        let messages = serde_json::json!([{"role": "user", "content": content}]);
+        let body = serde_json::json!({"model": classifier.model, "messages": messages, "max_tokens": 32, "temperature": 0, "stream": false});
+        (Endpoint::ChatCompletions, body)
+    };
     let wait = classifier.timeout.min(deadline.saturating_duration_since(Instant::now()));
-    let asked = caller.chat(guard, Bytes::from(body.to_string()), Instant::now() + wait);
+    let asked = caller.call(guard, endpoint, Bytes::from(body.to_string()), Instant::now() + wait);
     match tokio::time::timeout(wait, asked).await {
+        Ok(answer) if classifier.moderations => read_moderations(&answer?),
         Ok(answer) => read(&answer?),
         Err(_) => Err(super::remote::no_answer_within(wait)),
     }
+}
+
+/// A moderation answer's verdict: unsafe when any input is flagged, with the categories found.
+fn read_moderations(answer: &[u8]) -> Result<Judgement, String> {
+    #[derive(Deserialize)]
+    struct Moderation {
+        results: Vec<Checked>,
+    }
+    #[derive(Deserialize)]
+    struct Checked {
+        flagged: bool,
+        #[serde(default)]
+        categories: std::collections::BTreeMap<String, Option<bool>>,
+    }
+    let moderation: Moderation =
+        serde_json::from_slice(answer).map_err(|e| format!("an answer that is not a moderation: {e}"))?;
+    let flagged: Vec<&Checked> = moderation.results.iter().filter(|r| r.flagged).collect();
+    if flagged.is_empty() {
+        return Ok(Judgement::Safe);
+    }
+    let mut categories: Vec<String> = flagged
+        .iter()
+        .flat_map(|r| r.categories.iter().filter(|(_, on)| **on == Some(true)).map(|(name, _)| name.clone()))
+        .collect();
+    categories.dedup();
+    Ok(Judgement::Unsafe(categories))
 }
 
 #[derive(Deserialize)]
@@ -122,6 +157,7 @@ mod tests {
             timeout: std::time::Duration::from_secs(1),
             fail_open: false,
             parallel: false,
+            moderations: false,
         }
     }
 
@@ -136,6 +172,17 @@ mod tests {
         assert_eq!(read(&completion("INJECTION")).unwrap(), Judgement::Unsafe(vec!["INJECTION".into()]));
         assert!(read(&completion("I cannot help with that")).is_err());
         assert!(read(b"{}").is_err());
+    }
+
+    #[test]
+    fn a_moderation_answer_is_read() {
+        let answer = |flagged: bool| {
+            let categories = serde_json::json!({"violence": flagged, "hate": false, "self-harm": null});
+            serde_json::json!({"results": [{"flagged": flagged, "categories": categories}]}).to_string()
+        };
+        assert_eq!(read_moderations(answer(false).as_bytes()).unwrap(), Judgement::Safe);
+        assert_eq!(read_moderations(answer(true).as_bytes()).unwrap(), Judgement::Unsafe(vec!["violence".into()]));
+        assert!(read_moderations(b"{}").is_err());
     }
 
     #[test]

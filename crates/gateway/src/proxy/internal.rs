@@ -61,12 +61,18 @@ pub async fn call_internal(app: &Arc<App>, call: InternalCall<'_>) -> (StatusCod
     }
 }
 
-/// A model guard's call to its classifier: Chat Completions as the gateway itself (no key, so no
-/// key's limits; no guards of its own), its usage record marked with the guard's name. The
-/// answer's body, or why there is none.
-pub async fn call_for_guard(app: &Arc<App>, guard: &str, body: Bytes, deadline: Instant) -> Result<Bytes, String> {
+/// A model guard's call to its classifier (Chat Completions or moderations) as the gateway itself
+/// (no key, so no key's limits; no guards of its own), its usage record marked with the guard's
+/// name. The answer's body, or why there is none.
+pub async fn call_for_guard(
+    app: &Arc<App>,
+    guard: &str,
+    endpoint: Endpoint,
+    body: Bytes,
+    deadline: Instant,
+) -> Result<Bytes, String> {
     let call = InternalCall {
-        endpoint: Endpoint::ChatCompletions,
+        endpoint,
         identity: Identity::from(crate::auth::Principal::Master),
         body,
         deadline,

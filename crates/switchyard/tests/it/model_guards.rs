@@ -160,3 +160,34 @@ async fn a_classifier_that_cannot_answer_fails_as_on_error_says() {
         assert!(took < within + Duration::from_millis(400), "{settings}: {took:?}");
     }
 }
+
+/// `api: moderations`: an OpenAI-compatible moderation model (the mock flags "attack" as
+/// violence) blocks the categories named, through the gateway's own `/v1/moderations`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moderation_model_guard_blocks_its_flagged_categories() {
+    let backend = mock(&["m", "mod"]).await;
+    backend.control().keep_bodies();
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
+         guardrails:\n  default: [moderator]\n  moderator: {{type: model, model: mod, api: moderations, categories: [violence]}}\n\
+         backends:\n  - {{name: b0, url: '{}'}}\n",
+        db_url(&dir),
+        dir.display(),
+        backend.url(),
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let (status, body, _) = ask(&client, &gw, "a calm afternoon").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = ask(&client, &gw, "attack the castle at dawn").await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("content_blocked")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("moderator") && message.contains("violence") && !message.contains("castle"), "{message}");
+    // Two moderation calls and one chat reached the backend; the blocked chat did not.
+    let sent = backend.control().bodies();
+    assert_eq!(sent.iter().filter(|b| b.contains("\"input\"")).count(), 2, "{sent:?}");
+    assert!(!sent.iter().any(|b| b.contains("\"messages\"") && b.contains("castle")), "{sent:?}");
+    let rows = request_log(&client, &gw, MASTER, 4).await;
+    assert_eq!(rows.iter().filter(|r| r["guard_call"] == "moderator").count(), 2, "{rows:?}");
+}
