@@ -201,6 +201,14 @@ fn interpolate_tree(value: &mut yaml_serde::Value, path: String, env: &dyn Env) 
     Ok(())
 }
 
+/// `duration`, refusing zero (a zero timeout would end every session at once).
+fn nonzero(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+    match duration(path, raw, default)? {
+        d if d.is_zero() => Err(ConfigError::at(path, "must be greater than zero")),
+        d => Ok(d),
+    }
+}
+
 pub(super) fn duration(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
     match raw {
         None => Ok(default),
@@ -286,8 +294,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         cache: super::cache::validate(raw.cache)?,
         security: super::security::validate(raw.security, listen)?,
         guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
-        realtime_idle: duration("realtime.idle_timeout", &raw.realtime.idle_timeout, Duration::from_secs(300))?,
-        realtime_max: duration("realtime.max_duration", &raw.realtime.max_duration, Duration::from_secs(3600))?,
+        realtime_idle: nonzero("realtime.idle_timeout", &raw.realtime.idle_timeout, Duration::from_secs(300))?,
+        realtime_max: nonzero("realtime.max_duration", &raw.realtime.max_duration, Duration::from_secs(3600))?,
         batch_concurrency: match raw.batches.concurrency {
             Some(0) => return Err(ConfigError::at("batches.concurrency", "must be at least 1")),
             n => n.unwrap_or(4),
@@ -553,6 +561,9 @@ aliases:
     #[test]
     fn bad_values_name_their_path() {
         assert!(load("routing: {strategy: fastest}").unwrap_err().starts_with("routing.strategy"));
+        assert!(load("realtime: {idle_timeout: 0s}").unwrap_err().starts_with("realtime.idle_timeout"));
+        assert!(load("batches: {concurrency: 0}").unwrap_err().starts_with("batches.concurrency"));
+        assert!(load("limits: {max_upload_bytes: 0}").unwrap_err().starts_with("limits.max_upload_bytes"));
         assert!(load("backends: [{name: a, url: ftp://x}]").unwrap_err().starts_with("backends[0].url"));
         assert!(load("backends: [{name: a, url: 'http://x:1', weight: 0}]").unwrap_err().contains("weight"));
         assert!(load("backends: [{name: a, url: 'http://x:1'}, {name: a, url: 'http://y:1'}]")
