@@ -195,31 +195,14 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
         metrics.count_mcp_call(&call.server, tool_label, call.status, call.latency);
         let Some(journal) = &journal else { return };
         let server = if call.server.is_empty() { "unknown".to_owned() } else { call.server.clone() };
+        let model = format!("mcp:{server}");
         let record = UsageRecord {
-            id,
-            ts_ms: started_unix_ms,
-            key_id: key.as_ref().map(|k| k.id.clone()),
-            user: key.as_ref().and_then(|k| k.user_name().map(str::to_owned)),
-            team: key.as_ref().and_then(|k| k.team_name().map(str::to_owned)),
-            model_requested: format!("mcp:{server}"),
-            model_served: format!("mcp:{server}"),
             backend: Some(server),
             status: http_status(call.status),
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            total_tokens: 0,
             latency_ms: call.latency.as_secs_f64() * 1e3,
-            ttft_ms: None,
-            cost_usd: 0.0,
-            estimated: false,
             tool: Some(call.tool.clone()),
             response_bytes: Some(call.response_bytes as u64),
-            route: None,
-            bodies: None,
-            guardrails: Vec::new(),
-            guard_call: None,
-            units: None,
-            batch_id: None,
+            ..UsageRecord::started(id, started_unix_ms, key.as_deref(), &model, &model)
         };
         if let Err(e) = journal.append(&record) {
             tracing::error!(error = %e, "could not journal an MCP tool call's usage");

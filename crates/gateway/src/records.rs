@@ -224,6 +224,39 @@ pub struct UsageRecord {
     pub batch_id: Option<String>,
 }
 
+impl UsageRecord {
+    /// A request's record as it starts: who (the key, its user and team), when, which model;
+    /// everything it consumes still zero.
+    pub fn started(id: String, ts_ms: i64, key: Option<&KeyRecord>, requested: &str, served: &str) -> UsageRecord {
+        UsageRecord {
+            id,
+            ts_ms,
+            key_id: key.map(|k| k.id.clone()),
+            user: key.and_then(|k| k.user_name().map(str::to_owned)),
+            team: key.and_then(|k| k.team_name().map(str::to_owned)),
+            model_requested: requested.to_owned(),
+            model_served: served.to_owned(),
+            backend: None,
+            status: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            latency_ms: 0.0,
+            ttft_ms: None,
+            cost_usd: 0.0,
+            estimated: false,
+            tool: None,
+            response_bytes: None,
+            route: None,
+            bodies: None,
+            guardrails: Vec::new(),
+            guard_call: None,
+            units: None,
+            batch_id: None,
+        }
+    }
+}
+
 /// What a request used besides tokens, priced by `prices.MODEL.per_*` (issue 33).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageUnits {

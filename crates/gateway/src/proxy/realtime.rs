@@ -262,32 +262,18 @@ impl Session {
         let cost = self.app.config.cost(&self.model, input, 0, output);
         (self.tokens, self.cost) = (self.tokens + input + output, self.cost + cost);
         let Some(journal) = &self.app.journal else { return };
-        let key = self.identity.key();
+        let id = format!("{}.{}", self.request_id, self.responses);
+        let started =
+            UsageRecord::started(id, self.app.clock.unix_ms(), self.identity.key(), &self.requested, &self.model);
         let record = UsageRecord {
-            id: format!("{}.{}", self.request_id, self.responses),
-            ts_ms: self.app.clock.unix_ms(),
-            key_id: key.map(|k| k.id.clone()),
-            user: key.and_then(|k| k.user_name().map(str::to_owned)),
-            team: key.and_then(|k| k.team_name().map(str::to_owned)),
-            model_requested: self.requested.clone(),
-            model_served: self.model.clone(),
             backend: Some(self.backend.name().to_owned()),
             status: 200,
             prompt_tokens: input,
             completion_tokens: output,
             total_tokens: input + output,
-            latency_ms: 0.0,
-            ttft_ms: None,
             cost_usd: cost,
-            estimated: false,
-            tool: None,
-            response_bytes: None,
             route: Some("realtime".to_owned()),
-            bodies: None,
-            guardrails: Vec::new(),
-            guard_call: None,
-            units: None,
-            batch_id: None,
+            ..started
         };
         if let Err(e) = journal.append(&record) {
             tracing::error!(error = %e, "could not journal a realtime response's usage");
