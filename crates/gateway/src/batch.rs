@@ -9,9 +9,11 @@
 //! a line sent again after a crash is one usage record, not two.
 //!
 //! `files.rs` and `batches.rs` answer the HTTP API, `filestore.rs` keeps the bytes, `jsonl.rs`
-//! reads input lines and writes OpenAI's output and error lines, `runner.rs` runs batches.
+//! reads input lines and writes OpenAI's output and error lines, `runner.rs` runs batches and
+//! `claim.rs` keeps a fleet to one runner per batch.
 
 mod batches;
+mod claim;
 mod files;
 mod filestore;
 mod jsonl;

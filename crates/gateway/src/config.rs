@@ -372,6 +372,9 @@ pub struct Config {
     /// Lines of one batch in flight at once, at most (`batches.concurrency`), and only in capacity
     /// interactive requests leave free.
     pub batch_concurrency: usize,
+    /// How long a batch has to finish before it expires (`batches.completion_window`, 24 h as
+    /// OpenAI's): lines not run by then go to the error file as `batch_expired`.
+    pub batch_window: Duration,
     /// A realtime session ends after this long without a frame either way (`realtime.idle_timeout`).
     pub realtime_idle: Duration,
     /// … and after this long in all (`realtime.max_duration`).

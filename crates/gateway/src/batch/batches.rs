@@ -35,7 +35,7 @@ pub(super) fn batch_json(b: &BatchRow) -> Value {
         "completion_window": b.completion_window, "status": b.status, "output_file_id": b.output_file_id,
         "error_file_id": b.error_file_id, "created_at": b.created_at, "in_progress_at": b.in_progress_at,
         "expires_at": b.expires_at, "finalizing_at": b.finalizing_at, "completed_at": b.completed_at,
-        "failed_at": b.failed_at, "expired_at": null, "cancelling_at": b.cancelling_at, "cancelled_at": b.cancelled_at,
+        "failed_at": b.failed_at, "expired_at": b.expired_at, "cancelling_at": b.cancelling_at, "cancelled_at": b.cancelled_at,
         "request_counts": {"total": b.total, "completed": b.completed, "failed": b.failed},
         "metadata": metadata,
     })
@@ -89,8 +89,9 @@ pub async fn create(
         failed_at: None,
         cancelling_at: None,
         cancelled_at: None,
-        expires_at: now + 24 * 3600,
+        expires_at: now + app.config.batch_window.as_secs() as i64,
         errors: None,
+        expired_at: None,
     };
     store(app)?.insert_batch(&row).await.map_err(internal)?;
     runner::wake();

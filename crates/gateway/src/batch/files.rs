@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyDataStream;
 use hyper::body::Incoming;
@@ -14,8 +13,9 @@ use super::{internal, list_json, may_see, new_id, owner_of, paging, store};
 use crate::app::App;
 use crate::auth::Identity;
 use crate::error::GatewayError;
-use crate::http::{json_value, GatewayBody};
+use crate::http::{json_value, GatewayBody, SseEvents};
 use crate::store::FileRow;
+use http_body_util::Either;
 
 /// What files may be uploaded for.
 const PURPOSES: [&str; 6] = ["batch", "assistants", "fine-tune", "vision", "user_data", "evals"];
@@ -116,11 +116,15 @@ pub async fn delete(app: &App, identity: &Identity, id: &str) -> Result<Response
     Ok(json_value(StatusCode::OK, &json!({"id": file.id, "object": "file", "deleted": true})))
 }
 
-/// `GET /v1/files/{id}/content`: the file's bytes.
+/// `GET /v1/files/{id}/content`: the file's bytes, streamed from disk (never read whole).
 pub async fn content(app: &App, identity: &Identity, id: &str) -> Result<Response<GatewayBody>, GatewayError> {
     let file = owned(app, identity, id).await?;
-    let bytes: Bytes = file_store(app).read(&file.id).await.map_err(internal)?;
-    let mut resp = crate::http::json_response(StatusCode::OK, bytes);
-    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/octet-stream"));
-    Ok(resp)
+    let (chunks, size) = file_store(app).read_stream(&file.id).await.map_err(internal)?;
+    let body = GatewayBody::Right(Either::Right(SseEvents::raw(chunks)));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/octet-stream")
+        .header(http::header::CONTENT_LENGTH, size)
+        .body(body)
+        .map_err(internal)
 }

@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
+/// Bytes read from disk at a time when a file is sent.
+const CHUNK: usize = 64 * 1024;
+
 pub struct FileStore {
     dir: PathBuf,
 }
@@ -60,6 +63,34 @@ impl FileStore {
     /// The whole of `id`.
     pub async fn read(&self, id: &str) -> std::io::Result<Bytes> {
         tokio::fs::read(self.path(id)).await.map(Bytes::from)
+    }
+
+    /// `id`'s bytes as a stream of chunks, and its size: read from disk as the client takes them.
+    pub async fn read_stream(&self, id: &str) -> std::io::Result<(tokio::sync::mpsc::Receiver<Vec<u8>>, u64)> {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::File::open(self.path(id)).await?;
+        let size = file.metadata().await?.len();
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        tokio::spawn(async move {
+            loop {
+                let mut chunk = vec![0u8; CHUNK];
+                match file.read(&mut chunk).await {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        chunk.truncate(n);
+                        if tx.send(chunk).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        // The body ends short of its content-length: the client sees the failure.
+                        tracing::warn!(error = %e, "a file could not be read to the end");
+                        return;
+                    }
+                }
+            }
+        });
+        Ok((rx, size))
     }
 
     pub async fn delete(&self, id: &str) -> std::io::Result<()> {

@@ -4,6 +4,11 @@
 //! line is one row keyed by its `custom_id`: after a restart the lines already there are skipped.
 //! Lines refused for a moment (429, 5xx) are tried again a few times; then their answer is what
 //! they get. At the end the output and error files are written and the batch completes.
+//!
+//! In a fleet one instance runs a batch: it claims the batch in the database (`claim.rs`) and
+//! renews the claim while it runs; another instance takes the batch over only once a dead
+//! runner's claim has lapsed. A batch still running when its completion window ends stops
+//! starting lines: those not run go to the error file as `batch_expired`, and it is `expired`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,6 +20,7 @@ use http::HeaderValue;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use super::claim::Claim;
 use super::jsonl::{self, Line, Parsed};
 use crate::app::App;
 use crate::auth::{Identity, Principal};
@@ -80,17 +86,48 @@ pub fn spawn(current: std::sync::Weak<ArcSwap<App>>) -> tokio::task::JoinHandle<
     })
 }
 
-/// Carry one batch on from where it is.
+/// Carry one batch on from where it is, unless another instance is running it.
 async fn run(app: &Arc<App>, store: &Store, batch: BatchRow) -> Result<(), String> {
+    let Some(claim) = Claim::take(app, store, &batch.id).await? else { return Ok(()) };
     let files = super::files::file_store(app);
     let input = files.read(&batch.input_file_id).await.map_err(|e| format!("input file: {e}"))?;
     let text = String::from_utf8_lossy(&input);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let batch = start(app, store, batch, lines.len() as i64).await?;
     if batch.status == "in_progress" {
-        run_lines(app, store, &batch, &lines).await?;
+        run_lines(app, store, &batch, &lines, &claim).await?;
     }
-    finish(app, store, &batch.id).await
+    if claim.lost() {
+        // Another instance took the batch over (this one could not renew its claim in time).
+        return Ok(());
+    }
+    let expired = expired(app, &batch) && expire_rest(store, &batch, &lines).await > 0;
+    finish(app, store, &batch.id, expired).await
+}
+
+/// Whether `batch`'s completion window is over.
+fn expired(app: &App, batch: &BatchRow) -> bool {
+    app.clock.unix_secs() >= batch.expires_at
+}
+
+/// Each line of an expired batch that has not run: an error line `batch_expired`. How many.
+async fn expire_rest(store: &Store, batch: &BatchRow, lines: &[&str]) -> usize {
+    let message = "This request could not be executed before the completion window expired.";
+    let body = serde_json::json!({"code": "batch_expired", "message": message}).to_string();
+    let Ok(done) = store.batch_lines(&batch.id).await else { return 0 };
+    let mut done: HashSet<String> = done.into_iter().map(|l| l.custom_id).collect();
+    let mut expired = 0;
+    for (n, text) in lines.iter().enumerate() {
+        let Parsed::Line(line) = jsonl::parse(&batch.id, n as i64, text, &batch.endpoint) else { continue };
+        if done.insert(line.custom_id.clone()) {
+            let request_id = jsonl::request_id(&batch.id, &line.custom_id);
+            let (custom_id, body) = (line.custom_id, body.clone());
+            record(store, &batch.id, &LineRow { custom_id, line: line.n, status: 0, failed: true, body, request_id })
+                .await;
+            expired += 1;
+        }
+    }
+    expired
 }
 
 /// `validating` → `in_progress` with the line count (unless cancelled meanwhile).
@@ -106,7 +143,13 @@ async fn start(app: &App, store: &Store, batch: BatchRow, total: i64) -> Result<
 }
 
 /// Every line not finished yet, a few at a time, in free capacity only.
-async fn run_lines(app: &Arc<App>, store: &Store, batch: &BatchRow, lines: &[&str]) -> Result<(), String> {
+async fn run_lines(
+    app: &Arc<App>,
+    store: &Store,
+    batch: &BatchRow,
+    lines: &[&str],
+    claim: &Claim,
+) -> Result<(), String> {
     let done: HashSet<String> =
         store.batch_lines(&batch.id).await.map_err(|e| e.to_string())?.into_iter().map(|l| l.custom_id).collect();
     let identity = creator(store, batch).await?;
@@ -115,7 +158,11 @@ async fn run_lines(app: &Arc<App>, store: &Store, batch: &BatchRow, lines: &[&st
     let mut running = JoinSet::new();
     for (n, text) in lines.iter().enumerate() {
         // Cancelled here, or (every so many lines) by another instance of a fleet.
-        if is_cancelled(&batch.id) || n % 256 == 255 && cancelled_elsewhere(store, &batch.id).await {
+        if is_cancelled(&batch.id)
+            || claim.lost()
+            || expired(app, batch)
+            || n % 256 == 255 && cancelled_elsewhere(store, &batch.id).await
+        {
             break;
         }
         let row = match jsonl::parse(&batch.id, n as i64, text, &batch.endpoint) {
@@ -125,7 +172,9 @@ async fn run_lines(app: &Arc<App>, store: &Store, batch: &BatchRow, lines: &[&st
                 while running.len() >= app.config.batch_concurrency {
                     running.join_next().await;
                 }
-                wait_for_room(app, &line.body).await;
+                if !wait_for_room(app, &line.body, || expired(app, batch) || claim.lost()).await {
+                    break;
+                }
                 let (app, store, batch_id, identity) = (app.clone(), store.clone(), batch.id.clone(), identity.clone());
                 running.spawn(async move {
                     let row = run_line(&app, &batch_id, identity, endpoint, line).await;
@@ -171,17 +220,22 @@ async fn creator(store: &Store, batch: &BatchRow) -> Result<Identity, String> {
     }
 }
 
-/// Wait until the line's model has no one queued and a backend with a slot to spare.
-async fn wait_for_room(app: &App, body: &Bytes) {
+/// Wait until the line's model has no one queued and a backend with a slot to spare: false when
+/// `give_up` says to stop waiting first.
+async fn wait_for_room(app: &App, body: &Bytes, give_up: impl Fn() -> bool) -> bool {
     #[derive(serde::Deserialize)]
     struct Named {
         model: Option<String>,
     }
-    let Some(model) = serde_json::from_slice::<Named>(body).ok().and_then(|n| n.model) else { return };
+    let Some(model) = serde_json::from_slice::<Named>(body).ok().and_then(|n| n.model) else { return true };
     let model = app.config.resolve_alias(&model);
     while app.router.admission.has_waiters(model) || !app.router.has_spare(model) {
+        if give_up() {
+            return false;
+        }
         tokio::time::sleep(ROOM_POLL).await;
     }
+    true
 }
 
 /// Send one line (again, while it is refused for a moment): its finished row.
@@ -219,8 +273,8 @@ async fn run_line(app: &Arc<App>, batch: &str, identity: Identity, endpoint: End
 }
 
 /// Write the output and error files from the finished lines; the batch is then `completed` (or
-/// `cancelled`).
-async fn finish(app: &App, store: &Store, id: &str) -> Result<(), String> {
+/// `cancelled`, or `expired` when lines were left when its window ended).
+async fn finish(app: &App, store: &Store, id: &str, expired: bool) -> Result<(), String> {
     let mut batch = store.get_batch(id).await.map_err(|e| e.to_string())?.ok_or("the batch is gone")?;
     let now = app.clock.unix_secs();
     batch.finalizing_at.get_or_insert(now);
@@ -242,6 +296,9 @@ async fn finish(app: &App, store: &Store, id: &str) -> Result<(), String> {
     if batch.status == "cancelling" {
         batch.status = "cancelled".to_owned();
         batch.cancelled_at = Some(now);
+    } else if expired {
+        batch.status = "expired".to_owned();
+        batch.expired_at = Some(now);
     } else {
         batch.status = "completed".to_owned();
         batch.completed_at = Some(now);

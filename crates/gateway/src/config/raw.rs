@@ -74,6 +74,7 @@ struct RawRealtime {
 #[serde(deny_unknown_fields)]
 struct RawBatches {
     concurrency: Option<usize>,
+    completion_window: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -300,6 +301,11 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
             Some(0) => return Err(ConfigError::at("batches.concurrency", "must be at least 1")),
             n => n.unwrap_or(4),
         },
+        batch_window: nonzero(
+            "batches.completion_window",
+            &raw.batches.completion_window,
+            Duration::from_secs(24 * 3600),
+        )?,
         source: None,
     })
 }
@@ -563,6 +569,7 @@ aliases:
         assert!(load("routing: {strategy: fastest}").unwrap_err().starts_with("routing.strategy"));
         assert!(load("realtime: {idle_timeout: 0s}").unwrap_err().starts_with("realtime.idle_timeout"));
         assert!(load("batches: {concurrency: 0}").unwrap_err().starts_with("batches.concurrency"));
+        assert!(load("batches: {completion_window: 0s}").unwrap_err().starts_with("batches.completion_window"));
         assert!(load("limits: {max_upload_bytes: 0}").unwrap_err().starts_with("limits.max_upload_bytes"));
         assert!(load("backends: [{name: a, url: ftp://x}]").unwrap_err().starts_with("backends[0].url"));
         assert!(load("backends: [{name: a, url: 'http://x:1', weight: 0}]").unwrap_err().contains("weight"));

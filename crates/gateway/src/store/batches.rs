@@ -44,6 +44,7 @@ pub struct BatchRow {
     pub cancelled_at: Option<i64>,
     pub expires_at: i64,
     pub errors: Option<String>,
+    pub expired_at: Option<i64>,
 }
 
 /// One finished line of a batch: the input line's number, the answer's status and body (JSON),
@@ -65,7 +66,8 @@ type FileTuple = (String, String, String, String, i64, i64);
 /// In `BatchRow` field order; `id` first (`update_batch` binds it as `$1`).
 const BATCH_COLUMNS: &str = "id, owner, key_id, endpoint, input_file_id, completion_window, status, metadata, \
                              output_file_id, error_file_id, total, completed, failed, created_at, in_progress_at, \
-                             finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at, expires_at, errors";
+                             finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at, expires_at, errors, \
+                             expired_at";
 
 const LINE_COLUMNS: &str = "custom_id, line, status, failed, body, request_id";
 
@@ -103,6 +105,7 @@ macro_rules! batch_row_from {
                     cancelled_at: r.try_get(19)?,
                     expires_at: r.try_get(20)?,
                     errors: r.try_get(21)?,
+                    expired_at: r.try_get(22)?,
                 })
             }
         }
@@ -138,6 +141,7 @@ macro_rules! bind_batch {
             .bind(b.cancelled_at)
             .bind(b.expires_at)
             .bind(&b.errors)
+            .bind(b.expired_at)
     }};
 }
 
@@ -228,7 +232,7 @@ impl Store {
 
     /// Records a new batch; an existing id gives [`StoreError::Conflict`].
     pub async fn insert_batch(&self, b: &BatchRow) -> Result<(), StoreError> {
-        let sql = format!("INSERT INTO batches ({BATCH_COLUMNS}) VALUES {}", values_placeholders(false, 1, 22));
+        let sql = format!("INSERT INTO batches ({BATCH_COLUMNS}) VALUES {}", values_placeholders(false, 1, 23));
         with_pool!(self, |pool| {
             bind_batch!(sqlx::query(&sql), b).execute(pool).await?;
         });
@@ -272,6 +276,31 @@ impl Store {
     pub async fn unfinished_batches(&self) -> Result<Vec<BatchRow>, StoreError> {
         let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ({UNFINISHED}) ORDER BY created_at, id");
         Ok(with_pool!(self, |pool| sqlx::query_as(&sql).fetch_all(pool).await?))
+    }
+
+    /// Claim (or renew the claim on) batch `id` for `runner` until `until_ms` (unix ms): true when
+    /// `runner` holds it now — it was nobody's, already `runner`'s, or its holder let it lapse
+    /// before `now_ms`; `take_over` takes it from any holder (an instance alone on its database).
+    pub async fn claim_batch(
+        &self,
+        id: &str,
+        runner: &str,
+        now_ms: i64,
+        until_ms: i64,
+        take_over: bool,
+    ) -> Result<bool, StoreError> {
+        let sql = "UPDATE batches SET runner = $2, runner_until = $3 WHERE id = $1 \
+                   AND (runner IS NULL OR runner = $2 OR runner_until < $4 OR $5)";
+        let affected = with_pool!(self, |pool| sqlx::query(sql)
+            .bind(id)
+            .bind(runner)
+            .bind(until_ms)
+            .bind(now_ms)
+            .bind(take_over)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(affected > 0)
     }
 }
 
@@ -329,7 +358,7 @@ mod tests {
     fn update_sets_every_column_but_id_in_bind_order() {
         let sql = update_batch_sql();
         assert!(sql.starts_with("UPDATE batches SET owner = $2, key_id = $3, "), "{sql}");
-        assert!(sql.ends_with("expires_at = $21, errors = $22 WHERE id = $1"), "{sql}");
-        assert_eq!(BATCH_COLUMNS.split(", ").count(), 22);
+        assert!(sql.ends_with("errors = $22, expired_at = $23 WHERE id = $1"), "{sql}");
+        assert_eq!(BATCH_COLUMNS.split(", ").count(), 23);
     }
 }

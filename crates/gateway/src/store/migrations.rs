@@ -35,6 +35,7 @@ const SQLITE: Embedded = &[
         include_str!("../../../../migrations/sqlite/0014_guard_calls_and_units.sql"),
     ),
     (15, "0015_files_and_batches.sql", include_str!("../../../../migrations/sqlite/0015_files_and_batches.sql")),
+    (16, "0016_batch_runners.sql", include_str!("../../../../migrations/sqlite/0016_batch_runners.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -57,6 +58,7 @@ const POSTGRES: Embedded = &[
         include_str!("../../../../migrations/postgres/0014_guard_calls_and_units.sql"),
     ),
     (15, "0015_files_and_batches.sql", include_str!("../../../../migrations/postgres/0015_files_and_batches.sql")),
+    (16, "0016_batch_runners.sql", include_str!("../../../../migrations/postgres/0016_batch_runners.sql")),
 ];
 
 #[derive(Debug)]

@@ -272,3 +272,85 @@ async fn a_batch_survives_a_sigkill_with_every_line_exactly_once() {
     second.kill().unwrap();
     let _ = second.wait();
 }
+
+/// A batch still running when its completion window ends: no more lines start, those not run
+/// are in the error file as `batch_expired`, what finished is in the output, and the batch is
+/// `expired` with every `custom_id` in exactly one of the two files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_past_its_completion_window_expires_with_the_rest_as_batch_expired() {
+    const LINES: usize = 200;
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(40), ..MockConfig::default() }).await;
+    let dir = scratch_dir();
+    let extra = "batches: {concurrency: 1, completion_window: 2s}\n";
+    let gw = gateway_yaml(&config(&dir, &backends_yaml(&[&backend]), extra)).await;
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    let (_, file) = api.upload(&input(LINES)).await;
+    let (_, batch) = api.create(file["id"].as_str().unwrap()).await;
+    let window = batch["expires_at"].as_i64().unwrap() - batch["created_at"].as_i64().unwrap();
+    assert!((1..=2).contains(&window), "{batch}");
+    let id = batch["id"].as_str().unwrap().to_owned();
+    let done = api.until(&id, &["expired"], Duration::from_secs(30)).await;
+    assert!(done["expired_at"].as_i64().unwrap() >= done["expires_at"].as_i64().unwrap(), "{done}");
+    let counts = &done["request_counts"];
+    let completed = counts["completed"].as_u64().unwrap() as usize;
+    assert!(completed > 0 && completed < LINES, "{done}");
+    assert_eq!(counts["completed"].as_u64().unwrap() + counts["failed"].as_u64().unwrap(), LINES as u64, "{done}");
+    let output = api.lines(&done["output_file_id"]).await;
+    let errors = api.lines(&done["error_file_id"]).await;
+    assert_eq!((output.len(), errors.len()), (completed, LINES - completed));
+    for i in 0..LINES {
+        let custom_id = format!("req-{i}");
+        assert!(output.contains_key(&custom_id) != errors.contains_key(&custom_id), "{custom_id} in one file");
+    }
+    assert!(errors.values().all(|e| e["error"]["code"] == "batch_expired"), "{errors:?}");
+    // Nothing was sent for the expired lines.
+    assert_eq!(backend.control().request_count() as usize, completed);
+}
+
+/// Three instances sharing one database, files directory and Redis: one of them runs the batch
+/// (it claims it in the database), so each line reaches the backend exactly once, not once per
+/// instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_sends_each_line_of_a_batch_once() {
+    const LINES: usize = 300;
+    // Slow enough (300 lines × 20 ms ≈ 6 s) that every instance looks for work meanwhile.
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(20), ..MockConfig::default() }).await;
+    backend.control().keep_bodies();
+    let redis = crate::common::redis::RedisServer::start();
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let mut urls = Vec::new();
+    let mut gateways = Vec::new();
+    for i in 0..3 {
+        let yaml = format!(
+            "listen: 127.0.0.1:0\n\
+             storage: {{url: '{db}', usage_journal_dir: '{d}/usage{i}', files_dir: '{d}/files'}}\n\
+             auth: {{master_key: {MASTER}}}\n\
+             redis: {{url: '{}', timeout: 3s}}\n\
+             batches: {{concurrency: 1}}\n\
+             backends:\n{}",
+            redis.url(),
+            backends_yaml(&[&backend]),
+            d = dir.display(),
+        );
+        let gw = gateway_yaml(&yaml).await;
+        urls.push(gw.url());
+        gateways.push(gw);
+    }
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: urls[0].clone(), key: key(&client, &urls[0]).await };
+    let (_, file) = api.upload(&input(LINES)).await;
+    let (_, batch) = api.create(file["id"].as_str().unwrap()).await;
+    let id = batch["id"].as_str().unwrap().to_owned();
+    let elsewhere = Api { url: urls[2].clone(), ..api };
+    let done = elsewhere.until(&id, &["completed"], Duration::from_secs(60)).await;
+    assert_eq!(done["request_counts"], json!({"total": LINES, "completed": LINES, "failed": 0}), "{done}");
+    assert_eq!(elsewhere.lines(&done["output_file_id"]).await.len(), LINES);
+    let bodies = backend.control().bodies();
+    for i in 0..LINES {
+        let needle = format!("\"question {i}\"");
+        let sent = bodies.iter().filter(|b| b.contains(&needle)).count();
+        assert_eq!(sent, 1, "line {i} sent {sent} times");
+    }
+}

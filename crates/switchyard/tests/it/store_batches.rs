@@ -45,6 +45,7 @@ fn batch(id: &str, owner: &str, status: &str, created_at: i64) -> BatchRow {
         cancelled_at: None,
         expires_at: created_at + 86_400,
         errors: None,
+        expired_at: None,
     }
 }
 
@@ -209,5 +210,29 @@ async fn lines_are_kept_once_per_custom_id_in_line_order_and_counted() {
     assert_eq!(s.line_counts("batch-2").await.unwrap(), (0, 1));
     // Once deleted, a custom_id can be inserted again.
     assert!(s.insert_line("batch-1", &first).await.unwrap());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn one_runner_holds_a_batch_until_its_claim_lapses() {
+    let s = store().await;
+    s.insert_batch(&batch("batch-c", "alice", "in_progress", 100)).await.unwrap();
+    // a claims it until 2,000 ms; b cannot until then, a can renew.
+    assert!(s.claim_batch("batch-c", "a", 1_000, 2_000, false).await.unwrap());
+    assert!(!s.claim_batch("batch-c", "b", 1_500, 2_500, false).await.unwrap());
+    assert!(s.claim_batch("batch-c", "a", 1_900, 3_000, false).await.unwrap());
+    assert!(!s.claim_batch("batch-c", "b", 2_999, 4_000, false).await.unwrap());
+    // Lapsed: b takes it over, and a's renewal then fails.
+    assert!(s.claim_batch("batch-c", "b", 3_001, 4_000, false).await.unwrap());
+    assert!(!s.claim_batch("batch-c", "a", 3_100, 4_100, false).await.unwrap());
+    // An instance alone on its database takes it at once.
+    assert!(s.claim_batch("batch-c", "c", 3_200, 4_200, true).await.unwrap());
+    assert!(!s.claim_batch("batch-missing", "c", 0, 1, true).await.unwrap());
+    // The claim is not part of the batch's row: updating the row keeps it.
+    let mut b = s.get_batch("batch-c").await.unwrap().unwrap();
+    b.expired_at = Some(5);
+    assert!(s.update_batch(&b).await.unwrap());
+    assert_eq!(s.get_batch("batch-c").await.unwrap().unwrap().expired_at, Some(5));
+    assert!(!s.claim_batch("batch-c", "b", 3_300, 4_300, false).await.unwrap());
     s.close().await;
 }
