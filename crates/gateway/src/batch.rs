@@ -8,11 +8,13 @@
 //! into the output twice; a line's request id is derived from the batch and its `custom_id`, so
 //! a line sent again after a crash is one usage record, not two.
 //!
-//! `files.rs` and `batches.rs` answer the HTTP API, `filestore.rs` keeps the bytes, `jsonl.rs`
+//! `files.rs` and `batches.rs` answer the HTTP API, `filestore.rs` keeps the bytes (on disk, or in a
+//! bucket with `bucket.rs`), `jsonl.rs`
 //! reads input lines and writes OpenAI's output and error lines, `runner.rs` runs batches and
 //! `claim.rs` keeps a fleet to one runner per batch.
 
 mod batches;
+mod bucket;
 mod claim;
 mod files;
 mod filestore;

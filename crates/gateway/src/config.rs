@@ -276,6 +276,8 @@ pub struct StorageConfig {
     pub journal_dir: std::path::PathBuf,
     /// Where uploaded files and batch results are kept (`storage.files_dir`).
     pub files_dir: std::path::PathBuf,
+    /// … or in this S3-compatible bucket instead (`storage.files`; its `format` is unused).
+    pub files_bucket: Option<Box<S3Target>>,
     /// A new journal file is started once the current one is this large (64 MiB); files are the
     /// unit in which they are deleted, and in which an export sink past `max_backlog` drops records.
     pub journal_file_bytes: u64,

@@ -1,17 +1,19 @@
 //! `/v1/files`: upload (multipart, streamed to disk within `limits.max_upload_bytes`), list,
 //! retrieve, delete and read back, each only by the file's owner.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyDataStream;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use super::filestore::{FileStore, WriteError};
+use super::bucket::Bucket;
+use super::filestore::{Disk, FileStore, WriteError};
 use super::{internal, list_json, may_see, new_id, owner_of, paging, store};
 use crate::app::App;
 use crate::auth::Identity;
+use crate::config::S3Target;
 use crate::error::GatewayError;
 use crate::http::{json_value, GatewayBody, SseEvents};
 use crate::store::FileRow;
@@ -20,8 +22,26 @@ use http_body_util::Either;
 /// What files may be uploaded for.
 const PURPOSES: [&str; 6] = ["batch", "assistants", "fine-tune", "vision", "user_data", "evals"];
 
-pub(super) fn file_store(app: &App) -> FileStore {
-    FileStore::new(app.config.storage.files_dir.clone())
+/// Where this configuration keeps files: made once and kept while the configuration names the
+/// same place (a bucket's client holds its connections).
+pub(super) fn file_store(app: &App) -> Result<Arc<FileStore>, GatewayError> {
+    type Place = (std::path::PathBuf, Option<Box<S3Target>>);
+    static MADE: Mutex<Option<(Place, Arc<FileStore>)>> = Mutex::new(None);
+    let storage = &app.config.storage;
+    let place = (storage.files_dir.clone(), storage.files_bucket.clone());
+    let mut made = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, files)) = made.as_ref().filter(|(at, _)| *at == place) {
+        return Ok(files.clone());
+    }
+    let files = Arc::new(match &storage.files_bucket {
+        None => FileStore::Disk(Disk::new(storage.files_dir.clone())),
+        Some(target) => {
+            let timeouts = &app.config.timeouts;
+            FileStore::Bucket(Bucket::new(target, timeouts.request, timeouts.connect).map_err(internal)?)
+        }
+    });
+    *made = Some((place, files.clone()));
+    Ok(files)
 }
 
 /// OpenAI's file object.
@@ -51,7 +71,7 @@ pub async fn upload(
     let boundary = crate::http::multipart::boundary(req.headers())?;
     let mut form = multer::Multipart::new(BodyDataStream::new(req.into_body()), boundary);
     let (mut purpose, mut saved) = (None, None);
-    let files = file_store(app);
+    let files = file_store(app)?;
     while let Some(field) =
         form.next_field().await.map_err(|e| bad(format!("a malformed multipart form: {e}"), None))?
     {
@@ -112,14 +132,14 @@ pub async fn retrieve(app: &App, identity: &Identity, id: &str) -> Result<Respon
 pub async fn delete(app: &App, identity: &Identity, id: &str) -> Result<Response<GatewayBody>, GatewayError> {
     let file = owned(app, identity, id).await?;
     store(app)?.delete_file(&file.id).await.map_err(internal)?;
-    file_store(app).delete(&file.id).await.map_err(internal)?;
+    file_store(app)?.delete(&file.id).await.map_err(internal)?;
     Ok(json_value(StatusCode::OK, &json!({"id": file.id, "object": "file", "deleted": true})))
 }
 
 /// `GET /v1/files/{id}/content`: the file's bytes, streamed from disk (never read whole).
 pub async fn content(app: &App, identity: &Identity, id: &str) -> Result<Response<GatewayBody>, GatewayError> {
     let file = owned(app, identity, id).await?;
-    let (chunks, size) = file_store(app).read_stream(&file.id).await.map_err(internal)?;
+    let (chunks, size) = file_store(app)?.read_stream(&file.id).await.map_err(internal)?;
     let body = GatewayBody::Right(Either::Right(SseEvents::raw(chunks)));
     Response::builder()
         .status(StatusCode::OK)

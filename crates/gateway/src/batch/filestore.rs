@@ -1,5 +1,6 @@
 //! Where files' bytes are kept: one file per id under `storage.files_dir`, written to a
-//! temporary name and renamed into place, so a file is either whole or absent.
+//! temporary name and renamed into place, so a file is either whole or absent; or one object
+//! per id in the `storage.files` bucket (`bucket.rs`), where an upload is likewise whole or absent.
 
 use std::path::PathBuf;
 
@@ -9,21 +10,70 @@ use tokio::io::AsyncWriteExt;
 /// Bytes read from disk at a time when a file is sent.
 const CHUNK: usize = 64 * 1024;
 
-pub struct FileStore {
-    dir: PathBuf,
+/// The configured place.
+pub enum FileStore {
+    Disk(Disk),
+    Bucket(super::bucket::Bucket),
 }
 
 impl FileStore {
-    pub fn new(dir: PathBuf) -> FileStore {
-        FileStore { dir }
+    /// Keep `chunks` as `id`, at most `limit` bytes: how many there were.
+    pub async fn write<S, E>(&self, id: &str, chunks: S, limit: u64) -> Result<u64, WriteError>
+    where
+        S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        match self {
+            FileStore::Disk(disk) => disk.write(id, chunks, limit).await,
+            FileStore::Bucket(bucket) => bucket.write(id, chunks, limit).await,
+        }
+    }
+
+    /// Keep `bytes` as `id`.
+    pub async fn write_all(&self, id: &str, bytes: Bytes) -> Result<u64, WriteError> {
+        let once = futures_util::stream::iter([Ok::<Bytes, std::convert::Infallible>(bytes)]);
+        self.write(id, once, u64::MAX).await
+    }
+
+    /// The whole of `id`.
+    pub async fn read(&self, id: &str) -> std::io::Result<Bytes> {
+        match self {
+            FileStore::Disk(disk) => disk.read(id).await,
+            FileStore::Bucket(bucket) => bucket.read(id).await,
+        }
+    }
+
+    /// `id`'s bytes as a stream of chunks, and its size: read as the client takes them.
+    pub async fn read_stream(&self, id: &str) -> std::io::Result<(tokio::sync::mpsc::Receiver<Vec<u8>>, u64)> {
+        match self {
+            FileStore::Disk(disk) => disk.read_stream(id).await,
+            FileStore::Bucket(bucket) => bucket.read_stream(id).await,
+        }
+    }
+
+    pub async fn delete(&self, id: &str) -> std::io::Result<()> {
+        match self {
+            FileStore::Disk(disk) => disk.delete(id).await,
+            FileStore::Bucket(bucket) => bucket.delete(id).await,
+        }
+    }
+}
+
+/// Files under a directory.
+pub struct Disk {
+    dir: PathBuf,
+}
+
+impl Disk {
+    pub fn new(dir: PathBuf) -> Disk {
+        Disk { dir }
     }
 
     fn path(&self, id: &str) -> PathBuf {
         self.dir.join(id)
     }
 
-    /// Keep `chunks` as `id`, at most `limit` bytes: how many there were.
-    pub async fn write<S, E>(&self, id: &str, mut chunks: S, limit: u64) -> Result<u64, WriteError>
+    async fn write<S, E>(&self, id: &str, mut chunks: S, limit: u64) -> Result<u64, WriteError>
     where
         S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
@@ -54,19 +104,11 @@ impl FileStore {
         Ok(written)
     }
 
-    /// Keep `bytes` as `id`.
-    pub async fn write_all(&self, id: &str, bytes: Bytes) -> Result<u64, WriteError> {
-        let once = futures_util::stream::iter([Ok::<Bytes, std::convert::Infallible>(bytes)]);
-        self.write(id, once, u64::MAX).await
-    }
-
-    /// The whole of `id`.
-    pub async fn read(&self, id: &str) -> std::io::Result<Bytes> {
+    async fn read(&self, id: &str) -> std::io::Result<Bytes> {
         tokio::fs::read(self.path(id)).await.map(Bytes::from)
     }
 
-    /// `id`'s bytes as a stream of chunks, and its size: read from disk as the client takes them.
-    pub async fn read_stream(&self, id: &str) -> std::io::Result<(tokio::sync::mpsc::Receiver<Vec<u8>>, u64)> {
+    async fn read_stream(&self, id: &str) -> std::io::Result<(tokio::sync::mpsc::Receiver<Vec<u8>>, u64)> {
         use tokio::io::AsyncReadExt;
         let mut file = tokio::fs::File::open(self.path(id)).await?;
         let size = file.metadata().await?.len();
@@ -93,7 +135,7 @@ impl FileStore {
         Ok((rx, size))
     }
 
-    pub async fn delete(&self, id: &str) -> std::io::Result<()> {
+    async fn delete(&self, id: &str) -> std::io::Result<()> {
         match tokio::fs::remove_file(self.path(id)).await {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),

@@ -89,7 +89,7 @@ pub fn spawn(current: std::sync::Weak<ArcSwap<App>>) -> tokio::task::JoinHandle<
 /// Carry one batch on from where it is, unless another instance is running it.
 async fn run(app: &Arc<App>, store: &Store, batch: BatchRow) -> Result<(), String> {
     let Some(claim) = Claim::take(app, store, &batch.id).await? else { return Ok(()) };
-    let files = super::files::file_store(app);
+    let files = super::files::file_store(app).map_err(|_| "no place for files")?;
     let input = files.read(&batch.input_file_id).await.map_err(|e| format!("input file: {e}"))?;
     let text = String::from_utf8_lossy(&input);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -288,7 +288,7 @@ async fn finish(app: &App, store: &Store, id: &str, expired: bool) -> Result<(),
             errors.push_str(&text);
         }
     }
-    let files = super::files::file_store(app);
+    let files = super::files::file_store(app).map_err(|_| "no place for files")?;
     batch.output_file_id = keep(app, store, &files, &batch, "output", output).await?;
     batch.error_file_id = keep(app, store, &files, &batch, "errors", errors).await?;
     batch.completed = lines.iter().filter(|l| jsonl::succeeded(l)).count() as i64;

@@ -97,6 +97,17 @@ pub struct ExportConfig {
 /// `max_backlog` when the configuration gives none: about ten million records.
 pub const DEFAULT_MAX_BACKLOG: u64 = 4 << 30;
 
+impl fmt::Debug for S3Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the credentials.
+        f.debug_struct("S3Target")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
 impl fmt::Debug for ExportConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Header values are usually credentials of the receiving service.

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{ConfigError, StorageConfig};
+use super::{ConfigError, ObjectFormat, S3Target, StorageConfig};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -11,8 +11,48 @@ pub struct RawStorage {
     usage_journal_dir: Option<String>,
     /// Where uploaded files and batch results are kept (`/v1/files`).
     files_dir: Option<String>,
+    /// … or an S3-compatible bucket for them (a fleet's instances then share them).
+    files: Option<RawBucket>,
     usage_journal_file_bytes: Option<super::cache::RawSize>,
     record_usage: Option<bool>,
+}
+
+/// `storage.files`: a bucket, a key prefix, and where and how to reach it (else the `AWS_*`
+/// variables), as for an `s3` export.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBucket {
+    bucket: String,
+    prefix: Option<String>,
+    endpoint: Option<String>,
+    region: Option<String>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+}
+
+fn validate_bucket(raw: RawBucket) -> Result<S3Target, ConfigError> {
+    if raw.bucket.trim().is_empty() {
+        return Err(ConfigError::at("storage.files.bucket", "must not be empty"));
+    }
+    if let Some(endpoint) = &raw.endpoint {
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(ConfigError::at("storage.files.endpoint", format!("`{endpoint}` is not an http(s) URL")));
+        }
+    }
+    if raw.access_key_id.is_some() != raw.secret_access_key.is_some() {
+        return Err(ConfigError::at("storage.files.access_key_id", "give both access_key_id and secret_access_key"));
+    }
+    let prefix = raw.prefix.unwrap_or_else(|| "switchyard-files/".to_owned());
+    let prefix = if prefix.is_empty() || prefix.ends_with('/') { prefix } else { format!("{prefix}/") };
+    Ok(S3Target {
+        bucket: raw.bucket,
+        prefix,
+        endpoint: raw.endpoint,
+        region: raw.region,
+        access_key_id: raw.access_key_id,
+        secret_access_key: raw.secret_access_key,
+        format: ObjectFormat::JsonLines,
+    })
 }
 
 /// `storage:` checked, with its defaults.
@@ -37,6 +77,7 @@ pub fn validate(raw: RawStorage) -> Result<StorageConfig, ConfigError> {
     Ok(StorageConfig {
         journal_dir,
         files_dir,
+        files_bucket: raw.files.map(validate_bucket).transpose()?.map(Box::new),
         journal_file_bytes: journal_file_bytes as u64,
         url,
         record_usage: raw.record_usage.unwrap_or(true),

@@ -51,29 +51,13 @@ impl S3Sink {
         checkpoint: CheckpointFile,
         batch_max: usize,
     ) -> Result<S3Sink, String> {
-        // AWS_* variables first (credentials, region, session token), then what the config names.
-        let mut builder = AmazonS3Builder::from_env()
-            .with_bucket_name(&target.bucket)
-            .with_http_connector(Hyper { connect_timeout })
-            .with_client_options(ClientOptions::new().with_timeout(timeout))
+        let store = bucket(target, timeout, connect_timeout)
             // The journal's writer retries a failed batch with its own backoff; object_store's
             // retries on top would stack (minutes of hidden retrying per put while a server is down).
             .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() })
-            .with_conditional_put(S3ConditionalPut::ETagMatch);
-        if let Some(region) = &target.region {
-            builder = builder.with_region(region);
-        }
-        if let Some(endpoint) = &target.endpoint {
-            builder = builder
-                .with_endpoint(endpoint)
-                .with_allow_http(endpoint.starts_with("http://"))
-                // MinIO, moto and GCS address buckets by path, not by host name.
-                .with_virtual_hosted_style_request(false);
-        }
-        if let (Some(id), Some(secret)) = (&target.access_key_id, &target.secret_access_key) {
-            builder = builder.with_access_key_id(id).with_secret_access_key(secret);
-        }
-        let store = builder.build().map_err(|e| format!("S3 sink: {e}"))?;
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .build()
+            .map_err(|e| format!("S3 sink: {e}"))?;
         Ok(S3Sink {
             store,
             prefix: target.prefix.clone(),
@@ -182,6 +166,29 @@ impl UsageSink for S3Sink {
     }
 }
 
+/// A client of `target`'s bucket over the gateway's own hyper client: the `AWS_*` variables
+/// first (credentials, region, session token), then what the config names.
+pub fn bucket(target: &S3Target, timeout: Duration, connect_timeout: Duration) -> AmazonS3Builder {
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(&target.bucket)
+        .with_http_connector(Hyper { connect_timeout })
+        .with_client_options(ClientOptions::new().with_timeout(timeout));
+    if let Some(region) = &target.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = &target.endpoint {
+        builder = builder
+            .with_endpoint(endpoint)
+            .with_allow_http(endpoint.starts_with("http://"))
+            // MinIO, moto and GCS address buckets by path, not by host name.
+            .with_virtual_hosted_style_request(false);
+    }
+    if let (Some(id), Some(secret)) = (&target.access_key_id, &target.secret_access_key) {
+        builder = builder.with_access_key_id(id).with_secret_access_key(secret);
+    }
+    builder
+}
+
 /// `object_store`'s HTTP client, made of the gateway's own hyper client (rustls, no reqwest).
 #[derive(Debug)]
 struct Hyper {
@@ -203,6 +210,7 @@ struct HyperService(Arc<UpstreamClient>);
 impl HttpService for HyperService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let (parts, body) = req.into_parts();
+        let streamed = parts.method == http::Method::GET;
         let body = match body.as_bytes() {
             Some(bytes) => bytes.clone(),
             None => body.collect().await?.to_bytes(),
@@ -211,6 +219,11 @@ impl HttpService for HyperService {
             HttpError::new(if e.is_connect() { HttpErrorKind::Connect } else { HttpErrorKind::Request }, e)
         })?;
         let (parts, body) = resp.into_parts();
+        if streamed && parts.status.is_success() {
+            // An object read back (a file sent to a client): passed on as it arrives.
+            let body = body.map_err(|e| HttpError::new(HttpErrorKind::Decode, e));
+            return Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(body)));
+        }
         // Answers to PUTs are small: read whole, which also frees the connection for the next one.
         let bytes: Bytes = body.collect().await.map_err(|e| HttpError::new(HttpErrorKind::Decode, e))?.to_bytes();
         Ok(HttpResponse::from_parts(parts, HttpResponseBody::from(bytes)))

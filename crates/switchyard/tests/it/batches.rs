@@ -354,3 +354,59 @@ async fn a_fleet_sends_each_line_of_a_batch_once() {
         assert_eq!(sent, 1, "line {i} sent {sent} times");
     }
 }
+
+/// `storage.files` in an S3-compatible bucket (moto): a batch's input, output and error files are
+/// objects there, read back whole; a 12 MiB upload goes up in parts and comes back byte for byte;
+/// a deleted file's object is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_batch_results_live_in_a_bucket_when_storage_files_names_one() {
+    let client = TestClient::new();
+    let moto = crate::common::moto::moto_with(&client, "files").await;
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let files = format!(
+        "files: {{bucket: files, prefix: team-a, endpoint: '{}', region: us-east-1, access_key_id: test, \
+         secret_access_key: test}}",
+        moto.url()
+    );
+    let (yaml, _) = config_with_db(&dir, &backends_yaml(&[&backend]), "");
+    let yaml = yaml.replace("storage: {url:", &format!("storage: {{{files}, url:"));
+    let gw = gateway_yaml(&yaml).await;
+    let api = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    let mut content = input(20);
+    content.push_str("{not json\n");
+    let (status, file) = api.upload(&content).await;
+    assert_eq!(status, 200, "{file}");
+    let (_, batch) = api.create(file["id"].as_str().unwrap()).await;
+    let done = api.until(batch["id"].as_str().unwrap(), &["completed"], Duration::from_secs(30)).await;
+    assert_eq!(done["request_counts"], json!({"total": 21, "completed": 20, "failed": 1}), "{done}");
+    assert_eq!(api.lines(&done["output_file_id"]).await.len(), 20);
+    let keys: Vec<String> = moto.keys("files").into_iter().map(|(k, _)| k).collect();
+    for id in [&file["id"], &done["output_file_id"], &done["error_file_id"]] {
+        let want = format!("team-a/{}", id.as_str().unwrap());
+        assert!(keys.contains(&want), "{want} not in {keys:?}");
+    }
+    assert!(!dir.join("switchyard-files").exists(), "nothing on local disk");
+
+    // A file larger than one part (5 MiB): a multipart upload, streamed back whole.
+    let big: String = (0..12 * 1024).map(|i| format!("{i:0>1023}\n")).collect();
+    let form = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.txt\"\r\n\r\n{big}\r\n\
+         --{BOUNDARY}--\r\n"
+    );
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let (status, uploaded) = api.call(Method::POST, "/v1/files", Bytes::from(form), &content_type).await;
+    assert_eq!((status, uploaded["bytes"].as_u64()), (200, Some(big.len() as u64)), "{uploaded}");
+    let id = uploaded["id"].as_str().unwrap();
+    let stored = moto.keys("files").into_iter().find(|(k, _)| k.ends_with(id)).expect("the object");
+    assert_eq!(stored.1, big.len() as u64);
+    let bearer = format!("Bearer {}", api.key);
+    let url = format!("{}/v1/files/{id}/content", api.url);
+    let r = client.request(Method::GET, &url, Bytes::new(), &[("authorization", &bearer)]).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body.as_ref() == big.as_bytes(), "the file came back changed ({} bytes)", r.body.len());
+    let (status, _) = api.call(Method::DELETE, &format!("/v1/files/{id}"), Bytes::new(), "application/json").await;
+    assert_eq!(status, 200);
+    assert!(moto.keys("files").iter().all(|(k, _)| !k.ends_with(id)), "the object is deleted");
+}

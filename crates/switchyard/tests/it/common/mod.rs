@@ -3,6 +3,7 @@
 
 pub mod cut;
 pub mod json_service;
+pub mod moto;
 pub mod redis;
 
 use std::collections::HashMap;
