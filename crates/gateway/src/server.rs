@@ -4,6 +4,7 @@
 //! streams finish up to `shutdown_grace`, flush the usage journal, then drop what is left.
 
 mod conn;
+mod guarding;
 mod head;
 mod idle;
 mod origin;
@@ -29,6 +30,7 @@ use tokio::task::JoinHandle;
 use crate::app::{App, ReloadRequest};
 use crate::config::{Config, ProcessEnv};
 use crate::route::health;
+use guarding::Guarding;
 
 /// The state requests are served with now: swapped whole by a reload, while requests in flight
 /// finish on the snapshot they started with.
@@ -133,18 +135,8 @@ pub async fn start_guarded(
     if let Some(store) = &app.store {
         crate::admin::audit_export::spawn(store, &app.config.exports, app.config.timeouts.connect);
     }
-    let guard_metrics = Arc::new(GuardrailMetrics(app.metrics.clone()));
-    let caller = Arc::new(SelfCaller::default());
-    app.guards = match crate::guard::content::ContentGuards::build(&app.config.guardrails, guard_metrics)? {
-        Some(configured) => {
-            if let (Some(front), Some(tools)) = (&app.mcp, configured.for_tools([&[], &[]])) {
-                front.hub().guard_tools(Arc::new(tools));
-            }
-            let remote = crate::guard::remote::RemoteGuards::build(&configured, app.client.clone(), caller.clone());
-            guards.configured(configured, remote)
-        }
-        None => guards,
-    };
+    let guarding = Arc::new(Guarding::new(guards, &app));
+    app.guards = guarding.build(&app)?;
     let exporting = match &app.config.telemetry {
         Some(telemetry) => {
             let (telemetry, exporting) = crate::telemetry::Telemetry::start(telemetry, app.config.timeouts.connect)?;
@@ -174,7 +166,7 @@ pub async fn start_guarded(
     let probers = Arc::new(Mutex::new(spawn_probers(&app)));
     let mut fleet = spawn_fleet(&app);
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
-    let _ = caller.0.set(Arc::downgrade(&current));
+    guarding.serve(&current);
     if app.store.is_some() {
         crate::batch::runner::spawn(Arc::downgrade(&current));
     }
@@ -189,7 +181,7 @@ pub async fn start_guarded(
         Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
         None => None,
     };
-    let reloader = tokio::spawn(reload_loop(current.clone(), probers.clone(), tls.clone(), reloads));
+    let reloader = tokio::spawn(reload_loop(current.clone(), probers.clone(), tls.clone(), reloads, guarding));
     let (stop, stopped) = oneshot::channel::<()>();
     let grace = app.config.shutdown_grace;
     let serving = current.clone();
@@ -329,6 +321,7 @@ async fn reload_loop(
     probers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     tls: Tls,
     mut requests: mpsc::Receiver<ReloadRequest>,
+    guarding: Arc<Guarding>,
 ) {
     while let Some(answer) = requests.recv().await {
         let old = current.load_full();
@@ -346,7 +339,9 @@ async fn reload_loop(
                 (None, None) => None,
                 _ => return Err("`tls` cannot be turned on or off while serving; restart to apply it".to_owned()),
             };
-            let app = Arc::new(old.reconfigured(config)?);
+            let mut app = old.reconfigured(config)?;
+            app.guards = guarding.build(&app)?;
+            let app = Arc::new(app);
             health::probe_all(&app.router, &app.client, &app.config.health).await;
             let fresh = spawn_probers(&app);
             let backends = app.router.backends.len();
@@ -478,41 +473,5 @@ async fn serve(listener: TcpListener, current: Current, tls: Tls, shutdown: impl
     tokio::select! {
         _ = drain.closed() => tracing::info!("all connections closed"),
         _ = tokio::time::sleep(grace) => tracing::warn!("shutdown grace period over; dropping remaining connections"),
-    }
-}
-
-/// The guardrails' verdicts and check times, in `/metrics` (the guard layer sits beside metrics,
-/// so it is handed this rather than importing it).
-struct GuardrailMetrics(Arc<crate::metrics::Metrics>);
-
-impl crate::guard::content::GuardMetrics for GuardrailMetrics {
-    fn count(&self, guard: &str, kind: &'static str, action: &'static str) {
-        self.0.count_guardrail(guard, kind, action);
-    }
-
-    fn time(&self, guard: &str, took: std::time::Duration) {
-        self.0.time_guardrail(guard, took);
-    }
-}
-
-/// How model guards reach their classifier: through the running gateway's own pipeline, as it
-/// is after any reload. Weak, as the gateway holds its guards.
-#[derive(Default)]
-struct SelfCaller(std::sync::OnceLock<std::sync::Weak<ArcSwap<App>>>);
-
-impl crate::guard::model::ModelCaller for SelfCaller {
-    fn call(
-        &self,
-        guard: &str,
-        endpoint: crate::endpoint::Endpoint,
-        body: bytes::Bytes,
-        deadline: std::time::Instant,
-    ) -> futures_util::future::BoxFuture<'static, Result<bytes::Bytes, String>> {
-        let app = self.0.get().and_then(std::sync::Weak::upgrade).map(|current| current.load_full());
-        let guard = guard.to_owned();
-        Box::pin(async move {
-            let app = app.ok_or_else(|| "the gateway is stopping".to_owned())?;
-            crate::proxy::call_for_guard(&app, &guard, endpoint, body, deadline).await
-        })
     }
 }

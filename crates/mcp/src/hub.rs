@@ -64,7 +64,7 @@ pub struct Hub {
     /// messages), with the server's alias, for clients' GET streams.
     notes: tokio::sync::broadcast::Sender<(String, Arc<Value>)>,
     /// Checks on every call's arguments and result, when the embedder set them.
-    tool_guard: std::sync::OnceLock<Arc<dyn crate::tool_guard::ToolGuard>>,
+    tool_guard: std::sync::RwLock<Option<Arc<dyn crate::tool_guard::ToolGuard>>>,
 }
 
 impl Hub {
@@ -84,7 +84,7 @@ impl Hub {
                 .collect(),
             changes: tokio::sync::broadcast::channel(64).0,
             notes: tokio::sync::broadcast::channel(256).0,
-            tool_guard: std::sync::OnceLock::new(),
+            tool_guard: std::sync::RwLock::new(None),
         };
         for s in &hub.servers {
             if let Some(hook) = s.spec.upstream.list_changed() {
@@ -228,7 +228,8 @@ impl Hub {
     ) -> Result<Box<RawValue>, UpstreamError> {
         let s = &self.servers[self.index(server).ok_or_else(|| UpstreamError::Protocol("no such server".into()))?];
         params["name"] = json!(tool);
-        let guard = caller_guard.or(self.tool_guard.get());
+        let own = self.tool_guard.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let guard = caller_guard.or(own.as_ref());
         if let Some(guard) = guard {
             let arguments = serde_json::to_vec(&params["arguments"]).unwrap_or_default();
             if let Some(checked) = guard.call(server, tool, &arguments).map_err(UpstreamError::Blocked)? {
@@ -247,9 +248,10 @@ impl Hub {
         }
     }
 
-    /// Check every call's arguments and result with `guard` from now on (set once).
-    pub fn guard_tools(&self, guard: Arc<dyn crate::tool_guard::ToolGuard>) {
-        let _ = self.tool_guard.set(guard);
+    /// Check every call's arguments and result with `guard` from now on (None: no checks); a
+    /// reload replaces it.
+    pub fn guard_tools(&self, guard: Option<Arc<dyn crate::tool_guard::ToolGuard>>) {
+        *self.tool_guard.write().unwrap_or_else(std::sync::PoisonError::into_inner) = guard;
     }
 
     /// Whether a server's breaker is open (it failed repeatedly and is being skipped).

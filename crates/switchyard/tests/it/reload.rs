@@ -134,3 +134,41 @@ async fn sighup_reloads_the_file() {
     .await;
     assert!(switched.is_ok(), "SIGHUP applied the new file");
 }
+
+/// `guardrails:` changes apply at a reload: a keyword guard blocks its word, then after the file
+/// names another word and is reloaded, the old word passes and the new one is blocked; removing
+/// the guardrails lets both through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_new_guardrails() {
+    let a = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let file = dir.join("switchyard.yaml");
+    let with_word = |word: &str| {
+        format!(
+            "{}guardrails:\n  default: [words]\n  words: {{type: keywords, keywords: [{word}], action: block, on: [request]}}\n",
+            config_text(&dir, &[("a", &a, 1)], "strategy: priority")
+        )
+    };
+    std::fs::write(&file, with_word("nightingale")).unwrap();
+    let gw = serve(&file);
+    let status = |word: &'static str| {
+        let base = gw.base.clone();
+        async move {
+            let body =
+                serde_json::json!({"model": "m", "messages": [{"role": "user", "content": format!("about {word}")}]});
+            let url = format!("{base}/v1/chat/completions");
+            let r = TestClient::new().post_json(&url, body.to_string().as_bytes(), &[]).await.unwrap();
+            (r.status.as_u16(), r.text())
+        }
+    };
+    assert_eq!(status("nightingale").await.0, 400);
+    assert_eq!(status("falcon").await.0, 200);
+    std::fs::write(&file, with_word("falcon")).unwrap();
+    assert_eq!(reload(&gw.base).await.status, 200);
+    assert_eq!(status("nightingale").await.0, 200);
+    let (code, text) = status("falcon").await;
+    assert!(code == 400 && text.contains("content_blocked"), "{code} {text}");
+    std::fs::write(&file, config_text(&dir, &[("a", &a, 1)], "strategy: priority")).unwrap();
+    assert_eq!(reload(&gw.base).await.status, 200);
+    assert_eq!(status("falcon").await.0, 200);
+}
