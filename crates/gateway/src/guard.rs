@@ -133,6 +133,26 @@ impl Guards {
         }
     }
 
+    /// Whether a webhook or classifier watches this request's answer (`on: [response]`): the
+    /// answer is then held whole and judged by `check_remote_answer` before any of it goes out.
+    pub fn remote_answer(&self, request: &GuardedRequest<'_>) -> bool {
+        self.remote.as_ref().is_some_and(|remote| remote.watches_answer(request))
+    }
+
+    /// The webhooks and classifiers on answers, asked about a whole answer (a held stream's
+    /// text as one): `answer` as the last one left it (masked), or the first block.
+    pub async fn check_remote_answer(
+        &self,
+        request: &GuardedRequest<'_>,
+        answer: &mut Bytes,
+        deadline: std::time::Instant,
+    ) -> Result<(), GatewayError> {
+        match &self.remote {
+            Some(remote) => remote.check_answer(request, answer, deadline).await,
+            None => Ok(()),
+        }
+    }
+
     /// Run every request guard in turn: the body as the last one left it, or the first block.
     pub fn check_request(&self, request: &GuardedRequest<'_>, body: &mut Bytes) -> Result<(), GatewayError> {
         for guard in self.list.iter() {
@@ -261,12 +281,12 @@ impl AnswerGuards {
 }
 
 /// Where the first complete line in `buf` ends (after its newline).
-fn line_end(buf: &[u8]) -> Option<usize> {
+pub(crate) fn line_end(buf: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', buf).map(|i| i + 1)
 }
 
 /// Where the first complete server-sent event in `buf` ends (after its blank line).
-fn event_end(buf: &[u8]) -> Option<usize> {
+pub(crate) fn event_end(buf: &[u8]) -> Option<usize> {
     let lf = memchr::memmem::find(buf, b"\n\n").map(|i| i + 2);
     let crlf = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
     match (lf, crlf) {

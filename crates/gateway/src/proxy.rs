@@ -18,6 +18,7 @@ mod failover;
 mod fallback;
 mod headers;
 mod internal;
+mod judge;
 pub mod passthrough;
 mod permits;
 mod queue;
@@ -229,7 +230,8 @@ async fn proceed(
     if let Some(hit) = lookup.await.flatten() {
         judged(exchange).await?;
         let relayed = settlement.hand_over();
-        return Ok(cached::respond_hit(call.app, hit, relayed.meter, relayed.permit, call.started));
+        let resp = cached::respond_hit(call.app, hit, relayed.meter, relayed.permit, call.started);
+        return judge::judge_answer(call, identity, exchange, resp).await;
     }
     let session = exchange.routed.session.take();
     let key = identity.key().map_or("", |k| k.id.as_str());
@@ -241,7 +243,8 @@ async fn proceed(
         Reached::Answer(answer) => {
             let guards = answer_guards(call, identity, exchange);
             let answered = respond::Answered { answer, cached: cached.as_ref(), guards };
-            respond::respond(call, answered, exchange, settlement, &failover).await
+            let resp = respond::respond(call, answered, exchange, settlement, &failover).await?;
+            judge::judge_answer(call, identity, exchange, resp).await
         }
         Reached::Local(resp) => {
             settlement.fail(200);

@@ -195,10 +195,14 @@ fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
     };
     let remote = matches!(kind, GuardKind::Webhook(_) | GuardKind::Model(_));
     let on = match raw.on {
-        // A webhook or a classifier judges requests only, for now (asked once, before routing).
+        // A webhook or a classifier judges requests (asked once, before routing) and whole
+        // answers (held until judged); tool traffic is checked by the built-in detectors only.
         None if remote => Directions { request: true, ..Directions::default() },
-        Some(on) if remote && on.iter().any(|o| o != "request") => {
-            return Err(ConfigError::at(at("on"), "a webhook or model guard checks requests only (`on: [request]`)"));
+        Some(on) if remote && on.iter().any(|o| o != "request" && o != "response") => {
+            return Err(ConfigError::at(
+                at("on"),
+                "a webhook or model guard checks requests and answers (`on: [request, response]`)",
+            ));
         }
         on => directions(on, &at("on"))?,
     };
@@ -339,14 +343,14 @@ mod tests {
             ("{x: {type: regex}}", "{}", "guardrails.x.type"),
             ("{x: {type: webhook}}", "{}", "guardrails.x.url"),
             ("{x: {type: webhook, url: 'ftp://h'}}", "{}", "guardrails.x.url"),
-            ("{x: {type: webhook, url: 'http://h', on: [response]}}", "{}", "guardrails.x.on"),
+            ("{x: {type: webhook, url: 'http://h', on: [tool_call]}}", "{}", "guardrails.x.on"),
             ("{x: {type: webhook, url: 'http://h', on_error: maybe}}", "{}", "guardrails.x.on_error"),
             ("{x: {type: webhook, url: 'http://h', timeout: soon}}", "{}", "guardrails.x.timeout"),
             ("{x: {type: model}}", "{}", "guardrails.x.model"),
             ("{x: {type: model, model: g, mode: later}}", "{}", "guardrails.x.mode"),
             ("{x: {type: model, model: g, api: completions}}", "{}", "guardrails.x.api"),
             ("{x: {type: model, model: g, action: mask}}", "{}", "guardrails.x.action"),
-            ("{x: {type: model, model: g, on: [response]}}", "{}", "guardrails.x.on"),
+            ("{x: {type: model, model: g, on: [request, tool_result]}}", "{}", "guardrails.x.on"),
             ("{x: {type: model, model: g, categories: ['']}}", "{}", "guardrails.x.categories"),
             ("{x: {type: pii, action: shout}}", "{}", "guardrails.x.action"),
             ("{x: {type: pii, on: [sideways]}}", "{}", "guardrails.x.on"),

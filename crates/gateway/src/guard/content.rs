@@ -103,6 +103,11 @@ impl ContentGuards {
         self.0.active(request, Direction::Request)
     }
 
+    /// The guards that watch this request's answer.
+    pub(super) fn active_on_answer(&self, request: &GuardedRequest<'_>) -> u64 {
+        self.0.active(request, Direction::Response)
+    }
+
     /// A check took `took` (a webhook's call, by the guard's name).
     pub(super) fn time(&self, guard: &str, took: std::time::Duration) {
         self.0.metrics.time(guard, took);

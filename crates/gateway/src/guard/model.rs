@@ -59,13 +59,19 @@ pub async fn ask(
     classifier: &Classifier,
     guard: &str,
     texts: &[String],
+    answer: bool,
     deadline: Instant,
 ) -> Result<Judgement, String> {
     let (endpoint, body) = if classifier.moderations {
         (Endpoint::Moderations, serde_json::json!({"model": classifier.model, "input": texts}))
     } else {
         let content = texts.join("\n\n");
-        let messages = serde_json::json!([{"role": "user", "content": content}]);
+        // An answer is the assistant's turn, which Llama Guard then judges (after a user's turn).
+        let messages = if answer {
+            serde_json::json!([{"role": "user", "content": ""}, {"role": "assistant", "content": content}])
+        } else {
+            serde_json::json!([{"role": "user", "content": content}])
+        };
         let body = serde_json::json!({"model": classifier.model, "messages": messages, "max_tokens": 32, "temperature": 0, "stream": false});
         (Endpoint::ChatCompletions, body)
     };

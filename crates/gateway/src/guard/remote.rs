@@ -4,6 +4,11 @@
 //! (`Parallel`). A failover's retries reuse the verdict, so none is applied twice. A guard that
 //! cannot answer within its timeout and the request's deadline fails as configured: `on_error:
 //! closed` refuses the request (503 `guardrail_unavailable`), `open` lets it through.
+//!
+//! Those with `on: [response]` judge the whole answer too (`check_answer`): the pipeline holds
+//! it, a stream to its end, and sends it only once they let it — masked where a webhook masks
+//! (a stream's text is judged as one text; masked, the first text event carries all of it), or
+//! refused with the client API's own error where one blocks.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +18,7 @@ use bytes::Bytes;
 use super::content::ContentGuards;
 use super::json_text::{rewrite_texts, NOT_TEXT};
 use super::model::{self, ModelCaller};
+use super::stream_text::{self, Shape};
 use super::{webhook, GuardedRequest};
 use crate::config::guardrails::{Classifier, GuardAction, GuardKind, Webhook};
 use crate::error::GatewayError;
@@ -99,7 +105,8 @@ impl RemoteGuards {
             match remote {
                 Remote::Webhook(hook) => {
                     let started = Instant::now();
-                    let asked = webhook::ask(&self.client, hook, &guard.name, request, &texts, deadline).await;
+                    let asked =
+                        webhook::ask(&self.client, hook, &guard.name, request, &texts, "request", deadline).await;
                     self.content.time(&guard.name, started.elapsed());
                     match asked {
                         Ok(answer) => webhook::apply(&self.content, request, &guard.name, guard.action, answer, body)?,
@@ -110,7 +117,7 @@ impl RemoteGuards {
                     }
                 }
                 Remote::Model(classifier) => {
-                    let judged = self.judge(classifier, &guard.name, guard.action, request, texts, deadline);
+                    let judged = self.judge(classifier, &guard.name, guard.action, request, texts, false, deadline);
                     if classifier.parallel {
                         parallel.push(tokio::spawn(judged));
                     } else {
@@ -122,8 +129,66 @@ impl RemoteGuards {
         Ok((!parallel.is_empty()).then_some(Parallel(parallel)))
     }
 
-    /// A classifier's verdict on `texts`, counted, as a future that owns what it needs (it may
-    /// run on its own task, beside the call).
+    /// Whether one of these guards watches this request's answer.
+    pub fn watches_answer(&self, request: &GuardedRequest<'_>) -> bool {
+        let active = self.content.active_on_answer(request);
+        self.remotes.iter().any(|(i, _)| active & (1 << i) != 0)
+    }
+
+    /// Ask every remote guard that watches this request's answer about the whole answer, in name
+    /// order: `answer` becomes what the last one left (masked), or the first block or closed
+    /// failure refuses it. A stream's answer text is judged as one text; a stream whose shape
+    /// carries no text the guards can follow has nothing to judge.
+    pub async fn check_answer(
+        &self,
+        request: &GuardedRequest<'_>,
+        answer: &mut Bytes,
+        deadline: Instant,
+    ) -> Result<(), GatewayError> {
+        let active = self.content.active_on_answer(request);
+        let shape = if request.stream { Shape::of(request.endpoint) } else { None };
+        for (index, remote) in self.remotes.iter().filter(|(i, _)| active & (1 << i) != 0) {
+            let guard = &self.content.configs()[*index];
+            let texts = match shape {
+                Some(shape) => vec![stream_text::whole_text(shape, answer)],
+                None if request.stream => Vec::new(),
+                None => texts_of(answer),
+            };
+            if texts.iter().all(String::is_empty) {
+                continue;
+            }
+            match remote {
+                Remote::Webhook(hook) => {
+                    let started = Instant::now();
+                    let asked =
+                        webhook::ask(&self.client, hook, &guard.name, request, &texts, "response", deadline).await;
+                    self.content.time(&guard.name, started.elapsed());
+                    let verdict = match asked {
+                        Ok(verdict) => verdict,
+                        Err(e) => {
+                            let tally = request.verdicts.map(|t| &**t);
+                            failed(&self.content, tally, &guard.name, "webhook", hook.fail_open, &e)?;
+                            continue;
+                        }
+                    };
+                    let Some(replacements) =
+                        webhook::decide(&self.content, request, &guard.name, guard.action, verdict)?
+                    else {
+                        continue;
+                    };
+                    *answer = masked(answer, shape, replacements);
+                }
+                Remote::Model(classifier) => {
+                    self.judge(classifier, &guard.name, guard.action, request, texts, true, deadline).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A classifier's verdict on `texts` (a request's, or an `answer`'s), counted, as a future
+    /// that owns what it needs (it may run on its own task, beside the call).
+    #[allow(clippy::too_many_arguments)] // each is one thing the verdict is about
     fn judge(
         &self,
         classifier: &Classifier,
@@ -131,13 +196,14 @@ impl RemoteGuards {
         action: GuardAction,
         request: &GuardedRequest<'_>,
         texts: Vec<String>,
+        answer: bool,
         deadline: Instant,
     ) -> impl std::future::Future<Output = Result<(), GatewayError>> + Send + 'static {
         let (this, classifier, guard) = (self.handle(), classifier.clone(), guard.to_owned());
         let tally = request.verdicts.cloned();
         async move {
             let started = Instant::now();
-            let asked = model::ask(&*this.caller, &classifier, &guard, &texts, deadline).await;
+            let asked = model::ask(&*this.caller, &classifier, &guard, &texts, answer, deadline).await;
             this.content.time(&guard, started.elapsed());
             let judgement = match asked {
                 Ok(judgement) => judgement,
@@ -185,6 +251,21 @@ fn failed(
     } else {
         tracing::warn!(guard, error, "{kind} guard failed; refusing the request (on_error: closed)");
         Err(GatewayError::GuardrailUnavailable)
+    }
+}
+
+/// `answer` with a webhook's replacements: a whole answer's texts in order, or a stream's one text.
+fn masked(answer: &Bytes, shape: Option<Shape>, replacements: Vec<Option<String>>) -> Bytes {
+    let mut replacements = replacements.into_iter();
+    match shape {
+        Some(shape) => match replacements.next().flatten() {
+            Some(text) => stream_text::with_whole_text(shape, answer, &stream_text::whole_text(shape, answer), &text),
+            None => answer.clone(),
+        },
+        None => match rewrite_texts(answer, NOT_TEXT, |_| replacements.next().flatten()) {
+            Some(rewritten) => Bytes::from(rewritten),
+            None => answer.clone(),
+        },
     }
 }
 

@@ -116,6 +116,57 @@ impl TextEvent {
     }
 }
 
+/// A held stream's events (or JSON lines), as they came.
+fn events(shape: Shape, body: &[u8]) -> Vec<&[u8]> {
+    let end_of = if shape.is_ndjson() { super::line_end } else { super::event_end };
+    let mut rest = body;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let end = end_of(rest).unwrap_or(rest.len());
+        out.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// A whole stream's answer text: its text events' texts, joined.
+pub fn whole_text(shape: Shape, body: &[u8]) -> String {
+    events(shape, body).into_iter().filter_map(|e| TextEvent::parse(shape, e)).map(|e| e.text().to_owned()).collect()
+}
+
+/// The stream again with `text` as its whole answer text instead of `was`: the first text event
+/// carries all of it and the later ones none; an event that repeats the whole text (Responses'
+/// `output_text.done`, `response.completed`) repeats the new one; every other event as it was.
+pub fn with_whole_text(shape: Shape, body: &[u8], was: &str, text: &str) -> Bytes {
+    let mut out = Vec::with_capacity(body.len());
+    let mut first = true;
+    for event in events(shape, body) {
+        match TextEvent::parse(shape, event) {
+            Some(parsed) => {
+                out.extend_from_slice(&parsed.with_text(if first { text } else { "" }));
+                first = false;
+            }
+            None => out.extend_from_slice(&repeated_text_replaced(event, was, text)),
+        }
+    }
+    Bytes::from(out)
+}
+
+/// `event` with each string of its data that is exactly `was` replaced by `text`.
+fn repeated_text_replaced(event: &[u8], was: &str, text: &str) -> Vec<u8> {
+    let start = match memchr::memmem::find(event, b"data:") {
+        Some(i) => i + 5,
+        None if event.first() == Some(&b'{') => 0,
+        None => return event.to_vec(),
+    };
+    let end = memchr::memchr(b'\n', &event[start..]).map_or(event.len(), |i| start + i);
+    let swap = |t: &str| (t == was).then(|| text.to_owned());
+    match super::json_text::rewrite_texts(&event[start..end], super::json_text::NOT_TEXT, swap) {
+        Some(data) => [&event[..start], &data[..], &event[end..]].concat(),
+        None => event.to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,11 +49,12 @@ pub(super) async fn ask(
     guard: &str,
     request: &GuardedRequest<'_>,
     texts: &[String],
+    direction: &str,
     deadline: Instant,
 ) -> Result<Answer, String> {
     let payload = serde_json::json!({
         "guard": guard,
-        "direction": "request",
+        "direction": direction,
         "model": request.requested,
         "key": request.key,
         "team": request.team,
@@ -92,13 +93,31 @@ pub(super) fn apply(
     answer: Answer,
     body: &mut Bytes,
 ) -> Result<(), GatewayError> {
+    if let Some(replacements) = decide(content, request, guard, action, answer)? {
+        let mut replacements = replacements.into_iter();
+        if let Some(masked) = rewrite_texts(body, NOT_TEXT, |_| replacements.next().flatten()) {
+            *body = Bytes::from(masked);
+        }
+    }
+    Ok(())
+}
+
+/// One webhook's verdict, counted: the replacements to make when it masks (and the guard does
+/// not only log), or the block.
+pub(super) fn decide(
+    content: &ContentGuards,
+    request: &GuardedRequest<'_>,
+    guard: &str,
+    action: GuardAction,
+    answer: Answer,
+) -> Result<Option<Vec<Option<String>>>, GatewayError> {
     let logging = action == GuardAction::Log;
     match answer.action {
-        Action::Allow => Ok(()),
+        Action::Allow => Ok(None),
         Action::Block => {
             content.count(request, guard, "webhook", if logging { "log" } else { "block" });
             if logging {
-                return Ok(());
+                return Ok(None);
             }
             let reason = answer.reason.as_deref().map(|r| r.chars().take(200).collect::<String>());
             let reason = match reason {
@@ -109,14 +128,7 @@ pub(super) fn apply(
         }
         Action::Mask => {
             content.count(request, guard, "webhook", if logging { "log" } else { "mask" });
-            if logging {
-                return Ok(());
-            }
-            let mut replacements = answer.replacements.into_iter();
-            if let Some(masked) = rewrite_texts(body, NOT_TEXT, |_| replacements.next().flatten()) {
-                *body = Bytes::from(masked);
-            }
-            Ok(())
+            Ok((!logging).then_some(answer.replacements))
         }
     }
 }

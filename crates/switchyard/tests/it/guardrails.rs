@@ -401,3 +401,71 @@ async fn a_slow_webhook_is_given_up_at_its_timeout_or_the_requests_deadline() {
         assert!(took >= due && took < due + Duration::from_millis(250), "{timeout} {top} {on_error}: {took:?}");
     }
 }
+
+/// A webhook guard on answers (`on: [response]`): the whole answer is held until it has judged —
+/// a plain answer and a stream of every API, translated or passed through. Allowed answers go
+/// out as they were; `code-123` comes back masked (a stream's text as one text, in pieces as the
+/// backend split it); `forbidden` is refused with a 400 in the client API's own shape, before any
+/// of it was sent. The webhook is told `direction: response`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_on_answers_holds_them_and_masks_or_blocks_them_before_they_go_out() {
+    let openai = mock(&["m"]).await;
+    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
+    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
+    let (url, seen) = webhook_service(std::time::Duration::ZERO).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         guardrails:\n  default: [hook]\n\
+         \x20 hook: {{type: webhook, url: '{url}', timeout: 2s, on_error: closed, action: block, on: [response]}}\n\
+         backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
+         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
+        openai.url(),
+        anthropic.url(),
+        ollama.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let post = |path: String, body: Value| {
+        let (client, url) = (client.clone(), format!("{}{path}", gw.url()));
+        async move { client.post_json(&url, body.to_string().as_bytes(), &[]).await.unwrap() }
+    };
+
+    // A plain answer.
+    let (path, mut body) = tool_result_request("chat", "m", "my code-123 is here");
+    body.as_object_mut().unwrap().remove("stream");
+    let r = post(path.clone(), body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "Tool result: my [CODE] is here", "{}", r.text());
+    assert_eq!(r.json()["usage"]["total_tokens"].as_u64().map(|t| t > 0), Some(true));
+    let (_, mut body) = tool_result_request("chat", "m", "something forbidden");
+    body.as_object_mut().unwrap().remove("stream");
+    let r = post(path, body).await;
+    assert_eq!((r.status.as_u16(), &r.json()["error"]["code"]), (400, &json!("content_blocked")), "{}", r.text());
+    assert!(!r.text().contains("forbidden"), "{}", r.text());
+    {
+        let asked = seen.lock().unwrap();
+        assert_eq!(asked.len(), 2, "asked about each answer, never the request: {asked:?}");
+        assert_eq!(asked[0]["direction"], "response");
+        assert!(asked[0]["texts"].as_array().unwrap().iter().any(|t| t == "Tool result: my code-123 is here"));
+    }
+
+    let cases =
+        [("chat", "m"), ("responses", "m"), ("anthropic", "m"), ("anthropic", "a"), ("gemini", "m"), ("ollama", "o")];
+    for (api, model) in cases {
+        let result = format!("my code{}-123 is here", switchyard_testkit::REPLY_SPLIT);
+        let (path, body) = tool_result_request(api, model, &result);
+        let r = post(path.clone(), body).await;
+        assert_eq!(r.status, 200, "{api}/{model}: {}", r.text());
+        let stream = r.text();
+        assert_eq!(streamed_text(api, &stream), "Tool result: my [CODE] is here", "{api}/{model}:\n{stream}");
+        assert!(!stream.contains("code-123") && !stream.contains("-123"), "{api}/{model}:\n{stream}");
+        let (_, body) =
+            tool_result_request(api, model, &format!("all forbid{}den here", switchyard_testkit::REPLY_SPLIT));
+        let r = post(path, body).await;
+        assert_eq!(r.status, 400, "{api}/{model}: {}", r.text());
+        // In the API's own error shape (Anthropic's has no code; the message names the guard).
+        assert!(r.text().contains("guardrail `hook`") && !r.text().contains("forbid"), "{api}/{model}: {}", r.text());
+        let last = seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last["texts"], json!(["Tool result: all forbidden here"]), "{api}/{model}: one text");
+    }
+}

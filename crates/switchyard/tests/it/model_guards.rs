@@ -22,7 +22,9 @@ const MASTER: &str = "model-guard-master";
 /// category), `lockpick` → unsafe S9 (not configured), anything else → safe.
 async fn llama_guard(delay: Duration) -> (String, Seen) {
     let (addr, seen) = json_service(delay, |asked| {
-        let prompt = asked["messages"][0]["content"].as_str().unwrap_or_default();
+        // The last turn is judged: the user's (a request), or the assistant's (an answer).
+        let turns = asked["messages"].as_array().cloned().unwrap_or_default();
+        let prompt = turns.last().and_then(|m| m["content"].as_str()).unwrap_or_default().to_owned();
         let verdict = if prompt.contains("attack") {
             "unsafe\nS2"
         } else if prompt.contains("lockpick") {
@@ -190,4 +192,50 @@ async fn a_moderation_model_guard_blocks_its_flagged_categories() {
     assert!(!sent.iter().any(|b| b.contains("\"messages\"") && b.contains("castle")), "{sent:?}");
     let rows = request_log(&client, &gw, MASTER, 4).await;
     assert_eq!(rows.iter().filter(|r| r["guard_call"] == "moderator").count(), 2, "{rows:?}");
+}
+
+/// A model guard on answers (`on: [response]`): the classifier judges the assistant's turn of the
+/// whole answer — plain or streamed, held until it has — and an answer in a configured category
+/// is refused with a 400 before any of it is sent, while a safe one goes out as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_guard_on_answers_blocks_an_unsafe_answer_before_it_goes_out() {
+    let backend = mock(&["m"]).await;
+    let (classifier, seen) = llama_guard(Duration::ZERO).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         storage: {{url: '{}', usage_journal_dir: '{}/usage'}}\n\
+         auth: {{master_key: {MASTER}}}\n\
+         guardrails:\n  default: [llama]\n\
+         \x20 llama: {{type: model, model: llama-guard, categories: [S1, S2], on: [response]}}\n\
+         backends:\n  - {{name: b0, url: '{}'}}\n  - {{name: classifier, url: '{classifier}', models: [llama-guard]}}\n",
+        db_url(&dir),
+        dir.display(),
+        backend.url(),
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let bearer = format!("Bearer {MASTER}");
+    // The mock's answer quotes a tool result: the answer says what the result said.
+    let call = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
+    for stream in [false, true] {
+        for (result, status) in [("all quiet", 200), ("the attack starts at dawn", 400)] {
+            let body = json!({"model": "m", "stream": stream, "messages": [
+                {"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": call},
+                {"role": "tool", "tool_call_id": "c1", "content": result}]});
+            let url = format!("{}/v1/chat/completions", gw.url());
+            let r = client.post_json(&url, body.to_string().as_bytes(), &[("authorization", &bearer)]).await.unwrap();
+            assert_eq!(r.status, status, "stream {stream}, {result}: {}", r.text());
+            if status == 400 {
+                assert_eq!(r.json()["error"]["code"], "content_blocked");
+                assert!(r.text().contains("S2") && !r.text().contains("dawn"), "{}", r.text());
+            } else {
+                assert!(r.text().contains("all quiet"), "{}", r.text());
+            }
+            let asked = seen.lock().unwrap().last().cloned().unwrap();
+            assert_eq!(asked["messages"][1]["role"], "assistant", "{asked}");
+            assert!(asked["messages"][1]["content"].as_str().unwrap().contains(result), "{asked}");
+        }
+    }
+    assert_eq!(seen.lock().unwrap().len(), 4, "asked once per answer, never about a request");
 }

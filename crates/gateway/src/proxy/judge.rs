@@ -1,0 +1,49 @@
+//! Guard (answer, remote): webhooks and classifiers with `on: [response]` judge the whole answer
+//! before any of it reaches the client. The answer, as the relay would send it (translated,
+//! masked by the built-in guards, metered), is held whole — a stream to its end — then judged;
+//! it goes out as the guards leave it, or the client gets the block in its API's error shape.
+//! Without such a guard (the usual case) the response passes untouched: one check.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{header, Response};
+use http_body_util::{BodyExt, Full, Limited};
+
+use super::{guarded, Call, Exchange};
+use crate::auth::Identity;
+use crate::error::GatewayError;
+use crate::http::GatewayBody;
+
+/// The most of an answer held for judging: a larger one is refused rather than held.
+const MAX_HELD_BYTES: usize = 64 << 20;
+
+pub(super) async fn judge_answer(
+    call: &Call<'_>,
+    identity: &Identity,
+    exchange: &Exchange,
+    resp: Response<GatewayBody>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    if call.guard_call.is_some() || !resp.status().is_success() {
+        return Ok(resp);
+    }
+    let request = guarded(call, identity, exchange);
+    if !call.app.guards.remote_answer(&request) {
+        return Ok(resp);
+    }
+    let (mut parts, body) = resp.into_parts();
+    let left = call.deadline.saturating_duration_since(Instant::now());
+    let held = match tokio::time::timeout(left, Limited::new(body, MAX_HELD_BYTES).collect()).await {
+        Ok(Ok(held)) => held.to_bytes(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "an answer held for its guards could not be read whole");
+            return Err(GatewayError::BadGateway { message: "the answer could not be read whole".to_owned() });
+        }
+        Err(_) => return Err(GatewayError::UpstreamTimeout),
+    };
+    let mut answer: Bytes = held;
+    call.app.guards.check_remote_answer(&request, &mut answer, call.deadline).await?;
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    parts.headers.insert(header::CONTENT_LENGTH, answer.len().into());
+    Ok(Response::from_parts(parts, GatewayBody::Left(Full::new(answer))))
+}
