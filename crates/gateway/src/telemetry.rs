@@ -10,6 +10,7 @@ mod export;
 pub mod exports;
 pub mod otlp_logs;
 mod otlp_spans;
+#[cfg(feature = "parquet")]
 mod parquet_file;
 pub mod s3;
 pub mod trace;

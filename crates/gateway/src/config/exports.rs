@@ -168,7 +168,13 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
                 }
                 let format = match e.format.as_deref() {
                     None | Some("jsonl") => ObjectFormat::JsonLines,
-                    Some("parquet") => ObjectFormat::Parquet,
+                    Some("parquet") if cfg!(feature = "parquet") => ObjectFormat::Parquet,
+                    Some("parquet") => {
+                        return Err(ConfigError::at(
+                            at("format"),
+                            "this build has no Parquet support: build it with `--features parquet`",
+                        ))
+                    }
                     Some(other) => {
                         return Err(ConfigError::at(
                             at("format"),

@@ -30,6 +30,10 @@ use crate::upstream::UpstreamClient;
 use crate::usage::CheckpointFile;
 use crate::usage::UsageSink;
 
+/// What a build without the `parquet` feature says (its config refuses `format: parquet` first).
+#[cfg(not(feature = "parquet"))]
+const NO_PARQUET: &str = "this build has no Parquet support";
+
 pub struct S3Sink {
     store: AmazonS3,
     prefix: String,
@@ -89,7 +93,10 @@ impl S3Sink {
                 }
                 Ok(body)
             }
+            #[cfg(feature = "parquet")]
             ObjectFormat::Parquet => super::parquet_file::encode(records),
+            #[cfg(not(feature = "parquet"))]
+            ObjectFormat::Parquet => Err(NO_PARQUET.to_owned()),
         }
     }
 
@@ -99,7 +106,10 @@ impl S3Sink {
         let bytes = body.bytes().await.map_err(|e| format!("S3 get {key}: {e}"))?;
         match self.format {
             ObjectFormat::JsonLines => Ok(bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count()),
+            #[cfg(feature = "parquet")]
             ObjectFormat::Parquet => super::parquet_file::rows(bytes),
+            #[cfg(not(feature = "parquet"))]
+            ObjectFormat::Parquet => Err(NO_PARQUET.to_owned()),
         }
     }
 }

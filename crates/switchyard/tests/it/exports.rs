@@ -166,6 +166,20 @@ async fn a_sink_past_its_max_backlog_drops_its_oldest_records_and_counts_them() 
     }
 }
 
+/// `format: parquet` needs a build with the `parquet` feature (the test command's); the default
+/// build refuses it at config time, naming the field.
+#[test]
+fn parquet_objects_need_a_build_with_parquet() {
+    let yaml = "exports:\n  - {name: p, type: s3, bucket: b, format: parquet}\n";
+    let loaded = switchyard_gateway::Config::from_yaml(yaml, &test_env(yaml));
+    if cfg!(feature = "parquet") {
+        assert!(loaded.is_ok(), "{:?}", loaded.err());
+    } else {
+        let e = loaded.unwrap_err();
+        assert!(e.path == "exports[0].format" && e.message.contains("--features parquet"), "{e:?}");
+    }
+}
+
 #[test]
 fn exports_need_the_usage_journal() {
     let yaml = "storage: {record_usage: false}\nexports:\n  - {name: h, type: webhook, url: 'http://127.0.0.1:1/x'}\n";
@@ -239,7 +253,9 @@ async fn every_record_lands_in_an_s3_bucket_once_across_a_frozen_server_and_a_re
 }
 
 /// `format: parquet`: each batch is one Parquet object that an independent reader (pyarrow) reads
-/// back with the records' columns and types; every record once.
+/// back with the records' columns and types; every record once. (A build with `--features parquet`:
+/// the test command's.)
+#[cfg(feature = "parquet")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_s3_sink_in_parquet_writes_objects_pyarrow_reads_every_record_of_once() {
     let client = TestClient::new();
