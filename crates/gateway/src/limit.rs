@@ -140,6 +140,22 @@ impl Permit {
     pub fn settle(&mut self, actual_tokens: u64) {
         self.hold.settle(actual_tokens);
     }
+
+    /// Charge `tokens` used after admission — a realtime session's responses, as each completes —
+    /// to every level's tokens-per-minute window now, beside the reservation made at admission.
+    pub async fn charge(&self, tokens: u64) {
+        let holds = match &self.hold {
+            Hold::Levels(holds) => holds.iter().collect(),
+            hold => vec![hold],
+        };
+        for hold in holds {
+            match hold {
+                Hold::Memory(h) => h.charge(tokens),
+                Hold::Shared(h) => h.charge(tokens).await,
+                Hold::Nothing | Hold::Levels(_) => {}
+            }
+        }
+    }
 }
 
 impl Hold {

@@ -120,6 +120,16 @@ impl fmt::Debug for ExportConfig {
     }
 }
 
+/// An S3 sink's `format`; Parquet only in a build with the `parquet` feature.
+fn object_format(format: Option<&str>) -> Result<ObjectFormat, String> {
+    match format {
+        None | Some("jsonl") => Ok(ObjectFormat::JsonLines),
+        Some("parquet") if cfg!(feature = "parquet") => Ok(ObjectFormat::Parquet),
+        Some("parquet") => Err("this build has no Parquet support: build it with `--features parquet`".to_owned()),
+        Some(other) => Err(format!("`{other}` is not a format (jsonl, parquet)")),
+    }
+}
+
 pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
     let mut exports: Vec<ExportConfig> = Vec::with_capacity(raw.len());
     for (i, e) in raw.into_iter().enumerate() {
@@ -166,22 +176,7 @@ pub fn validate(raw: Vec<RawExport>) -> Result<Vec<ExportConfig>, ConfigError> {
                 if e.access_key_id.is_some() != e.secret_access_key.is_some() {
                     return Err(ConfigError::at(at("access_key_id"), "give both access_key_id and secret_access_key"));
                 }
-                let format = match e.format.as_deref() {
-                    None | Some("jsonl") => ObjectFormat::JsonLines,
-                    Some("parquet") if cfg!(feature = "parquet") => ObjectFormat::Parquet,
-                    Some("parquet") => {
-                        return Err(ConfigError::at(
-                            at("format"),
-                            "this build has no Parquet support: build it with `--features parquet`",
-                        ))
-                    }
-                    Some(other) => {
-                        return Err(ConfigError::at(
-                            at("format"),
-                            format!("`{other}` is not a format (jsonl, parquet)"),
-                        ))
-                    }
-                };
+                let format = object_format(e.format.as_deref()).map_err(|e| ConfigError::at(at("format"), e))?;
                 let prefix = e.prefix.clone().unwrap_or_else(|| "switchyard/".to_owned());
                 let prefix = if prefix.is_empty() || prefix.ends_with('/') { prefix } else { format!("{prefix}/") };
                 ExportSink::S3(S3Target {

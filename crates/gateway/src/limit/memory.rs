@@ -264,6 +264,18 @@ impl MemoryLimiter {
 }
 
 impl Hold {
+    /// Charge `tokens` used since admission to the key's window now (its current second).
+    pub fn charge(&self, tokens: u64) {
+        let now_s = self.limiter.now_ms() / 1000;
+        let mut keys = self.limiter.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = keys.get_mut(&self.key) {
+            w.advance(now_s);
+            let i = (now_s % BUCKETS as u64) as usize;
+            w.tokens[i] += tokens;
+            w.token_sum += tokens;
+        }
+    }
+
     /// Replace the token estimate with the real count (a reservation already aged out is left alone).
     pub fn settle(&mut self, actual_tokens: u64) {
         if let Some(r) = self.reservation.take() {

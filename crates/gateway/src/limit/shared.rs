@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use redis::Script;
 
 use super::lease::{Drawn, Grant, Leases, Redraw, Unused, Want};
-use super::shared_scripts::{ACQUIRE, FINISH, REFRESH};
+use super::shared_scripts::{ACQUIRE, CHARGE, FINISH, REFRESH};
 use super::{Limits, MemoryLimiter, Permit, RateLimited, Refused, Snapshot};
 use crate::config::FailurePolicy;
 use crate::shared::{Shared, SharedError, HEARTBEAT, PREFIX};
@@ -58,6 +58,7 @@ pub struct SharedLimiter {
     acquire: Script,
     finish: Script,
     refresh: Script,
+    charge: Script,
     /// This instance's parallel slots in Redis: holder number → its set's key.
     holders: Mutex<HashMap<u64, (String, bool)>>,
     next_holder: AtomicU64,
@@ -89,6 +90,7 @@ impl SharedLimiter {
             acquire: Script::new(ACQUIRE),
             finish: Script::new(FINISH),
             refresh: Script::new(REFRESH),
+            charge: Script::new(CHARGE),
             holders: Mutex::new(HashMap::new()),
             next_holder: AtomicU64::new(0),
             fallback,
@@ -441,6 +443,24 @@ pub struct Hold {
 impl Hold {
     pub fn settle(&mut self, actual_tokens: u64) {
         self.actual = Some(actual_tokens);
+    }
+
+    /// Charge `tokens` used since admission to the key's window now (one script; a failure
+    /// is logged: the tokens were used either way).
+    pub async fn charge(&self, tokens: u64) {
+        let limiter = &self.limiter;
+        let window = window_key(&self.key);
+        let charged = limiter
+            .shared
+            .call(|mut c| {
+                let mut call = limiter.charge.key(&window);
+                call.arg(tokens);
+                async move { call.invoke_async::<i64>(&mut c).await }
+            })
+            .await;
+        if let Err(e) = charged {
+            tracing::warn!(error = ?e, "could not charge a session's tokens to its shared window");
+        }
     }
 }
 

@@ -151,6 +151,25 @@ if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
 return 1
 ";
 
+/// Charge tokens used after admission (a realtime session's responses as they complete) to the
+/// current second of a window, on Redis's clock, keeping its running sum and marks right.
+/// KEYS: the window hash. ARGV: the tokens.
+pub const CHARGE: &str = r"
+local by = tonumber(ARGV[1])
+if by <= 0 then return 0 end
+local t = redis.call('TIME')
+local now_s = tonumber(t[1])
+local W = KEYS[1]
+local v = redis.call('HMGET', W, 'h', 'f')
+local head = math.max(tonumber(v[1]) or now_s, now_s)
+local first = tonumber(v[2]) or now_s
+redis.call('HINCRBY', W, 't' .. now_s, by)
+redis.call('HINCRBY', W, 'T', by)
+redis.call('HSET', W, 'h', head, 'f', first)
+redis.call('PEXPIRE', W, 62000)
+return 1
+";
+
 /// Push back the expiry of this instance's holders. KEYS: holder sets; ARGV: TTL, then one
 /// holder per key. Returns, per holder, 1 if it was still there (0: it ended, or expired while
 /// Redis was out of reach for longer than its TTL).

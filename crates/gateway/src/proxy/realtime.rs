@@ -2,8 +2,9 @@
 //! The client is authenticated before the upgrade — a bearer key, or the key in the
 //! `openai-insecure-api-key.…` subprotocol as browsers must send it — and admitted (its rpm at
 //! connect; the session holds a parallel slot). Messages are relayed both ways as they come. Each
-//! `response.done` event's usage is a usage record of its own; the session's tokens and cost
-//! settle its tpm and budget when it ends. It ends when either side closes, after
+//! `response.done` event's usage is a usage record of its own, and its tokens are charged to the
+//! key's tokens per minute (every level) as it completes; the session's cost settles its budget
+//! when it ends. It ends when either side closes, after
 //! `realtime.idle_timeout` without a message either way, or after `realtime.max_duration`.
 
 use std::sync::Arc;
@@ -72,7 +73,8 @@ pub async fn forward(
     let routed = RoutedRequest {
         model: model.clone(),
         requested: requested.clone(),
-        max_tokens: None,
+        // Nothing reserved at connect: each response's tokens are charged as it completes.
+        max_tokens: Some(0),
         stream: true,
         body: bytes::Bytes::new(),
         session: None,
@@ -214,7 +216,9 @@ impl Session {
                 },
                 m = from_upstream.next() => match m {
                     Some(Ok(m)) if !m.is_close() => {
-                        self.observe(&m);
+                        if let (Some(tokens), Some(permit)) = (self.observe(&m), &self.permit) {
+                            permit.charge(tokens).await;
+                        }
                         to_client.send(m).await.is_ok()
                     }
                     _ => false,
@@ -231,11 +235,11 @@ impl Session {
         self.settle();
     }
 
-    /// A `response.done` event from the backend: its usage is a record.
-    fn observe(&mut self, message: &Message) {
-        let Message::Text(text) = message else { return };
+    /// A `response.done` event from the backend: its usage is a record; its tokens.
+    fn observe(&mut self, message: &Message) -> Option<u64> {
+        let Message::Text(text) = message else { return None };
         if !text.as_str().contains("\"response.done\"") {
-            return;
+            return None;
         }
         #[derive(serde::Deserialize)]
         struct Done {
@@ -255,6 +259,7 @@ impl Session {
         let usage = serde_json::from_str::<Done>(text.as_str()).ok().and_then(|d| d.response?.usage);
         let (input, output) = usage.map_or((0, 0), |u| (u.input_tokens, u.output_tokens));
         self.record(input, output);
+        Some(input + output)
     }
 
     fn record(&mut self, input: u64, output: u64) {
@@ -280,10 +285,11 @@ impl Session {
         }
     }
 
-    /// The session's tokens against its tpm, its cost against its budget.
+    /// The session's cost against its budget; its reservation of tokens given back (its
+    /// responses' tokens were charged as they completed).
     fn settle(&mut self) {
         if let Some(mut permit) = self.permit.take() {
-            permit.settle(self.tokens);
+            permit.settle(0);
         }
         if let Some(budget) = self.budget.take() {
             budget.settle(self.cost);

@@ -128,3 +128,80 @@ async fn an_idle_session_is_ended() {
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(3), "{took:?}");
 }
+
+/// A session's responses count against its key's tokens per minute as each completes, not when
+/// the session ends: with `tpm: 40` and 15 tokens a response, three responses in an open session
+/// leave no room for a chat request with the same key (refused on tokens), while a key of the
+/// same limits that ran no session is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_responses_count_against_tpm_as_they_complete() {
+    let (gw, _backend) = realtime_gateway("").await;
+    let client = TestClient::new();
+    let master = format!("Bearer {MASTER}");
+    let new_key = || async {
+        let url = format!("{}/admin/keys", gw.url());
+        let created = client.post_json(&url, br#"{"tpm": 40}"#, &[("authorization", &master)]).await.unwrap();
+        assert_eq!(created.status, 201, "{}", created.text());
+        format!("Bearer {}", created.json()["key"].as_str().unwrap())
+    };
+    let (busy, idle) = (new_key().await, new_key().await);
+    let chat = |bearer: String| {
+        let (client, url) = (client.clone(), format!("{}/v1/chat/completions", gw.url()));
+        let body = json!({"model": "rt", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        async move { client.post_json(&url, body.as_bytes(), &[("authorization", &bearer)]).await.unwrap() }
+    };
+    let mut socket = open(&gw, "rt", &[("authorization", &busy)]).await.unwrap();
+    assert_eq!(event(&mut socket).await["type"], "session.created");
+    for _ in 0..3 {
+        respond(&mut socket).await;
+    }
+    // The session is still open: its 45 tokens are in the window already.
+    let refused = chat(busy.clone()).await;
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert!(refused.text().contains("token"), "{}", refused.text());
+    assert_eq!(chat(idle).await.status, 200);
+    socket.close(None).await.unwrap();
+}
+
+/// The same across a fleet: a session's responses on one instance are charged to the key's shared
+/// window in Redis as they complete, so another instance refuses the key's chat request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_fleet_a_sessions_responses_count_against_the_shared_tpm() {
+    let backend = mock(&["rt"]).await;
+    let redis = crate::common::redis::RedisServer::start();
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let mut gateways = Vec::new();
+    for i in 0..2 {
+        let yaml = format!(
+            "listen: 127.0.0.1:0\n\
+             storage: {{url: '{db}', usage_journal_dir: '{}/usage{i}'}}\n\
+             auth: {{master_key: {MASTER}, secret: {TEST_SECRET}}}\n\
+             redis: {{url: '{}', timeout: 3s}}\n\
+             backends:\n{}",
+            dir.display(),
+            redis.url(),
+            backends_yaml(&[&backend])
+        );
+        gateways.push(gateway_yaml(&yaml).await);
+    }
+    let client = TestClient::new();
+    let url = format!("{}/admin/keys", gateways[0].url());
+    let created =
+        client.post_json(&url, br#"{"tpm": 40}"#, &[("authorization", &format!("Bearer {MASTER}"))]).await.unwrap();
+    let bearer = format!("Bearer {}", created.json()["key"].as_str().unwrap());
+    let chat = |on: usize| {
+        let (client, url, bearer) =
+            (client.clone(), format!("{}/v1/chat/completions", gateways[on].url()), bearer.clone());
+        let body = json!({"model": "rt", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        async move { client.post_json(&url, body.as_bytes(), &[("authorization", &bearer)]).await.unwrap() }
+    };
+    let mut socket = open(&gateways[0], "rt", &[("authorization", &bearer)]).await.unwrap();
+    assert_eq!(event(&mut socket).await["type"], "session.created");
+    for _ in 0..3 {
+        respond(&mut socket).await;
+    }
+    let refused = chat(1).await;
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    socket.close(None).await.unwrap();
+}
