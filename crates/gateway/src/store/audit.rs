@@ -181,6 +181,12 @@ impl Store {
         Ok(seq.map_or(0, |(s,)| s))
     }
 
+    /// How far each export sink has taken the audit log: (sink, last entry delivered).
+    pub async fn audit_export_marks(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = "SELECT sink, seq FROM audit_exports ORDER BY sink";
+        Ok(with_pool!(self, |pool| sqlx::query_as(sql).fetch_all(pool).await?))
+    }
+
     /// Move `sink` from `from` to `to`; false if another instance moved it first.
     pub async fn advance_audit_export(&self, sink: &str, from: i64, to: i64) -> Result<bool, StoreError> {
         let sql = "INSERT INTO audit_exports (sink, seq) VALUES ($1, $3) \

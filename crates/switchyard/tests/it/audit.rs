@@ -16,11 +16,12 @@ async fn admin(client: &TestClient, gw: &RunningGateway, method: Method, path: &
     admin_as(client, gw, MASTER, method, path, body).await
 }
 
-/// `switchyard audit verify --config FILE`: (success, what it printed).
-fn verify(config: &std::path::Path) -> (bool, String) {
+/// `switchyard audit verify --config FILE [extra]`: (success, what it printed).
+fn verify(config: &std::path::Path, extra: &[&str]) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(["audit", "verify", "--config"])
         .arg(config)
+        .args(extra)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -131,17 +132,17 @@ async fn every_change_and_sign_in_is_chained_and_verify_finds_any_edit() {
     assert_eq!(second["data"][0]["seq"].as_i64(), Some(next - 1));
     assert_eq!(admin(&client, &gw, Method::GET, "/admin/audit?limit=0", "").await.status, 400);
 
-    let (ok, said) = verify(&config);
+    let (ok, said) = verify(&config, &[]);
     assert!(ok && said.contains("intact: 15 entries"), "{said}");
     // An edited entry breaks the chain at that entry.
     tamper(&db, r#"UPDATE audit_log SET after = '{"rpm":999}' WHERE seq = 2"#).await;
-    let (ok, said) = verify(&config);
+    let (ok, said) = verify(&config, &[]);
     assert!(!ok && said.contains("broken at entry 2"), "{said}");
     tamper(&db, &format!("UPDATE audit_log SET after = '{}' WHERE seq = 2", update["after"])).await;
-    assert!(verify(&config).0, "restored exactly, it verifies again");
+    assert!(verify(&config, &[]).0, "restored exactly, it verifies again");
     // A removed entry breaks it too.
     tamper(&db, "DELETE FROM audit_log WHERE seq = 5").await;
-    let (ok, said) = verify(&config);
+    let (ok, said) = verify(&config, &[]);
     assert!(!ok && said.contains("broken at entry 5"), "{said}");
 }
 
@@ -150,10 +151,11 @@ async fn the_audit_log_reaches_the_export_sinks_once_each_entry_across_an_outage
     let backend = mock(&["m"]).await;
     let hook = mock(&[]).await;
     let dir = scratch_dir();
+    let db = db_url(&dir);
     let yaml = format!(
         "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
          exports:\n  - {{name: hook, type: webhook, url: '{}/hooks/audit'}}\nbackends:\n{}",
-        db_url(&dir),
+        db,
         dir.display(),
         hook.url(),
         backends_yaml(&[&backend])
@@ -188,4 +190,23 @@ async fn the_audit_log_reaches_the_export_sinks_once_each_entry_across_an_outage
     until(seqs(1..=4)).await;
     let entries = admin(&client, &gw, Method::GET, "/admin/audit", "").await.json();
     assert_eq!(entries["data"].as_array().unwrap().len(), 4, "nothing but the changes was logged");
+
+    // What the sinks were given anchors the chain's end: with its newest entries deleted the chain
+    // still links up on its own, but not to the sink's mark; and an entry's hash kept from an
+    // earlier run (the `--expect` the success line prints) anchors it even with the marks gone.
+    let config = dir.join("audit.yaml");
+    std::fs::write(&config, format!("storage: {{url: '{db}', usage_journal_dir: '{}/usage-cli'}}\n", dir.display()))
+        .unwrap();
+    let (ok, said) = verify(&config, &[]);
+    assert!(ok && said.contains("intact: 4 entries"), "{said}");
+    let anchor = said.split("--expect ").nth(1).unwrap().trim().trim_end_matches(')').to_owned();
+    assert!(anchor.starts_with("4:"), "{anchor}");
+    tamper(&db, "DELETE FROM audit_log WHERE seq >= 3").await;
+    let (ok, said) = verify(&config, &[]);
+    assert!(!ok && said.contains("export sink `hook` was given entries up to 4"), "{said}");
+    tamper(&db, "DELETE FROM audit_exports").await;
+    let (ok, said) = verify(&config, &["--expect", &anchor]);
+    assert!(!ok && said.contains("entry 4 is gone"), "{said}");
+    let (ok, said) = verify(&config, &["--expect", "2:0000"]);
+    assert!(!ok && said.contains("not the entry expected"), "{said}");
 }
