@@ -104,16 +104,9 @@ impl RemoteGuards {
             }
             match remote {
                 Remote::Webhook(hook) => {
-                    let started = Instant::now();
-                    let asked =
-                        webhook::ask(&self.client, hook, &guard.name, request, &texts, "request", deadline).await;
-                    self.content.time(&guard.name, started.elapsed());
-                    match asked {
-                        Ok(answer) => webhook::apply(&self.content, request, &guard.name, guard.action, answer, body)?,
-                        Err(e) => {
-                            let tally = request.verdicts.map(|t| &**t);
-                            failed(&self.content, tally, &guard.name, "webhook", hook.fail_open, &e)?
-                        }
+                    let asked = self.ask_webhook(hook, &guard.name, request, &texts, "request", deadline).await?;
+                    if let Some(answer) = asked {
+                        webhook::apply(&self.content, request, &guard.name, guard.action, answer, body)?;
                     }
                 }
                 Remote::Model(classifier) => {
@@ -159,18 +152,8 @@ impl RemoteGuards {
             }
             match remote {
                 Remote::Webhook(hook) => {
-                    let started = Instant::now();
-                    let asked =
-                        webhook::ask(&self.client, hook, &guard.name, request, &texts, "response", deadline).await;
-                    self.content.time(&guard.name, started.elapsed());
-                    let verdict = match asked {
-                        Ok(verdict) => verdict,
-                        Err(e) => {
-                            let tally = request.verdicts.map(|t| &**t);
-                            failed(&self.content, tally, &guard.name, "webhook", hook.fail_open, &e)?;
-                            continue;
-                        }
-                    };
+                    let asked = self.ask_webhook(hook, &guard.name, request, &texts, "response", deadline).await?;
+                    let Some(verdict) = asked else { continue };
                     let Some(replacements) =
                         webhook::decide(&self.content, request, &guard.name, guard.action, verdict)?
                     else {
@@ -184,6 +167,29 @@ impl RemoteGuards {
             }
         }
         Ok(())
+    }
+
+    /// Ask one webhook about `texts`, timed: its answer, or None when it failed and `on_error:
+    /// open` lets the traffic through (a closed failure is the error); failures are counted.
+    async fn ask_webhook(
+        &self,
+        hook: &Webhook,
+        guard: &str,
+        request: &GuardedRequest<'_>,
+        texts: &[String],
+        direction: &str,
+        deadline: Instant,
+    ) -> Result<Option<webhook::Answer>, GatewayError> {
+        let started = Instant::now();
+        let asked = webhook::ask(&self.client, hook, guard, request, texts, direction, deadline).await;
+        self.content.time(guard, started.elapsed());
+        match asked {
+            Ok(answer) => Ok(Some(answer)),
+            Err(e) => {
+                let tally = request.verdicts.map(|t| &**t);
+                failed(&self.content, tally, guard, "webhook", hook.fail_open, &e).map(|()| None)
+            }
+        }
     }
 
     /// A classifier's verdict on `texts` (a request's, or an `answer`'s), counted, as a future
