@@ -21,6 +21,7 @@ use super::model::{self, ModelCaller};
 use super::stream_text::{self, Shape};
 use super::{webhook, GuardedRequest};
 use crate::config::guardrails::{Classifier, GuardAction, GuardKind, Webhook};
+use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
 use crate::records::VerdictTally;
 use crate::upstream::UpstreamClient;
@@ -122,8 +123,13 @@ impl RemoteGuards {
         Ok((!parallel.is_empty()).then_some(Parallel(parallel)))
     }
 
-    /// Whether one of these guards watches this request's answer.
+    /// Whether one of these guards watches this request's answer: the chat APIs' answers (OpenAI
+    /// Chat and Responses, Anthropic, Gemini, Ollama), whose text they can read — never audio or
+    /// images, which would only be held for nothing.
     pub fn watches_answer(&self, request: &GuardedRequest<'_>) -> bool {
+        if Shape::of(request.endpoint).is_none() && request.endpoint != Endpoint::GeminiGenerate {
+            return false;
+        }
         let active = self.content.active_on_answer(request);
         self.remotes.iter().any(|(i, _)| active & (1 << i) != 0)
     }

@@ -448,6 +448,10 @@ async fn a_webhook_on_answers_holds_them_and_masks_or_blocks_them_before_they_go
         assert_eq!(asked[0]["direction"], "response");
         assert!(asked[0]["texts"].as_array().unwrap().iter().any(|t| t == "Tool result: my code-123 is here"));
     }
+    // Answers without text for it (embeddings) are neither held nor sent to it.
+    let r = post("/v1/embeddings".into(), json!({"model": "m", "input": "forbidden words"})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(seen.lock().unwrap().len(), 2);
 
     let cases =
         [("chat", "m"), ("responses", "m"), ("anthropic", "m"), ("anthropic", "a"), ("gemini", "m"), ("ollama", "o")];
