@@ -570,16 +570,6 @@ aliases:
         assert!(load("realtime: {idle_timeout: 0s}").unwrap_err().starts_with("realtime.idle_timeout"));
         assert!(load("batches: {concurrency: 0}").unwrap_err().starts_with("batches.concurrency"));
         assert!(load("batches: {completion_window: 0s}").unwrap_err().starts_with("batches.completion_window"));
-        for (yaml, path) in [
-            ("storage: {files: {bucket: ''}}", "storage.files.bucket"),
-            ("storage: {files: {bucket: b, endpoint: 'ftp://x'}}", "storage.files.endpoint"),
-            ("storage: {files: {bucket: b, access_key_id: a}}", "storage.files.access_key_id"),
-            ("storage: {files: {prefix: p}}", "storage"),
-        ] {
-            assert!(load(yaml).unwrap_err().starts_with(path), "{yaml}: {:?}", load(yaml).err());
-        }
-        let files = load("storage: {files: {bucket: b, prefix: team}}").unwrap().storage.files_bucket.unwrap();
-        assert_eq!((files.bucket.as_str(), files.prefix.as_str()), ("b", "team/"));
         assert!(load("limits: {max_upload_bytes: 0}").unwrap_err().starts_with("limits.max_upload_bytes"));
         assert!(load("backends: [{name: a, url: ftp://x}]").unwrap_err().starts_with("backends[0].url"));
         assert!(load("backends: [{name: a, url: 'http://x:1', weight: 0}]").unwrap_err().contains("weight"));

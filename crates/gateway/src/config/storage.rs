@@ -83,3 +83,28 @@ pub fn validate(raw: RawStorage) -> Result<StorageConfig, ConfigError> {
         record_usage: raw.record_usage.unwrap_or(true),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use crate::config::Config;
+
+    fn load(yaml: &str) -> Result<Config, String> {
+        Config::from_yaml(yaml, &HashMap::new()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_files_bucket_is_checked_and_its_prefix_gets_a_slash() {
+        for (yaml, path) in [
+            ("storage: {files: {bucket: ''}}", "storage.files.bucket"),
+            ("storage: {files: {bucket: b, endpoint: 'ftp://x'}}", "storage.files.endpoint"),
+            ("storage: {files: {bucket: b, access_key_id: a}}", "storage.files.access_key_id"),
+            ("storage: {files: {prefix: p}}", "storage"),
+        ] {
+            assert!(load(yaml).unwrap_err().starts_with(path), "{yaml}: {:?}", load(yaml).err());
+        }
+        let files = load("storage: {files: {bucket: b, prefix: team}}").unwrap().storage.files_bucket.unwrap();
+        assert_eq!((files.bucket.as_str(), files.prefix.as_str()), ("b", "team/"));
+    }
+}
