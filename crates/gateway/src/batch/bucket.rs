@@ -114,22 +114,7 @@ impl Bucket {
     pub async fn read_stream(&self, id: &str) -> std::io::Result<(tokio::sync::mpsc::Receiver<Vec<u8>>, u64)> {
         let got = self.store.get(&self.path(id)).await.map_err(io)?;
         let size = got.meta.size;
-        let mut stream = got.into_stream();
-        let (tx, rx) = tokio::sync::mpsc::channel(2);
-        tokio::spawn(async move {
-            while let Some(chunk) = stream.next().await {
-                match chunk {
-                    Ok(chunk) if tx.send(chunk.to_vec()).await.is_ok() => {}
-                    Ok(_) => return,
-                    Err(e) => {
-                        // The body ends short of its content-length: the client sees the failure.
-                        tracing::warn!(error = %e, "a file could not be read from its bucket to the end");
-                        return;
-                    }
-                }
-            }
-        });
-        Ok((rx, size))
+        Ok((super::filestore::pump(got.into_stream().map(|chunk| chunk.map(|c| c.to_vec()))), size))
     }
 
     pub async fn delete(&self, id: &str) -> std::io::Result<()> {

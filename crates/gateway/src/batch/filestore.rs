@@ -110,29 +110,20 @@ impl Disk {
 
     async fn read_stream(&self, id: &str) -> std::io::Result<(tokio::sync::mpsc::Receiver<Vec<u8>>, u64)> {
         use tokio::io::AsyncReadExt;
-        let mut file = tokio::fs::File::open(self.path(id)).await?;
+        let file = tokio::fs::File::open(self.path(id)).await?;
         let size = file.metadata().await?.len();
-        let (tx, rx) = tokio::sync::mpsc::channel(2);
-        tokio::spawn(async move {
-            loop {
-                let mut chunk = vec![0u8; CHUNK];
-                match file.read(&mut chunk).await {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        chunk.truncate(n);
-                        if tx.send(chunk).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        // The body ends short of its content-length: the client sees the failure.
-                        tracing::warn!(error = %e, "a file could not be read to the end");
-                        return;
-                    }
+        let chunks = futures_util::stream::unfold(file, |mut file| async move {
+            let mut chunk = vec![0u8; CHUNK];
+            match file.read(&mut chunk).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    chunk.truncate(n);
+                    Some((Ok(chunk), file))
                 }
+                Err(e) => Some((Err(e), file)),
             }
         });
-        Ok((rx, size))
+        Ok((pump(chunks), size))
     }
 
     async fn delete(&self, id: &str) -> std::io::Result<()> {
@@ -141,6 +132,34 @@ impl Disk {
             _ => Ok(()),
         }
     }
+}
+
+/// A file's chunks, read on a task of their own as the client takes them: the body's channel.
+/// A read error ends the body short of its content-length, so the client sees the failure.
+pub(super) fn pump<S, E>(chunks: S) -> tokio::sync::mpsc::Receiver<Vec<u8>>
+where
+    S: futures_util::Stream<Item = Result<Vec<u8>, E>> + Send + 'static,
+    E: std::fmt::Display + Send,
+{
+    use futures_util::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tokio::spawn(async move {
+        let mut chunks = std::pin::pin!(chunks);
+        while let Some(chunk) = chunks.next().await {
+            match chunk {
+                Ok(chunk) => {
+                    if tx.send(chunk).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a file could not be read to the end");
+                    return;
+                }
+            }
+        }
+    });
+    rx
 }
 
 /// Why a file could not be kept.

@@ -165,7 +165,7 @@ impl RemoteGuards {
                     else {
                         continue;
                     };
-                    *answer = masked(answer, shape, replacements);
+                    *answer = masked(answer, shape, &texts, replacements);
                 }
                 Remote::Model(classifier) => {
                     self.judge(classifier, &guard.name, guard.action, request, texts, true, deadline).await?;
@@ -266,15 +266,17 @@ fn failed(
     }
 }
 
-/// `answer` with a webhook's replacements: a whole answer's texts in order, or a stream's one text.
-fn masked(answer: &Bytes, shape: Option<Shape>, replacements: Vec<Option<String>>) -> Bytes {
+/// `answer` with a webhook's replacements of the `texts` it was sent: a whole answer's texts in
+/// order, or a stream's one text.
+fn masked(answer: &Bytes, shape: Option<Shape>, texts: &[String], replacements: Vec<Option<String>>) -> Bytes {
     let mut replacements = replacements.into_iter();
-    match shape {
-        Some(shape) => match replacements.next().flatten() {
-            Some(text) => stream_text::with_whole_text(shape, answer, &stream_text::whole_text(shape, answer), &text),
+    match (shape, texts.first()) {
+        (Some(shape), Some(was)) => match replacements.next().flatten() {
+            Some(text) => stream_text::with_whole_text(shape, answer, was, &text),
             None => answer.clone(),
         },
-        None => match rewrite_texts(answer, NOT_TEXT, |_| replacements.next().flatten()) {
+        (Some(_), None) => answer.clone(),
+        (None, _) => match rewrite_texts(answer, NOT_TEXT, |_| replacements.next().flatten()) {
             Some(rewritten) => Bytes::from(rewritten),
             None => answer.clone(),
         },

@@ -51,7 +51,6 @@ struct Session {
     permit: Option<Permit>,
     budget: Option<BudgetPermit>,
     responses: u32,
-    tokens: u64,
     cost: f64,
 }
 
@@ -87,10 +86,9 @@ pub async fn forward(
     let protocol = offered(req.headers()).any(|p| p == "realtime").then_some(HeaderValue::from_static("realtime"));
     let on_upgrade = hyper::upgrade::on(&mut req);
     let request_id = request_id.to_str().unwrap_or_default().to_owned();
-    let (responses, tokens, cost) = (0, 0, 0.0);
+    let (responses, cost) = (0, 0.0);
     let app = app.clone();
-    let session =
-        Session { app, identity, requested, model, backend, request_id, permit, budget, responses, tokens, cost };
+    let session = Session { app, identity, requested, model, backend, request_id, permit, budget, responses, cost };
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
@@ -265,7 +263,7 @@ impl Session {
     fn record(&mut self, input: u64, output: u64) {
         self.responses += 1;
         let cost = self.app.config.cost(&self.model, input, 0, output);
-        (self.tokens, self.cost) = (self.tokens + input + output, self.cost + cost);
+        self.cost += cost;
         let Some(journal) = &self.app.journal else { return };
         let id = format!("{}.{}", self.request_id, self.responses);
         let started =
