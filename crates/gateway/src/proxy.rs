@@ -229,9 +229,10 @@ async fn proceed(
     let lookup = futures_util::future::OptionFuture::from(cached.as_ref().map(|c| c.lookup(call.app)));
     if let Some(hit) = lookup.await.flatten() {
         judged(exchange).await?;
+        let held = judge::hold(call, identity, exchange, settlement);
         let relayed = settlement.hand_over();
         let resp = cached::respond_hit(call.app, hit, relayed.meter, relayed.permit, call.started);
-        return judge::judge_answer(call, identity, exchange, resp).await;
+        return judge::judge_answer(call, identity, exchange, held, resp).await;
     }
     let session = exchange.routed.session.take();
     let key = identity.key().map_or("", |k| k.id.as_str());
@@ -242,9 +243,10 @@ async fn proceed(
     match reached {
         Reached::Answer(answer) => {
             let guards = answer_guards(call, identity, exchange);
+            let held = judge::hold(call, identity, exchange, settlement);
             let answered = respond::Answered { answer, cached: cached.as_ref(), guards };
             let resp = respond::respond(call, answered, exchange, settlement, &failover).await?;
-            judge::judge_answer(call, identity, exchange, resp).await
+            judge::judge_answer(call, identity, exchange, held, resp).await
         }
         Reached::Local(resp) => {
             settlement.fail(200);

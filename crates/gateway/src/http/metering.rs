@@ -108,8 +108,15 @@ pub struct Meter {
     units: Option<Box<crate::records::UsageUnits>>,
     /// An upload's duration from its WAV header (f64 bits; 0: unknown), read as it streams.
     upload_seconds: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// The answer is held for remote guards: when it ends the meter waits here, unrecorded,
+    /// for their verdict (`park_until_judged`).
+    park: Option<Parked>,
     recorded: bool,
 }
+
+/// Where a meter whose answer is held for judging waits for the verdict. Whoever drops the last
+/// handle with the meter still inside records it as it stands.
+pub type Parked = Arc<std::sync::Mutex<Option<Meter>>>;
 
 impl Meter {
     #[allow(clippy::too_many_arguments)]
@@ -151,8 +158,23 @@ impl Meter {
             units_kind: crate::endpoint::Units::Tokens,
             units: None,
             upload_seconds: None,
+            park: None,
             recorded: false,
         }
+    }
+
+    /// When the answer ends, wait in the returned slot rather than record: the remote guards'
+    /// verdicts on the whole answer (and a block's status) then reach the record.
+    pub fn park_until_judged(&mut self) -> Parked {
+        let slot = Parked::default();
+        self.park = Some(slot.clone());
+        slot
+    }
+
+    /// The answer was refused after it was relayed (a guard blocked it): the record says so; the
+    /// tokens the backend spent are still counted.
+    pub fn refused(&mut self, status: u16) {
+        self.record.status = status;
     }
 
     /// The endpoint is priced by `kind` besides tokens; an image request's `n`, `size` and
@@ -375,6 +397,16 @@ impl Meter {
     /// estimated (prompt from the request size, completion from the streamed text) and marked so.
     pub fn record_now(&mut self) {
         if self.recorded {
+            return;
+        }
+        if let Some(slot) = self.park.take() {
+            let mut stand_in =
+                Meter::new(None, self.config.clone(), self.metrics.clone(), "", None, "", "", 0, self.started, 0);
+            stand_in.recorded = true;
+            let meter = std::mem::replace(self, stand_in);
+            if let Ok(mut parked) = slot.lock() {
+                *parked = Some(meter);
+            }
             return;
         }
         self.recorded = true;

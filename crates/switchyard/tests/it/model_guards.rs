@@ -238,4 +238,21 @@ async fn a_model_guard_on_answers_blocks_an_unsafe_answer_before_it_goes_out() {
         }
     }
     assert_eq!(seen.lock().unwrap().len(), 4, "asked once per answer, never about a request");
+    // Each answer's record waits for the verdict: a blocked one says 400 and names the block, and
+    // still counts the tokens the backend spent.
+    let rows = request_log(&client, &gw, MASTER, 8).await;
+    let mut answers: Vec<(u64, &Value)> = rows
+        .iter()
+        .filter(|r| r["model_requested"] == "m")
+        .map(|r| (r["status"].as_u64().unwrap(), &r["guardrails"]))
+        .collect();
+    answers.sort_by_key(|(status, _)| *status);
+    let block = json!([{"guard": "llama", "kind": "model", "action": "block", "count": 1}]);
+    assert_eq!(answers.len(), 4, "{rows:?}");
+    assert!(answers[..2].iter().all(|(s, v)| *s == 200 && v.as_array().is_none_or(Vec::is_empty)), "{rows:?}");
+    assert!(answers[2..].iter().all(|(s, v)| *s == 400 && **v == block), "{rows:?}");
+    assert!(
+        rows.iter().filter(|r| r["model_requested"] == "m").all(|r| r["total_tokens"].as_u64() > Some(0)),
+        "{rows:?}"
+    );
 }
