@@ -11,6 +11,7 @@ mod json_text;
 pub mod model;
 pub mod remote;
 mod stream_text;
+pub mod tools;
 mod webhook;
 
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub struct GuardedRequest<'a> {
     pub stream: bool,
     /// Where verdicts are noted for the request's usage record (when it has one).
     pub verdicts: Option<&'a Arc<crate::records::VerdictTally>>,
+    /// An MCP tool call's `server/tool` (its arguments or result are what is checked).
+    pub tool: Option<&'a str>,
 }
 
 /// A guard's verdict on some bytes.
@@ -108,6 +111,12 @@ impl Guards {
         guards.after(Arc::new(content))
     }
 
+    /// The guards on every MCP tool call (the hub's own), when any applies.
+    pub fn tools(&self) -> Option<switchyard_mcp::SharedToolGuard> {
+        let tools = tools::ToolGuards::build(self.content.as_ref()?, self.remote.clone(), [&[], &[]])?;
+        Some(Arc::new(tools))
+    }
+
     /// The guards on the MCP tool calls of a key that, or whose team, adds guards of its own
     /// (`added`: the key's list and its team's); None when neither adds any (the hub's own
     /// guards then apply).
@@ -115,7 +124,7 @@ impl Guards {
         if added.iter().all(|list| list.is_empty()) {
             return None;
         }
-        let tools = self.content.as_ref()?.for_tools(added)?;
+        let tools = tools::ToolGuards::build(self.content.as_ref()?, self.remote.clone(), added)?;
         Some(Arc::new(tools))
     }
 
@@ -338,6 +347,7 @@ mod tests {
             added: [&[], &[]],
             stream: true,
             verdicts: None,
+            tool: None,
         }
     }
 

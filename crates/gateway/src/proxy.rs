@@ -335,6 +335,7 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
             .map_or([&[], &[]], |k| [&k.guardrails[..], k.owners.team.as_ref().map_or(&[][..], |t| &t.guardrails[..])]),
         stream: call.stream,
         verdicts: exchange.verdicts.as_ref(),
+        tool: None,
     }
 }
 

@@ -232,14 +232,14 @@ impl Hub {
         let guard = caller_guard.or(own.as_ref());
         if let Some(guard) = guard {
             let arguments = serde_json::to_vec(&params["arguments"]).unwrap_or_default();
-            if let Some(checked) = guard.call(server, tool, &arguments).map_err(UpstreamError::Blocked)? {
+            if let Some(checked) = guard.call(server, tool, &arguments).await.map_err(UpstreamError::Blocked)? {
                 params["arguments"] = serde_json::from_slice(&checked)
                     .map_err(|e| UpstreamError::Protocol(format!("a guard's arguments: {e}")))?;
             }
         }
         let result = guarded(s, s.spec.upstream.request(id, "tools/call", params, relay)).await?;
         let Some(guard) = guard else { return Ok(result) };
-        match guard.result(server, tool, result.get().as_bytes()).map_err(UpstreamError::Blocked)? {
+        match guard.result(server, tool, result.get().as_bytes()).await.map_err(UpstreamError::Blocked)? {
             None => Ok(result),
             Some(checked) => String::from_utf8(checked)
                 .ok()

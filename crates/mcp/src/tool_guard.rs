@@ -7,11 +7,14 @@
 /// What a guard decides about some JSON bytes.
 pub type Checked = Result<Option<Vec<u8>>, String>;
 
+/// A guard's decision to come: some guards ask a service (a webhook, a classifier model).
+pub type Checking<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Checked> + Send + 'a>>;
+
 pub trait ToolGuard: Send + Sync {
     /// A call's `arguments` (JSON): `Ok(None)` as they are, `Ok(Some(bytes))` instead, `Err(why)`
     /// refused.
-    fn call(&self, server: &str, tool: &str, arguments: &[u8]) -> Checked;
+    fn call<'a>(&'a self, server: &'a str, tool: &'a str, arguments: &'a [u8]) -> Checking<'a>;
 
     /// A call's result (JSON), the same way.
-    fn result(&self, server: &str, tool: &str, result: &[u8]) -> Checked;
+    fn result<'a>(&'a self, server: &'a str, tool: &'a str, result: &'a [u8]) -> Checking<'a>;
 }

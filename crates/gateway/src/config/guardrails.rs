@@ -195,15 +195,9 @@ fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
     };
     let remote = matches!(kind, GuardKind::Webhook(_) | GuardKind::Model(_));
     let on = match raw.on {
-        // A webhook or a classifier judges requests (asked once, before routing) and whole
-        // answers (held until judged); tool traffic is checked by the built-in detectors only.
+        // A webhook or a classifier is asked about requests unless told otherwise: each answer
+        // or tool call it watches waits on the network for its verdict.
         None if remote => Directions { request: true, ..Directions::default() },
-        Some(on) if remote && on.iter().any(|o| o != "request" && o != "response") => {
-            return Err(ConfigError::at(
-                at("on"),
-                "a webhook or model guard checks requests and answers (`on: [request, response]`)",
-            ));
-        }
         on => directions(on, &at("on"))?,
     };
     // A classifier's verdict has nothing to mask: it blocks unless told to log.
@@ -343,14 +337,12 @@ mod tests {
             ("{x: {type: regex}}", "{}", "guardrails.x.type"),
             ("{x: {type: webhook}}", "{}", "guardrails.x.url"),
             ("{x: {type: webhook, url: 'ftp://h'}}", "{}", "guardrails.x.url"),
-            ("{x: {type: webhook, url: 'http://h', on: [tool_call]}}", "{}", "guardrails.x.on"),
             ("{x: {type: webhook, url: 'http://h', on_error: maybe}}", "{}", "guardrails.x.on_error"),
             ("{x: {type: webhook, url: 'http://h', timeout: soon}}", "{}", "guardrails.x.timeout"),
             ("{x: {type: model}}", "{}", "guardrails.x.model"),
             ("{x: {type: model, model: g, mode: later}}", "{}", "guardrails.x.mode"),
             ("{x: {type: model, model: g, api: completions}}", "{}", "guardrails.x.api"),
             ("{x: {type: model, model: g, action: mask}}", "{}", "guardrails.x.action"),
-            ("{x: {type: model, model: g, on: [request, tool_result]}}", "{}", "guardrails.x.on"),
             ("{x: {type: model, model: g, categories: ['']}}", "{}", "guardrails.x.categories"),
             ("{x: {type: pii, action: shout}}", "{}", "guardrails.x.action"),
             ("{x: {type: pii, on: [sideways]}}", "{}", "guardrails.x.on"),

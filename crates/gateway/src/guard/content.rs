@@ -229,9 +229,9 @@ impl Inner {
 }
 
 impl ContentGuards {
-    /// The guards on MCP tool calls and results (`on: [tool_call, tool_result]`, from `default`
-    /// and what a key and its team add: a tool call names no model), when any applies.
-    pub fn for_tools(&self, added: [&[String]; 2]) -> Option<ToolGuards> {
+    /// The guards on MCP tool calls and on their results (`on: [tool_call]`, `on: [tool_result]`),
+    /// from `default` and what a key and its team add (a tool call names no model), as sets.
+    pub(super) fn on_tools(&self, added: [&[String]; 2]) -> (u64, u64) {
         let tools = GuardedRequest {
             endpoint: crate::endpoint::Endpoint::Other,
             model: "",
@@ -241,34 +241,15 @@ impl ContentGuards {
             added,
             stream: false,
             verdicts: None,
+            tool: None,
         };
-        let calls = self.0.active(&tools, Direction::ToolCall);
-        let results = self.0.active(&tools, Direction::ToolResult);
-        (calls | results != 0).then(|| ToolGuards { guards: self.0.clone(), calls, results })
-    }
-}
-
-/// The guardrails on MCP: a tool's arguments and result are scanned whole (every string, whatever
-/// its key), on `/mcp`, `/mcp/{server}` and Code Mode's calls alike (`Hub::call`).
-pub struct ToolGuards {
-    guards: Arc<Inner>,
-    calls: u64,
-    results: u64,
-}
-
-impl switchyard_mcp::tool_guard::ToolGuard for ToolGuards {
-    fn call(&self, _server: &str, _tool: &str, arguments: &[u8]) -> switchyard_mcp::tool_guard::Checked {
-        if self.calls == 0 {
-            return Ok(None);
-        }
-        self.guards.check_counted(arguments, self.calls, Count::To(None), &[])
+        (self.0.active(&tools, Direction::ToolCall), self.0.active(&tools, Direction::ToolResult))
     }
 
-    fn result(&self, _server: &str, _tool: &str, result: &[u8]) -> switchyard_mcp::tool_guard::Checked {
-        if self.results == 0 {
-            return Ok(None);
-        }
-        self.guards.check_counted(result, self.results, Count::To(None), &[])
+    /// A tool's arguments or result, scanned whole (every string, whatever its key) by the built-in
+    /// detectors among `active`: masked, or the block's reason.
+    pub(super) fn check_tool(&self, json: &[u8], active: u64) -> Result<Option<Vec<u8>>, String> {
+        self.0.check_counted(json, active, Count::To(None), &[])
     }
 }
 

@@ -123,6 +123,62 @@ impl RemoteGuards {
         Ok((!parallel.is_empty()).then_some(Parallel(parallel)))
     }
 
+    /// Whether one of these guards is among `active`.
+    pub fn watches(&self, active: u64) -> bool {
+        self.remotes.iter().any(|(i, _)| active & (1 << i) != 0)
+    }
+
+    /// Ask every remote guard among `active` about a tool call's arguments or its result
+    /// (`direction`: `tool_call` or `tool_result`), in name order: `json` becomes what the last
+    /// one left (every string is a text, whatever its key), or the first block or closed failure
+    /// refuses it. A classifier judges it as a user's turn (a prompt injection in a tool's result
+    /// is text the model will read); it is awaited even in `mode: parallel`, as the call waits on
+    /// its arguments anyway.
+    pub async fn check_tool(
+        &self,
+        active: u64,
+        direction: &'static str,
+        tool: &str,
+        json: &mut Bytes,
+    ) -> Result<(), GatewayError> {
+        let request = GuardedRequest {
+            endpoint: Endpoint::Other,
+            model: "",
+            requested: "",
+            key: None,
+            team: None,
+            added: [&[], &[]],
+            stream: false,
+            verdicts: None,
+            tool: Some(tool),
+        };
+        // A tool call has no request deadline of its own here: each guard's timeout bounds it.
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        for (index, remote) in self.remotes.iter().filter(|(i, _)| active & (1 << i) != 0) {
+            let guard = &self.content.configs()[*index];
+            let texts = all_texts(json);
+            if texts.is_empty() {
+                continue;
+            }
+            match remote {
+                Remote::Webhook(hook) => {
+                    let asked = self.ask_webhook(hook, &guard.name, &request, &texts, direction, deadline).await?;
+                    let Some(verdict) = asked else { continue };
+                    let decided = webhook::decide(&self.content, &request, &guard.name, guard.action, verdict)?;
+                    let Some(replacements) = decided else { continue };
+                    let mut replacements = replacements.into_iter();
+                    if let Some(masked) = rewrite_texts(json, &[], |_| replacements.next().flatten()) {
+                        *json = Bytes::from(masked);
+                    }
+                }
+                Remote::Model(classifier) => {
+                    self.judge(classifier, &guard.name, guard.action, &request, texts, false, deadline).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether one of these guards watches this request's answer: the chat APIs' answers (OpenAI
     /// Chat and Responses, Anthropic, Gemini, Ollama), whose text they can read — never audio or
     /// images, which would only be held for nothing.
@@ -285,8 +341,17 @@ fn masked(answer: &Bytes, shape: Option<Shape>, texts: &[String], replacements: 
 
 /// Every text field of a request body, in order.
 fn texts_of(body: &[u8]) -> Vec<String> {
+    strings_of(body, NOT_TEXT)
+}
+
+/// Every string of a JSON value (a tool's arguments or result), in order.
+fn all_texts(json: &[u8]) -> Vec<String> {
+    strings_of(json, &[])
+}
+
+fn strings_of(json: &[u8], skip: &[&str]) -> Vec<String> {
     let mut texts = Vec::new();
-    let _ = rewrite_texts(body, NOT_TEXT, |t| {
+    let _ = rewrite_texts(json, skip, |t| {
         texts.push(t.to_owned());
         None
     });

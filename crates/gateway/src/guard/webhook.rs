@@ -52,7 +52,7 @@ pub(super) async fn ask(
     direction: &str,
     deadline: Instant,
 ) -> Result<Answer, String> {
-    let payload = serde_json::json!({
+    let mut payload = serde_json::json!({
         "guard": guard,
         "direction": direction,
         "model": request.requested,
@@ -60,6 +60,9 @@ pub(super) async fn ask(
         "team": request.team,
         "texts": texts,
     });
+    if let Some(tool) = request.tool {
+        payload["tool"] = tool.into();
+    }
     let mut req = http::Request::post(hook.url.clone())
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(payload.to_string())))

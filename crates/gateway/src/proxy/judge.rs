@@ -45,7 +45,8 @@ pub(super) async fn judge_answer(
     if !held.judged || !resp.status().is_success() {
         return Ok(resp);
     }
-    let judged = judge(call, identity, exchange, resp).await;
+    // Boxed: held answers are rare, and inline the judging would grow every request's future.
+    let judged = Box::pin(judge(call, identity, exchange, resp)).await;
     let parked = held.parked.and_then(|slot| slot.lock().ok()?.take());
     if let (Some(mut meter), Err(e)) = (parked, &judged) {
         meter.refused(e.status().as_u16());

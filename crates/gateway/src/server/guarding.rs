@@ -28,17 +28,17 @@ impl Guarding {
     /// The guards for `app`'s configuration; the MCP hub's tool guards follow it.
     pub(super) fn build(&self, app: &App) -> Result<Guards, String> {
         let configured = ContentGuards::build(&app.config.guardrails, self.metrics.clone())?;
-        if let Some(front) = &app.mcp {
-            let tools = configured.as_ref().and_then(|c| c.for_tools([&[], &[]]));
-            front.hub().guard_tools(tools.map(|t| Arc::new(t) as _));
-        }
-        Ok(match configured {
+        let guards = match configured {
             Some(configured) => {
                 let remote = RemoteGuards::build(&configured, app.client.clone(), self.caller.clone());
                 self.base.clone().configured(configured, remote)
             }
             None => self.base.clone(),
-        })
+        };
+        if let Some(front) = &app.mcp {
+            front.hub().guard_tools(guards.tools());
+        }
+        Ok(guards)
     }
 
     /// Classifiers call the gateway as it is being served (after any reload).

@@ -593,6 +593,61 @@ async fn guardrails_block_a_secret_in_a_tool_call_before_the_server_and_mask_wha
     }
 }
 
+/// Webhook guards watch tools too: one on calls blocks a forbidden call before the server sees
+/// it, one on results masks what a tool returns; each is told the direction and the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_guards_on_tool_calls_and_results_block_and_mask_them() {
+    let files = mcp_mock(McpMockConfig::default()).await;
+    let (addr, seen) = crate::common::json_service::json_service(std::time::Duration::ZERO, |asked| {
+        let texts: Vec<&str> = asked["texts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        if texts.iter().any(|t| t.contains("forbidden")) {
+            json!({"action": "block", "reason": "policy 7"})
+        } else if asked["direction"] == "tool_result" && texts.iter().any(|t| t.contains("code-123")) {
+            let masked =
+                |t: &&str| if t.contains("code-123") { json!(t.replace("code-123", "[CODE]")) } else { Value::Null };
+            json!({"action": "mask", "replacements": texts.iter().map(masked).collect::<Vec<_>>()})
+        } else {
+            json!({"action": "allow"})
+        }
+    })
+    .await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
+         guardrails:\n  default: [calls, results]\n\
+         \x20 calls: {{type: webhook, url: 'http://{addr}/check', on: [tool_call], action: block}}\n\
+         \x20 results: {{type: webhook, url: 'http://{addr}/check', on: [tool_result], action: mask}}\n\
+         mcp:\n  servers:\n    - {{name: files, url: '{}'}}\n",
+        db_url(&dir),
+        dir.display(),
+        files.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    for path in ["/mcp", "/mcp/files"] {
+        let tool = if path == "/mcp" { "files__echo" } else { "echo" };
+        let mut s = Session::new(&gw, path, MASTER);
+        s.initialize().await;
+        let before = files.stats().calls.get("echo").copied().unwrap_or(0);
+        let r = s.call(1, "tools/call", json!({"name": tool, "arguments": {"text": "a forbidden thing"}})).await;
+        let message = r["error"]["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("guardrail `calls` (policy 7)"), "{path}: {r}");
+        assert_eq!(files.stats().calls.get("echo").copied().unwrap_or(0), before, "{path}: the call never left");
+        // The result's webhook masks; the call's lets the same text through to the server.
+        let r = s.call(2, "tools/call", json!({"name": tool, "arguments": {"text": "my code-123 here"}})).await;
+        assert_eq!(r["result"]["content"][0]["text"], "my [CODE] here", "{path}: {r}");
+        assert_eq!(files.stats().calls.get("echo").copied().unwrap_or(0), before + 1, "{path}");
+    }
+    let asked = seen.lock().unwrap().clone();
+    // Per path: the blocked call (calls), the allowed call (calls), its result (results).
+    assert_eq!(asked.len(), 6, "{asked:?}");
+    assert_eq!(
+        (&asked[0]["guard"], &asked[0]["direction"], &asked[0]["tool"]),
+        (&json!("calls"), &json!("tool_call"), &json!("files/echo"))
+    );
+    assert_eq!((&asked[2]["guard"], &asked[2]["direction"]), (&json!("results"), &json!("tool_result")));
+    assert!(asked[2]["texts"].as_array().unwrap().iter().any(|t| t == "my code-123 here"), "{asked:?}");
+}
+
 /// A key's and its team's own guardrails (issue 32) apply to its tool calls as to its model
 /// requests: here the team adds masking of results and the key a block on calls; the master
 /// key, which adds none, gets neither.
