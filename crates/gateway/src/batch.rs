@@ -11,7 +11,8 @@
 //! `files.rs` and `batches.rs` answer the HTTP API, `filestore.rs` keeps the bytes (on disk, or in a
 //! bucket with `bucket.rs`), `jsonl.rs`
 //! reads input lines and writes OpenAI's output and error lines, `runner.rs` runs batches and
-//! `claim.rs` keeps a fleet to one runner per batch.
+//! `claim.rs` keeps a fleet to one runner per batch; `passthrough.rs` sends a batch to a hosted
+//! provider's own Batch API instead (`batches.mode: passthrough`), through `provider.rs`.
 
 mod batches;
 mod bucket;
@@ -19,6 +20,8 @@ mod claim;
 mod files;
 mod filestore;
 mod jsonl;
+mod passthrough;
+mod provider;
 pub mod runner;
 
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //! (`config/raw.rs` → here), with `${VAR}` interpolation (`config/interpolate.rs`).
 
 mod backend;
+mod batches;
 mod cache;
 mod console;
 mod duration;
@@ -141,6 +142,8 @@ pub struct BackendConfig {
     /// Base URL without a trailing slash, e.g. `http://127.0.0.1:11434` or `https://api.openai.com`.
     pub url: String,
     pub kind: BackendKind,
+    /// The hosted API it is (`provider: openai`), when named so.
+    pub provider: Option<String>,
     pub api_key: Option<String>,
     /// Static model list; `None` means discover from the backend.
     pub models: Option<Vec<String>>,
@@ -371,12 +374,8 @@ pub struct Config {
     pub security: SecurityConfig,
     /// Content checks and where they apply (`guardrails:`, `models.*.guardrails`).
     pub guardrails: guardrails::GuardrailsConfig,
-    /// Lines of one batch in flight at once, at most (`batches.concurrency`), and only in capacity
-    /// interactive requests leave free.
-    pub batch_concurrency: usize,
-    /// How long a batch has to finish before it expires (`batches.completion_window`, 24 h as
-    /// OpenAI's): lines not run by then go to the error file as `batch_expired`.
-    pub batch_window: Duration,
+    /// How the Batch API is served (`batches:`).
+    pub batches: batches::BatchSettings,
     /// A realtime session ends after this long without a frame either way (`realtime.idle_timeout`).
     pub realtime_idle: Duration,
     /// … and after this long in all (`realtime.max_duration`).

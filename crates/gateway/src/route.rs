@@ -182,6 +182,13 @@ impl Router {
         self.table.load().get(model).is_some_and(|all| all.iter().any(|b| b.serves(endpoint)))
     }
 
+    /// A backend of `model` that is the hosted `provider` (`backends[].provider`), up ones first.
+    pub fn provider_backend(&self, model: &str, provider: &str) -> Option<Arc<Backend>> {
+        let table = self.table.load();
+        let hosted = table.get(model)?.iter().filter(|b| b.cfg.provider.as_deref() == Some(provider));
+        hosted.clone().find(|b| b.health.is_up()).or_else(|| hosted.clone().next()).cloned()
+    }
+
     pub fn knows_model(&self, model: &str) -> bool {
         self.table.load().contains_key(model)
     }

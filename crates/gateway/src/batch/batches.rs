@@ -89,9 +89,10 @@ pub async fn create(
         failed_at: None,
         cancelling_at: None,
         cancelled_at: None,
-        expires_at: now + app.config.batch_window.as_secs() as i64,
+        expires_at: now + app.config.batches.window.as_secs() as i64,
         errors: None,
         expired_at: None,
+        upstream: None,
     };
     store(app)?.insert_batch(&row).await.map_err(internal)?;
     runner::wake();
@@ -109,7 +110,8 @@ async fn owned_batch(app: &App, identity: &Identity, id: &str) -> Result<BatchRo
 pub async fn retrieve(app: &App, identity: &Identity, id: &str) -> Result<Response<GatewayBody>, GatewayError> {
     let mut batch = owned_batch(app, identity, id).await?;
     // While it runs, its counts are its finished lines (the row has them once it ends).
-    if matches!(batch.status.as_str(), "in_progress" | "cancelling" | "finalizing") {
+    // (A batch at a provider has the provider's counts.)
+    if batch.upstream.is_none() && matches!(batch.status.as_str(), "in_progress" | "cancelling" | "finalizing") {
         let (completed, failed) = store(app)?.line_counts(&batch.id).await.map_err(internal)?;
         (batch.completed, batch.failed) = (completed, failed);
     }

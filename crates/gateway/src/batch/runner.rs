@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 
 use super::claim::Claim;
 use super::jsonl::{self, Line, Parsed};
+use super::passthrough;
 use crate::app::App;
 use crate::auth::{Identity, Principal};
 use crate::endpoint::Endpoint;
@@ -58,7 +59,7 @@ pub fn cancel(batch: &str) {
     wake();
 }
 
-fn is_cancelled(batch: &str) -> bool {
+pub(super) fn is_cancelled(batch: &str) -> bool {
     cancelled().lock().map(|set| set.contains(batch)).unwrap_or(false)
 }
 
@@ -80,19 +81,29 @@ pub fn spawn(current: std::sync::Weak<ArcSwap<App>>) -> tokio::task::JoinHandle<
                     Err(e) => tracing::warn!(error = %e, "could not read the unfinished batches"),
                 }
             }
+            // Batches followed at a provider are looked at as often as `batches.poll_interval` asks.
+            let poll = POLL.min(app.config.batches.poll);
             drop(app);
-            let _ = tokio::time::timeout(POLL, notify().notified()).await;
+            let _ = tokio::time::timeout(poll, notify().notified()).await;
         }
     })
 }
 
 /// Carry one batch on from where it is, unless another instance is running it.
 async fn run(app: &Arc<App>, store: &Store, batch: BatchRow) -> Result<(), String> {
+    let sent = passthrough::sent(&batch);
+    if let Some((up, theirs)) = sent.as_ref().and_then(|up| Some((up.clone(), up.made()?.to_owned()))) {
+        return Box::pin(passthrough::follow(app, store, batch, up, &theirs)).await;
+    }
     let Some(claim) = Claim::take(app, store, &batch.id).await? else { return Ok(()) };
     let files = super::files::file_store(app).map_err(|_| "no place for files")?;
     let input = files.read(&batch.input_file_id).await.map_err(|e| format!("input file: {e}"))?;
     let text = String::from_utf8_lossy(&input);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if let Some(up) = sent.or_else(|| passthrough::target(app, &batch, &lines)) {
+        let total = lines.len() as i64;
+        return Box::pin(passthrough::send(app, store, batch, up, input.clone(), total)).await;
+    }
     let batch = start(app, store, batch, lines.len() as i64).await?;
     if batch.status == "in_progress" {
         run_lines(app, store, &batch, &lines, &claim).await?;
@@ -169,7 +180,7 @@ async fn run_lines(
             Parsed::Line(line) if done.contains(&line.custom_id) => continue,
             Parsed::Line(line) if !seen.insert(line.custom_id.clone()) => duplicate(&batch.id, line),
             Parsed::Line(line) => {
-                while running.len() >= app.config.batch_concurrency {
+                while running.len() >= app.config.batches.concurrency {
                     running.join_next().await;
                 }
                 if !wait_for_room(app, &line.body, || expired(app, batch) || claim.lost()).await {
@@ -212,7 +223,7 @@ fn duplicate(batch: &str, line: Line) -> LineRow {
 
 /// Who the lines run as: the key that created the batch (its limits, budget and allow-lists
 /// apply), or the master key.
-async fn creator(store: &Store, batch: &BatchRow) -> Result<Identity, String> {
+pub(super) async fn creator(store: &Store, batch: &BatchRow) -> Result<Identity, String> {
     let Some(id) = &batch.key_id else { return Ok(Identity::from(Principal::Master)) };
     match store.get_key_with_owners(id).await.map_err(|e| e.to_string())? {
         Some(key) => Ok(Identity::from(Principal::Key(Arc::new(key)))),
@@ -274,7 +285,7 @@ async fn run_line(app: &Arc<App>, batch: &str, identity: Identity, endpoint: End
 
 /// Write the output and error files from the finished lines; the batch is then `completed` (or
 /// `cancelled`, or `expired` when lines were left when its window ended).
-async fn finish(app: &App, store: &Store, id: &str, expired: bool) -> Result<(), String> {
+pub(super) async fn finish(app: &App, store: &Store, id: &str, expired: bool) -> Result<(), String> {
     let mut batch = store.get_batch(id).await.map_err(|e| e.to_string())?.ok_or("the batch is gone")?;
     let now = app.clock.unix_secs();
     batch.finalizing_at.get_or_insert(now);

@@ -83,6 +83,7 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
         name: b.name,
         url,
         kind,
+        provider: b.provider,
         api_key: b.api_key.filter(|k| !k.is_empty()),
         models: b.models,
         capabilities: b.capabilities,

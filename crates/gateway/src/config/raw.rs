@@ -54,7 +54,7 @@ pub struct RawConfig {
     security: Option<super::security::RawSecurity>,
     guardrails: Option<BTreeMap<String, serde_json::Value>>,
     #[serde(default)]
-    batches: RawBatches,
+    batches: super::batches::RawBatches,
     #[serde(default)]
     realtime: RawRealtime,
     #[serde(default)] // per-model settings, by the name clients use
@@ -67,14 +67,6 @@ pub struct RawConfig {
 struct RawRealtime {
     idle_timeout: Option<String>,
     max_duration: Option<String>,
-}
-
-/// `batches:` — how the gateway runs the Batch API's lines.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawBatches {
-    concurrency: Option<usize>,
-    completion_window: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,7 +195,7 @@ fn interpolate_tree(value: &mut yaml_serde::Value, path: String, env: &dyn Env) 
 }
 
 /// `duration`, refusing zero (a zero timeout would end every session at once).
-fn nonzero(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+pub(super) fn nonzero(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
     match duration(path, raw, default)? {
         d if d.is_zero() => Err(ConfigError::at(path, "must be greater than zero")),
         d => Ok(d),
@@ -297,15 +289,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
         realtime_idle: nonzero("realtime.idle_timeout", &raw.realtime.idle_timeout, Duration::from_secs(300))?,
         realtime_max: nonzero("realtime.max_duration", &raw.realtime.max_duration, Duration::from_secs(3600))?,
-        batch_concurrency: match raw.batches.concurrency {
-            Some(0) => return Err(ConfigError::at("batches.concurrency", "must be at least 1")),
-            n => n.unwrap_or(4),
-        },
-        batch_window: nonzero(
-            "batches.completion_window",
-            &raw.batches.completion_window,
-            Duration::from_secs(24 * 3600),
-        )?,
+        batches: super::batches::validate(raw.batches)?,
         source: None,
     })
 }
@@ -570,6 +554,8 @@ aliases:
         assert!(load("realtime: {idle_timeout: 0s}").unwrap_err().starts_with("realtime.idle_timeout"));
         assert!(load("batches: {concurrency: 0}").unwrap_err().starts_with("batches.concurrency"));
         assert!(load("batches: {completion_window: 0s}").unwrap_err().starts_with("batches.completion_window"));
+        assert!(load("batches: {mode: later}").unwrap_err().starts_with("batches.mode"));
+        assert!(load("batches: {poll_interval: 1ms}").unwrap_err().starts_with("batches.poll_interval"));
         assert!(load("limits: {max_upload_bytes: 0}").unwrap_err().starts_with("limits.max_upload_bytes"));
         assert!(load("backends: [{name: a, url: ftp://x}]").unwrap_err().starts_with("backends[0].url"));
         assert!(load("backends: [{name: a, url: 'http://x:1', weight: 0}]").unwrap_err().contains("weight"));

@@ -73,6 +73,7 @@ pub(crate) mod test_support {
             name: format!("b{id}"),
             url: "http://127.0.0.1:1".into(),
             kind: BackendKind::OpenAi,
+            provider: None,
             api_key: None,
             models: Some(vec!["m".into()]),
             capabilities: None,

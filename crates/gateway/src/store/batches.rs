@@ -45,6 +45,8 @@ pub struct BatchRow {
     pub expires_at: i64,
     pub errors: Option<String>,
     pub expired_at: Option<i64>,
+    /// Sent to a provider's Batch API (`batches.mode: passthrough`): where, as JSON.
+    pub upstream: Option<String>,
 }
 
 /// One finished line of a batch: the input line's number, the answer's status and body (JSON),
@@ -67,7 +69,7 @@ type FileTuple = (String, String, String, String, i64, i64);
 const BATCH_COLUMNS: &str = "id, owner, key_id, endpoint, input_file_id, completion_window, status, metadata, \
                              output_file_id, error_file_id, total, completed, failed, created_at, in_progress_at, \
                              finalizing_at, completed_at, failed_at, cancelling_at, cancelled_at, expires_at, errors, \
-                             expired_at";
+                             expired_at, upstream";
 
 const LINE_COLUMNS: &str = "custom_id, line, status, failed, body, request_id";
 
@@ -106,6 +108,7 @@ macro_rules! batch_row_from {
                     expires_at: r.try_get(20)?,
                     errors: r.try_get(21)?,
                     expired_at: r.try_get(22)?,
+                    upstream: r.try_get(23)?,
                 })
             }
         }
@@ -142,6 +145,7 @@ macro_rules! bind_batch {
             .bind(b.expires_at)
             .bind(&b.errors)
             .bind(b.expired_at)
+            .bind(&b.upstream)
     }};
 }
 
@@ -232,7 +236,7 @@ impl Store {
 
     /// Records a new batch; an existing id gives [`StoreError::Conflict`].
     pub async fn insert_batch(&self, b: &BatchRow) -> Result<(), StoreError> {
-        let sql = format!("INSERT INTO batches ({BATCH_COLUMNS}) VALUES {}", values_placeholders(false, 1, 23));
+        let sql = format!("INSERT INTO batches ({BATCH_COLUMNS}) VALUES {}", values_placeholders(false, 1, 24));
         with_pool!(self, |pool| {
             bind_batch!(sqlx::query(&sql), b).execute(pool).await?;
         });

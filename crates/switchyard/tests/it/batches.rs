@@ -410,3 +410,70 @@ async fn files_and_batch_results_live_in_a_bucket_when_storage_files_names_one()
     assert_eq!(status, 200);
     assert!(moto.keys("files").iter().all(|(k, _)| !k.ends_with(id)), "the object is deleted");
 }
+
+/// `batches.mode: passthrough` (issue 33): a batch for a `provider: openai` backend's model goes
+/// whole to that provider's Batch API — here a second gateway, which runs batches itself —
+/// and is followed there: the client sees OpenAI's files under this gateway's ids, each line one
+/// usage record here at the batch price; a cancel is passed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_passthrough_mode_a_batch_goes_to_the_providers_batch_api_and_is_followed_there() {
+    let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(10), ..MockConfig::default() }).await;
+    backend.control().keep_bodies();
+    let provider_dir = scratch_dir();
+    let provider =
+        gateway_yaml(&config(&provider_dir, &backends_yaml(&[&backend]), "batches: {concurrency: 2}\n")).await;
+    let dir = scratch_dir();
+    let hosted =
+        format!("  - {{name: hosted, provider: openai, url: '{}', api_key: {MASTER}, models: [m]}}\n", provider.url());
+    let gw = gateway_yaml(&config(&dir, &hosted, "batches: {mode: passthrough, poll_interval: 200ms}\n")).await;
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    let mut content = input(40);
+    content.push_str(
+        &json!({"custom_id": "wrong-url", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m"}})
+            .to_string(),
+    );
+    let (_, file) = api.upload(&content).await;
+    let (status, batch) = api.create(file["id"].as_str().unwrap()).await;
+    assert_eq!(status, 200, "{batch}");
+    let id = batch["id"].as_str().unwrap().to_owned();
+    let done = api.until(&id, &["completed"], Duration::from_secs(30)).await;
+    assert_eq!(done["request_counts"], json!({"total": 41, "completed": 40, "failed": 1}), "{done}");
+    let output = api.lines(&done["output_file_id"]).await;
+    assert_eq!(output.len(), 40);
+    let line = &output["req-7"];
+    assert_eq!(
+        (&line["response"]["status_code"], &line["response"]["body"]["object"]),
+        (&json!(200), &json!("chat.completion")),
+        "{line}"
+    );
+    assert!(line["id"].as_str().unwrap().starts_with("batch_req_"), "{line}");
+    assert_eq!(api.lines(&done["error_file_id"]).await["wrong-url"]["error"]["code"], "invalid_url");
+    // The provider ran it (each line once), as a batch that names this one.
+    assert_eq!(backend.control().bodies().len(), 40);
+    let at_provider = Api { client: client.clone(), url: provider.url(), key: MASTER.to_owned() };
+    let theirs = at_provider.get("/v1/batches").await.1;
+    assert_eq!(theirs["data"][0]["metadata"]["switchyard_batch"], id.as_str(), "{theirs}");
+    // Each line one record here, tagged with the batch, at half the price.
+    let rows = request_log(&client, &gw, MASTER, 40).await;
+    let lines: Vec<&Value> = rows.iter().filter(|r| r["batch_id"] == id.as_str()).collect();
+    assert_eq!(lines.len(), 40, "{rows:?}");
+    let tokens = lines[0]["total_tokens"].as_f64().unwrap();
+    assert!(tokens > 0.0 && (lines[0]["cost_usd"].as_f64().unwrap() - tokens * 0.5).abs() < 1e-6, "{:?}", lines[0]);
+    assert_eq!(lines[0]["backend"], "hosted");
+
+    // A cancel reaches the provider's batch; what finished there comes back.
+    let (_, file) = api.upload(&input(400)).await;
+    let (_, batch) = api.create(file["id"].as_str().unwrap()).await;
+    let id = batch["id"].as_str().unwrap().to_owned();
+    api.until(&id, &["in_progress"], Duration::from_secs(10)).await;
+    let (status, _) =
+        api.call(Method::POST, &format!("/v1/batches/{id}/cancel"), Bytes::new(), "application/json").await;
+    assert_eq!(status, 200);
+    let done = api.until(&id, &["cancelled"], Duration::from_secs(30)).await;
+    let completed = done["request_counts"]["completed"].as_u64().unwrap();
+    assert!(completed < 400, "{done}");
+    let theirs = at_provider.get("/v1/batches").await.1;
+    let ours = theirs["data"].as_array().unwrap().iter().find(|b| b["metadata"]["switchyard_batch"] == id.as_str());
+    assert_eq!(ours.map(|b| &b["status"]), Some(&json!("cancelled")), "{theirs}");
+}

@@ -46,6 +46,7 @@ fn batch(id: &str, owner: &str, status: &str, created_at: i64) -> BatchRow {
         expires_at: created_at + 86_400,
         errors: None,
         expired_at: None,
+        upstream: None,
     }
 }
 
