@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod affinity;
 pub mod backend;
+pub mod discover;
 pub mod health;
 pub mod policy;
 pub mod prefix;

@@ -42,6 +42,8 @@ pub struct Backend {
     in_flight: AtomicUsize,
     pub stats: BackendStats,
     models: ArcSwap<Vec<String>>,
+    /// What it says it serves (`route/discover.rs`), where it says; configured `capabilities` win.
+    discovered: arc_swap::ArcSwapOption<Vec<&'static str>>,
     /// Wakes the prober early, e.g. after a passive failure.
     pub wake: Notify,
     /// Load and cache state the backend reports about itself.
@@ -124,6 +126,7 @@ impl Backend {
             in_flight: AtomicUsize::new(0),
             stats: BackendStats::default(),
             models: ArcSwap::from_pointee(models),
+            discovered: arc_swap::ArcSwapOption::empty(),
             wake: Notify::new(),
             signals: Default::default(),
             admission,
@@ -183,11 +186,22 @@ impl Backend {
     }
 
     /// Whether this backend takes requests of `endpoint`: its type speaks it (or a translation
-    /// of it) and, where its `capabilities` are configured, they name the endpoint's.
+    /// of it) and its `capabilities` — configured, else as it says itself — name the endpoint's.
     pub fn serves(&self, endpoint: crate::endpoint::Endpoint) -> bool {
         let capability = endpoint.spec().capability;
-        !matches!(crate::translate::plan(endpoint, self.cfg.kind), crate::translate::Plan::Unsupported(_))
-            && self.cfg.capabilities.as_ref().is_none_or(|c| c.iter().any(|c| c == capability))
+        let listed = match &self.cfg.capabilities {
+            Some(configured) => configured.iter().any(|c| c == capability),
+            None => self.discovered.load().as_ref().is_none_or(|d| d.contains(&capability)),
+        };
+        listed && !matches!(crate::translate::plan(endpoint, self.cfg.kind), crate::translate::Plan::Unsupported(_))
+    }
+
+    /// What the backend said it serves (None: it did not say).
+    pub fn set_discovered(&self, served: Option<Vec<&'static str>>) {
+        if served.is_some() {
+            tracing::debug!(backend = self.name(), ?served, "backend says what it serves");
+        }
+        self.discovered.store(served.map(Arc::new));
     }
 
     /// What it serves, for the catalogue: its configured capabilities, or what its type speaks.

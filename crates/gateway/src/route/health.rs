@@ -110,6 +110,7 @@ pub async fn probe_all(router: &Router, client: &UpstreamClient, cfg: &HealthCon
             // rest of its life does.
             if b.health.is_up() {
                 read_signals(&client, &b, timeout).await;
+                super::discover::discover(&client, &b, timeout).await;
             }
             changed
         });
@@ -148,6 +149,10 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
         let answers = probed.is_ok();
         let changed = apply(&backend, probed);
         backend.stats.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if changed || (answers && !answered) {
+            // Another model, or a restart: it may serve other endpoints now.
+            super::discover::discover(&client, &backend, cfg.timeout).await;
+        }
         if changed {
             tracing::info!(backend = backend.name(), "model list changed");
             router.rebuild_table();
@@ -207,7 +212,7 @@ async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Durat
 }
 
 /// GET `path` on the backend; the body of a 2xx answer.
-async fn fetch(client: &UpstreamClient, backend: &Backend, path: &str, timeout: Duration) -> Option<Bytes> {
+pub(super) async fn fetch(client: &UpstreamClient, backend: &Backend, path: &str, timeout: Duration) -> Option<Bytes> {
     let uri: http::Uri = format!("{}{path}", backend.cfg.url).parse().ok()?;
     let mut req = http::Request::get(uri);
     for (name, value) in &backend.auth_headers {

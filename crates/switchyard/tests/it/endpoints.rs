@@ -192,3 +192,47 @@ async fn an_image_edit_streams_through_and_is_priced_by_its_images() {
     assert_eq!(rows[0]["units"], json!({"images": 3, "image_size": "512x512"}), "{}", rows[0]);
     assert!((rows[0]["cost_usd"].as_f64().unwrap() - 6.0).abs() < 1e-9, "{}", rows[0]);
 }
+
+/// Capabilities discovered from the backend itself (issue 33's catalogue): a vLLM-style server
+/// whose OpenAPI document lists only the pooling routes serves embeddings and rerank, not chat;
+/// a llama.cpp-style server whose `/props` says `modalities.audio: false` takes no audio. Both
+/// services answer every path with one document, as the model list, the OpenAPI document and
+/// the props alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_backend_serves_is_discovered_from_its_openapi_document_and_props() {
+    let (pooling, _) = json_service(Duration::ZERO, |_| {
+        json!({"object": "list", "data": [{"id": "embedder", "object": "model"}],
+               "paths": {"/v1/models": {}, "/v1/embeddings": {}, "/rerank": {}, "/v1/score": {}}})
+    })
+    .await;
+    let (llama, _) = json_service(Duration::ZERO, |_| {
+        json!({"object": "list", "data": [{"id": "llm", "object": "model"}], "modalities": {"vision": false, "audio": false}})
+    })
+    .await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nauth: {{master_key: {MASTER}}}\n\
+         backends:\n  - {{name: pooling, url: 'http://{pooling}'}}\n  - {{name: llama, url: 'http://{llama}'}}\n"
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let chat = json!({"model": "embedder", "messages": [{"role": "user", "content": "hi"}]});
+    let (status, body) = post(&client, &gw, "/v1/chat/completions", chat).await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!("model_not_found")), "{body}");
+    let (status, body) = post(&client, &gw, "/v1/embeddings", json!({"model": "embedder", "input": "x"})).await;
+    assert_eq!(status, 200, "{body}");
+    let bearer = format!("Bearer {MASTER}");
+    let url = format!("{}/v1/models", gw.url());
+    let models = client
+        .request(http::Method::GET, &url, bytes::Bytes::new(), &[("authorization", &bearer)])
+        .await
+        .unwrap()
+        .json();
+    let served =
+        |id: &str| models["data"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap()["capabilities"].clone();
+    let embedder = served("embedder");
+    assert!(embedder.as_array().unwrap().iter().all(|c| c != "chat" && c != "audio"), "{models}");
+    assert!(embedder.as_array().unwrap().iter().any(|c| c == "embeddings"), "{models}");
+    let llm = served("llm");
+    assert!(llm.as_array().unwrap().iter().any(|c| c == "chat"), "{models}");
+    assert!(!llm.as_array().unwrap().iter().any(|c| c == "audio"), "{models}");
+}
