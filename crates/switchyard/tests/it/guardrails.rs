@@ -473,3 +473,34 @@ async fn a_webhook_on_answers_holds_them_and_masks_or_blocks_them_before_they_go
         assert_eq!(last["texts"], json!(["Tool result: all forbidden here"]), "{api}/{model}: one text");
     }
 }
+
+/// The held answer's cap: an answer a remote guard must judge is held whole, so one over 64 MiB
+/// is refused (502) rather than held, and the guard is never asked about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_too_large_to_hold_for_judging_is_refused_not_held() {
+    let (backend, _) = crate::common::json_service::json_service(std::time::Duration::ZERO, |asked| {
+        if asked.is_null() {
+            return json!({"object": "list", "data": [{"id": "big", "object": "model"}]});
+        }
+        let content = "x".repeat((64 << 20) + 1024);
+        json!({"id": "c", "object": "chat.completion", "model": "big",
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})
+    })
+    .await;
+    let (url, seen) = webhook_service(std::time::Duration::ZERO).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         guardrails:\n  default: [hook]\n\
+         \x20 hook: {{type: webhook, url: '{url}', timeout: 2s, action: block, on: [response]}}\n\
+         backends:\n  - {{name: b, url: 'http://{backend}', models: [big]}}\n"
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let body = json!({"model": "big", "messages": [{"role": "user", "content": "say a lot"}]});
+    let r = TestClient::new()
+        .post_json(&format!("{}/v1/chat/completions", gw.url()), body.to_string().as_bytes(), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 502, "{}", &r.text()[..r.text().len().min(300)]);
+    assert!(r.body.len() < 4096, "the answer itself never went out");
+    assert!(seen.lock().unwrap().is_empty(), "the guard was not asked about an answer it could not be shown");
+}
