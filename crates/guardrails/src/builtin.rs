@@ -140,6 +140,43 @@ const PASSWORD: &[Shape] = &[Shape {
     check: Check::Password,
 }];
 
+/// A byte every match of a kind contains, and how far past a match's start it may first be: a
+/// whole text's scan looks for matches only just before these (`prefilter.rs`). Chosen from each
+/// kind's regexes above; `prefilter::tests` checks the scan finds what a full scan finds.
+pub(crate) struct Trigger {
+    pub bytes: &'static [u8],
+    pub back: usize,
+}
+
+const DIGITS: &[u8] = b"0123456789";
+
+/// What a built-in kind's matches always contain (none for `Keyword` and `Pattern`).
+pub(crate) fn triggers(kind: Kind) -> &'static [Trigger] {
+    match kind {
+        // The local part is at most 64 bytes before the `@`.
+        Kind::Email => &[Trigger { bytes: b"@", back: 64 }],
+        // A digit first, or after a `+` or `(` (or an IBAN's two letters).
+        Kind::Phone | Kind::Card | Kind::Ssn | Kind::Ipv4 => &[Trigger { bytes: DIGITS, back: 1 }],
+        Kind::Iban => &[Trigger { bytes: DIGITS, back: 2 }],
+        // A `:` within the first group of at most four hex digits.
+        Kind::Ipv6 => &[Trigger { bytes: b":", back: 4 }],
+        // AKIA/ASIA/ABIA/ACCA, AIza.
+        Kind::AwsAccessKey | Kind::GoogleApiKey => &[Trigger { bytes: b"A", back: 0 }],
+        // gh?_ or github_pat_.
+        Kind::GithubToken => &[Trigger { bytes: b"_", back: 6 }],
+        // sk-, sk-ant-, xox?-, -----BEGIN.
+        Kind::OpenaiKey | Kind::AnthropicKey => &[Trigger { bytes: b"-", back: 2 }],
+        Kind::SlackToken => &[Trigger { bytes: b"-", back: 4 }],
+        Kind::PrivateKey => &[Trigger { bytes: b"-", back: 0 }],
+        // eyJ.
+        Kind::Jwt => &[Trigger { bytes: b"J", back: 2 }],
+        // The assignment after the key: up to 32 bytes of prefix, the key (13 at most), a quote
+        // and four blanks before it.
+        Kind::Password => &[Trigger { bytes: b":=", back: 52 }],
+        Kind::Keyword | Kind::Pattern => &[],
+    }
+}
+
 /// The shapes of a built-in kind (none for `Keyword` and `Pattern`, which come from specs).
 pub(crate) fn shapes(kind: Kind) -> &'static [Shape] {
     match kind {

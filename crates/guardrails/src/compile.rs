@@ -9,6 +9,7 @@ use crate::check::{Check, LOOKAHEAD};
 use crate::error::BuildError;
 use crate::finding::{DetectorId, GuardId, GuardSet};
 use crate::kind::Kind;
+use crate::prefilter::Triggers;
 use crate::spec::{DetectorSpec, GuardSpec};
 
 /// How many repetitions an open repetition (`+`, `*`, `{n,}`) of a custom pattern matches at
@@ -40,14 +41,25 @@ pub(crate) struct Compiled {
     pub regexes: Vec<Hir>,
     /// The most a stream may hold back, in bytes.
     pub max_hold: usize,
+    /// The longest match any regex has (not its check's reach), in bytes.
+    pub longest: usize,
+    /// The bytes every match contains (None: a custom pattern promises none).
+    pub triggers: Option<Triggers>,
 }
 
 pub(crate) fn compile(specs: &[GuardSpec]) -> Result<Compiled, BuildError> {
     if specs.len() > GuardSet::CAPACITY {
         return Err(BuildError::TooManyGuards { max: GuardSet::CAPACITY });
     }
-    let mut compiled =
-        Compiled { guards: Vec::new(), detectors: Vec::new(), rules: Vec::new(), regexes: Vec::new(), max_hold: 0 };
+    let mut compiled = Compiled {
+        guards: Vec::new(),
+        detectors: Vec::new(),
+        rules: Vec::new(),
+        regexes: Vec::new(),
+        max_hold: 0,
+        longest: 0,
+        triggers: Some(Triggers::new()),
+    };
     // Built-in kinds first, in priority order, each once with the guards that asked for it.
     let mut builtin_guards = [GuardSet::default(); builtin::PRIORITY.len()];
     for (index, spec) in specs.iter().enumerate() {
@@ -94,12 +106,16 @@ impl Compiled {
         let longest = regex.properties().maximum_len().unwrap_or(usize::MAX);
         let hold = check.reach().unwrap_or(longest.saturating_add(LOOKAHEAD));
         self.max_hold = self.max_hold.max(hold);
+        self.longest = self.longest.max(longest);
         self.regexes.push(regex);
         self.rules.push(Rule { check, detector });
     }
 
     fn add_builtin(&mut self, kind: Kind, guards: GuardSet) -> Result<(), BuildError> {
         let detector = self.add_detector(kind, kind.name(), kind.placeholder().to_owned(), guards);
+        if let Some(triggers) = &mut self.triggers {
+            builtin::triggers(kind).iter().for_each(|t| triggers.add(t.bytes, t.back));
+        }
         for shape in builtin::shapes(kind) {
             let regex =
                 ParserBuilder::new().build().parse(shape.regex).map_err(|err| BuildError::Compile(err.to_string()))?;
@@ -115,6 +131,11 @@ impl Compiled {
         if words.is_empty() {
             return Ok(());
         }
+        if let Some(triggers) = &mut self.triggers {
+            if !words.iter().all(|word| triggers.add_keyword(word.trim())) {
+                self.triggers = None;
+            }
+        }
         let alternatives: Vec<String> = words.iter().map(|word| regex_syntax::escape(word.trim())).collect();
         let source = format!(r"(?i)(?-u:\b{{start-half}})(?:{})(?-u:\b{{end-half}})", alternatives.join("|"));
         let regex = parse_custom(guard, "keywords", &source)?;
@@ -125,6 +146,8 @@ impl Compiled {
 
     fn add_pattern(&mut self, guard: &str, name: &str, source: &str, guards: GuardSet) -> Result<(), BuildError> {
         let regex = parse_custom(guard, name, source)?;
+        // Any regex: its matches contain nothing known in advance.
+        self.triggers = None;
         let detector = self.add_detector(Kind::Pattern, name, placeholder_for(name), guards);
         self.add_rule(regex, Check::Shape, detector);
         Ok(())

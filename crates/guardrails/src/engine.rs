@@ -4,8 +4,10 @@
 
 use std::borrow::Cow;
 
+use regex_automata::hybrid::dfa::Cache;
 use regex_automata::meta;
 use regex_automata::nfa::thompson;
+use regex_automata::util::pool::PoolGuard;
 use regex_automata::util::syntax;
 use regex_automata::MatchKind;
 
@@ -13,6 +15,7 @@ use crate::compile::{compile, Detector, Rule};
 use crate::error::BuildError;
 use crate::finding::{DetectorId, Finding, GuardId, GuardSet};
 use crate::mask::{self, Masked};
+use crate::prefilter::Triggers;
 use crate::search::Step;
 use crate::spec::GuardSpec;
 use crate::walk::Walker;
@@ -25,6 +28,10 @@ pub struct Engine {
     pub(crate) detectors: Vec<Detector>,
     guards: Vec<String>,
     max_hold: usize,
+    /// The longest match of the scan's regex: a search for starts before `n` reads to `n + longest`.
+    pub(crate) longest: usize,
+    /// Where a whole text's matches can start (None: anywhere).
+    pub(crate) triggers: Option<Triggers>,
 }
 
 impl Engine {
@@ -49,6 +56,8 @@ impl Engine {
             detectors: compiled.detectors,
             guards: compiled.guards,
             max_hold: compiled.max_hold,
+            longest: compiled.longest,
+            triggers: compiled.triggers,
         })
     }
 
@@ -92,21 +101,60 @@ impl Engine {
         Masked { text, findings }
     }
 
-    /// Calls `each` with every finding in order while it returns `true`.
+    /// Calls `each` with every finding in order while it returns `true`: over the windows where
+    /// matches can start when the detectors say where (`prefilter.rs`), else over all of it.
     fn each_finding(&self, text: &str, mut each: impl FnMut(Finding) -> bool) {
-        let mut at = 0;
         // The scan alone decides there is nothing: the pooled cache is taken at the first candidate.
-        let mut cache = None;
-        while at < text.len() {
-            let Some(candidate) = self.regex.search(&regex_automata::Input::new(text).range(at..)) else {
-                return;
-            };
-            let cache = cache.get_or_insert_with(|| self.walker.pooled());
-            match self.step_at(cache, text, candidate.start(), text.len(), true) {
-                Step::Found(finding) if each(finding) => at = finding.end,
-                Step::Found(_) | Step::Clear | Step::Hold(_) => return,
+        let mut scan = Scan { cache: None, at: 0 };
+        match &self.triggers {
+            Some(triggers) => {
+                for starts in triggers.windows(text.as_bytes()) {
+                    if !self.each_in(text, starts, &mut scan, &mut each) {
+                        return;
+                    }
+                }
+            }
+            None => {
+                self.each_in(text, 0..text.len(), &mut scan, &mut each);
             }
         }
+    }
+
+    /// The findings that start in `starts` (and after the last one found); false once `each`
+    /// says to stop.
+    fn each_in<'e>(
+        &'e self,
+        text: &str,
+        starts: std::ops::Range<usize>,
+        scan: &mut Scan<'e>,
+        each: &mut impl FnMut(Finding) -> bool,
+    ) -> bool {
+        let mut from = starts.start.max(scan.at);
+        while from < starts.end {
+            let bound = self.bound(text, starts.end);
+            let Some(candidate) = self.regex.search(&regex_automata::Input::new(text).range(from..bound)) else {
+                return true;
+            };
+            if candidate.start() >= starts.end {
+                return true;
+            }
+            let cache = scan.cache.get_or_insert_with(|| self.walker.pooled());
+            match self.step_at(cache, text, candidate.start(), starts.end, true) {
+                Step::Found(finding) => {
+                    if !each(finding) {
+                        return false;
+                    }
+                    (scan.at, from) = (finding.end, finding.end);
+                }
+                Step::Clear | Step::Hold(_) => return true,
+            }
+        }
+        true
+    }
+
+    /// How far a search for matches starting before `limit` reads: a match is never longer.
+    pub(crate) fn bound(&self, text: &str, limit: usize) -> usize {
+        limit.saturating_add(self.longest).min(text.len())
     }
 
     /// What replaces a finding of `detector` when masked: `[EMAIL]`, `[KEYWORD]`, `[EMPLOYEE_ID]`.
@@ -131,6 +179,12 @@ impl Engine {
     pub fn max_hold(&self) -> usize {
         self.max_hold
     }
+}
+
+/// A whole text's scan in progress: the automaton's cache once taken, and where the last finding ended.
+struct Scan<'e> {
+    cache: Option<PoolGuard<'e, Cache, crate::walk::NewCache>>,
+    at: usize,
 }
 
 impl std::fmt::Debug for Engine {

@@ -35,6 +35,7 @@ mod error;
 mod finding;
 mod kind;
 mod mask;
+mod prefilter;
 mod search;
 mod spec;
 mod stream;

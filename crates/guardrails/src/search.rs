@@ -53,7 +53,8 @@ impl Engine {
             if next >= limit {
                 return Step::Clear;
             }
-            match self.regex.search(&Input::new(text).range(next..)) {
+            // Only starts before `limit` count, and no match is longer than `longest`.
+            match self.regex.search(&Input::new(text).range(next..self.bound(text, limit))) {
                 Some(candidate) => start = candidate.start(),
                 None => return Step::Clear,
             }

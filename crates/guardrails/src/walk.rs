@@ -17,7 +17,7 @@ use crate::error::BuildError;
 /// it is cleared and rebuilt, never given up on, so every walk finishes in the DFA.
 const CACHE_BYTES: usize = 2 << 20;
 
-type NewCache = Box<dyn Fn() -> Cache + Send + Sync + UnwindSafe + RefUnwindSafe>;
+pub(crate) type NewCache = Box<dyn Fn() -> Cache + Send + Sync + UnwindSafe + RefUnwindSafe>;
 
 /// The most (detector, end) pairs kept from one walk; past that the shortest are dropped.
 pub(crate) const MAX_CANDIDATES: usize = 64;
