@@ -108,7 +108,7 @@ impl Engine {
         let mut scan = Scan { cache: None, at: 0 };
         match &self.triggers {
             Some(triggers) => {
-                for starts in triggers.windows(text.as_bytes()) {
+                for starts in triggers.windows(text.as_bytes(), self.longest) {
                     if !self.each_in(text, starts, &mut scan, &mut each) {
                         return;
                     }

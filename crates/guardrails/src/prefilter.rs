@@ -44,7 +44,10 @@ impl Triggers {
     }
 
     /// The ranges of `text` a match may start in, in order, merged (empty: no match anywhere).
-    pub(crate) fn windows(&self, text: &[u8]) -> Vec<Range<usize>> {
+    /// Windows less than `join_within` apart are one: the scan for matches starting in a window
+    /// reads up to that far past it anyway (the longest match), so two searches would read the
+    /// same bytes twice.
+    pub(crate) fn windows(&self, text: &[u8], join_within: usize) -> Vec<Range<usize>> {
         let mut windows: Vec<Range<usize>> = Vec::new();
         for (at, byte) in text.iter().enumerate() {
             let back = self.back[usize::from(*byte)];
@@ -63,7 +66,9 @@ impl Triggers {
         let mut merged: Vec<Range<usize>> = Vec::with_capacity(windows.len());
         for window in windows {
             match merged.last_mut() {
-                Some(last) if window.start <= last.end => last.end = last.end.max(window.end),
+                Some(last) if window.start <= last.end.saturating_add(join_within) => {
+                    last.end = last.end.max(window.end)
+                }
                 _ => merged.push(window),
             }
         }
@@ -95,14 +100,17 @@ mod tests {
         triggers.add(b"0123456789", 1);
         triggers.add(b"@", 64);
         assert_eq!(
-            triggers.windows(b"call 555 0199 or write to me"),
+            triggers.windows(b"call 555 0199 or write to me", 0),
             vec![(4..13)],
             "a number's digits make one window"
         );
-        assert!(triggers.windows(b"nothing here").is_empty());
-        assert_eq!(triggers.windows(b"a@b"), vec![(0..2)]);
+        assert!(triggers.windows(b"nothing here", 0).is_empty());
+        assert_eq!(triggers.windows(b"a@b", 0), vec![(0..2)]);
         // The `@` reaches back past the digit's window: one window from the start.
-        assert_eq!(triggers.windows(b"abc1 defgh@x"), vec![(0..11)]);
+        assert_eq!(triggers.windows(b"abc1 defgh@x", 0), vec![(0..11)]);
+        // Windows closer than the longest match are searched as one.
+        assert_eq!(triggers.windows(b"1xxxxxxxx2", 5), vec![(0..1), (8..10)]);
+        assert_eq!(triggers.windows(b"1xxxxxxxx2", 10), vec![(0..10)]);
         assert!(triggers.add_keyword("project-nightingale"));
         assert_eq!(triggers.back[usize::from(b'-')], 8);
         assert!(!triggers.add_keyword("café"));
