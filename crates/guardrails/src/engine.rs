@@ -101,23 +101,19 @@ impl Engine {
         Masked { text, findings }
     }
 
-    /// Calls `each` with every finding in order while it returns `true`: over the windows where
+    /// Calls `each` with every finding in order while it returns `true`: over the range where
     /// matches can start when the detectors say where (`prefilter.rs`), else over all of it.
     fn each_finding(&self, text: &str, mut each: impl FnMut(Finding) -> bool) {
         // The scan alone decides there is nothing: the pooled cache is taken at the first candidate.
         let mut scan = Scan { cache: None, at: 0 };
-        match &self.triggers {
-            Some(triggers) => {
-                for starts in triggers.windows(text.as_bytes(), self.longest) {
-                    if !self.each_in(text, starts, &mut scan, &mut each) {
-                        return;
-                    }
-                }
-            }
-            None => {
-                self.each_in(text, 0..text.len(), &mut scan, &mut each);
-            }
-        }
+        let starts = match &self.triggers {
+            Some(triggers) => match triggers.span(text.as_bytes()) {
+                Some(starts) => starts,
+                None => return,
+            },
+            None => 0..text.len(),
+        };
+        self.each_in(text, starts, &mut scan, &mut each);
     }
 
     /// The findings that start in `starts` (and after the last one found); false once `each`

@@ -43,36 +43,18 @@ impl Triggers {
         true
     }
 
-    /// The ranges of `text` a match may start in, in order, merged (empty: no match anywhere).
-    /// Windows less than `join_within` apart are one: the scan for matches starting in a window
-    /// reads up to that far past it anyway (the longest match), so two searches would read the
-    /// same bytes twice.
-    pub(crate) fn windows(&self, text: &[u8], join_within: usize) -> Vec<Range<usize>> {
-        let mut windows: Vec<Range<usize>> = Vec::new();
-        for (at, byte) in text.iter().enumerate() {
-            let back = self.back[usize::from(*byte)];
-            if back == 0 {
-                continue;
-            }
-            let window = at.saturating_sub(usize::from(back - 1))..at + 1;
-            match windows.last_mut() {
-                Some(last) if (last.start..=last.end).contains(&window.start) => last.end = window.end,
-                _ => windows.push(window),
-            }
-        }
-        // A trigger that may sit further past its match's start (an `@`) reaches back before
-        // windows already made: order by start and merge again.
-        windows.sort_unstable_by_key(|w| w.start);
-        let mut merged: Vec<Range<usize>> = Vec::with_capacity(windows.len());
-        for window in windows {
-            match merged.last_mut() {
-                Some(last) if window.start <= last.end.saturating_add(join_within) => {
-                    last.end = last.end.max(window.end)
-                }
-                _ => merged.push(window),
-            }
-        }
-        merged
+    /// The range of `text` a match may start in: from a little before its first trigger to its
+    /// last (None: no match anywhere). One range, not a window per trigger: a search for starts in
+    /// a window reads up to the longest match past it, so many small windows cost more than one.
+    pub(crate) fn span(&self, text: &[u8]) -> Option<Range<usize>> {
+        let first = text.iter().position(|b| self.back[usize::from(*b)] != 0)?;
+        let last = text.iter().rposition(|b| self.back[usize::from(*b)] != 0)?;
+        Some(first.saturating_sub(usize::from(self.max_back()))..last + 1)
+    }
+
+    /// The furthest any trigger may be past its match's start.
+    fn max_back(&self) -> u8 {
+        self.back.iter().max().map_or(0, |b| b.saturating_sub(1))
     }
 }
 
@@ -95,25 +77,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn windows_lie_just_before_each_trigger_and_merge() {
+    fn matches_start_from_just_before_the_first_trigger_to_the_last() {
         let mut triggers = Triggers::new();
         triggers.add(b"0123456789", 1);
+        assert_eq!(triggers.span(b"call 555 0199 or write to me"), Some(4..13));
+        assert_eq!(triggers.span(b"nothing here"), None);
         triggers.add(b"@", 64);
-        assert_eq!(
-            triggers.windows(b"call 555 0199 or write to me", 0),
-            vec![(4..13)],
-            "a number's digits make one window"
-        );
-        assert!(triggers.windows(b"nothing here", 0).is_empty());
-        assert_eq!(triggers.windows(b"a@b", 0), vec![(0..2)]);
-        // The `@` reaches back past the digit's window: one window from the start.
-        assert_eq!(triggers.windows(b"abc1 defgh@x", 0), vec![(0..11)]);
-        // Windows closer than the longest match are searched as one.
-        assert_eq!(triggers.windows(b"1xxxxxxxx2", 5), vec![(0..1), (8..10)]);
-        assert_eq!(triggers.windows(b"1xxxxxxxx2", 10), vec![(0..10)]);
+        assert_eq!(triggers.span(b"a@b"), Some(0..2));
+        assert_eq!(triggers.span(&[b"x".repeat(100), b"7 and 8".to_vec()].concat()), Some(36..107));
         assert!(triggers.add_keyword("project-nightingale"));
         assert_eq!(triggers.back[usize::from(b'-')], 8);
-        assert!(!triggers.add_keyword("café"));
+        assert!(!triggers.add_keyword("caf\u{e9}"));
         assert!(!triggers.add_keyword("sk"));
     }
 }
