@@ -111,6 +111,18 @@ async fn each_endpoint_is_routed_passed_through_recorded_and_priced() {
     assert_eq!(charged, 4, "rerank twice, score, moderations: 0.5 each plus tokens: {rows:?}");
 }
 
+/// `/v1/models`, as the master key sees it.
+async fn catalogue(client: &TestClient, gw: &RunningGateway) -> Value {
+    let bearer = format!("Bearer {MASTER}");
+    let url = format!("{}/v1/models", gw.url());
+    client.request(http::Method::GET, &url, bytes::Bytes::new(), &[("authorization", &bearer)]).await.unwrap().json()
+}
+
+/// What the catalogue says model `id` serves.
+fn capabilities_of(models: &Value, id: &str) -> Value {
+    models["data"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap()["capabilities"].clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_no_backend_serves_the_endpoint_for_is_not_found_and_the_catalogue_says_what_each_serves() {
     let (gw, _backend, _chat_only) = gateway_with_prices().await;
@@ -145,15 +157,8 @@ async fn a_model_no_backend_serves_the_endpoint_for_is_not_found_and_the_catalog
         let (status, answer) = post(&client, &gw, "/v1/rerank", body).await;
         assert_eq!((status, &answer["error"]["param"]), (400, &json!(param)), "{answer}");
     }
-    let bearer = format!("Bearer {MASTER}");
-    let url = format!("{}/v1/models", gw.url());
-    let models = client
-        .request(http::Method::GET, &url, bytes::Bytes::new(), &[("authorization", &bearer)])
-        .await
-        .unwrap()
-        .json();
-    let served =
-        |id: &str| models["data"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap()["capabilities"].clone();
+    let models = catalogue(&client, &gw).await;
+    let served = |id: &str| capabilities_of(&models, id);
     assert_eq!(served("rerank-hosted"), json!(["rerank"]), "{models}");
     assert_eq!(served("chat-only"), json!(["chat"]), "{models}");
     let m = served("m");
@@ -220,15 +225,8 @@ async fn what_a_backend_serves_is_discovered_from_its_openapi_document_and_props
     assert_eq!((status, &body["error"]["code"]), (404, &json!("model_not_found")), "{body}");
     let (status, body) = post(&client, &gw, "/v1/embeddings", json!({"model": "embedder", "input": "x"})).await;
     assert_eq!(status, 200, "{body}");
-    let bearer = format!("Bearer {MASTER}");
-    let url = format!("{}/v1/models", gw.url());
-    let models = client
-        .request(http::Method::GET, &url, bytes::Bytes::new(), &[("authorization", &bearer)])
-        .await
-        .unwrap()
-        .json();
-    let served =
-        |id: &str| models["data"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap()["capabilities"].clone();
+    let models = catalogue(&client, &gw).await;
+    let served = |id: &str| capabilities_of(&models, id);
     let embedder = served("embedder");
     assert!(embedder.as_array().unwrap().iter().all(|c| c != "chat" && c != "audio"), "{models}");
     assert!(embedder.as_array().unwrap().iter().any(|c| c == "embeddings"), "{models}");

@@ -287,23 +287,9 @@ async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_
     }
 }
 
-/// A webhook guard service on an ephemeral port: it keeps what it was sent, waits `delay`, and
-/// answers by the texts: `forbidden` → block, `code-123` → mask it as `[CODE]`, else allow.
+/// The webhook guard service (`common::json_service::webhook_service`), masking on any call.
 async fn webhook_service(delay: std::time::Duration) -> (String, crate::common::json_service::Seen) {
-    let (addr, seen) = crate::common::json_service::json_service(delay, |asked| {
-        let texts: Vec<&str> = asked["texts"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-        if texts.iter().any(|t| t.contains("forbidden")) {
-            json!({"action": "block", "reason": "policy 7"})
-        } else if texts.iter().any(|t| t.contains("code-123")) {
-            let masked =
-                |t: &&str| if t.contains("code-123") { json!(t.replace("code-123", "[CODE]")) } else { Value::Null };
-            json!({"action": "mask", "replacements": texts.iter().map(masked).collect::<Vec<_>>()})
-        } else {
-            json!({"action": "allow"})
-        }
-    })
-    .await;
-    (format!("http://{addr}/check"), seen)
+    crate::common::json_service::webhook_service(delay, |_| true).await
 }
 
 fn webhook_gateway_yaml(backend: &MockServer, url: &str, timeout: &str, on_error: &str, top: &str) -> String {

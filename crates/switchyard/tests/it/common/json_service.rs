@@ -66,3 +66,28 @@ async fn read_body(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
         }
     }
 }
+
+/// A webhook guard service: it keeps what it was sent, waits `delay`, and answers by the texts:
+/// `forbidden` → block, `code-123` → mask it as `[CODE]` (where `masks` says this call may be
+/// masked), else allow. Its URL and what it was sent.
+pub async fn webhook_service(delay: Duration, masks: fn(&Value) -> bool) -> (String, Seen) {
+    let (addr, seen) = json_service(delay, move |asked| {
+        let texts: Vec<&str> = asked["texts"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if texts.iter().any(|t| t.contains("forbidden")) {
+            serde_json::json!({"action": "block", "reason": "policy 7"})
+        } else if masks(asked) && texts.iter().any(|t| t.contains("code-123")) {
+            let masked = |t: &&str| {
+                if t.contains("code-123") {
+                    Value::String(t.replace("code-123", "[CODE]"))
+                } else {
+                    Value::Null
+                }
+            };
+            serde_json::json!({"action": "mask", "replacements": texts.iter().map(masked).collect::<Vec<_>>()})
+        } else {
+            serde_json::json!({"action": "allow"})
+        }
+    })
+    .await;
+    (format!("http://{addr}/check"), seen)
+}
