@@ -362,7 +362,7 @@ mod tests {
     fn update_sets_every_column_but_id_in_bind_order() {
         let sql = update_batch_sql();
         assert!(sql.starts_with("UPDATE batches SET owner = $2, key_id = $3, "), "{sql}");
-        assert!(sql.ends_with("errors = $22, expired_at = $23 WHERE id = $1"), "{sql}");
-        assert_eq!(BATCH_COLUMNS.split(", ").count(), 23);
+        assert!(sql.ends_with("errors = $22, expired_at = $23, upstream = $24 WHERE id = $1"), "{sql}");
+        assert_eq!(BATCH_COLUMNS.split(", ").count(), 24);
     }
 }
