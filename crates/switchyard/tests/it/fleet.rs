@@ -308,8 +308,10 @@ async fn tokens_and_parallel_requests_hold_across_instances() {
     assert_eq!(count(&answers, 200) as u64, 1000 / estimate, "exactly what fits in tpm, fleet-wide");
     assert_eq!(count(&answers, 429) as u64, 30 - 1000 / estimate);
 
-    // Parallel requests: never more than 8 at the backend, whichever instance admits them.
-    backend.control().set_latency(Duration::from_millis(500));
+    // Parallel requests: never more than 8 at the backend, whichever instance admits them. Each
+    // is held long enough for the whole burst to be decided before the first ends, even on a
+    // slow machine (at 500 ms a slow 2-core machine let early answers free slots mid-burst).
+    backend.control().set_latency(Duration::from_millis(1500));
     backend.control().peak_in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
     let (id, key) = fleet.create_key(r#"{"max_parallel": 8}"#).await;
     let answers = fleet.burst(&key, &chat_body("m", false), 40).await;
@@ -398,10 +400,11 @@ async fn with_redis_stopped_each_policy_holds_and_shared_limits_come_back() {
     let share = 30usize.div_ceil(5);
     let mut admitted = 0;
     for _ in 0..40 {
-        match fleet.chat(0, &key, &chat_body("m", false)).await.status.as_u16() {
+        let r = fleet.chat(0, &key, &chat_body("m", false)).await;
+        match r.status.as_u16() {
             200 => admitted += 1,
             429 => {}
-            other => panic!("local_share answered {other}"),
+            other => panic!("local_share answered {other}: {}", r.text()),
         }
     }
     assert_eq!(admitted, share, "local_share admits the limit divided by the live instances");
