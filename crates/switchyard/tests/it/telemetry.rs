@@ -74,7 +74,7 @@ impl Collector {
 
     /// Every span in the file so far, with its resource's attributes under `"resource"`.
     fn spans(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        let text = self.complete_lines();
         let mut spans = Vec::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let doc: Value = serde_json::from_str(line).unwrap();
@@ -91,9 +91,16 @@ impl Collector {
         spans
     }
 
+    /// The file's complete lines so far: the collector may be part-way through writing the last.
+    fn complete_lines(&self) -> String {
+        let mut text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        text.truncate(text.rfind('\n').map_or(0, |end| end + 1));
+        text
+    }
+
     /// Every log record in the file so far.
     fn logs(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        let text = self.complete_lines();
         let mut logs = Vec::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let doc: Value = serde_json::from_str(line).unwrap();
