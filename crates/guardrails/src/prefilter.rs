@@ -12,6 +12,8 @@ use std::ops::Range;
 #[derive(Clone)]
 pub(crate) struct Triggers {
     back: [u8; 256],
+    /// The furthest any trigger may be past its match's start.
+    max_back: usize,
 }
 
 /// Letters whose case folds to a non-ASCII letter too (`K`, the Kelvin sign; `ſ`, a long s): a
@@ -20,12 +22,13 @@ const FOLDS_OUTSIDE_ASCII: &[u8] = b"kKsS";
 
 impl Triggers {
     pub(crate) fn new() -> Triggers {
-        Triggers { back: [0; 256] }
+        Triggers { back: [0; 256], max_back: 0 }
     }
 
     /// Matches contain one of `bytes`, at most `back` bytes past their start.
     pub(crate) fn add(&mut self, bytes: &[u8], back: usize) {
         let back = u8::try_from(back.saturating_add(1)).unwrap_or(u8::MAX);
+        self.max_back = self.max_back.max(usize::from(back - 1));
         for &byte in bytes {
             self.back[usize::from(byte)] = self.back[usize::from(byte)].max(back);
         }
@@ -49,12 +52,7 @@ impl Triggers {
     pub(crate) fn span(&self, text: &[u8]) -> Option<Range<usize>> {
         let first = text.iter().position(|b| self.back[usize::from(*b)] != 0)?;
         let last = text.iter().rposition(|b| self.back[usize::from(*b)] != 0)?;
-        Some(first.saturating_sub(usize::from(self.max_back()))..last + 1)
-    }
-
-    /// The furthest any trigger may be past its match's start.
-    fn max_back(&self) -> u8 {
-        self.back.iter().max().map_or(0, |b| b.saturating_sub(1))
+        Some(first.saturating_sub(self.max_back)..last + 1)
     }
 }
 

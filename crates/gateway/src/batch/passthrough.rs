@@ -207,11 +207,11 @@ async fn settle(
         let Some(id) = object[file].as_str() else { continue };
         let content = provider.content(id).await?;
         for text in String::from_utf8_lossy(&content).lines().filter(|l| !l.trim().is_empty()) {
-            let Some(row) = line_row(&batch.id, n, text) else { continue };
+            let Some((row, model)) = line_row(&batch.id, n, text) else { continue };
             n += 1;
             // A line the provider never sent (its `error` and no `response`) used nothing.
             if store.insert_line(&batch.id, &row).await.map_err(|e| e.to_string())? && row.status != 0 {
-                meter(app, &batch, &identity, provider.backend.name(), &row, text);
+                meter(app, &batch, &identity, provider.backend.name(), &row, &model);
             }
         }
     }
@@ -223,8 +223,9 @@ async fn settle(
     super::runner::finish(app, store, &batch.id, object["status"] == "expired").await
 }
 
-/// One of the provider's result lines as this batch's line, under this batch's request id.
-fn line_row(batch: &str, n: i64, text: &str) -> Option<LineRow> {
+/// One of the provider's result lines as this batch's line, under this batch's request id, and
+/// the model its answer names.
+fn line_row(batch: &str, n: i64, text: &str) -> Option<(LineRow, String)> {
     let line: Value = serde_json::from_str(text).ok()?;
     let custom_id = line["custom_id"].as_str()?.to_owned();
     let request_id = jsonl::request_id(batch, &custom_id);
@@ -236,15 +237,12 @@ fn line_row(batch: &str, n: i64, text: &str) -> Option<LineRow> {
         _ => (0, line["error"].clone()),
     };
     let failed = !line["error"].is_null() || !(200..300).contains(&status);
-    Some(LineRow { custom_id, line: n, status, failed, body: body.to_string(), request_id })
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    Some((LineRow { custom_id, line: n, status, failed, body: body.to_string(), request_id }, model))
 }
 
 /// A result line's usage record: its tokens as the provider reported them, tagged with the batch.
-fn meter(app: &App, batch: &BatchRow, identity: &crate::auth::Identity, backend: &str, row: &LineRow, text: &str) {
-    let model = serde_json::from_str::<Value>(text)
-        .ok()
-        .and_then(|v| v["response"]["body"]["model"].as_str().map(str::to_owned))
-        .unwrap_or_default();
+fn meter(app: &App, batch: &BatchRow, identity: &crate::auth::Identity, backend: &str, row: &LineRow, model: &str) {
     let now = app.clock.unix_ms();
     let mut meter = Meter::new(
         app.journal.clone(),
@@ -252,8 +250,8 @@ fn meter(app: &App, batch: &BatchRow, identity: &crate::auth::Identity, backend:
         app.metrics.clone(),
         &row.request_id,
         identity.key(),
-        &model,
-        &model,
+        model,
+        model,
         0,
         Instant::now(),
         now,

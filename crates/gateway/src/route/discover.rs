@@ -55,7 +55,7 @@ fn by_paths(body: &[u8]) -> Option<Vec<&'static str>> {
 }
 
 fn unversioned(path: &str) -> &str {
-    ["/v1/", "/v2/"].iter().find_map(|v| path.strip_prefix(&v[..3])).unwrap_or(path)
+    path.strip_prefix("/v1").or_else(|| path.strip_prefix("/v2")).unwrap_or(path)
 }
 
 /// llama.cpp's `/props`: whether its model takes audio input (`modalities.audio`).
