@@ -197,6 +197,15 @@ pub fn blocked_message(guard: &str, reason: &str) -> String {
     }
 }
 
+/// What a tool call's JSON-RPC error says when a guard stopped it: a block's reason as
+/// `blocked_message` wrote it (the MCP layer adds its own "blocked by"), else the error's message.
+pub fn tool_refusal(error: &GatewayError) -> String {
+    match error {
+        GatewayError::ContentBlocked { message } => message.strip_prefix("blocked by ").unwrap_or(message).to_owned(),
+        _ => error.to_string(),
+    }
+}
+
 /// One answer's guards, chained: each sees what the one before it let through. For a stream,
 /// frames are cut into whole events (or lines) first, so a guard never sees half an event.
 pub struct AnswerGuards {

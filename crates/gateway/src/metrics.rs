@@ -148,9 +148,10 @@ pub struct Metrics {
     /// Requests that fell back from one model to another: (from, to) → count. Labels come from
     /// the configured `fallbacks:`, so their number is bounded by config.
     fallbacks: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
-    /// Guardrail findings: (guard, kind, action) → count. Guards come from config, kinds from a
-    /// fixed list (or a guard's own pattern names), so the labels are bounded.
-    guardrails: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str, &'static str), u64>>,
+    /// Guardrail findings: guard → (kind, action) → count. Guards come from config, kinds from a
+    /// fixed list (or a guard's own pattern names), so the labels are bounded. Keyed by guard
+    /// first so counting a finding looks it up by `&str` (no allocation per finding).
+    guardrails: std::sync::Mutex<std::collections::BTreeMap<String, VerdictCounts>>,
     /// How long guardrail checks take: `builtin` (the detectors' one scan) or a webhook's name.
     guardrail_latency: std::sync::Mutex<std::collections::BTreeMap<String, Histogram>>,
 }
@@ -179,17 +180,24 @@ impl Default for Metrics {
     }
 }
 
+/// One guard's findings: (kind, action) → count.
+type VerdictCounts = std::collections::BTreeMap<(&'static str, &'static str), u64>;
+
 impl Metrics {
     /// A guardrail's finding and what was done about it (`mask`, `block`, `log`).
     pub fn count_guardrail(&self, guard: &str, kind: &'static str, action: &'static str) {
         let mut map = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry((guard.to_owned(), kind, action)).or_default() += 1;
+        let by_kind = match map.get_mut(guard) {
+            Some(by_kind) => by_kind,
+            None => map.entry(guard.to_owned()).or_default(),
+        };
+        *by_kind.entry((kind, action)).or_default() += 1;
     }
 
     /// Guardrail verdicts so far, by action: mask, block, log (the console's chart).
     pub fn guardrail_verdicts_by_action(&self) -> [u64; 3] {
         let map = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter().fold([0; 3], |mut sums, ((_, _, action), n)| {
+        map.values().flatten().fold([0; 3], |mut sums, ((_, action), n)| {
             match *action {
                 "mask" => sums[0] += n,
                 "block" => sums[1] += n,
@@ -256,12 +264,14 @@ impl Metrics {
                 "# HELP switchyard_guardrail_verdicts_total Guardrail findings, by guard, kind and the action taken.\n",
             );
             out.push_str("# TYPE switchyard_guardrail_verdicts_total counter\n");
-            for ((guard, kind, action), n) in verdicts.iter() {
+            for (guard, by_kind) in verdicts.iter() {
                 let guard = mcp::escape(guard);
-                let _ = writeln!(
-                    out,
-                    "switchyard_guardrail_verdicts_total{{guard=\"{guard}\",kind=\"{kind}\",action=\"{action}\"}} {n}"
-                );
+                for ((kind, action), n) in by_kind {
+                    let _ = writeln!(
+                        out,
+                        "switchyard_guardrail_verdicts_total{{guard=\"{guard}\",kind=\"{kind}\",action=\"{action}\"}} {n}"
+                    );
+                }
             }
         }
         drop(verdicts);

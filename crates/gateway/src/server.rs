@@ -346,6 +346,9 @@ async fn reload_loop(
             let fresh = spawn_probers(&app);
             let backends = app.router.backends.len();
             current.store(app);
+            // The batch runner waits for a wake-up when it had nothing to do; the new config may
+            // give it some (a fleet's `redis:`).
+            crate::batch::runner::wake();
             if let (Some(tls), Some(acceptor)) = (&tls, acceptor) {
                 tls.store(Arc::new(acceptor));
             }

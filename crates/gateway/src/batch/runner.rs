@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::HeaderValue;
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::claim::Claim;
@@ -36,9 +36,11 @@ const ROOM_POLL: Duration = Duration::from_millis(5);
 /// Tries of a line refused for a moment (429, 5xx) before its answer stands.
 const TRIES: u32 = 5;
 
-fn notify() -> &'static Notify {
-    static WAKE: OnceLock<Notify> = OnceLock::new();
-    WAKE.get_or_init(Notify::new)
+/// Wake-ups, counted: every runner in the process (one per gateway; tests run several) sees each,
+/// and one sent while a runner was busy is seen when it next waits.
+fn wakes() -> &'static watch::Sender<u64> {
+    static WAKES: OnceLock<watch::Sender<u64>> = OnceLock::new();
+    WAKES.get_or_init(|| watch::channel(0).0)
 }
 
 fn cancelled() -> &'static Mutex<HashSet<String>> {
@@ -48,7 +50,7 @@ fn cancelled() -> &'static Mutex<HashSet<String>> {
 
 /// A batch was created: look now.
 pub fn wake() {
-    notify().notify_one();
+    wakes().send_modify(|n| *n = n.wrapping_add(1));
 }
 
 /// Stop starting lines of `batch`.
@@ -66,25 +68,38 @@ pub(super) fn is_cancelled(batch: &str) -> bool {
 /// Run batches for as long as the gateway runs (the app as it is after any reload; held weakly,
 /// so the runner ends with the gateway).
 pub fn spawn(current: std::sync::Weak<ArcSwap<App>>) -> tokio::task::JoinHandle<()> {
+    let mut woken = wakes().subscribe();
     tokio::spawn(async move {
         loop {
             let Some(app) = current.upgrade().map(|c| c.load_full()) else { return };
+            let mut idle = app.config.redis.is_none();
             if let Some(store) = app.store.clone() {
                 match store.unfinished_batches().await {
                     Ok(batches) => {
+                        idle &= batches.is_empty();
                         for batch in batches {
                             if let Err(e) = run(&app, &store, batch).await {
                                 tracing::warn!(error = %e, "a batch could not go on; it is tried again later");
                             }
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "could not read the unfinished batches"),
+                    Err(e) => {
+                        idle = false;
+                        tracing::warn!(error = %e, "could not read the unfinished batches");
+                    }
                 }
             }
             // Batches followed at a provider are looked at as often as `batches.poll_interval` asks.
             let poll = POLL.min(app.config.batches.poll);
             drop(app);
-            let _ = tokio::time::timeout(poll, notify().notified()).await;
+            if idle {
+                // Alone on its database (no `redis:`) with nothing unfinished, only a batch made
+                // here (or a reload) can give it work, and both wake it: an idle gateway does not
+                // query its database every 2 s (issue 29's idle memory: each look pages in SQLite's code).
+                let _ = woken.changed().await;
+            } else {
+                let _ = tokio::time::timeout(poll, woken.changed()).await;
+            }
         }
     })
 }

@@ -40,10 +40,7 @@ impl ToolGuards {
         let Some(remote) = self.remote.as_ref().filter(|r| r.watches(active)) else { return Ok(masked) };
         let mut body = Bytes::from(masked.unwrap_or_else(|| json.to_vec()));
         let named = format!("{server}/{tool}");
-        remote.check_tool(active, direction, &named, &mut body).await.map_err(|e| {
-            let message = e.to_string();
-            message.strip_prefix("blocked by ").map_or(message.clone(), str::to_owned)
-        })?;
+        remote.check_tool(active, direction, &named, &mut body).await.map_err(|e| super::tool_refusal(&e))?;
         Ok((body != json).then(|| body.to_vec()))
     }
 }

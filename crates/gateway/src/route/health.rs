@@ -18,6 +18,10 @@ use crate::upstream::UpstreamClient;
 
 /// Largest model-list body we read; a backend listing more is misbehaving.
 const MAX_DISCOVERY_BYTES: usize = 4 * 1024 * 1024;
+/// Probes in a row after which a backend that never said anything about its load (no
+/// `/metrics`, `/slots` or `/api/ps`: a hosted API, a llama.cpp without them) is not asked again
+/// until it restarts or its models change: two requests fewer on every probe.
+const SILENT_PROBES: u32 = 3;
 
 /// Probe once: `Ok(models)` when the backend answered 2xx (models empty if the body did not parse).
 pub async fn probe(client: &UpstreamClient, backend: &Backend, timeout: Duration) -> Result<Vec<String>, String> {
@@ -131,6 +135,8 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
     // again, has likely restarted and lost its cache. One marked down by a single failed request
     // that answers the next probe (woken at once) keeps it: a closed connection is not a restart.
     let mut answered = backend.health.is_up();
+    // Probes in a row whose signal reads found nothing.
+    let mut silent = 0;
     loop {
         let wait = if backend.health.is_up() {
             backoff = cfg.down_backoff_min;
@@ -150,8 +156,9 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
         let changed = apply(&backend, probed);
         backend.stats.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if changed || (answers && !answered) {
-            // Another model, or a restart: it may serve other endpoints now.
+            // Another model, or a restart: it may serve other endpoints now, and say other things.
             super::discover::discover(&client, &backend, cfg.timeout).await;
+            silent = 0;
         }
         if changed {
             tracing::info!(backend = backend.name(), "model list changed");
@@ -164,8 +171,8 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
         if was_up && !backend.health.is_up() {
             backend.scatter_waiters();
         }
-        if backend.health.is_up() {
-            read_signals(&client, &backend, cfg.timeout).await;
+        if backend.health.is_up() && silent < SILENT_PROBES {
+            silent = if read_signals(&client, &backend, cfg.timeout).await { 0 } else { silent + 1 };
         }
         if let Some(pool) = &backend.pool {
             pool.evict_idle();
@@ -175,7 +182,8 @@ pub async fn run(router: Arc<Router>, backend: Arc<Backend>, client: UpstreamCli
 
 /// Read what the backend says about its own load and loaded models, where it says anything:
 /// Prometheus `/metrics` (llama.cpp server, vLLM), else llama.cpp's `/slots`; Ollama's `/api/ps`.
-async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Duration) {
+/// True when it said something.
+async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Duration) -> bool {
     match backend.cfg.kind {
         BackendKind::OpenAi => {
             if let Some(reading) = fetch(client, backend, "/metrics", timeout)
@@ -193,21 +201,27 @@ async fn read_signals(client: &UpstreamClient, backend: &Backend, timeout: Durat
                         backend.signals.record_slots(slots);
                     }
                 }
+                true
             } else if let Some(reading) =
                 fetch(client, backend, "/slots", timeout).await.and_then(|b| super::signals::parse_slots(&b))
             {
                 backend.signals.record(reading);
+                true
+            } else {
+                false
             }
         }
         BackendKind::Ollama => {
-            if let Some(list) = fetch(client, backend, "/api/ps", timeout)
+            let Some(list) = fetch(client, backend, "/api/ps", timeout)
                 .await
                 .and_then(|b| serde_json::from_slice::<TagList>(&b).ok())
-            {
-                backend.signals.record_loaded(list.models.into_iter().map(|m| m.name).collect());
-            }
+            else {
+                return false;
+            };
+            backend.signals.record_loaded(list.models.into_iter().map(|m| m.name).collect());
+            true
         }
-        BackendKind::Anthropic | BackendKind::Azure | BackendKind::Gemini | BackendKind::Bedrock => {}
+        BackendKind::Anthropic | BackendKind::Azure | BackendKind::Gemini | BackendKind::Bedrock => false,
     }
 }
 

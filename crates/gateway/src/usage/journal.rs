@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 use super::segment::{trim_zero_tail, Segment};
@@ -92,7 +91,6 @@ pub struct Journal {
     /// Files from this generation up may still need an fsync (used only by `sync`).
     unsynced_from: Mutex<u64>,
     synced_marker: AtomicBool,
-    notify: Notify,
     counters: Arc<UsageCounters>,
     /// Per consumer (the database writer is 0; each export sink adds one): the generation below
     /// which it needs no file. A file is deleted once every consumer is past it.
@@ -106,6 +104,9 @@ struct Active {
     generation: u64,
     /// Try the next rotation at this length (pushed back after a failed rotation).
     rotate_at: u64,
+    /// One per consumer, each told of every append: with one shared `Notify` an append woke a
+    /// single consumer and the others saw it only at their next poll.
+    wakers: Vec<Arc<Notify>>,
 }
 
 thread_local! {
@@ -134,12 +135,17 @@ impl Journal {
         let rotate_bytes = options.rotate_bytes.clamp(1, MAX_OFFSET / 2);
         Ok(Arc::new(Journal {
             synced_marker: AtomicBool::new(dir.join(SYNCED_MARKER).exists()),
-            active: Mutex::new(Active { segment, generation, rotate_at: rotate_bytes, closed: false }),
+            active: Mutex::new(Active {
+                segment,
+                generation,
+                rotate_at: rotate_bytes,
+                closed: false,
+                wakers: vec![Arc::new(Notify::new())],
+            }),
             generation: AtomicU64::new(generation),
             written_end: AtomicU64::new(Checkpoint { generation, offset: 0 }.encode()),
             start_generation: generation,
             unsynced_from: Mutex::new(generation),
-            notify: Notify::new(),
             counters: Arc::default(),
             floors: Mutex::new(vec![0]),
             rotate_bytes,
@@ -172,15 +178,9 @@ impl Journal {
             }
             written
         });
-        match &result {
-            Ok(()) => {
-                self.counters.queued.fetch_add(1, Ordering::Relaxed);
-                self.notify.notify_one();
-            }
-            Err(e) => {
-                self.counters.append_failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, id = %record.id, "usage record could not be journalled");
-            }
+        if let Err(e) = &result {
+            self.counters.append_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, id = %record.id, "usage record could not be journalled");
         }
         result
     }
@@ -203,6 +203,10 @@ impl Journal {
         active.segment.append(line)?;
         let end = Checkpoint { generation: active.generation, offset: active.segment.len() };
         self.written_end.store(end.encode(), Ordering::Release);
+        self.counters.queued.fetch_add(1, Ordering::Relaxed);
+        for waker in &active.wakers {
+            waker.notify_one();
+        }
         Ok(())
     }
 
@@ -285,9 +289,14 @@ impl Journal {
         &self.counters
     }
 
-    /// Resolves after the next `append` (or at once if one happened since the last wait).
-    pub fn notified(&self) -> Notified<'_> {
-        self.notify.notified()
+    /// What wakes `consumer` after an append: its `notified()` resolves after the next one (or
+    /// at once if one happened since the last wait).
+    pub fn waker(&self, consumer: usize) -> Arc<Notify> {
+        let mut active = self.active.lock().unwrap_or_else(PoisonError::into_inner);
+        while active.wakers.len() <= consumer {
+            active.wakers.push(Arc::new(Notify::new()));
+        }
+        active.wakers[consumer].clone()
     }
 
     pub fn path(&self, generation: u64) -> PathBuf {
@@ -308,9 +317,13 @@ impl Journal {
     /// One more reader that must see every record (an export sink); its id for `release`.
     /// Register every consumer before any of them starts reading.
     pub fn add_consumer(&self) -> usize {
-        let mut floors = self.floors.lock().unwrap_or_else(PoisonError::into_inner);
-        floors.push(0);
-        floors.len() - 1
+        let consumer = {
+            let mut floors = self.floors.lock().unwrap_or_else(PoisonError::into_inner);
+            floors.push(0);
+            floors.len() - 1
+        };
+        self.waker(consumer);
+        consumer
     }
 
     /// `consumer` needs no file below `generation`: delete those no consumer needs.

@@ -68,7 +68,9 @@ impl Default for WriterConfig {
             linger: Duration::from_millis(100),
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(5),
-            idle_poll: Duration::from_secs(1),
+            // Every append wakes every consumer: an idle gateway need not look every second
+            // (each look pages in the reader's code: issue 29's idle memory).
+            idle_poll: Duration::from_secs(30),
             fsync_every: None,
             consumer: 0,
             counters: None,
@@ -435,6 +437,7 @@ async fn start<S: UsageSink>(
 
 async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mut stop: watch::Receiver<Stop>) -> bool {
     let counters = cfg.counters.clone().unwrap_or_else(|| journal.counters().clone());
+    let appended = journal.waker(cfg.consumer);
     let batch_max = cfg.batch_max.max(1);
     let mut backoff = Backoff { next: cfg.backoff_min, min: cfg.backoff_min, max: cfg.backoff_max };
     let started = start(&journal, &sink, &mut backoff, &cfg, counters.clone()).await;
@@ -474,7 +477,7 @@ async fn run<S: UsageSink>(journal: Arc<Journal>, sink: S, cfg: WriterConfig, mu
             let poll =
                 cfg.idle_poll.min(next_fsync.map_or(cfg.idle_poll, |at| at.saturating_duration_since(Instant::now())));
             tokio::select! {
-                _ = journal.notified() => {}
+                _ = appended.notified() => {}
                 changed = stop.changed() => if changed.is_err() { return false },
                 _ = tokio::time::sleep(poll) => {}
             }

@@ -214,3 +214,60 @@ async fn a_request_on_an_idle_connection_the_backend_closes_goes_again_on_a_new_
     assert!(metrics.contains("switchyard_errors_total{kind=\"upstream_connect\"} 0"), "{metrics}");
     assert!(metrics.contains("switchyard_backend_up{backend=\"b0\"} 1"), "{metrics}");
 }
+
+/// A backend that lists one model and has no `/metrics` or `/slots` (a hosted API, a llama.cpp
+/// started without them): it is asked for them on the first probes only, not on every probe
+/// forever. Each GET's path is counted; every answer closes its connection.
+#[tokio::test]
+async fn a_backend_that_reports_no_load_is_not_asked_for_it_on_every_probe() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let asked: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let counts = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counts = counts.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&head).lines().next().unwrap_or_default().to_owned();
+                let path = line.split(' ').nth(1).unwrap_or_default().to_owned();
+                *counts.lock().unwrap().entry(path.clone()).or_default() += 1;
+                let (status, body) = match path.as_str() {
+                    "/v1/models" => ("200 OK", r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#),
+                    _ => ("404 Not Found", r#"{"error":"not found"}"#),
+                };
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nhealth: {{interval: 30ms}}\nbackends:\n  - {{name: quiet, url: 'http://{addr}'}}\n"
+    );
+    let _gw = gateway_yaml(&yaml).await;
+    let count = |path: &str| asked.lock().unwrap().get(path).copied().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count("/v1/models") < 15 {
+        assert!(Instant::now() < deadline, "probes: {:?}", asked.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The start-up probe and three more ask for load; none after.
+    let seen = asked.lock().unwrap().clone();
+    assert!(seen.get("/metrics").copied().unwrap_or(0) <= 4, "{seen:?}");
+    assert!(seen.get("/slots").copied().unwrap_or(0) <= 4, "{seen:?}");
+    assert!(seen.get("/metrics").copied().unwrap_or(0) >= 1, "{seen:?}");
+}
