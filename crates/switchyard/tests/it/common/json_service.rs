@@ -1,6 +1,8 @@
 //! A tiny JSON-over-HTTP service on an ephemeral port, for the services a test plays itself
 //! (a webhook guard, a classifier model): each POST's JSON body is kept, and answered with what
-//! `answer` makes of it after `delay` (a bodiless probe is answered the same, unkept). One request per connection; any path.
+//! `answer` makes of it after `delay` (a bodiless probe is answered the same, unkept). Any path;
+//! one request per connection, and each answer says so (`connection: close`): without it a client
+//! could reuse a connection the service had closed, and a discovery read failed now and then.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -34,7 +36,7 @@ pub async fn json_service(
                 tokio::time::sleep(delay).await;
                 let answer = answer(&asked).to_string();
                 let reply = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
                     answer.len()
                 );
                 let _ = socket.write_all(reply.as_bytes()).await;
