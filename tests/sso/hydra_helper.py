@@ -1,6 +1,6 @@
 """Drives a real ORY Hydra v2.3.0 (started by `scripts/hydra start`) for the SSO/JWT tests. Python 3 stdlib only.
 
-Verified against a running Hydra v2.3.0 (scripts/hydra start: DSN memory, strategies.access_token=jwt), with real
+Verified against a running Hydra v2.3.0 (scripts/hydra start: PostgreSQL store, strategies.access_token=jwt), with real
 HTTP calls, by `HYDRA_ISSUER=... HYDRA_ADMIN_URL=... python3 tests/sso/hydra_helper.py` (the self-test at the end):
 - create_client_credentials_client / create_auth_code_client: POST /admin/clients, 201 with client_id and secret.
 - client_credentials_token: a JWT access token (RS256, `kid` found in the issuer's /.well-known/jwks.json, signature

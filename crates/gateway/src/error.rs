@@ -23,10 +23,12 @@ pub enum GatewayError {
     PayloadTooLarge {
         limit: usize,
     },
-    /// A guardrail refused the request's content (`guardrails:` with `action: block`); the
-    /// message names the guard and the kind, never the matched text.
+    /// A guardrail refused the request's content (`guardrails:` with `action: block`): the guard
+    /// (empty for the configured guardrails, whose reason names the deciding one) and why — the
+    /// kind found, never the matched text.
     ContentBlocked {
-        message: String,
+        guard: String,
+        reason: String,
     },
     /// The client did not send its whole request body within `timeouts.body_read`.
     BodyTimeout,
@@ -200,8 +202,8 @@ impl GatewayError {
     pub fn to_body(&self) -> ErrorBody {
         let (message, kind, param, code): (String, &str, Option<&str>, Option<&str>) = match self {
             GatewayError::BadRequest { message, param } => (message.clone(), "invalid_request_error", *param, None),
-            GatewayError::ContentBlocked { message } => {
-                (message.clone(), "invalid_request_error", None, Some("content_blocked"))
+            GatewayError::ContentBlocked { guard, reason } => {
+                (blocked_message(guard, reason), "invalid_request_error", None, Some("content_blocked"))
             }
             GatewayError::PayloadTooLarge { limit } => (
                 format!("request body is larger than the {limit}-byte limit"),
@@ -313,6 +315,16 @@ impl GatewayError {
     /// A request the translation refused: a 400 naming the field or the unsupported feature.
     pub fn from_translate(e: &TranslateError) -> Self {
         GatewayError::BadRequest { message: e.to_string(), param: None }
+    }
+}
+
+/// What a block says: the guard and its reason. A guard with no name of its own (the configured
+/// guardrails, which are many behind one hook) names the deciding guard in its reason.
+pub fn blocked_message(guard: &str, reason: &str) -> String {
+    if guard.is_empty() {
+        format!("blocked by {reason}")
+    } else {
+        format!("blocked by guardrail `{guard}`: {reason}")
     }
 }
 

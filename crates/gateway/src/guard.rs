@@ -184,24 +184,15 @@ impl Guards {
 
 /// The error a blocked request or answer reports: which guard, and why.
 pub fn blocked(guard: &str, reason: &str) -> GatewayError {
-    GatewayError::ContentBlocked { message: blocked_message(guard, reason) }
+    GatewayError::ContentBlocked { guard: guard.to_owned(), reason: reason.to_owned() }
 }
 
-/// What a block says: the guard and its reason. A guard with no name of its own (the configured
-/// guardrails, which are many behind one hook) names the deciding guard in its reason.
-pub fn blocked_message(guard: &str, reason: &str) -> String {
-    if guard.is_empty() {
-        format!("blocked by {reason}")
-    } else {
-        format!("blocked by guardrail `{guard}`: {reason}")
-    }
-}
-
-/// What a tool call's JSON-RPC error says when a guard stopped it: a block's reason as
-/// `blocked_message` wrote it (the MCP layer adds its own "blocked by"), else the error's message.
+/// What a tool call's JSON-RPC error says when a guard stopped it (the MCP layer puts "blocked by"
+/// before it): the guard and its reason, else the error's message.
 pub fn tool_refusal(error: &GatewayError) -> String {
     match error {
-        GatewayError::ContentBlocked { message } => message.strip_prefix("blocked by ").unwrap_or(message).to_owned(),
+        GatewayError::ContentBlocked { guard, reason } if guard.is_empty() => reason.clone(),
+        GatewayError::ContentBlocked { guard, reason } => format!("guardrail `{guard}`: {reason}"),
         _ => error.to_string(),
     }
 }

@@ -228,16 +228,14 @@ fn settle_broken(this: &mut RelayBodyProj<'_>) {
 /// a body that is not a stream is cut.
 fn blocked(this: &mut RelayBodyProj<'_>, b: Blocked) -> Polled {
     this.completion.metrics.count_error("content_blocked");
-    let message = crate::guard::blocked_message(&b.guard, &b.reason);
+    let message = crate::error::blocked_message(&b.guard, &b.reason);
     settle_broken(this);
     let streamed = *this.sse || b.stream;
-    let error = ApiError {
-        code: Some("content_blocked".to_owned()),
-        ..ApiError::new(ErrorKind::InvalidRequest, message.clone())
-    };
+    let error =
+        ApiError { code: Some("content_blocked".to_owned()), ..ApiError::new(ErrorKind::InvalidRequest, message) };
     match crate::translate::stream_error_event(b.endpoint, error).filter(|_| streamed) {
         Some(event) => Poll::Ready(Some(Ok(Frame::data(event)))),
-        None => Poll::Ready(Some(Err(Box::new(GatewayError::ContentBlocked { message })))),
+        None => Poll::Ready(Some(Err(Box::new(GatewayError::ContentBlocked { guard: b.guard, reason: b.reason })))),
     }
 }
 
