@@ -321,10 +321,17 @@ impl GatewayError {
 /// What a block says: the guard and its reason. A guard with no name of its own (the configured
 /// guardrails, which are many behind one hook) names the deciding guard in its reason.
 pub fn blocked_message(guard: &str, reason: &str) -> String {
+    format!("blocked by {}", blocked_why(guard, reason))
+}
+
+/// What follows "blocked by": the guard and its reason (the reason alone for the configured
+/// guardrails, whose reason names the deciding guard). MCP refusals put their own "blocked by"
+/// before it.
+pub fn blocked_why(guard: &str, reason: &str) -> String {
     if guard.is_empty() {
-        format!("blocked by {reason}")
+        reason.to_owned()
     } else {
-        format!("blocked by guardrail `{guard}`: {reason}")
+        format!("guardrail `{guard}`: {reason}")
     }
 }
 

@@ -191,8 +191,7 @@ pub fn blocked(guard: &str, reason: &str) -> GatewayError {
 /// before it): the guard and its reason, else the error's message.
 pub fn tool_refusal(error: &GatewayError) -> String {
     match error {
-        GatewayError::ContentBlocked { guard, reason } if guard.is_empty() => reason.clone(),
-        GatewayError::ContentBlocked { guard, reason } => format!("guardrail `{guard}`: {reason}"),
+        GatewayError::ContentBlocked { guard, reason } => crate::error::blocked_why(guard, reason),
         _ => error.to_string(),
     }
 }
