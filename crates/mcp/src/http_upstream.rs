@@ -454,6 +454,10 @@ impl Upstream for HttpUpstream {
         })
     }
 
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
     fn init_result(&self) -> BoxFuture<'_, Option<Value>> {
         Box::pin(async move { self.session(ClientCaps::default()).await.ok().map(|s| s.init.clone()) })
     }

@@ -19,6 +19,9 @@ use crate::upstream::{Relay, Upstream, UpstreamError};
 pub const TOOLS_TTL: Duration = Duration::from_secs(60);
 /// A server that keeps handing out cursors is cut off after this many pages.
 const MAX_PAGES: usize = 100;
+/// How long the guards of one direction of a tool call may take on a server that sets no
+/// timeout of its own.
+const GUARDS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Whether a key may use `tool` of `server` (the gateway's permission check).
 pub type Permits<'a> = &'a (dyn Fn(&str, &str) -> bool + Send + Sync);
@@ -230,16 +233,24 @@ impl Hub {
         params["name"] = json!(tool);
         let own = self.tool_guard.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let guard = caller_guard.or(own.as_ref());
+        // Each direction's guards get the server's own timeout, from when they start.
+        let guard_deadline = || Instant::now() + s.spec.upstream.timeout().unwrap_or(GUARDS_TIMEOUT);
         if let Some(guard) = guard {
             let arguments = serde_json::to_vec(&params["arguments"]).unwrap_or_default();
-            if let Some(checked) = guard.call(server, tool, &arguments).await.map_err(UpstreamError::Blocked)? {
+            let checked =
+                guard.call(server, tool, &arguments, guard_deadline()).await.map_err(UpstreamError::Blocked)?;
+            if let Some(checked) = checked {
                 params["arguments"] = serde_json::from_slice(&checked)
                     .map_err(|e| UpstreamError::Protocol(format!("a guard's arguments: {e}")))?;
             }
         }
         let result = guarded(s, s.spec.upstream.request(id, "tools/call", params, relay)).await?;
         let Some(guard) = guard else { return Ok(result) };
-        match guard.result(server, tool, result.get().as_bytes()).await.map_err(UpstreamError::Blocked)? {
+        match guard
+            .result(server, tool, result.get().as_bytes(), guard_deadline())
+            .await
+            .map_err(UpstreamError::Blocked)?
+        {
             None => Ok(result),
             Some(checked) => String::from_utf8(checked)
                 .ok()

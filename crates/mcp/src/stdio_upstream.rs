@@ -193,6 +193,10 @@ impl Upstream for StdioUpstream {
         })
     }
 
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
     fn init_result(&self) -> BoxFuture<'_, Option<Value>> {
         Box::pin(async move { self.current().await.ok().and_then(|r| r.init.get().cloned()) })
     }

@@ -4,17 +4,21 @@
 //! Mode program, so that is where they run: a blocked call never reaches its server, a masked
 //! result reaches the caller already masked.
 
+use std::time::Instant;
+
 /// What a guard decides about some JSON bytes.
 pub type Checked = Result<Option<Vec<u8>>, String>;
 
 /// A guard's decision to come: some guards ask a service (a webhook, a classifier model).
 pub type Checking<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Checked> + Send + 'a>>;
 
+/// The guards of one direction of one call share a deadline: a guard that asks a service gets
+/// what is left of it, so several slow guards in a row take no longer than one would.
 pub trait ToolGuard: Send + Sync {
-    /// A call's `arguments` (JSON): `Ok(None)` as they are, `Ok(Some(bytes))` instead, `Err(why)`
-    /// refused.
-    fn call<'a>(&'a self, server: &'a str, tool: &'a str, arguments: &'a [u8]) -> Checking<'a>;
+    /// A call's `arguments` (JSON), decided by `deadline`: `Ok(None)` as they are,
+    /// `Ok(Some(bytes))` instead, `Err(why)` refused.
+    fn call<'a>(&'a self, server: &'a str, tool: &'a str, arguments: &'a [u8], deadline: Instant) -> Checking<'a>;
 
     /// A call's result (JSON), the same way.
-    fn result<'a>(&'a self, server: &'a str, tool: &'a str, result: &'a [u8]) -> Checking<'a>;
+    fn result<'a>(&'a self, server: &'a str, tool: &'a str, result: &'a [u8], deadline: Instant) -> Checking<'a>;
 }

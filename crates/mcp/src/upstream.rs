@@ -317,6 +317,12 @@ pub trait Upstream: Send + Sync {
         offers: crate::relay::ClientCaps,
     ) -> BoxFuture<'a, Result<(), UpstreamError>>;
 
+    /// How long a request to this server may take (its configured `timeout`); None where the
+    /// server has no such bound. Guards on its tool calls share the same bound (`Hub::call`).
+    fn timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Where this upstream reports a changed tool list, if it can.
     fn list_changed(&self) -> Option<&ListChangedHook> {
         None

@@ -133,13 +133,15 @@ impl RemoteGuards {
     /// one left (every string is a text, whatever its key), or the first block or closed failure
     /// refuses it. A classifier judges it as a user's turn (a prompt injection in a tool's result
     /// is text the model will read); it is awaited even in `mode: parallel`, as the call waits on
-    /// its arguments anyway.
+    /// its arguments anyway. All of them answer by `deadline`: a guard asked when little is left
+    /// gets only that, and fails as its `on_error` says when it is not enough.
     pub async fn check_tool(
         &self,
         active: u64,
         direction: &'static str,
         tool: &str,
         json: &mut Bytes,
+        deadline: Instant,
     ) -> Result<(), GatewayError> {
         let request = GuardedRequest {
             endpoint: Endpoint::Other,
@@ -152,8 +154,6 @@ impl RemoteGuards {
             verdicts: None,
             tool: Some(tool),
         };
-        // A tool call has no request deadline of its own here: each guard's timeout bounds it.
-        let deadline = Instant::now() + Duration::from_secs(3600);
         for (index, remote) in self.remotes.iter().filter(|(i, _)| active & (1 << i) != 0) {
             let guard = &self.content.configs()[*index];
             let texts = all_texts(json);

@@ -640,6 +640,39 @@ async fn webhook_guards_on_tool_calls_and_results_block_and_mask_them() {
     assert!(asked[2]["texts"].as_array().unwrap().iter().any(|t| t == "my code-123 here"), "{asked:?}");
 }
 
+/// The guards of a tool call share one deadline, the server's timeout: two slow webhooks in a
+/// row (0.9 s each, each allowed 5 s) cannot hold a call past the server's 1 s. The second is
+/// asked with what is left, fails closed, and the call is refused before the server sees it;
+/// without the shared deadline both would answer (1.8 s) and the call would go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calls_guards_share_the_servers_timeout_as_one_deadline() {
+    let files = mcp_mock(McpMockConfig::default()).await;
+    let (url, seen) =
+        crate::common::json_service::webhook_service(std::time::Duration::from_millis(900), |_| false).await;
+    let dir = scratch_dir();
+    let hook =
+        format!("{{type: webhook, url: '{url}', timeout: 5s, on_error: closed, on: [tool_call], action: block}}");
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\nauth: {{master_key: {MASTER}}}\n\
+         guardrails:\n  default: [first, second]\n  first: {hook}\n  second: {hook}\n\
+         mcp:\n  servers:\n    - {{name: files, url: '{}', timeout: 1s}}\n",
+        db_url(&dir),
+        dir.display(),
+        files.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let mut s = Session::new(&gw, "/mcp", MASTER);
+    s.initialize().await;
+    let started = std::time::Instant::now();
+    let r = s.call(1, "tools/call", json!({"name": "files__echo", "arguments": {"text": "hello"}})).await;
+    let took = started.elapsed();
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("cannot be reached"), "the second guard ran out of time: {r}");
+    assert_eq!(files.stats().calls.get("echo"), None, "the refused call never left");
+    assert!(took < std::time::Duration::from_millis(1600), "held {took:?}, past the server's 1 s deadline");
+    assert_eq!(seen.lock().unwrap().len(), 2, "both guards were asked");
+}
+
 /// A key's and its team's own guardrails (issue 32) apply to its tool calls as to its model
 /// requests: here the team adds masking of results and the key a block on calls; the master
 /// key, which adds none, gets neither.
