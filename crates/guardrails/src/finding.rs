@@ -51,7 +51,13 @@ impl GuardSet {
 
     /// The guards, in the order of the engine's specs.
     pub fn iter(self) -> impl Iterator<Item = GuardId> {
-        (0..Self::CAPACITY as u8).map(GuardId).filter(move |guard| self.contains(*guard))
+        // The set bits only, lowest first: testing all 64 cost ~650 instructions a finding.
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            let guard = GuardId(u8::try_from(bits.trailing_zeros()).ok().filter(|&i| i < 64)?);
+            bits &= bits - 1;
+            Some(guard)
+        })
     }
 }
 
@@ -75,4 +81,17 @@ pub struct Finding {
     pub kind: Kind,
     pub guards: GuardSet,
     pub detector: DetectorId,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_lists_its_guards_lowest_first() {
+        let listed = |bits: u64| GuardSet::from_bits(bits).iter().map(|g| g.0).collect::<Vec<_>>();
+        assert_eq!(listed(0), Vec::<u8>::new());
+        assert_eq!(listed(1 | 1 << 5 | 1 << 7 | 1 << 63), [0, 5, 7, 63]);
+        assert_eq!(listed(u64::MAX).len(), 64);
+    }
 }

@@ -9,6 +9,9 @@ use super::{chat_body, loaded_rps_and_cpu_at, measure, own_setup, start_gateway,
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
+/// Throughput is measured off and on in turns, this many times each.
+const ROUNDS: usize = 3;
+
 /// About 4 KB of plain English with nothing a detector takes.
 fn prompt() -> String {
     let sentence = "The quarterly review covers shipping times, the new warehouse layout and what the \
@@ -92,21 +95,32 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     // going and coming back).
     for (kind, text) in [("short prompt", "Say hello in one short sentence.".to_owned()), ("4 KB prompt", prompt())] {
         let body = chat_body(&args.model, false, &text);
-        let mut loaded = Vec::new();
-        for (label, gateway) in [("guards off", &off), ("guards on", &on)] {
-            let setup = own_setup(gateway, &mock, &args.model);
-            let label = format!("{kind}, {label}");
-            loaded.push(loaded_rps_and_cpu_at(32, ("guardrails", &label), &setup, gateway, &body, args, report).await?);
+        // Off and on in turns, averaged over the rounds: one phase each moved the ratio by ±0.1
+        // between runs on a noisy machine, as drift hit one side and not the other.
+        let mut totals = [(0.0, 0.0); 2];
+        for round in 1..=ROUNDS {
+            for (i, (label, gateway)) in [("guards off", &off), ("guards on", &on)].into_iter().enumerate() {
+                let setup = own_setup(gateway, &mock, &args.model);
+                let label = format!("{kind}, {label}, round {round}");
+                let (rps, cpu) =
+                    loaded_rps_and_cpu_at(32, ("guardrails", &label), &setup, gateway, &body, args, report).await?;
+                totals[i].0 += rps / ROUNDS as f64;
+                totals[i].1 += cpu / ROUNDS as f64;
+            }
         }
-        if let [(rps_off, cpu_off), (rps_on, cpu_on)] = loaded[..] {
-            report.finding(
-                "guardrails",
-                format!("{kind}: throughput at 32 connections, guards on ÷ off"),
-                rps_on / rps_off,
-                "×",
-            );
-            report.finding("guardrails", format!("{kind}: CPU per request, guards on − off"), cpu_on - cpu_off, "µs");
-        }
+        let [(rps_off, cpu_off), (rps_on, cpu_on)] = totals;
+        report.finding(
+            "guardrails",
+            format!("{kind}: throughput at 32 connections, guards on ÷ off (mean of rounds)"),
+            rps_on / rps_off,
+            "×",
+        );
+        report.finding(
+            "guardrails",
+            format!("{kind}: CPU per request, guards on − off (mean of rounds)"),
+            cpu_on - cpu_off,
+            "µs",
+        );
     }
     Ok(())
 }
