@@ -42,49 +42,9 @@ pub const NOT_TEXT: &[&str] = &[
 ];
 
 /// An open object or array, and the key it is the value of.
-#[derive(Clone, Copy, Default)]
 struct Open {
     object: bool,
     key: Option<(usize, usize)>,
-}
-
-/// How deep a body nests before the open objects and arrays go to the heap.
-const INLINE_DEPTH: usize = 16;
-
-/// The open objects and arrays, innermost last: on the stack to a depth no API body reaches in
-/// practice (an allocation and a free per body were a tenth of a short answer's check).
-struct Nesting {
-    inline: [Open; INLINE_DEPTH],
-    deeper: Vec<Open>,
-    depth: usize,
-}
-
-impl Nesting {
-    fn new() -> Nesting {
-        Nesting { inline: [Open::default(); INLINE_DEPTH], deeper: Vec::new(), depth: 0 }
-    }
-
-    fn push(&mut self, open: Open) {
-        match self.inline.get_mut(self.depth) {
-            Some(slot) => *slot = open,
-            None => self.deeper.push(open),
-        }
-        self.depth += 1;
-    }
-
-    fn pop(&mut self) {
-        if self.depth > INLINE_DEPTH {
-            self.deeper.pop();
-        }
-        self.depth = self.depth.saturating_sub(1);
-    }
-
-    fn last(&self) -> Option<&Open> {
-        match self.depth.checked_sub(1)? {
-            top if top < INLINE_DEPTH => self.inline.get(top),
-            _ => self.deeper.last(),
-        }
-    }
 }
 
 /// Call `rewrite` on each text in `body` (unescaped); where it returns a new text, that string
@@ -92,7 +52,7 @@ impl Nesting {
 pub fn rewrite_texts(body: &[u8], skip: &[&str], mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
-    let mut open = Nesting::new();
+    let mut open: Vec<Open> = Vec::new();
     // The key just read, until its value starts.
     let mut key: Option<(usize, usize)> = None;
     let mut expect_key = false;
@@ -159,24 +119,12 @@ fn push_json_string(out: &mut Vec<u8>, text: &str) {
 fn string_end(body: &[u8], start: usize) -> Option<usize> {
     let mut j = start + 1;
     loop {
-        let at = j + quote_or_backslash(body.get(j..)?)?;
+        let at = j + memchr::memchr2(b'"', b'\\', body.get(j..)?)?;
         if body[at] == b'\\' {
             j = at + 2;
         } else {
             return Some(at);
         }
-    }
-}
-
-/// The first `"` or `\` in `bytes`. Most strings in a body are short (keys, ids, roles): a plain
-/// look at the first bytes costs less than memchr's set-up, which pays off on long texts.
-fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {
-    const SHORT: usize = 16;
-    let stops = |b: &u8| *b == b'"' || *b == b'\\';
-    match bytes.iter().take(SHORT).position(stops) {
-        Some(at) => Some(at),
-        None if bytes.len() <= SHORT => None,
-        None => Some(SHORT + memchr::memchr2(b'"', b'\\', &bytes[SHORT..])?),
     }
 }
 
@@ -237,34 +185,5 @@ mod tests {
         let out = String::from_utf8(rewrite_texts(body, NOT_TEXT, upper_if("bob")).unwrap()).unwrap();
         assert_eq!(out, r#"{"input":["a BOB","b"],"o":{"x":1},"stop":["BOB"],"prompt":"BOB"}"#);
         assert!(rewrite_texts(br#"{"a":"unterminated"#, NOT_TEXT, upper_if("a")).is_none());
-    }
-
-    /// Past the depth kept on the stack, the open objects go to the heap and come back the same:
-    /// a key's meaning holds at every depth, on the way in and out.
-    #[test]
-    fn keys_hold_at_any_depth() {
-        for depth in [1, 15, 16, 17, 40] {
-            let (open, close) = (r#"{"model":"bob","x":["#.repeat(depth), "]}".repeat(depth));
-            let body = format!(r#"{{"a":{open}"bob"{close},"role":"bob","b":"bob"}}"#);
-            let out = String::from_utf8(rewrite_texts(body.as_bytes(), NOT_TEXT, upper_if("bob")).unwrap()).unwrap();
-            let expected = format!(r#"{{"a":{}"BOB"{close},"role":"bob","b":"BOB"}}"#, open.clone());
-            assert_eq!(out, expected, "depth {depth}");
-        }
-    }
-
-    /// A string's end is found wherever its quotes and escapes fall, around the short look
-    /// before memchr (16 bytes) too.
-    #[test]
-    fn strings_end_where_json_says_at_every_length() {
-        for len in 0..40 {
-            for escape_at in [None, Some(0), Some(14), Some(15), Some(16), Some(17), Some(30)] {
-                let mut text: String = "y".repeat(len);
-                if let Some(at) = escape_at.filter(|&at| at < len) {
-                    text.replace_range(at..=at, "\"");
-                }
-                let token = serde_json::to_vec(&text).unwrap();
-                assert_eq!(string_end(&token, 0), Some(token.len() - 1), "{text:?}");
-            }
-        }
     }
 }
