@@ -54,9 +54,11 @@ impl GuardSet {
         // The set bits only, lowest first: testing all 64 cost ~650 instructions a finding.
         let mut bits = self.0;
         std::iter::from_fn(move || {
-            let guard = GuardId(u8::try_from(bits.trailing_zeros()).ok().filter(|&i| i < 64)?);
-            bits &= bits - 1;
-            Some(guard)
+            (bits != 0).then(|| {
+                let guard = GuardId(bits.trailing_zeros() as u8);
+                bits &= bits - 1;
+                guard
+            })
         })
     }
 }
