@@ -146,33 +146,38 @@ const PASSWORD: &[Shape] = &[Shape {
 pub(crate) struct Trigger {
     pub bytes: &'static [u8],
     pub back: usize,
+    /// The bytes that can come between a match's start and the trigger (None: any).
+    pub reach: Option<&'static [u8]>,
 }
 
 const DIGITS: &[u8] = b"0123456789";
+
+/// An email's local part, as `EMAIL` has it.
+const LOCAL_PART: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-";
 
 /// What a built-in kind's matches always contain (none for `Keyword` and `Pattern`).
 pub(crate) fn triggers(kind: Kind) -> &'static [Trigger] {
     match kind {
         // The local part is at most 64 bytes before the `@`.
-        Kind::Email => &[Trigger { bytes: b"@", back: 64 }],
+        Kind::Email => &[Trigger { bytes: b"@", back: 64, reach: Some(LOCAL_PART) }],
         // A digit first, or after a `+` or `(` (or an IBAN's two letters).
-        Kind::Phone | Kind::Card | Kind::Ssn | Kind::Ipv4 => &[Trigger { bytes: DIGITS, back: 1 }],
-        Kind::Iban => &[Trigger { bytes: DIGITS, back: 2 }],
+        Kind::Phone | Kind::Card | Kind::Ssn | Kind::Ipv4 => &[Trigger { bytes: DIGITS, back: 1, reach: None }],
+        Kind::Iban => &[Trigger { bytes: DIGITS, back: 2, reach: None }],
         // A `:` within the first group of at most four hex digits.
-        Kind::Ipv6 => &[Trigger { bytes: b":", back: 4 }],
+        Kind::Ipv6 => &[Trigger { bytes: b":", back: 4, reach: None }],
         // AKIA/ASIA/ABIA/ACCA, AIza.
-        Kind::AwsAccessKey | Kind::GoogleApiKey => &[Trigger { bytes: b"A", back: 0 }],
+        Kind::AwsAccessKey | Kind::GoogleApiKey => &[Trigger { bytes: b"A", back: 0, reach: None }],
         // gh?_ or github_pat_.
-        Kind::GithubToken => &[Trigger { bytes: b"_", back: 6 }],
+        Kind::GithubToken => &[Trigger { bytes: b"_", back: 6, reach: None }],
         // sk-, sk-ant-, xox?-, -----BEGIN.
-        Kind::OpenaiKey | Kind::AnthropicKey => &[Trigger { bytes: b"-", back: 2 }],
-        Kind::SlackToken => &[Trigger { bytes: b"-", back: 4 }],
-        Kind::PrivateKey => &[Trigger { bytes: b"-", back: 0 }],
+        Kind::OpenaiKey | Kind::AnthropicKey => &[Trigger { bytes: b"-", back: 2, reach: None }],
+        Kind::SlackToken => &[Trigger { bytes: b"-", back: 4, reach: None }],
+        Kind::PrivateKey => &[Trigger { bytes: b"-", back: 0, reach: None }],
         // eyJ.
-        Kind::Jwt => &[Trigger { bytes: b"J", back: 2 }],
+        Kind::Jwt => &[Trigger { bytes: b"J", back: 2, reach: None }],
         // The assignment after the key: up to 32 bytes of prefix, the key (13 at most), a quote
         // and four blanks before it.
-        Kind::Password => &[Trigger { bytes: b":=", back: 52 }],
+        Kind::Password => &[Trigger { bytes: b":=", back: 52, reach: None }],
         Kind::Keyword | Kind::Pattern => &[],
     }
 }

@@ -113,12 +113,18 @@ impl Compiled {
 
     fn add_builtin(&mut self, kind: Kind, guards: GuardSet) -> Result<(), BuildError> {
         let detector = self.add_detector(kind, kind.name(), kind.placeholder().to_owned(), guards);
+        let shapes = builtin::shapes(kind);
+        let parse = |shape: &builtin::Shape| {
+            ParserBuilder::new().build().parse(shape.regex).map_err(|err| BuildError::Compile(err.to_string()))
+        };
+        let regexes = shapes.iter().map(parse).collect::<Result<Vec<_>, _>>()?;
+        let anchored = regexes.iter().all(starts_on_word_boundary);
         if let Some(triggers) = &mut self.triggers {
-            builtin::triggers(kind).iter().for_each(|t| triggers.add(t.bytes, t.back));
+            if !builtin::triggers(kind).iter().all(|t| triggers.add(t.bytes, t.back, anchored, t.reach)) {
+                self.triggers = None;
+            }
         }
-        for shape in builtin::shapes(kind) {
-            let regex =
-                ParserBuilder::new().build().parse(shape.regex).map_err(|err| BuildError::Compile(err.to_string()))?;
+        for (shape, regex) in shapes.iter().zip(regexes) {
             self.add_rule(regex, shape.check, detector);
         }
         Ok(())
@@ -200,6 +206,18 @@ fn bounded(regex: Hir) -> Hir {
     }
 }
 
+/// Whether every match of `regex` starts where no ASCII word character comes before (it begins
+/// with `(?-u:\b{start-half})`).
+fn starts_on_word_boundary(regex: &Hir) -> bool {
+    match regex.kind() {
+        HirKind::Look(look) => *look == Look::WordStartHalfAscii,
+        HirKind::Concat(subs) => subs.first().is_some_and(starts_on_word_boundary),
+        HirKind::Capture(capture) => starts_on_word_boundary(&capture.sub),
+        HirKind::Alternation(subs) => subs.iter().all(starts_on_word_boundary),
+        _ => false,
+    }
+}
+
 fn ascii(look: Look) -> Look {
     match look {
         Look::WordUnicode => Look::WordAscii,
@@ -233,6 +251,19 @@ mod tests {
                 assert!(regex.properties().minimum_len().unwrap() > 0, "{kind}");
             }
         }
+    }
+
+    #[test]
+    fn every_builtin_kind_but_the_pem_line_starts_on_a_word_boundary() {
+        for kind in builtin::PRIORITY {
+            let anchored = builtin::shapes(kind)
+                .iter()
+                .all(|shape| starts_on_word_boundary(&ParserBuilder::new().build().parse(shape.regex).unwrap()));
+            assert_eq!(anchored, kind != Kind::PrivateKey, "{kind}");
+        }
+        let keywords = parse_custom("g", "keywords", r"(?i)(?-u:\b{start-half})(?:a|b)").unwrap();
+        assert!(starts_on_word_boundary(&keywords));
+        assert!(!starts_on_word_boundary(&parse_custom("g", "p", r"(?:\bx|y)").unwrap()));
     }
 
     #[test]

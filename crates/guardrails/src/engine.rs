@@ -15,7 +15,7 @@ use crate::compile::{compile, Detector, Rule};
 use crate::error::BuildError;
 use crate::finding::{DetectorId, Finding, GuardId, GuardSet};
 use crate::mask::{self, Masked};
-use crate::prefilter::Triggers;
+use crate::prefilter::{Starts, Triggers};
 use crate::search::Step;
 use crate::spec::GuardSpec;
 use crate::walk::Walker;
@@ -101,19 +101,39 @@ impl Engine {
         Masked { text, findings }
     }
 
-    /// Calls `each` with every finding in order while it returns `true`: over the range where
-    /// matches can start when the detectors say where (`prefilter.rs`), else over all of it.
+    /// Calls `each` with every finding in order while it returns `true`. When the detectors say
+    /// where matches can start (`prefilter.rs`), and those windows are a small part of the text,
+    /// the anchored walk runs at their positions alone; where they cover much of it (text dense in
+    /// digits and punctuation), one multi-pattern scan over their span is cheaper than a walk per
+    /// position.
     fn each_finding(&self, text: &str, mut each: impl FnMut(Finding) -> bool) {
         // The scan alone decides there is nothing: the pooled cache is taken at the first candidate.
         let mut scan = Scan { cache: None, at: 0 };
-        let starts = match &self.triggers {
-            Some(triggers) => match triggers.span(text.as_bytes()) {
-                Some(starts) => starts,
-                None => return,
-            },
-            None => 0..text.len(),
+        let Some(triggers) = &self.triggers else {
+            self.each_in(text, 0..text.len(), &mut scan, &mut each);
+            return;
         };
-        self.each_in(text, starts, &mut scan, &mut each);
+        let mut windows = Vec::new();
+        match triggers.starts(text.as_bytes(), &mut windows) {
+            Starts::Nowhere => {}
+            Starts::Windows => self.each_in_windows(triggers, text, &windows, &mut each),
+            Starts::Span(span) => _ = self.each_in(text, span, &mut scan, &mut each),
+        }
+    }
+
+    /// `scan` with the walks at the windows' positions however much of the text they cover.
+    #[cfg(test)]
+    pub(crate) fn scan_by_walks(&self, text: &str) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        let mut windows = Vec::new();
+        if let Some(triggers) = &self.triggers {
+            triggers.windows(text.as_bytes(), &mut windows, false);
+            self.each_in_windows(triggers, text, &windows, &mut |finding| {
+                findings.push(finding);
+                true
+            });
+        }
+        findings
     }
 
     /// The findings that start in `starts` (and after the last one found); false once `each`

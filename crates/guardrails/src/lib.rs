@@ -1,9 +1,12 @@
 //! Guardrails' detection engine: finds personal data, credentials, deny-listed words and custom
 //! patterns in text, and masks them — whole texts, or streams chunk by chunk with the same result.
 //!
-//! - **One scan per text.** Every guard's detectors compile into one multi-pattern regex
-//!   (regex-automata's meta regex, a lazy DFA underneath). It only proposes where candidates
-//!   start; ordinary text costs that one pass and nothing else.
+//! - **One pass per text.** Every built-in detector's matches contain one of a few bytes close to
+//!   their start (`prefilter.rs`); one table-lookup pass finds them, and candidates are looked for
+//!   only in the short windows before them (at word starts). Where they are dense, or a custom
+//!   pattern promises nothing, every guard's detectors compiled into one multi-pattern regex
+//!   (regex-automata's meta regex, a lazy DFA underneath) propose where candidates start instead.
+//!   Ordinary text costs that one pass and nothing else.
 //! - **Validated candidates.** At a candidate's start one anchored walk of a second lazy DFA (all
 //!   detectors, every match reported) lists which detectors match and where they can end; each is
 //!   judged by its check (Luhn, mod 97, issued ranges, entropy, context, the rest of a PEM block or

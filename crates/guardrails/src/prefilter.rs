@@ -1,10 +1,12 @@
-//! A whole text's scan, narrowed to where matches can be. Every built-in kind's matches contain
+//! A whole text's scan, narrowed to where matches can start. Every built-in kind's matches contain
 //! one of a few bytes (a digit, `@`, `:`, `=`, `_`, `-`, `A`, `J`), at most a few bytes past the
 //! match's start (`builtin::triggers`), and a keyword contains its own rarest byte. One pass over
-//! the text's bytes (a table lookup each) finds them; the multi-pattern scan then runs only over
-//! the windows just before them, merged. Prose without them is passed over at table-lookup
-//! speed, several times faster than the automaton. A custom pattern (any regex) turns this off:
-//! its matches promise nothing.
+//! the text's bytes (a table lookup each) finds them; a match can then start only in the window
+//! just before each, and, for a detector anchored on a half word boundary (all of them but the
+//! PEM block's BEGIN line), only where no ASCII word character comes before. The anchored walk
+//! runs at those positions alone: prose is passed over at table-lookup speed, and a text with
+//! findings spread through it costs a few walks per finding, not the automaton over all of it. A
+//! custom pattern (any regex) turns this off: its matches promise nothing.
 
 use std::ops::Range;
 
@@ -14,45 +16,173 @@ pub(crate) struct Triggers {
     back: [u8; 256],
     /// The furthest any trigger may be past its match's start.
     max_back: usize,
+    /// Per byte: a match may start on it whatever comes before (a trigger of a detector not
+    /// anchored on a word boundary, which is the match's first byte).
+    starts_anywhere: [bool; 256],
+    /// Every detector's matches start where no ASCII word character comes before (or on a byte of
+    /// `starts_anywhere`).
+    anchored: bool,
+    /// Per byte: which bytes can lie between a match's start and it, as an index into `classes`
+    /// (`ANY`: every byte; 0: not a trigger). An email's `@` follows its local part only, so its
+    /// window ends, going back, at the first byte no local part has.
+    reach: [u8; 256],
+    classes: Vec<[bool; 256]>,
 }
+
+/// Where a whole text's matches may start (`Triggers::starts`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Starts {
+    Nowhere,
+    Windows,
+    Span(Range<usize>),
+}
+
+/// Triggers are dense, and one scan over their span is cheaper than a walk from each window's
+/// positions, once `triggers * DENSE_TRIGGER + covered * DENSE_COVERED` passes the bytes read: a
+/// trigger's bookkeeping costs about what the scan spends on ten bytes, a window's position (a
+/// walk where one may start) about four. Measured with digits, colons and `@`s put in the 4 KB
+/// prompt at different spacings; a digit every 40 bytes is walked, every 16 is scanned.
+const DENSE_TRIGGER: usize = 10;
+const DENSE_COVERED: usize = 4;
+/// Density is judged over at least this many bytes: a short text is walked.
+const DENSE_AFTER: usize = 512;
+
+/// `reach` of a trigger whose matches may have any byte before it.
+const ANY: u8 = u8::MAX;
 
 /// Letters whose case folds to a non-ASCII letter too (`K`, the Kelvin sign; `ſ`, a long s): a
 /// case-insensitive keyword may match without them.
 const FOLDS_OUTSIDE_ASCII: &[u8] = b"kKsS";
 
+/// The furthest past a match's start a trigger can be told apart (the table holds 1 + it in a byte).
+const MAX_BACK: usize = 254;
+
 impl Triggers {
     pub(crate) fn new() -> Triggers {
-        Triggers { back: [0; 256], max_back: 0 }
-    }
-
-    /// Matches contain one of `bytes`, at most `back` bytes past their start.
-    pub(crate) fn add(&mut self, bytes: &[u8], back: usize) {
-        let back = u8::try_from(back.saturating_add(1)).unwrap_or(u8::MAX);
-        self.max_back = self.max_back.max(usize::from(back - 1));
-        for &byte in bytes {
-            self.back[usize::from(byte)] = self.back[usize::from(byte)].max(back);
+        Triggers {
+            back: [0; 256],
+            max_back: 0,
+            starts_anywhere: [false; 256],
+            anchored: true,
+            reach: [0; 256],
+            classes: vec![[false; 256]],
         }
     }
 
-    /// A case-insensitive keyword, by its rarest byte (both cases of a letter); false when none
-    /// will do (a keyword with non-ASCII text, whose case folds are not bytes).
+    /// Matches contain one of `bytes`, at most `back` bytes past their start, with only bytes of
+    /// `reach` before it (None: any); `anchored`: they start where no ASCII word character comes
+    /// before. False when `back` is too far to record.
+    pub(crate) fn add(&mut self, bytes: &[u8], back: usize, anchored: bool, reach: Option<&[u8]>) -> bool {
+        let Some(entry) = u8::try_from(back + 1).ok().filter(|_| back <= MAX_BACK) else { return false };
+        self.max_back = self.max_back.max(back);
+        for &byte in bytes {
+            let at = usize::from(byte);
+            self.back[at] = self.back[at].max(entry);
+            // A first byte that is the trigger itself needs no word boundary before it.
+            self.starts_anywhere[at] |= !anchored && back == 0;
+            self.reach[at] = match (self.reach[at], reach) {
+                (ANY, _) | (_, None) => ANY,
+                (0, Some(bytes)) if self.classes.len() < usize::from(ANY) => {
+                    self.classes.push([false; 256]);
+                    self.widen(self.classes.len() - 1, bytes)
+                }
+                (0, Some(_)) => ANY,
+                (class, Some(bytes)) => self.widen(usize::from(class), bytes),
+            };
+        }
+        self.anchored &= anchored || back == 0;
+        true
+    }
+
+    /// Adds `bytes` to class `index`; returns the index as `reach` holds it.
+    fn widen(&mut self, index: usize, bytes: &[u8]) -> u8 {
+        bytes.iter().for_each(|&byte| self.classes[index][usize::from(byte)] = true);
+        index as u8
+    }
+
+    /// A case-insensitive keyword (anchored on a word boundary), by its rarest byte (both cases of
+    /// a letter); false when none will do (a keyword with non-ASCII text, whose case folds are not
+    /// bytes, or one whose rarest byte is too far in).
     pub(crate) fn add_keyword(&mut self, word: &str) -> bool {
         if !word.is_ascii() {
             return false;
         }
         let usable = word.bytes().enumerate().filter(|(_, b)| !FOLDS_OUTSIDE_ASCII.contains(b));
         let Some((at, byte)) = usable.min_by_key(|(_, b)| commonness(*b)) else { return false };
-        self.add(&[byte.to_ascii_lowercase(), byte.to_ascii_uppercase()], at);
-        true
+        self.add(&[byte.to_ascii_lowercase(), byte.to_ascii_uppercase()], at, true, None)
+    }
+
+    /// Where matches may start in `text`: nowhere; in `windows` (filled, ascending, disjoint:
+    /// the window before each trigger, back as far as its detectors allow, merged); or, where
+    /// triggers are dense (walking each window's positions would cost more than one scan), anywhere
+    /// in a span from just before the first trigger to the last.
+    pub(crate) fn starts(&self, text: &[u8], windows: &mut Vec<Range<usize>>) -> Starts {
+        self.windows(text, windows, true)
+    }
+
+    /// `starts`, or with `judge` false every window however dense they are.
+    pub(crate) fn windows(&self, text: &[u8], windows: &mut Vec<Range<usize>>, judge: bool) -> Starts {
+        let (mut from, mut triggers, mut covered) = (0, 0, 0);
+        while let Some(at) = self.next_trigger(text, from) {
+            from = at + 1;
+            triggers += 1;
+            let byte = text[at];
+            let mut start = at.saturating_sub(usize::from(self.back[usize::from(byte)] - 1));
+            if let Some(class) = self.classes.get(usize::from(self.reach[usize::from(byte)])) {
+                // The reach of a trigger with a class: back over that class's bytes only.
+                let run = text[start..at].iter().rev().take_while(|&&b| class[usize::from(b)]).count();
+                start = at - run;
+            }
+            // Later windows may reach back over earlier ones: merge them into this one.
+            while let Some(last) = windows.last().filter(|last| last.end >= start) {
+                start = start.min(last.start);
+                covered -= last.len();
+                windows.pop();
+            }
+            covered += at + 1 - start;
+            windows.push(start..at + 1);
+            // Judged on the text read so far, so that a dense text is known early.
+            let read = at.max(DENSE_AFTER);
+            if judge && triggers * DENSE_TRIGGER + covered * DENSE_COVERED > read {
+                windows.clear();
+                return self.span(text).map_or(Starts::Nowhere, Starts::Span);
+            }
+        }
+        match windows.is_empty() {
+            true => Starts::Nowhere,
+            false => Starts::Windows,
+        }
     }
 
     /// The range of `text` a match may start in: from a little before its first trigger to its
-    /// last (None: no match anywhere). One range, not a window per trigger: a search for starts in
-    /// a window reads up to the longest match past it, so many small windows cost more than one.
-    pub(crate) fn span(&self, text: &[u8]) -> Option<Range<usize>> {
-        let first = text.iter().position(|b| self.back[usize::from(*b)] != 0)?;
+    /// last (None: no match anywhere).
+    fn span(&self, text: &[u8]) -> Option<Range<usize>> {
+        let first = self.next_trigger(text, 0)?;
         let last = text.iter().rposition(|b| self.back[usize::from(*b)] != 0)?;
         Some(first.saturating_sub(self.max_back)..last + 1)
+    }
+
+    /// The first trigger in `text` from `from` on.
+    fn next_trigger(&self, text: &[u8], from: usize) -> Option<usize> {
+        let mut at = from;
+        // Eight bytes at a time: one branch per eight lookups (prose has no trigger for hundreds).
+        while let Some(chunk) = text.get(at..at + 8) {
+            if chunk.iter().fold(0, |any, &byte| any | self.back[usize::from(byte)]) != 0 {
+                break;
+            }
+            at += 8;
+        }
+        text[at..].iter().position(|&byte| self.back[usize::from(byte)] != 0).map(|offset| at + offset)
+    }
+
+    /// Whether a match may start at `at` of `text`, as far as what comes before it says: at the
+    /// start, after a byte that is not an ASCII word character, or on a byte of `starts_anywhere`.
+    pub(crate) fn may_start(&self, text: &[u8], at: usize) -> bool {
+        if !self.anchored || at == 0 || self.starts_anywhere[usize::from(text[at])] {
+            return true;
+        }
+        let before = text[at - 1];
+        !(before.is_ascii_alphanumeric() || before == b'_')
     }
 }
 
@@ -74,19 +204,62 @@ fn commonness(byte: u8) -> u32 {
 mod tests {
     use super::*;
 
+    fn windows(triggers: &Triggers, text: &[u8]) -> Vec<Range<usize>> {
+        let mut out = Vec::new();
+        assert_eq!(triggers.windows(text, &mut out, false) == Starts::Windows, !out.is_empty());
+        out
+    }
+
     #[test]
-    fn matches_start_from_just_before_the_first_trigger_to_the_last() {
+    fn matches_start_in_the_windows_just_before_triggers_merged() {
         let mut triggers = Triggers::new();
-        triggers.add(b"0123456789", 1);
-        assert_eq!(triggers.span(b"call 555 0199 or write to me"), Some(4..13));
-        assert_eq!(triggers.span(b"nothing here"), None);
-        triggers.add(b"@", 64);
-        assert_eq!(triggers.span(b"a@b"), Some(0..2));
-        assert_eq!(triggers.span(&[b"x".repeat(100), b"7 and 8".to_vec()].concat()), Some(36..107));
+        assert!(triggers.add(b"0123456789", 1, true, None));
+        assert_eq!(windows(&triggers, b"call 555 0199 or write to me"), vec![(4..13)]);
+        assert!(windows(&triggers, b"nothing here").is_empty());
+        assert!(triggers.add(b"@", 64, true, None));
+        assert_eq!(windows(&triggers, b"a@b"), vec![(0..2)]);
+        // A later trigger's window reaching back over earlier ones swallows them.
+        assert_eq!(windows(&triggers, b"7 xxxxx 8 xx@"), vec![(0..13)]);
+        assert_eq!(windows(&triggers, &[b"x".repeat(100), b"7 and 8".to_vec()].concat()), [99..101, 105..107]);
         assert!(triggers.add_keyword("project-nightingale"));
         assert_eq!(triggers.back[usize::from(b'-')], 8);
         assert!(!triggers.add_keyword("caf\u{e9}"));
         assert!(!triggers.add_keyword("sk"));
+        assert!(!triggers.add_keyword(&format!("{}z", "e".repeat(300))), "a trigger too far in");
+    }
+
+    #[test]
+    fn dense_triggers_make_one_span() {
+        let mut triggers = Triggers::new();
+        assert!(triggers.add(b"0123456789", 1, true, None));
+        assert!(triggers.add(b"@", 64, true, None));
+        let mut out = Vec::new();
+        assert_eq!(triggers.starts(b"nothing", &mut out), Starts::Nowhere);
+        let dense = "1, 2 and 3; ".repeat(100);
+        assert_eq!(triggers.starts(dense.as_bytes(), &mut out), Starts::Span(0..1198));
+        assert!(out.is_empty());
+        let sparse = format!("{} 1 {} 2", "x".repeat(200), "y".repeat(200));
+        assert_eq!(triggers.starts(sparse.as_bytes(), &mut out), Starts::Windows);
+        assert_eq!(out, [200..202, 403..405]);
+        let mut out = Vec::new();
+        let wide = format!("{0}@{0}@{1}", "x".repeat(100), "y".repeat(300));
+        assert_eq!(triggers.starts(wide.as_bytes(), &mut out), Starts::Span(36..202), "130 of the first 512 covered");
+        let wide = format!("{}@{}", "x".repeat(1000), "y".repeat(300));
+        assert_eq!(triggers.starts(wide.as_bytes(), &mut out), Starts::Windows, "65 of 1,000 covered");
+        assert_eq!(out, vec![(936..1001)]);
+    }
+
+    #[test]
+    fn anchored_matches_start_after_a_non_word_byte_or_on_a_free_first_byte() {
+        let mut triggers = Triggers::new();
+        assert!(triggers.add(b"@", 64, true, None));
+        let text = b"ab_c.d@e";
+        let starts: Vec<usize> = (0..text.len()).filter(|&at| triggers.may_start(text, at)).collect();
+        assert_eq!(starts, [0, 5, 7]);
+        assert!(triggers.add(b"-", 0, false, None));
+        assert!(triggers.may_start(b"x-----BEGIN", 1), "the PEM line may follow a word");
+        assert!(!triggers.may_start(b"xy", 1));
+        assert!(triggers.add(b"=", 3, false, None) && !triggers.anchored, "unanchored with a window: every position");
     }
 }
 
@@ -111,10 +284,13 @@ mod same_findings {
         (narrowed, whole)
     }
 
+    /// The same findings whichever way the narrowed engine goes: the walks at the windows'
+    /// positions, or one scan over their span.
     fn same(narrowed: &Engine, whole: &Engine, text: &str) {
-        let (a, b) = (narrowed.scan(text), whole.scan(text));
         let spans = |f: &[crate::Finding]| f.iter().map(|f| (f.start, f.end, f.kind)).collect::<Vec<_>>();
-        assert_eq!(spans(&a), spans(&b), "in {text:?}");
+        let expected = spans(&whole.scan(text));
+        assert_eq!(spans(&narrowed.scan(text)), expected, "in {text:?}");
+        assert_eq!(spans(&narrowed.scan_by_walks(text)), expected, "walked, in {text:?}");
     }
 
     #[test]

@@ -3,12 +3,15 @@
 //! candidate that passes its check (one anchored walk lists them). A position whose candidates all
 //! fail is skipped and the scan goes on from the next character.
 
+use std::ops::Range;
+
 use regex_automata::hybrid::dfa::Cache;
 use regex_automata::Input;
 
 use crate::check::{Hay, Verdict};
 use crate::engine::Engine;
 use crate::finding::Finding;
+use crate::prefilter::Triggers;
 use crate::walk::{Candidates, Walk};
 
 /// What the search found from a position.
@@ -43,8 +46,9 @@ impl Engine {
     /// `step` once the scan has found a candidate at `start`.
     pub(crate) fn step_at(&self, cache: &mut Cache, text: &str, start: usize, limit: usize, eof: bool) -> Step {
         let mut start = start;
+        let mut candidates = Candidates::new();
         while start < limit {
-            match self.best_at(cache, text, start, eof) {
+            match self.best_at(cache, text, start, eof, &mut candidates) {
                 Best::Found(finding) => return Step::Found(finding),
                 Best::NeedMore => return Step::Hold(start),
                 Best::None => {}
@@ -64,10 +68,10 @@ impl Engine {
 
     /// The longest candidate at `start` that its check accepts; on equal ends, the detector
     /// compiled first.
-    fn best_at(&self, cache: &mut Cache, text: &str, start: usize, eof: bool) -> Best {
+    fn best_at(&self, cache: &mut Cache, text: &str, start: usize, eof: bool, candidates: &mut Candidates) -> Best {
         let hay = Hay { bytes: text.as_bytes(), eof };
-        let mut candidates = Candidates::new();
-        if self.walker.candidates(cache, hay.bytes, start, eof, &mut candidates) == Walk::Alive {
+        candidates.clear();
+        if self.walker.candidates(cache, hay.bytes, start, eof, candidates) == Walk::Alive {
             return Best::NeedMore;
         }
         let mut best: Option<(usize, usize, usize)> = None;
@@ -99,6 +103,44 @@ impl Engine {
                 })
             }
             None => Best::None,
+        }
+    }
+}
+
+impl Engine {
+    /// Calls `each` with every finding of a whole text in order while it returns `true`, walking
+    /// only from the positions of `windows` (ascending, disjoint) where a match may start.
+    pub(crate) fn each_in_windows(
+        &self,
+        triggers: &Triggers,
+        text: &str,
+        windows: &[Range<usize>],
+        each: &mut impl FnMut(Finding) -> bool,
+    ) {
+        let mut cache = self.walker.pooled();
+        let mut candidates = Candidates::new();
+        // Where the next finding may start: past the last one.
+        let mut next = 0;
+        for window in windows {
+            let mut at = window.start.max(next);
+            while at < window.end {
+                if text.is_char_boundary(at) && triggers.may_start(text.as_bytes(), at) {
+                    match self.best_at(&mut cache, text, at, true, &mut candidates) {
+                        Best::Found(finding) => {
+                            if !each(finding) {
+                                return;
+                            }
+                            next = finding.end.max(at + 1);
+                            at = next;
+                            continue;
+                        }
+                        // Not for a whole text (`eof`); stop as the full scan does.
+                        Best::NeedMore => return,
+                        Best::None => {}
+                    }
+                }
+                at += 1;
+            }
         }
     }
 }

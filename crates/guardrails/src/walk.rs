@@ -137,6 +137,11 @@ impl Candidates {
         Candidates { items: [Candidate::default(); MAX_CANDIDATES], len: 0, next: 0 }
     }
 
+    /// Empty again, for the next walk (the slots are overwritten as candidates come).
+    pub(crate) fn clear(&mut self) {
+        (self.len, self.next) = (0, 0);
+    }
+
     fn push(&mut self, candidate: Candidate) {
         self.items[self.next] = candidate;
         self.next = (self.next + 1) % MAX_CANDIDATES;
