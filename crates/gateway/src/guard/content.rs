@@ -209,6 +209,10 @@ impl Inner {
                         return None;
                     }
                     GuardAction::Mask => {
+                        if copied == 0 {
+                            // Placeholders are about as long as what they replace: one allocation.
+                            out.reserve(text.len() + 16);
+                        }
                         out.push_str(&text[copied..f.start]);
                         out.push_str(self.engine.placeholder(f.detector));
                         copied = f.end;
