@@ -20,6 +20,14 @@ use crate::search::Step;
 use crate::spec::GuardSpec;
 use crate::walk::Walker;
 
+/// The most windows a thread keeps room for between scans (16 KiB).
+const KEPT_WINDOWS: usize = 1024;
+
+thread_local! {
+    /// A whole text's windows of possible starts (`Triggers::starts`), reused (taken while in use).
+    static WINDOWS: std::cell::Cell<Vec<std::ops::Range<usize>>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Detectors compiled once, shared by every request (`Send + Sync`; scans take `&self`).
 pub struct Engine {
     pub(crate) regex: meta::Regex,
@@ -113,11 +121,17 @@ impl Engine {
             self.each_in(text, 0..text.len(), &mut scan, &mut each);
             return;
         };
-        let mut windows = Vec::new();
+        // The windows' list is kept per thread: a scan allocates nothing when there is nothing to find.
+        let mut windows = WINDOWS.take();
+        windows.clear();
         match triggers.starts(text.as_bytes(), &mut windows) {
             Starts::Nowhere => {}
             Starts::Windows => self.each_in_windows(triggers, text, &windows, &mut each),
             Starts::Span(span) => _ = self.each_in(text, span, &mut scan, &mut each),
+        }
+        // A huge text's list is let go rather than kept by the thread.
+        if windows.capacity() <= KEPT_WINDOWS {
+            WINDOWS.set(windows);
         }
     }
 
