@@ -3,6 +3,8 @@
 //! media, formats). One pass over the bytes; a body nothing changes in is not copied, and only
 //! the strings a guard changes are re-encoded — never the whole document.
 
+use smallvec::SmallVec;
+
 /// Keys whose string values are not text a person or a model wrote (in the model APIs' bodies;
 /// a tool's arguments and results are scanned whole, their keys being the tool's own).
 pub const NOT_TEXT: &[&str] = &[
@@ -52,7 +54,8 @@ struct Open {
 pub fn rewrite_texts(body: &[u8], skip: &[&str], mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
-    let mut open: Vec<Open> = Vec::new();
+    // Inline up to eight levels (an answer's JSON has four): no allocation per body.
+    let mut open: SmallVec<[Open; 8]> = SmallVec::new();
     // The key just read, until its value starts.
     let mut key: Option<(usize, usize)> = None;
     let mut expect_key = false;
