@@ -1,7 +1,9 @@
 //! The one search both a whole text and a stream use: the next finding is the leftmost position
-//! where some detector's regex matches (one multi-pattern scan finds it), and there the longest
-//! candidate that passes its check (one anchored walk lists them). A position whose candidates all
-//! fail is skipped and the scan goes on from the next character.
+//! where some detector's regex matches, and there the longest candidate that passes its check (one
+//! anchored walk lists them). A position whose candidates all fail is skipped and the search goes
+//! on from the next character. The positions to try come from one multi-pattern scan (`step`), or,
+//! for a whole text whose trigger bytes are sparse, from the windows before them (`each_in_windows`,
+//! `prefilter.rs`): the same findings either way.
 
 use std::ops::Range;
 
