@@ -5,14 +5,16 @@
 //! just before each, and, for a detector anchored on a half word boundary (all of them but the
 //! PEM block's BEGIN line), only where no ASCII word character comes before. The anchored walk
 //! runs at those positions alone: prose is passed over at table-lookup speed, and a text with
-//! findings spread through it costs a few walks per finding, not the automaton over all of it. A
-//! custom pattern (any regex) turns this off: its matches promise nothing.
+//! findings spread through it costs a few walks per finding, not the automaton over all of it.
+//! Where triggers are dense, the multi-pattern scan runs over their span instead. A custom pattern
+//! (any regex) turns this off: its matches promise nothing.
 
 use std::ops::Range;
 
-/// Per byte: 0 when it triggers nothing, else 1 + how far past a match's start it may be.
+/// The trigger bytes of every detector of an engine, and where before them matches can start.
 #[derive(Clone)]
 pub(crate) struct Triggers {
+    /// Per byte: 0 when it triggers nothing, else 1 + how far past a match's start it may be.
     back: [u8; 256],
     /// The furthest any trigger may be past its match's start.
     max_back: usize,
