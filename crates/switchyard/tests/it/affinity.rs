@@ -351,21 +351,31 @@ async fn saturated_fleet_prefill(strategy: &str) -> (u64, HashMap<String, usize>
 
 // Run alone (`scripts/test` does, after the suite): beside the whole suite on two cores the three
 // instances' queues, not the routing, decide where requests go, and the ratio drifted from 0.37
-// (alone) to 0.82 (a fresh clone's run, past the 0.8 below).
+// (alone) to 0.82 (a fresh clone's run, past the 0.8 below); alone, one round still moved between
+// 0.56 and 0.80 here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "timing under saturation: scripts/test runs it alone, after the suite"]
 async fn through_a_fleet_sharing_pins_affinity_holds_under_saturation() {
-    let (cache_aware, spread) = saturated_fleet_prefill("cache-aware").await;
-    let (round_robin, _) = saturated_fleet_prefill("round-robin").await;
-    eprintln!("a fleet of 3, warm prefill: cache-aware {cache_aware}, round-robin {round_robin}; {spread:?}");
+    // Three rounds of each, in turns, summed: one round's ratio moved 0.56-0.80 run to run here.
+    let (mut cache_aware, mut round_robin, mut spreads) = (0, 0, Vec::new());
+    for _ in 0..ROUNDS {
+        let (prefill, spread) = saturated_fleet_prefill("cache-aware").await;
+        (cache_aware, round_robin) =
+            (cache_aware + prefill, round_robin + saturated_fleet_prefill("round-robin").await.0);
+        spreads.push(spread);
+    }
+    eprintln!("a fleet of 3, warm prefill over {ROUNDS} rounds: cache-aware {cache_aware}, round-robin {round_robin}; {spreads:?}");
     // Issue 34's bar is half; alone this run gives 0.37 of round-robin (0.56-0.65 on the slower
     // machine of later sessions), but under load (each
     // instance caps a backend at its slot, so a backend queues requests from three instances,
     // reports that queue, and affinity gives way to it) it gave 0.44-0.82. Checked here: clearly
     // better than round-robin. The bar itself is BENCHMARKS.md's figure.
     assert!(cache_aware * 5 <= round_robin * 4, "warm prefill: cache-aware {cache_aware}, round-robin {round_robin}");
-    assert_balanced(&spread);
+    spreads.iter().for_each(assert_balanced);
 }
+
+/// Rounds of the fleet's saturated scenario per strategy.
+const ROUNDS: usize = 3;
 
 #[tokio::test]
 async fn a_continuation_whose_backend_is_down_says_so_and_is_counted() {
