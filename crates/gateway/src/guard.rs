@@ -17,6 +17,7 @@ mod webhook;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use crate::endpoint::Endpoint;
 use crate::error::GatewayError;
@@ -176,7 +177,8 @@ impl Guards {
 
     /// The answer guards for one request, chained; `None` when no guard watches answers.
     pub fn answer(&self, request: &GuardedRequest<'_>) -> Option<Box<AnswerGuards>> {
-        let watching: Vec<_> = self.list.iter().filter_map(|g| Some((g.clone(), g.answer(request)?))).collect();
+        let watching: SmallVec<[_; 2]> =
+            self.list.iter().filter_map(|g| Some((g.clone(), g.answer(request)?))).collect();
         let (endpoint, stream) = (request.endpoint, request.stream);
         (!watching.is_empty()).then(|| Box::new(AnswerGuards { watching, pending: Vec::new(), endpoint, stream }))
     }
@@ -196,10 +198,14 @@ pub fn tool_refusal(error: &GatewayError) -> String {
     }
 }
 
+/// A guard, and its watcher on one answer.
+type Watching = (Arc<dyn Guard>, Box<dyn AnswerGuard>);
+
 /// One answer's guards, chained: each sees what the one before it let through. For a stream,
 /// frames are cut into whole events (or lines) first, so a guard never sees half an event.
 pub struct AnswerGuards {
-    watching: Vec<(Arc<dyn Guard>, Box<dyn AnswerGuard>)>,
+    /// Inline: most answers have one or two watchers, and an answer's guards are built per request.
+    watching: SmallVec<[Watching; 2]>,
     /// Bytes of a server-sent event (or line) not yet complete.
     pending: Vec<u8>,
     /// The client's API: a blocked stream ends with its own error event.
@@ -209,7 +215,7 @@ pub struct AnswerGuards {
 }
 
 /// An answer guard blocked the answer: which guard, and why; the client's API, and whether the
-/// answer was a stream (which ends with an error event; a whole answer is cut).
+/// answer was a stream (which ends with an error event; a whole answer is refused whole).
 pub struct Blocked {
     pub guard: String,
     pub reason: String,
@@ -218,6 +224,11 @@ pub struct Blocked {
 }
 
 impl AnswerGuards {
+    /// The answer is whole (not a stream): it is judged as one body when it ends.
+    pub fn whole(&self) -> bool {
+        !self.stream
+    }
+
     /// One frame on its way to the client: what to send instead (possibly nothing yet).
     pub fn frame(&mut self, data: Bytes, sse: bool) -> Result<Bytes, Blocked> {
         // Ollama streams JSON lines: a guard sees one line at a time.
@@ -240,25 +251,22 @@ impl AnswerGuards {
     pub fn finish(&mut self, last: Bytes, sse: bool) -> Result<Bytes, Blocked> {
         let last = self.frame(last, sse)?;
         let held = self.end()?;
-        if held.is_empty() {
-            return Ok(last);
-        }
-        Ok(Bytes::from([&last[..], &held[..]].concat()))
+        Ok(joined(last, held))
     }
 
     /// The upstream body ended: a partial last event, then what each guard still held.
     pub fn end(&mut self) -> Result<Bytes, Blocked> {
         let rest = Bytes::from(std::mem::take(&mut self.pending));
-        let mut out = if rest.is_empty() { Vec::new() } else { self.through(rest)?.to_vec() };
+        let mut out = if rest.is_empty() { Bytes::new() } else { self.through(rest)? };
         for i in 0..self.watching.len() {
             let tail = match self.watching[i].1.end() {
                 Verdict::Pass => continue,
                 Verdict::Replace(tail) => tail,
                 Verdict::Block(reason) => return Err(self.blocked(self.watching[i].0.name(), reason)),
             };
-            out.extend_from_slice(&self.through_from(i + 1, tail)?);
+            out = joined(out, self.through_from(i + 1, tail)?);
         }
-        Ok(Bytes::from(out))
+        Ok(out)
     }
 
     fn through(&mut self, bytes: Bytes) -> Result<Bytes, Blocked> {
@@ -285,6 +293,15 @@ impl AnswerGuards {
             }
         }
         Ok(bytes)
+    }
+}
+
+/// Two pieces of an answer as one: copied only when both have bytes (a whole answer is one).
+fn joined(head: Bytes, tail: Bytes) -> Bytes {
+    match (head.is_empty(), tail.is_empty()) {
+        (_, true) => head,
+        (true, false) => tail,
+        (false, false) => Bytes::from([&head[..], &tail[..]].concat()),
     }
 }
 

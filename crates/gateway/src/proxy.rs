@@ -229,7 +229,7 @@ async fn proceed(
     let lookup = futures_util::future::OptionFuture::from(cached.as_ref().map(|c| c.lookup(call.app)));
     if let Some(hit) = lookup.await.flatten() {
         judged(exchange).await?;
-        let held = judge::hold(call, identity, exchange, settlement);
+        let held = judge::hold(call, identity, exchange, settlement, false);
         let relayed = settlement.hand_over();
         let resp = cached::respond_hit(call.app, hit, relayed.meter, relayed.permit, call.started);
         return judge::judge_answer(call, identity, exchange, held, resp).await;
@@ -243,7 +243,8 @@ async fn proceed(
     match reached {
         Reached::Answer(answer) => {
             let guards = answer_guards(call, identity, exchange);
-            let held = judge::hold(call, identity, exchange, settlement);
+            let whole_guarded = guards.as_ref().is_some_and(|g| g.whole());
+            let held = judge::hold(call, identity, exchange, settlement, whole_guarded);
             let answered = respond::Answered { answer, cached: cached.as_ref(), guards };
             let resp = respond::respond(call, answered, exchange, settlement, &failover).await?;
             judge::judge_answer(call, identity, exchange, held, resp).await

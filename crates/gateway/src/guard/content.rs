@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use switchyard_guardrails::{Engine, Finding, GuardSet, StreamMasker};
 
-use super::json_text::{rewrite_texts, NOT_TEXT};
+use super::json_text::{all_text, not_text, rewrite_texts, Skip};
 use super::stream_text::{Shape, TextEvent};
 use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
 use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardrailsConfig};
@@ -176,19 +176,13 @@ impl Inner {
     /// Timed as the built-in detectors' (`builtin`): one scan serves every guard.
     fn check(&self, body: &[u8], active: u64, tally: Option<&VerdictTally>) -> Result<Option<Vec<u8>>, String> {
         let started = std::time::Instant::now();
-        let checked = self.check_counted(body, active, Count::To(tally), NOT_TEXT);
+        let checked = self.check_counted(body, active, Count::To(tally), not_text);
         self.metrics.time(BUILTIN, started.elapsed());
         checked
     }
 
     /// `check`, its verdicts counted or not (a text already counted as it streamed).
-    fn check_counted(
-        &self,
-        body: &[u8],
-        active: u64,
-        count: Count<'_>,
-        skip: &[&str],
-    ) -> Result<Option<Vec<u8>>, String> {
+    fn check_counted(&self, body: &[u8], active: u64, count: Count<'_>, skip: Skip) -> Result<Option<Vec<u8>>, String> {
         let mut blocked: Option<String> = None;
         let rewritten = rewrite_texts(body, skip, |text| {
             if blocked.is_some() {
@@ -253,7 +247,7 @@ impl ContentGuards {
     /// A tool's arguments or result, scanned whole (every string, whatever its key) by the built-in
     /// detectors among `active`: masked, or the block's reason.
     pub(super) fn check_tool(&self, json: &[u8], active: u64) -> Result<Option<Vec<u8>>, String> {
-        self.0.check_counted(json, active, Count::To(None), &[])
+        self.0.check_counted(json, active, Count::To(None), all_text)
     }
 }
 
@@ -282,7 +276,8 @@ impl Guard for ContentGuards {
         }
         if !request.stream {
             let tally = request.verdicts.cloned();
-            return Some(Box::new(WholeAnswer { guards: self.0.clone(), active, held: Vec::new(), tally }));
+            let held = Held::default();
+            return Some(Box::new(WholeAnswer { guards: self.0.clone(), active, held, tally }));
         }
         let Some(shape) = Shape::of(request.endpoint) else {
             tracing::debug!(endpoint = ?request.endpoint, "streamed answers of this API are not guarded");
@@ -303,20 +298,49 @@ impl Guard for ContentGuards {
 struct WholeAnswer {
     guards: Arc<Inner>,
     active: u64,
-    held: Vec<u8>,
+    held: Held,
     tally: Option<Arc<VerdictTally>>,
+}
+
+/// An answer's bytes so far: its first frame as it came (most answers are one frame: no copy),
+/// joined with the next ones only when there are any.
+#[derive(Default)]
+struct Held {
+    first: Bytes,
+    joined: Vec<u8>,
+}
+
+impl Held {
+    fn push(&mut self, chunk: &Bytes) {
+        if self.first.is_empty() && self.joined.is_empty() {
+            self.first = chunk.clone();
+            return;
+        }
+        if self.joined.is_empty() {
+            self.joined.reserve(self.first.len() + chunk.len());
+            self.joined.extend_from_slice(&std::mem::take(&mut self.first));
+        }
+        self.joined.extend_from_slice(chunk);
+    }
+
+    fn take(&mut self) -> Bytes {
+        match self.joined.is_empty() {
+            true => std::mem::take(&mut self.first),
+            false => Bytes::from(std::mem::take(&mut self.joined)),
+        }
+    }
 }
 
 impl AnswerGuard for WholeAnswer {
     fn event(&mut self, chunk: &Bytes) -> Verdict {
-        self.held.extend_from_slice(chunk);
+        self.held.push(chunk);
         Verdict::Replace(Bytes::new())
     }
 
     fn end(&mut self) -> Verdict {
-        let held = std::mem::take(&mut self.held);
+        let held = self.held.take();
         match self.guards.check(&held, self.active, self.tally.as_deref()) {
-            Ok(None) => Verdict::Replace(Bytes::from(held)),
+            Ok(None) => Verdict::Replace(held),
             Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),
             Err(reason) => Verdict::Block(reason),
         }
@@ -374,7 +398,7 @@ impl AnswerGuard for StreamedAnswer {
                 Ok(held) => held,
                 Err(reason) => return Verdict::Block(reason),
             };
-            let event = match self.guards.check_counted(event, self.active, Count::Not, NOT_TEXT) {
+            let event = match self.guards.check_counted(event, self.active, Count::Not, not_text) {
                 Ok(None) => event.clone(),
                 Ok(Some(masked)) => Bytes::from(masked),
                 Err(reason) => return Verdict::Block(reason),

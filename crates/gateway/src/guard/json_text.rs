@@ -5,43 +5,41 @@
 
 use smallvec::SmallVec;
 
-/// Keys whose string values are not text a person or a model wrote (in the model APIs' bodies;
-/// a tool's arguments and results are scanned whole, their keys being the tool's own).
-pub const NOT_TEXT: &[&str] = &[
-    "id",
-    "type",
-    "role",
-    "model",
-    "object",
-    "name",
-    "tool_call_id",
-    "tool_use_id",
-    "call_id",
-    "url",
-    "image_url",
-    "data",
-    "media_type",
-    "mime_type",
-    "mimeType",
-    "detail",
-    "format",
-    "encoding_format",
-    "response_format",
-    "finish_reason",
-    "stop_reason",
-    "service_tier",
-    "system_fingerprint",
-    "signature",
-    "created_at",
-    "done_reason",
-    "status",
-    "tool_choice",
-    "voice",
-    "file_id",
-    "previous_response_id",
-    "keep_alive",
-    "reasoning_effort",
-];
+/// Which keys' string values are skipped: [`not_text`] for the model APIs' bodies, [`all_text`]
+/// for a tool's arguments and results (scanned whole, their keys being the tool's own).
+pub type Skip = fn(&[u8]) -> bool;
+
+/// Keys whose string values are not text a person or a model wrote (ids, roles, model names, URLs,
+/// base64 media, formats). Grouped by length: a key is compared with the few of its own length,
+/// not with all 33 (every string of every body asks; a linear search was ~1.5k instructions a
+/// request, callgrind).
+pub fn not_text(key: &[u8]) -> bool {
+    let among = |words: &[&[u8]]| words.contains(&key);
+    match key.len() {
+        2 => key == b"id",
+        3 => key == b"url",
+        4 => among(&[b"type", b"role", b"name", b"data"]),
+        5 => among(&[b"model", b"voice"]),
+        6 => among(&[b"object", b"detail", b"format", b"status"]),
+        7 => among(&[b"call_id", b"file_id"]),
+        8 => key == b"mimeType",
+        9 => among(&[b"image_url", b"mime_type", b"signature"]),
+        10 => among(&[b"media_type", b"created_at", b"keep_alive"]),
+        11 => among(&[b"tool_use_id", b"stop_reason", b"done_reason", b"tool_choice"]),
+        12 => among(&[b"tool_call_id", b"service_tier"]),
+        13 => key == b"finish_reason",
+        15 => among(&[b"encoding_format", b"response_format"]),
+        16 => key == b"reasoning_effort",
+        18 => key == b"system_fingerprint",
+        20 => key == b"previous_response_id",
+        _ => false,
+    }
+}
+
+/// Every string value is text (a tool's arguments and results).
+pub fn all_text(_key: &[u8]) -> bool {
+    false
+}
 
 /// An open object or array, and the key it is the value of.
 struct Open {
@@ -51,7 +49,7 @@ struct Open {
 
 /// Call `rewrite` on each text in `body` (unescaped); where it returns a new text, that string
 /// is replaced. `None` when nothing changed (or the body is not JSON as far as it was read).
-pub fn rewrite_texts(body: &[u8], skip: &[&str], mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
+pub fn rewrite_texts(body: &[u8], skip: Skip, mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
     // Inline up to eight levels (an answer's JSON has four): no allocation per body.
@@ -123,6 +121,25 @@ fn push_json_string(out: &mut Vec<u8>, text: &str) {
 /// The index of the quote closing the string that opens at `start`.
 fn string_end(body: &[u8], start: usize) -> Option<usize> {
     let mut j = start + 1;
+    // Keys and most values close within a few bytes: eight at a time in a word there (memchr's
+    // vectorised search costs dozens of instructions to set up, a byte loop ~9 a byte), memchr
+    // past them.
+    let near = j + 32;
+    while let Some(word) = body.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+        let hits = quote_or_backslash(u64::from_le_bytes(word));
+        if hits == 0 {
+            j += 8;
+            if j >= near {
+                break;
+            }
+            continue;
+        }
+        let at = j + (hits.trailing_zeros() / 8) as usize;
+        match body[at] {
+            b'"' => return Some(at),
+            _ => j = at + 2,
+        }
+    }
     loop {
         let at = j + memchr::memchr2(b'"', b'\\', body.get(j..)?)?;
         if body[at] == b'\\' {
@@ -133,10 +150,19 @@ fn string_end(body: &[u8], start: usize) -> Option<usize> {
     }
 }
 
-fn is_text(body: &[u8], key: Option<(usize, usize)>, skip: &[&str]) -> bool {
+/// The high bit of each byte of `word` that is a `"` or a `\\`, exact up to the first one (the
+/// zero-byte test's borrow can only flag bytes after a true match; only the first is used).
+fn quote_or_backslash(word: u64) -> u64 {
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_bytes = |x: u64| x.wrapping_sub(LOW) & !x & HIGH;
+    zero_bytes(word ^ (LOW * u64::from(b'"'))) | zero_bytes(word ^ (LOW * u64::from(b'\\')))
+}
+
+fn is_text(body: &[u8], key: Option<(usize, usize)>, skip: Skip) -> bool {
     match key {
         None => true,
-        Some((s, e)) => !skip.iter().any(|k| k.as_bytes() == &body[s..e]),
+        Some((s, e)) => !skip(&body[s..e]),
     }
 }
 
@@ -161,7 +187,7 @@ mod tests {
     #[test]
     fn only_texts_change_and_only_when_asked() {
         let body = br#"{"model":"bob","messages":[{"role":"user","content":"hi bob"},{"role":"assistant","content":[{"type":"text","text":"bob \"q\" bob"},{"type":"image_url","image_url":{"url":"data:bob"}}]}],"user":"bob","n":1,"tools":[{"function":{"name":"bob","arguments":"{\"who\":\"bob\"}"}}]}"#;
-        let out = String::from_utf8(rewrite_texts(body, NOT_TEXT, upper_if("bob")).unwrap()).unwrap();
+        let out = String::from_utf8(rewrite_texts(body, not_text, upper_if("bob")).unwrap()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["model"], "bob", "a model name is not text");
         assert_eq!(v["messages"][0]["content"], "hi BOB");
@@ -170,7 +196,7 @@ mod tests {
         assert_eq!(v["user"], "BOB");
         assert_eq!(v["tools"][0]["function"]["name"], "bob");
         assert_eq!(v["tools"][0]["function"]["arguments"], "{\"who\":\"BOB\"}");
-        assert!(rewrite_texts(body, NOT_TEXT, upper_if("zed")).is_none(), "nothing changed, nothing copied");
+        assert!(rewrite_texts(body, not_text, upper_if("zed")).is_none(), "nothing changed, nothing copied");
     }
 
     #[test]
@@ -185,10 +211,77 @@ mod tests {
     }
 
     #[test]
+    fn keys_that_hold_no_ones_words_are_known_by_name() {
+        let not = [
+            "id",
+            "type",
+            "role",
+            "model",
+            "object",
+            "name",
+            "tool_call_id",
+            "tool_use_id",
+            "call_id",
+            "url",
+            "image_url",
+            "data",
+            "media_type",
+            "mime_type",
+            "mimeType",
+            "detail",
+            "format",
+            "encoding_format",
+            "response_format",
+            "finish_reason",
+            "stop_reason",
+            "service_tier",
+            "system_fingerprint",
+            "signature",
+            "created_at",
+            "done_reason",
+            "status",
+            "tool_choice",
+            "voice",
+            "file_id",
+            "previous_response_id",
+            "keep_alive",
+            "reasoning_effort",
+        ];
+        for key in not {
+            assert!(not_text(key.as_bytes()), "{key}");
+        }
+        for key in ["content", "text", "input", "arguments", "prompt", "system", "ids", "", "roles", "modelx"] {
+            assert!(!not_text(key.as_bytes()), "{key}");
+        }
+        assert!(!all_text(b"id"));
+    }
+
+    #[test]
+    fn strings_end_at_their_closing_quote_short_or_long() {
+        let long = |n: usize, tail: &str| "x".repeat(n) + tail;
+        let (short, edge) = (long(23, ""), long(24, ""));
+        let (escaped_at_the_edge, escaped_far) = (long(22, r#"\"y"#), long(40, r#"\"z"#));
+        for inner in ["", "a", r#"a\"b"#, r"\\", &short[..], &edge[..], &escaped_at_the_edge[..], &escaped_far[..]] {
+            let body = format!("\"{inner}\",1");
+            assert_eq!(string_end(body.as_bytes(), 0), Some(inner.len() + 1), "{inner:?}");
+        }
+        // Every position of the closing quote and of an escape, across the word boundaries.
+        for n in 0..40 {
+            for e in 0..n {
+                let inner = format!("{}\\\"{}", "x".repeat(e), "y".repeat(n - e));
+                let body = format!("\"{inner}\"tail\"");
+                assert_eq!(string_end(body.as_bytes(), 0), Some(inner.len() + 1), "{inner:?}");
+            }
+        }
+        assert_eq!(string_end(br#""open \""#, 0), None);
+        assert_eq!(string_end(br#""open"#, 0), None);
+    }
+
+    #[test]
     fn arrays_of_texts_and_keys_after_nested_values() {
         let body = br#"{"input":["a bob","b"],"o":{"x":1},"stop":["bob"],"prompt":"bob"}"#;
-        let out = String::from_utf8(rewrite_texts(body, NOT_TEXT, upper_if("bob")).unwrap()).unwrap();
+        let out = String::from_utf8(rewrite_texts(body, not_text, upper_if("bob")).unwrap()).unwrap();
         assert_eq!(out, r#"{"input":["a BOB","b"],"o":{"x":1},"stop":["BOB"],"prompt":"BOB"}"#);
-        assert!(rewrite_texts(br#"{"a":"unterminated"#, NOT_TEXT, upper_if("a")).is_none());
+        assert!(rewrite_texts(br#"{"a":"unterminated"#, not_text, upper_if("a")).is_none());
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::content::ContentGuards;
-use super::json_text::{rewrite_texts, NOT_TEXT};
+use super::json_text::{all_text, not_text, rewrite_texts, Skip};
 use super::model::{self, ModelCaller};
 use super::stream_text::{self, Shape};
 use super::{webhook, GuardedRequest};
@@ -167,7 +167,7 @@ impl RemoteGuards {
                     let decided = webhook::decide(&self.content, &request, &guard.name, guard.action, verdict)?;
                     let Some(replacements) = decided else { continue };
                     let mut replacements = replacements.into_iter();
-                    if let Some(masked) = rewrite_texts(json, &[], |_| replacements.next().flatten()) {
+                    if let Some(masked) = rewrite_texts(json, all_text, |_| replacements.next().flatten()) {
                         *json = Bytes::from(masked);
                     }
                 }
@@ -332,7 +332,7 @@ fn masked(answer: &Bytes, shape: Option<Shape>, texts: &[String], replacements: 
             None => answer.clone(),
         },
         (Some(_), None) => answer.clone(),
-        (None, _) => match rewrite_texts(answer, NOT_TEXT, |_| replacements.next().flatten()) {
+        (None, _) => match rewrite_texts(answer, not_text, |_| replacements.next().flatten()) {
             Some(rewritten) => Bytes::from(rewritten),
             None => answer.clone(),
         },
@@ -341,15 +341,15 @@ fn masked(answer: &Bytes, shape: Option<Shape>, texts: &[String], replacements: 
 
 /// Every text field of a request body, in order.
 fn texts_of(body: &[u8]) -> Vec<String> {
-    strings_of(body, NOT_TEXT)
+    strings_of(body, not_text)
 }
 
 /// Every string of a JSON value (a tool's arguments or result), in order.
 fn all_texts(json: &[u8]) -> Vec<String> {
-    strings_of(json, &[])
+    strings_of(json, all_text)
 }
 
-fn strings_of(json: &[u8], skip: &[&str]) -> Vec<String> {
+fn strings_of(json: &[u8], skip: Skip) -> Vec<String> {
     let mut texts = Vec::new();
     let _ = rewrite_texts(json, skip, |t| {
         texts.push(t.to_owned());

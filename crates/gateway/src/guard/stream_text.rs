@@ -161,7 +161,7 @@ fn repeated_text_replaced(event: &[u8], was: &str, text: &str) -> Vec<u8> {
     };
     let end = memchr::memchr(b'\n', &event[start..]).map_or(event.len(), |i| start + i);
     let swap = |t: &str| (t == was).then(|| text.to_owned());
-    match super::json_text::rewrite_texts(&event[start..end], super::json_text::NOT_TEXT, swap) {
+    match super::json_text::rewrite_texts(&event[start..end], super::json_text::not_text, swap) {
         Some(data) => [&event[..start], &data[..], &event[end..]].concat(),
         None => event.to_vec(),
     }

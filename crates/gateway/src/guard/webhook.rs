@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde::Deserialize;
 
 use super::content::ContentGuards;
-use super::json_text::{rewrite_texts, NOT_TEXT};
+use super::json_text::{not_text, rewrite_texts};
 use super::GuardedRequest;
 use crate::config::guardrails::{GuardAction, Webhook};
 use crate::error::GatewayError;
@@ -98,7 +98,7 @@ pub(super) fn apply(
 ) -> Result<(), GatewayError> {
     if let Some(replacements) = decide(content, request, guard, action, answer)? {
         let mut replacements = replacements.into_iter();
-        if let Some(masked) = rewrite_texts(body, NOT_TEXT, |_| replacements.next().flatten()) {
+        if let Some(masked) = rewrite_texts(body, not_text, |_| replacements.next().flatten()) {
             *body = Bytes::from(masked);
         }
     }

@@ -287,6 +287,68 @@ async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_
     }
 }
 
+/// A whole (not streamed) answer a built-in guard blocks is held until judged and refused with a
+/// 400 `content_blocked` in the client API's own shape — never a cut connection — its text never
+/// sent, and its usage record says 400. A masked whole answer goes out with its new length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_answer_a_guard_blocks_is_a_400_in_the_apis_shape_and_a_masked_one_keeps_its_length() {
+    let openai = mock(&["m"]).await;
+    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
+    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         storage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\n\
+         guardrails:\n  default: [pii, blocker]\n\
+         \x20 pii: {{type: pii, action: mask, on: [response]}}\n\
+         \x20 blocker: {{type: keywords, keywords: [nightingale], action: block, on: [response]}}\n\
+         backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
+         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
+        dir.display(),
+        openai.url(),
+        anthropic.url(),
+        ollama.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let whole = |api: &str, model: &str, result: &str| {
+        let (path, mut body) = tool_result_request(api, model, result);
+        body.as_object_mut().unwrap().remove("stream");
+        if api == "ollama" {
+            body["stream"] = json!(false);
+        }
+        (path.replace(":streamGenerateContent?alt=sse", ":generateContent"), body)
+    };
+    let cases =
+        [("chat", "m"), ("responses", "m"), ("anthropic", "m"), ("anthropic", "a"), ("gemini", "m"), ("ollama", "o")];
+    for (api, model) in cases {
+        let (path, body) = whole(api, model, "mail jane.doe@example.com now");
+        let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+        assert_eq!(r.status, 200, "{api}/{model}: {}", r.text());
+        assert!(r.text().contains("[EMAIL]") && !r.text().contains("jane.doe"), "{api}/{model}: {}", r.text());
+        let length = r.header("content-length").and_then(|l| l.parse::<usize>().ok());
+        assert_eq!(length, Some(r.body.len()), "{api}/{model}: the masked answer's own length");
+
+        let (path, body) = whole(api, model, "all about nightingale here");
+        let r = client.post_json(&format!("{}{path}", gw.url()), body.to_string().as_bytes(), &[]).await.unwrap();
+        assert_eq!(r.status, 400, "{api}/{model}: {}", r.text());
+        assert!(!r.text().contains("nightingale"), "{api}/{model}: {}", r.text());
+        let error = &r.json()["error"];
+        let message = error.get("message").unwrap_or(error).as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("blocker") && message.contains("keyword"), "{api}/{model}: {}", r.text());
+        match api {
+            "chat" | "responses" => assert_eq!(error["code"], "content_blocked", "{api}: {}", r.text()),
+            "anthropic" => assert_eq!(r.json()["type"], "error", "{}", r.text()),
+            "gemini" => assert_eq!(error["status"], "INVALID_ARGUMENT", "{}", r.text()),
+            _ => {}
+        }
+    }
+    let statuses: Vec<i64> = records(&db, 2 * cases.len()).await.into_iter().map(|row| row.1).collect();
+    assert_eq!(statuses.iter().filter(|&&s| s == 400).count(), cases.len(), "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), cases.len(), "{statuses:?}");
+}
+
 /// The webhook guard service (`common::json_service::webhook_service`), masking on any call.
 async fn webhook_service(delay: std::time::Duration) -> (String, crate::common::json_service::Seen) {
     crate::common::json_service::webhook_service(delay, |_| true).await
