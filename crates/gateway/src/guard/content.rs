@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 use switchyard_guardrails::{Engine, Finding, GuardSet, StreamMasker};
 
 use super::json_text::{all_text, not_text, rewrite_texts, Skip};
@@ -276,7 +277,7 @@ impl Guard for ContentGuards {
         }
         if !request.stream {
             let tally = request.verdicts.cloned();
-            let held = Held::default();
+            let held = SmallVec::new();
             return Some(Box::new(WholeAnswer { guards: self.0.clone(), active, held, tally }));
         }
         let Some(shape) = Shape::of(request.endpoint) else {
@@ -298,47 +299,22 @@ impl Guard for ContentGuards {
 struct WholeAnswer {
     guards: Arc<Inner>,
     active: u64,
-    held: Held,
+    /// The answer's frames as they came: most answers are one, checked and sent on uncopied.
+    held: SmallVec<[Bytes; 1]>,
     tally: Option<Arc<VerdictTally>>,
-}
-
-/// An answer's bytes so far: its first frame as it came (most answers are one frame: no copy),
-/// joined with the next ones only when there are any.
-#[derive(Default)]
-struct Held {
-    first: Bytes,
-    joined: Vec<u8>,
-}
-
-impl Held {
-    fn push(&mut self, chunk: &Bytes) {
-        if self.first.is_empty() && self.joined.is_empty() {
-            self.first = chunk.clone();
-            return;
-        }
-        if self.joined.is_empty() {
-            self.joined.reserve(self.first.len() + chunk.len());
-            self.joined.extend_from_slice(&std::mem::take(&mut self.first));
-        }
-        self.joined.extend_from_slice(chunk);
-    }
-
-    fn take(&mut self) -> Bytes {
-        match self.joined.is_empty() {
-            true => std::mem::take(&mut self.first),
-            false => Bytes::from(std::mem::take(&mut self.joined)),
-        }
-    }
 }
 
 impl AnswerGuard for WholeAnswer {
     fn event(&mut self, chunk: &Bytes) -> Verdict {
-        self.held.push(chunk);
+        self.held.push(chunk.clone());
         Verdict::Replace(Bytes::new())
     }
 
     fn end(&mut self) -> Verdict {
-        let held = self.held.take();
+        let held = match std::mem::take(&mut self.held).as_slice() {
+            [one] => one.clone(),
+            frames => Bytes::from(frames.concat()),
+        };
         match self.guards.check(&held, self.active, self.tally.as_deref()) {
             Ok(None) => Verdict::Replace(held),
             Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),

@@ -30,7 +30,7 @@ pub(super) struct Held {
     /// A remote guard watches this answer.
     remote: bool,
     /// The answer is held whole before it goes out.
-    held: bool,
+    holds: bool,
 }
 
 /// Whether this answer is held whole: a remote guard watches it, or built-in guards watch a whole
@@ -44,7 +44,7 @@ pub(super) fn hold(
 ) -> Held {
     let remote = call.guard_call.is_none() && call.app.guards.remote_answer(&guarded(call, identity, exchange));
     let parked = settlement.meter().filter(|_| remote).map(|meter| meter.park_until_judged());
-    Held { parked, remote, held: remote || whole_guarded }
+    Held { parked, remote, holds: remote || whole_guarded }
 }
 
 pub(super) async fn judge_answer(
@@ -54,7 +54,7 @@ pub(super) async fn judge_answer(
     held: Held,
     resp: Response<GatewayBody>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    if !held.held || !resp.status().is_success() {
+    if !held.holds || !resp.status().is_success() {
         return Ok(resp);
     }
     // Boxed: held answers are the few guarded ones, and inline the judging would grow every

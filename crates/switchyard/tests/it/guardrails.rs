@@ -169,6 +169,33 @@ fn tool_result_request(api: &str, model: &str, result: &str) -> (String, Value) 
     }
 }
 
+/// Backends of each API the mock speaks: OpenAI serving `m`, Anthropic `a`, Ollama `o` — so every
+/// client API's answer comes translated (over `m`) and passed through (Anthropic, Ollama).
+struct ThreeApis {
+    _mocks: [MockServer; 3],
+    /// The config's `backends:` section for them.
+    backends: String,
+}
+
+async fn three_apis() -> ThreeApis {
+    let openai = mock(&["m"]).await;
+    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
+    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
+    let backends = format!(
+        "backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
+         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
+        openai.url(),
+        anthropic.url(),
+        ollama.url()
+    );
+    ThreeApis { _mocks: [openai, anthropic, ollama], backends }
+}
+
+/// Answer guards: personal data masked, `nightingale` blocked.
+const MASK_AND_BLOCK_ANSWERS: &str = "guardrails:\n  default: [pii, blocker]\n\
+    \x20 pii: {type: pii, action: mask, on: [response]}\n\
+    \x20 blocker: {type: keywords, keywords: [nightingale], action: block, on: [response]}\n";
+
 /// The answer text a client reads from a stream of this API.
 fn streamed_text(api: &str, stream: &str) -> String {
     let pointer = match api {
@@ -236,20 +263,8 @@ fn assert_blocked_in_shape(api: &str, stream: &str) {
 async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_ends_them_with_an_error() {
     // Translated streams (every client API over an OpenAI backend) and passed-through ones (an
     // Anthropic client to an Anthropic backend, an Ollama client to Ollama).
-    let openai = mock(&["m"]).await;
-    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
-    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
-    let yaml = format!(
-        "listen: 127.0.0.1:0\n\
-         guardrails:\n  default: [pii, blocker]\n\
-         \x20 pii: {{type: pii, action: mask, on: [response]}}\n\
-         \x20 blocker: {{type: keywords, keywords: [nightingale], action: block, on: [response]}}\n\
-         backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
-         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
-        openai.url(),
-        anthropic.url(),
-        ollama.url()
-    );
+    let apis = three_apis().await;
+    let yaml = format!("listen: 127.0.0.1:0\n{MASK_AND_BLOCK_ANSWERS}{}", apis.backends);
     let gw = gateway_yaml(&yaml).await;
     let client = TestClient::new();
     let cases = [
@@ -292,23 +307,13 @@ async fn streamed_answers_are_masked_however_the_stream_splits_them_and_a_block_
 /// sent, and its usage record says 400. A masked whole answer goes out with its new length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_answer_a_guard_blocks_is_a_400_in_the_apis_shape_and_a_masked_one_keeps_its_length() {
-    let openai = mock(&["m"]).await;
-    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
-    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
+    let apis = three_apis().await;
     let dir = scratch_dir();
     let db = db_url(&dir);
     let yaml = format!(
-        "listen: 127.0.0.1:0\n\
-         storage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\n\
-         guardrails:\n  default: [pii, blocker]\n\
-         \x20 pii: {{type: pii, action: mask, on: [response]}}\n\
-         \x20 blocker: {{type: keywords, keywords: [nightingale], action: block, on: [response]}}\n\
-         backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
-         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
+        "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\n{MASK_AND_BLOCK_ANSWERS}{}",
         dir.display(),
-        openai.url(),
-        anthropic.url(),
-        ollama.url()
+        apis.backends
     );
     let gw = gateway_yaml(&yaml).await;
     let client = TestClient::new();
@@ -457,19 +462,13 @@ async fn a_slow_webhook_is_given_up_at_its_timeout_or_the_requests_deadline() {
 /// of it was sent. The webhook is told `direction: response`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_on_answers_holds_them_and_masks_or_blocks_them_before_they_go_out() {
-    let openai = mock(&["m"]).await;
-    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
-    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
+    let apis = three_apis().await;
     let (url, seen) = webhook_service(std::time::Duration::ZERO).await;
     let yaml = format!(
         "listen: 127.0.0.1:0\n\
          guardrails:\n  default: [hook]\n\
-         \x20 hook: {{type: webhook, url: '{url}', timeout: 2s, on_error: closed, action: block, on: [response]}}\n\
-         backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
-         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
-        openai.url(),
-        anthropic.url(),
-        ollama.url()
+         \x20 hook: {{type: webhook, url: '{url}', timeout: 2s, on_error: closed, action: block, on: [response]}}\n{}",
+        apis.backends
     );
     let gw = gateway_yaml(&yaml).await;
     let client = TestClient::new();
