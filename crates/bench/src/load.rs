@@ -476,12 +476,12 @@ mod tests {
             let stats = open_loop(spec, &[(500.0, Duration::from_millis(200))]).await;
             assert_eq!(stats.ok, 100, "{:?}", stats.errors);
             assert!(stats.latency.max() >= 80_000, "stall charged: max {} µs", stats.latency.max());
-            // Half the requests fall due during the stall and then go out in one burst, queueing on
-            // this one thread; the quarter sent before it shows service time without the stall.
-            assert!(
-                stats.service.value_at_quantile(0.25) < stats.latency.max() / 4,
-                "service time excludes the generator's own stall"
-            );
+            // Half the requests fall due during the stall and go out late, in one burst: their
+            // latency carries ~50 ms of it on average, their service time none. Compared as means,
+            // a slow or busy machine adds the same to both, so only the stall separates them (the
+            // quantile this compared before failed when CI's other tests slowed every request).
+            let charged_us = stats.latency.mean() - stats.service.mean();
+            assert!(charged_us >= 10_000.0, "service time excludes the generator's own stall: {charged_us} µs");
         });
     }
 }
