@@ -204,7 +204,7 @@ fn recorder(app: &App, key: Option<Arc<crate::records::KeyRecord>>, request_id: 
             response_bytes: Some(call.response_bytes as u64),
             ..UsageRecord::started(id, started_unix_ms, key.as_deref(), &model, &model)
         };
-        if let Err(e) = journal.append(&record) {
+        if let Err(e) = journal.append(record) {
             tracing::error!(error = %e, "could not journal an MCP tool call's usage");
         }
     })

@@ -177,7 +177,7 @@ impl KeyRecord {
 }
 
 /// One request's usage. `id` is unique per request (the request id), so replays are idempotent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageRecord {
     pub id: String,
     /// Unix milliseconds when the request arrived.

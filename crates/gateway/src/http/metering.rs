@@ -464,23 +464,22 @@ impl Meter {
         if let Some(tally) = self.verdicts.take() {
             r.guardrails = tally.take();
         }
-        if let Some(journal) = &self.journal {
-            if let Err(e) = journal.append(r) {
-                tracing::error!(error = %e, request_id = %r.id, "could not journal a usage record");
-            }
-        }
         if let Some(Traced { telemetry, tracing: Tracing::Recorded(trace) }) = self.traced.take() {
-            // The record is written: its strings move into the spans rather than being copied.
             let answered = r.status != 0 && r.status < 400;
             let outcome = Outcome {
                 status: r.status,
-                model_requested: std::mem::take(&mut r.model_requested),
-                model_served: std::mem::take(&mut r.model_served),
+                model_requested: r.model_requested.clone(),
+                model_served: r.model_served.clone(),
                 input_tokens: answered.then_some(r.prompt_tokens),
                 output_tokens: answered.then_some(r.completion_tokens),
-                key_id: r.key_id.take(),
+                key_id: r.key_id.clone(),
             };
             telemetry.finish(trace, outcome);
+        }
+        if let Some(journal) = &self.journal {
+            // Moved, not copied: the journal hands it to the usage writer as it is. A failure is
+            // logged (with the record's id) and counted there.
+            let _ = journal.append(std::mem::take(r));
         }
     }
 }

@@ -278,7 +278,7 @@ impl Session {
             route: Some("realtime".to_owned()),
             ..started
         };
-        if let Err(e) = journal.append(&record) {
+        if let Err(e) = journal.append(record) {
             tracing::error!(error = %e, "could not journal a realtime response's usage");
         }
     }

@@ -241,32 +241,46 @@ impl Store {
             // SQLite: take the write lock up front; a deferred transaction that reads first could not
             // upgrade to a write once another writer committed (SQLITE_BUSY_SNAPSHOT).
             let begin = if sqlite { "BEGIN IMMEDIATE" } else { "BEGIN" };
-            let mut tx = pool.begin_with(begin).await?;
-            // Which ids are stored already (only after a replay; usually none). Asking first, instead of
-            // `INSERT ... RETURNING id`, keeps row-by-row results (a thread hand-off each on SQLite) off
-            // the common path.
-            let mut existing: HashSet<String> = HashSet::new();
-            for chunk in cached_chunks(&rows) {
-                let sql = select_ids_sql(sqlite, chunk.len());
-                let mut q = sqlx::query_scalar::<_, String>(&sql);
-                for row in chunk {
-                    q = q.bind(&row.r.id);
+            // Optimistically, every record is new: the common case (records this process has just
+            // journalled) then costs no look-up first. The rows the inserts report tell: when any id
+            // was stored already (a replay, or a client's repeated `x-request-id`), the transaction
+            // is rolled back and done again asking first which, so that only new records are rolled
+            // up. (Asking, rather than `INSERT ... RETURNING id`, keeps row-by-row results, a thread
+            // hand-off each on SQLite, off both paths.)
+            let mut ask_first = false;
+            let (mut tx, kept) = loop {
+                let mut tx = pool.begin_with(begin).await?;
+                let mut existing: HashSet<String> = HashSet::new();
+                for chunk in cached_chunks(&rows).filter(|_| ask_first) {
+                    let sql = select_ids_sql(sqlite, chunk.len());
+                    let mut q = sqlx::query_scalar::<_, String>(&sql);
+                    for row in chunk {
+                        q = q.bind(&row.r.id);
+                    }
+                    existing.extend(q.fetch_all(&mut *tx).await?);
                 }
-                existing.extend(q.fetch_all(&mut *tx).await?);
-            }
-            let mut new_ids: HashSet<String> =
-                rows.iter().map(|row| row.r.id.clone()).filter(|id| !existing.contains(id)).collect();
-            for chunk in cached_chunks(&rows) {
-                let sql = insert_records_sql(sqlite, chunk.len());
-                let mut q = sqlx::query(&sql);
-                for row in chunk {
-                    q = bind_record(q, row);
+                let mut new_rows = 0;
+                for chunk in cached_chunks(&rows) {
+                    let sql = insert_records_sql(sqlite, chunk.len());
+                    let mut q = sqlx::query(&sql);
+                    for row in chunk {
+                        q = bind_record(q, row);
+                    }
+                    new_rows += q.execute(&mut *tx).await?.rows_affected();
                 }
-                q.execute(&mut *tx).await?;
-            }
-            let inserted = new_ids.len();
-            // A repeated id inside one batch: the first occurrence is the one the database kept.
-            let kept: Vec<&Row> = rows.iter().filter(|row| new_ids.remove(row.r.id.as_str())).collect();
+                if new_rows == rows.len() as u64 {
+                    break (tx, rows.iter().collect::<Vec<&Row>>());
+                }
+                if ask_first {
+                    // A repeated id inside one batch: the first occurrence is the one the database kept.
+                    let mut new_ids: HashSet<&str> =
+                        rows.iter().map(|row| row.r.id.as_str()).filter(|id| !existing.contains(*id)).collect();
+                    break (tx, rows.iter().filter(|row| new_ids.remove(row.r.id.as_str())).collect());
+                }
+                tx.rollback().await?;
+                ask_first = true;
+            };
+            let inserted = kept.len();
             let with_bodies: Vec<_> =
                 kept.iter().filter_map(|row| row.r.bodies.as_deref().map(|b| (&row.r.id, b))).collect();
             for chunk in cached_chunks(&with_bodies) {

@@ -11,18 +11,27 @@
 //! file is replayed from the beginning. Files below a trusted checkpoint are fully stored and are
 //! deleted.
 //!
+//! Hand-off: the database writer's reader (consumer 0) takes the records this process appends
+//! from the journal in memory (`Journal::take_handed`) whenever the next one there starts where
+//! the reader is, and reads the file otherwise (a gap where the hand-off was full, another
+//! generation, a replay): the same records in the same order either way. Files are read with
+//! `pread` at the reader's position, so skipping a handed line's bytes needs no seek.
+//!
 //! Lines: in the generation being appended to, the reader reads only up to the journal's
 //! published end of data, so it takes complete lines only (the file itself is longer: the rest of
 //! its mapped window is zeros). A line without its `\n` at the end of a sealed generation is a
 //! torn write (the process was killed mid-copy) and is skipped (counted as corrupt). Lines that are complete but not a record are
 //! handed to the caller, which counts them.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::journal::{Checkpoint, Journal};
+use super::journal::{Checkpoint, Handed, Journal};
+use crate::records::UsageRecord;
 
 /// Bytes read from the file per `read(2)`.
 const CHUNK: usize = 64 << 10;
@@ -36,6 +45,18 @@ pub struct JournalReader {
     start: usize,
     /// File offset of `buf[start]`: the checkpoint after the last line taken.
     offset: u64,
+    /// Records taken from the journal's hand-off and not yet passed; `None` for a reader that
+    /// does not take them (an export sink's).
+    handed: Option<VecDeque<Handed>>,
+}
+
+/// One journal line as a reader hands it on: its bytes, or the record itself when it came
+/// from the hand-off. Passed by value to the reader's callback, once per line, never kept: the
+/// record is not boxed (an allocation per record, to save a move).
+#[allow(clippy::large_enum_variant)]
+pub enum Line<'a> {
+    Bytes(&'a [u8]),
+    Record(UsageRecord),
 }
 
 /// What one `read` did.
@@ -73,13 +94,13 @@ impl JournalReader {
         } else {
             (generations.first().copied().unwrap_or(current), 0)
         };
-        let mut file = File::open(journal.path(generation))?;
+        let file = File::open(journal.path(generation))?;
         if offset > file.metadata()?.len() {
             tracing::warn!(generation, offset, "usage checkpoint is past the end of its journal file; replaying it");
             offset = 0;
         }
-        file.seek(SeekFrom::Start(offset))?;
-        Ok(JournalReader { journal, generation, file, buf: Vec::new(), start: 0, offset })
+        let handed = (consumer == 0).then(VecDeque::new);
+        Ok(JournalReader { journal, generation, file, buf: Vec::new(), start: 0, offset, handed })
     }
 
     /// Where the next line starts: the checkpoint to store once every line taken is stored.
@@ -87,25 +108,35 @@ impl JournalReader {
         Checkpoint { generation: self.generation, offset: self.offset }
     }
 
-    /// Hand up to `max` complete, non-empty lines (without the `\n`) to `each` with their
-    /// generation, moving to later generations when a sealed one is exhausted.
-    pub fn read(&mut self, max: usize, mut each: impl FnMut(u64, &[u8])) -> io::Result<Fill> {
+    /// Hand up to `max` complete, non-empty lines (without the `\n`), or their records from the
+    /// hand-off, to `each` with their generation, moving to later generations when a sealed one
+    /// is exhausted.
+    pub fn read(&mut self, max: usize, mut each: impl FnMut(u64, Line<'_>)) -> io::Result<Fill> {
         let mut lines = 0;
         loop {
             while lines < max {
+                if let Some(record) = self.take_handed() {
+                    each(self.generation, Line::Record(record));
+                    lines += 1;
+                    continue;
+                }
                 let Some(nl) = memchr::memchr(b'\n', &self.buf[self.start..]) else { break };
                 let (from, to) = (self.start, self.start + nl);
                 self.start = to + 1;
                 self.offset += nl as u64 + 1;
                 if to > from {
-                    each(self.generation, &self.buf[from..to]);
+                    each(self.generation, Line::Bytes(&self.buf[from..to]));
                     lines += 1;
                 }
             }
             if lines >= max {
                 return Ok(Fill { lines, caught_up: false });
             }
-            // Need more bytes: keep only the incomplete tail.
+            // Need more: records handed off since, else bytes from the file.
+            if self.refill_handed() {
+                continue;
+            }
+            // Keep only the incomplete tail.
             self.buf.drain(..self.start);
             self.start = 0;
             // Read the end before the file: if it was sealed then, this read sees its last byte.
@@ -120,6 +151,44 @@ impl JournalReader {
         }
     }
 
+    /// The handed-off record whose line starts where this reader is, if the next one does (those
+    /// already passed are dropped); its line's bytes are passed over.
+    fn take_handed(&mut self) -> Option<UsageRecord> {
+        let handed = self.handed.as_mut()?;
+        while let Some(next) = handed.front() {
+            let here = (self.generation, self.offset);
+            if (next.generation, next.start) > here {
+                return None;
+            }
+            let Some(next) = handed.pop_front() else { break };
+            if (next.generation, next.start) < here {
+                continue;
+            }
+            let len = (next.end - next.start) as usize;
+            if self.buf.len() - self.start >= len {
+                self.start += len;
+            } else {
+                // What was read of the line is a prefix of it: the next read starts after it.
+                self.buf.clear();
+                self.start = 0;
+            }
+            self.offset = next.end;
+            return Some(next.record);
+        }
+        None
+    }
+
+    /// Take what was handed off since the last look, when nothing taken is left; whether the
+    /// next record there starts where this reader is.
+    fn refill_handed(&mut self) -> bool {
+        match &mut self.handed {
+            Some(handed) if handed.is_empty() => *handed = self.journal.take_handed(),
+            _ => return false,
+        }
+        let here = (self.generation, self.offset);
+        self.handed.as_ref().and_then(VecDeque::front).is_some_and(|next| (next.generation, next.start) == here)
+    }
+
     /// Read more of the file, but not past file offset `limit`.
     fn fill_buf(&mut self, limit: u64) -> io::Result<usize> {
         let old = self.buf.len();
@@ -130,7 +199,7 @@ impl JournalReader {
         }
         self.buf.resize(old + want, 0);
         let read = loop {
-            match self.file.read(&mut self.buf[old..]) {
+            match self.file.read_at(&mut self.buf[old..], file_pos) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other,
             }

@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
+use super::journal::HANDOFF_MAX;
 use super::journal::{Checkpoint, Journal, JournalOptions, MAX_GENERATION, MAX_OFFSET};
-use super::reader::JournalReader;
+use super::reader::{JournalReader, Line};
 use crate::records::UsageRecord;
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -66,13 +67,27 @@ pub(crate) fn open(dir: &TempDir, rotate_bytes: u64) -> Arc<Journal> {
 
 /// Every line the reader can take now, parsed, with its generation.
 fn read_all(reader: &mut JournalReader) -> Vec<(u64, UsageRecord)> {
+    read_all_handed(reader).into_iter().map(|(g, r, _)| (g, r)).collect()
+}
+
+/// Every line the reader can take now, with its generation and whether it came from the hand-off.
+fn read_all_handed(reader: &mut JournalReader) -> Vec<(u64, UsageRecord, bool)> {
     let mut out = Vec::new();
     loop {
-        let fill = reader.read(7, |g, line| out.push((g, serde_json::from_slice(line).unwrap()))).unwrap();
+        let fill = reader.read(7, |g, line| out.push(with_origin(g, line))).unwrap();
         if fill.caught_up {
             return out;
         }
     }
+}
+
+/// The ids read, and how many of them came from the hand-off.
+fn ids_and_handed(read: &[(u64, UsageRecord, bool)]) -> (Vec<String>, usize) {
+    (read.iter().map(|(_, r, _)| r.id.clone()).collect(), read.iter().filter(|(_, _, handed)| *handed).count())
+}
+
+fn ids(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("r{i}")).collect()
 }
 
 /// Write bytes into a journal file at `offset`, behind the journal's back.
@@ -107,7 +122,7 @@ fn append_then_read_round_trips() {
     let journal = open(&dir, 1 << 20);
     let records: Vec<UsageRecord> = (0..25).map(|i| record(&format!("r{i}"))).collect();
     for r in &records {
-        journal.append(r).unwrap();
+        journal.append(r.clone()).unwrap();
     }
     assert_eq!(journal.counters().queued.load(Relaxed), 25);
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
@@ -127,7 +142,7 @@ fn append_then_read_round_trips() {
 fn the_reader_stops_at_the_published_end_of_the_current_file() {
     let dir = TempDir::new("published");
     let journal = open(&dir, 1 << 20);
-    journal.append(&record("a")).unwrap();
+    journal.append(record("a")).unwrap();
     // Bytes past the published end (a copy in progress, as far as a reader can tell) are not taken,
     // even when they look like a complete line.
     let mut ghost = serde_json::to_vec(&record("ghost")).unwrap();
@@ -138,7 +153,7 @@ fn the_reader_stops_at_the_published_end_of_the_current_file() {
     let after_a = reader.position();
     assert_eq!(read_all(&mut reader).len(), 0);
     assert_eq!(reader.position(), after_a);
-    journal.append(&record("b")).unwrap();
+    journal.append(record("b")).unwrap();
     assert_eq!(read_all(&mut reader).into_iter().map(|(_, r)| r.id).collect::<Vec<_>>(), ["b"]);
     assert_eq!(journal.counters().corrupt.load(Relaxed), 0);
 }
@@ -147,7 +162,7 @@ fn the_reader_stops_at_the_published_end_of_the_current_file() {
 fn a_torn_tail_of_an_old_generation_is_skipped_and_counted() {
     let dir = TempDir::new("torn-old");
     let first = open(&dir, 1 << 20);
-    first.append(&record("a")).unwrap();
+    first.append(record("a")).unwrap();
     // Killed in the middle of copying the next line: half a line, then the zeros of the mapped window.
     let end = first.written_end().offset;
     write_raw(&first, 0, end, b"{\"id\":\"half");
@@ -157,7 +172,7 @@ fn a_torn_tail_of_an_old_generation_is_skipped_and_counted() {
     let journal = open(&dir, 1 << 20);
     assert_eq!(std::fs::metadata(journal.path(0)).unwrap().len(), end + 11);
     assert_eq!((journal.start_generation(), journal.generation()), (1, 1));
-    journal.append(&record("b")).unwrap();
+    journal.append(record("b")).unwrap();
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
     let read = read_all(&mut reader);
     assert_eq!(read.iter().map(|(g, r)| (*g, r.id.as_str())).collect::<Vec<_>>(), [(0, "a"), (1, "b")]);
@@ -171,7 +186,7 @@ fn generations_rotate_and_are_read_in_order() {
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
     let mut read = Vec::new();
     for i in 0..40 {
-        journal.append(&record(&format!("r{i:02}"))).unwrap();
+        journal.append(record(&format!("r{i:02}"))).unwrap();
         if i % 9 == 0 {
             read.extend(read_all(&mut reader)); // read while files rotate under the reader
         }
@@ -187,7 +202,7 @@ fn generations_rotate_and_are_read_in_order() {
     // Everything below the reader is done: delete it, never the current file.
     journal.remove_below(u64::MAX).unwrap();
     assert_eq!(journal.generations().unwrap(), [journal.generation()]);
-    journal.append(&record("after")).unwrap();
+    journal.append(record("after")).unwrap();
     assert_eq!(read_all(&mut reader).len(), 1);
 }
 
@@ -196,7 +211,7 @@ fn the_reader_trusts_a_checkpoint_only_from_this_directory() {
     let dir = TempDir::new("trust");
     let journal = open(&dir, 1 << 20);
     for id in ["a", "b", "c"] {
-        journal.append(&record(id)).unwrap();
+        journal.append(record(id)).unwrap();
     }
     let line = std::fs::read_to_string(journal.path(0)).unwrap().find('\n').unwrap() as u64 + 1;
     let after_a = Checkpoint { generation: 0, offset: line }.encode();
@@ -216,7 +231,7 @@ fn the_reader_trusts_a_checkpoint_only_from_this_directory() {
     drop(journal);
     let journal = open(&dir, 1 << 20);
     assert!(journal.is_synced());
-    journal.append(&record("d")).unwrap();
+    journal.append(record("d")).unwrap();
     let at_gen1 = Checkpoint { generation: 1, offset: 0 }.encode();
     assert_eq!(ids(&mut JournalReader::open(journal.clone(), at_gen1).unwrap()), ["d"]);
     assert_eq!(journal.generations().unwrap(), [1]);
@@ -228,7 +243,7 @@ fn a_file_is_deleted_only_once_every_consumer_is_past_it() {
     let journal = open(&dir, 1);
     let export = journal.add_consumer();
     for i in 0..4 {
-        journal.append(&record(&format!("r{i}"))).unwrap();
+        journal.append(record(&format!("r{i}"))).unwrap();
     }
     let last = journal.generation();
     assert!(last >= 3, "rotated: {last}");
@@ -249,7 +264,7 @@ fn non_finite_numbers_are_journalled_as_zero() {
     let dir = TempDir::new("nan");
     let journal = open(&dir, 1 << 20);
     let odd = UsageRecord { latency_ms: f64::NAN, cost_usd: f64::INFINITY, ttft_ms: Some(f64::NAN), ..record("nan") };
-    journal.append(&odd).unwrap();
+    journal.append(odd).unwrap();
     let read = read_all(&mut JournalReader::open(journal.clone(), 0).unwrap());
     let expected = UsageRecord { latency_ms: 0.0, cost_usd: 0.0, ttft_ms: Some(0.0), ..record("nan") };
     assert_eq!(read, [(0, expected)]);
@@ -270,7 +285,7 @@ fn sync_flushes_every_generation() {
     let dir = TempDir::new("sync");
     let journal = open(&dir, 300);
     for i in 0..5 {
-        journal.append(&record(&format!("s{i}"))).unwrap();
+        journal.append(record(&format!("s{i}"))).unwrap();
     }
     journal.sync().unwrap();
     journal.sync().unwrap();
@@ -280,13 +295,13 @@ fn sync_flushes_every_generation() {
 fn a_closed_journal_is_cut_to_its_data_takes_no_more_lines_and_reopens_beside_a_reader() {
     let dir = TempDir::new("close");
     let journal = open(&dir, 1 << 20);
-    journal.append(&record("a")).unwrap();
+    journal.append(record("a")).unwrap();
     let data = journal.written_end().offset;
     // A reader still holds the journal (an export sink past its grace period)...
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
     journal.close().unwrap();
     assert_eq!(std::fs::metadata(journal.path(0)).unwrap().len(), data, "cut to its data at close");
-    assert!(journal.append(&record("b")).is_err(), "a closed journal takes no more lines");
+    assert!(journal.append(record("b")).is_err(), "a closed journal takes no more lines");
     // ...while the next gateway opens the directory: it finds the file whole and starts the next one.
     let next = open(&dir, 1 << 20);
     assert_eq!(next.generation(), 1);
@@ -306,14 +321,15 @@ fn a_reader_past_its_backlog_skips_whole_files_oldest_first_and_counts_their_lin
     let consumer = journal.add_consumer();
     let mut reader = JournalReader::open_as(journal.clone(), 0, consumer).unwrap();
     for i in 0..3 {
-        journal.append(&record(&format!("r{i}"))).unwrap();
+        journal.append(record(&format!("r{i}"))).unwrap();
     }
     // Take one line; within any backlog the reader stays put.
-    let mut first = Vec::new();
-    reader.read(1, |_, line| first.push(line.to_vec())).unwrap();
+    let mut first = 0;
+    reader.read(1, |_, _| first += 1).unwrap();
+    assert_eq!(first, 1);
     assert_eq!(reader.skip_backlog(0).unwrap(), None, "nothing sealed yet");
     for i in 3..40 {
-        journal.append(&record(&format!("r{i}"))).unwrap();
+        journal.append(record(&format!("r{i}"))).unwrap();
     }
     assert_eq!(reader.skip_backlog(u64::MAX).unwrap(), None);
     let line = serde_json::to_vec(&record("r10")).unwrap().len() as u64 + 1;
@@ -326,4 +342,73 @@ fn a_reader_past_its_backlog_skips_whole_files_oldest_first_and_counts_their_lin
     let expected: Vec<String> = (40 - rest.len()..40).map(|i| format!("r{i}")).collect();
     assert_eq!(rest, expected);
     assert_eq!(reader.position().generation, journal.generation());
+}
+
+#[test]
+fn records_appended_once_the_writers_reader_looked_are_handed_off_as_the_file_has_them() {
+    let dir = TempDir::new("handoff");
+    let journal = open(&dir, 1 << 20);
+    let export = journal.add_consumer();
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    assert!(read_all(&mut reader).is_empty());
+    let records: Vec<UsageRecord> = (0..25).map(|i| record(&format!("r{i}"))).collect();
+    records.iter().for_each(|r| journal.append(r.clone()).unwrap());
+    let read = read_all_handed(&mut reader);
+    assert_eq!(ids_and_handed(&read), (ids(0..25), 25), "all from memory");
+    assert_eq!(read.into_iter().map(|(_, r, _)| r).collect::<Vec<_>>(), records);
+    assert_eq!(reader.position(), journal.written_end());
+    // An export sink's reader takes no hand-off: the same records, from the file.
+    let from_file = read_all_handed(&mut JournalReader::open_as(journal.clone(), 0, export).unwrap());
+    assert_eq!(ids_and_handed(&from_file), (ids(0..25), 0));
+}
+
+#[test]
+fn past_a_full_hand_off_the_reader_reads_the_file_and_takes_the_hand_off_again_after() {
+    let dir = TempDir::new("handoff-full");
+    let journal = open(&dir, 1 << 30);
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    assert!(read_all(&mut reader).is_empty());
+    let n = HANDOFF_MAX + 10;
+    (0..n).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+    assert_eq!(ids_and_handed(&read_all_handed(&mut reader)), (ids(0..n), HANDOFF_MAX));
+    (n..n + 5).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+    assert_eq!(ids_and_handed(&read_all_handed(&mut reader)), (ids(n..n + 5), 5));
+    assert_eq!(reader.position(), journal.written_end());
+}
+
+#[test]
+fn file_lines_and_handed_records_interleave_in_order_across_reads_rotations_and_cut_lines() {
+    let dir = TempDir::new("handoff-mixed");
+    // About 300 bytes a line: a few hundred lines to a file, so files turn over while the reader
+    // reads 64 KiB at a time, and a read's last line is cut in two now and then.
+    let journal = open(&dir, 100_000);
+    let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
+    let mut read = Vec::new();
+    for round in 0..6 {
+        let from = round * 400;
+        // The first half of each round goes missing from the hand-off (taken and dropped here, as
+        // when it was full): the reader must find those in the file, the second half in memory.
+        (from..from + 200).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+        drop(journal.take_handed());
+        (from + 200..from + 400).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+        // A few lines first, so the reader stops with the rest of a 64 KiB read in its buffer
+        // (the first half's 200 lines are less than that: it holds some of the second's too, the
+        // last of them cut), then the rest.
+        reader.read(1 + round, |g, line| read.push(with_origin(g, line))).unwrap();
+        read.extend(read_all_handed(&mut reader));
+    }
+    let (read_ids, handed) = ids_and_handed(&read);
+    assert_eq!(read_ids, ids(0..2400));
+    assert_eq!(handed, 1200, "each round's second half from memory");
+    assert!(journal.generation() >= 5, "rotated: {}", journal.generation());
+    assert!(read.windows(2).all(|w| w[0].0 <= w[1].0), "generations in order");
+    assert_eq!(reader.position(), journal.written_end());
+    assert_eq!(journal.counters().corrupt.load(Relaxed), 0);
+}
+
+fn with_origin(generation: u64, line: Line<'_>) -> (u64, UsageRecord, bool) {
+    match line {
+        Line::Record(r) => (generation, r, true),
+        Line::Bytes(bytes) => (generation, serde_json::from_slice(bytes).unwrap(), false),
+    }
 }

@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::journal::{Checkpoint, Journal};
-use super::reader::JournalReader;
+use super::reader::{JournalReader, Line};
 use super::{CheckpointFile, UsageCounters, UsageSink};
 use crate::records::UsageRecord;
 
@@ -253,8 +253,8 @@ impl Tail {
         let start_generation = self.journal.start_generation();
         let (records, fresh, replay, outage) = (&mut self.records, &mut self.fresh, &mut self.replay, self.outage);
         let mut corrupt = 0;
-        let fill = self.reader.read(room, |generation, line| match serde_json::from_slice::<UsageRecord>(line) {
-            Ok(record) => {
+        let fill = self.reader.read(room, |generation, line| match decode(line) {
+            Some(record) => {
                 records.push(record);
                 if generation < start_generation {
                     *replay += 1;
@@ -265,7 +265,7 @@ impl Tail {
                     *fresh += 1;
                 }
             }
-            Err(_) => corrupt += 1,
+            None => corrupt += 1,
         })?;
         if corrupt > 0 {
             tracing::warn!(lines = corrupt, "skipped corrupt usage journal lines");
@@ -319,6 +319,14 @@ impl Tail {
         self.replay += self.fresh;
         self.fresh = 0;
         self.outage = true;
+    }
+}
+
+/// A journal line's record: handed off as it is, or parsed from the file's bytes (`None`: not a record).
+fn decode(line: Line<'_>) -> Option<UsageRecord> {
+    match line {
+        Line::Record(record) => Some(record),
+        Line::Bytes(bytes) => serde_json::from_slice(bytes).ok(),
     }
 }
 

@@ -269,6 +269,17 @@ async fn usage_batches_are_idempotent() {
         assert_eq!(after.totals.total_tokens, before.totals.total_tokens + 5);
         assert_eq!(store.key_spend("k9", 0).await.unwrap(), 12.0);
 
+        // Only new ids, one of them twice: the inserts report a row fewer than sent, so the batch is
+        // written again asking first, and the first occurrence is the one counted.
+        let r8 = with_cost(usage("r8", BASE, Some("k9"), None, None, "m3"), 1, 1, 16.0);
+        let r8_again = with_cost(r8.clone(), 100, 100, 100.0);
+        assert_eq!(store.write_usage_batch(&[r8, r8_again], 350).await.unwrap(), 1);
+        let last = report(&store, UsageQuery::default()).await;
+        assert_eq!(last.totals.requests, 8);
+        assert_eq!(last.totals.cost_usd, after.totals.cost_usd + 16.0);
+        assert_eq!(store.key_spend("k9", 0).await.unwrap(), 28.0);
+        assert_eq!(store.journal_checkpoint().await.unwrap(), 350);
+
         // An empty batch only moves the checkpoint.
         assert_eq!(store.write_usage_batch(&[], 400).await.unwrap(), 0);
         assert_eq!(store.journal_checkpoint().await.unwrap(), 400);

@@ -128,7 +128,7 @@ async fn every_record_is_written_exactly_once() {
             let journal = journal.clone();
             tokio::spawn(async move {
                 for i in 0..500 {
-                    journal.append(&record(&format!("t{t}-{i}"))).unwrap();
+                    journal.append(record(&format!("t{t}-{i}"))).unwrap();
                     if i % 50 == 0 {
                         tokio::task::yield_now().await;
                     }
@@ -163,19 +163,19 @@ async fn an_outage_spills_then_writes_each_record_once() {
     sink.fail_writes.store(true, Relaxed);
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
     for i in 0..50 {
-        journal.append(&record(&format!("a{i}"))).unwrap();
+        journal.append(record(&format!("a{i}"))).unwrap();
     }
     let c = journal.counters().clone();
     eventually("failed attempts", || count(&sink.attempts) >= 3).await;
     assert_eq!((count(&c.spilled), count(&c.written)), (50, 0));
     for i in 0..10 {
-        journal.append(&record(&format!("b{i}"))).unwrap();
+        journal.append(record(&format!("b{i}"))).unwrap();
     }
     eventually("records read during the outage count as spilled", || count(&c.spilled) == 60).await;
     sink.fail_writes.store(false, Relaxed);
     eventually("recovery", || count(&c.written) == 60).await;
     assert_eq!(count(&c.replayed), 60);
-    journal.append(&record("after")).unwrap();
+    journal.append(record("after")).unwrap();
     assert!(writer.shutdown(Duration::from_secs(5)).await);
     assert_eq!((count(&c.written), count(&c.spilled), count(&c.replayed)), (61, 60, 60), "back to normal");
     assert!(sink.deliveries().values().all(|&n| n == 1));
@@ -189,7 +189,7 @@ async fn a_sink_down_at_start_up_does_not_block_appends() {
     sink.fail_checkpoint.store(true, Relaxed);
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
     for i in 0..20 {
-        journal.append(&record(&format!("r{i}"))).unwrap();
+        journal.append(record(&format!("r{i}"))).unwrap();
     }
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert_eq!(sink.rows(), 0);
@@ -205,15 +205,15 @@ async fn a_restart_replays_only_what_is_after_the_checkpoint() {
     let sink = Arc::new(FakeSink::default());
     let journal = open(&dir, 1 << 20);
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
-    (0..30).for_each(|i| journal.append(&record(&format!("a{i}"))).unwrap());
+    (0..30).for_each(|i| journal.append(record(&format!("a{i}"))).unwrap());
     assert!(writer.shutdown(Duration::from_secs(5)).await);
     // Written while no writer ran; a new writer on the same journal sends only these.
-    (0..20).for_each(|i| journal.append(&record(&format!("b{i}"))).unwrap());
+    (0..20).for_each(|i| journal.append(record(&format!("b{i}"))).unwrap());
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
     assert!(writer.shutdown(Duration::from_secs(5)).await);
     assert_eq!(sink.deliveries().values().sum::<u32>(), 50, "nothing sent twice");
     // A new process on the same directory replays the old generation from the checkpoint.
-    (0..5).for_each(|i| journal.append(&record(&format!("c{i}"))).unwrap());
+    (0..5).for_each(|i| journal.append(record(&format!("c{i}"))).unwrap());
     drop(journal);
     let journal = open(&dir, 1 << 20);
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
@@ -241,7 +241,7 @@ async fn crashes_lose_nothing_and_store_nothing_twice() {
                 let journal = journal.clone();
                 tokio::spawn(async move {
                     for i in 0..150 {
-                        journal.append(&record(&format!("r{round}-t{t}-{i}"))).unwrap();
+                        journal.append(record(&format!("r{round}-t{t}-{i}"))).unwrap();
                         if i % 10 == 0 {
                             tokio::time::sleep(Duration::from_micros(300)).await;
                         }
@@ -280,13 +280,13 @@ async fn corrupt_lines_are_skipped_and_counted() {
     let dir = TempDir::new("corrupt");
     // Lines that are not records, in a file an earlier process left (cut to its data on close).
     let earlier = open(&dir, 1 << 20);
-    earlier.append(&record("a")).unwrap();
+    earlier.append(record("a")).unwrap();
     let path = earlier.path(earlier.generation());
     drop(earlier);
     let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
     file.write_all(b"not json\n{\"id\":1}\n\n").unwrap();
     let journal = open(&dir, 1 << 20);
-    journal.append(&record("b")).unwrap();
+    journal.append(record("b")).unwrap();
     let sink = Arc::new(FakeSink::default());
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
     assert!(writer.shutdown(Duration::from_secs(5)).await);
@@ -301,7 +301,7 @@ async fn shutdown_gives_up_at_the_deadline_and_keeps_the_records() {
     let sink = Arc::new(FakeSink::default());
     sink.fail_writes.store(true, Relaxed);
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
-    (0..5).for_each(|i| journal.append(&record(&format!("r{i}"))).unwrap());
+    (0..5).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
     assert!(!writer.shutdown(Duration::from_millis(100)).await);
     sink.fail_writes.store(false, Relaxed);
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
@@ -316,7 +316,7 @@ async fn a_fresh_directory_ignores_a_foreign_checkpoint() {
     // The database remembers a journal that no longer exists (the directory was wiped).
     sink.state.lock().unwrap().checkpoint = Checkpoint { generation: 7, offset: 12345 }.encode();
     let journal = open(&dir, 1 << 20);
-    (0..10).for_each(|i| journal.append(&record(&format!("r{i}"))).unwrap());
+    (0..10).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
     let writer = UsageWriter::spawn(journal.clone(), sink.clone(), config());
     assert!(writer.shutdown(Duration::from_secs(5)).await);
     assert_eq!(sink.rows(), 10);
@@ -337,7 +337,7 @@ fn a_sigkilled_process_loses_no_completed_record() {
                 std::thread::spawn(move || {
                     for i in 0..100_000 {
                         let id = format!("k{t}-{i}");
-                        journal.append(&record(&id)).unwrap();
+                        journal.append(record(&id)).unwrap();
                         println!("done:{id}");
                     }
                 })
