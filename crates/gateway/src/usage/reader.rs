@@ -33,7 +33,7 @@ use std::sync::Arc;
 use super::journal::{Checkpoint, Handed, Journal};
 use crate::records::UsageRecord;
 
-/// Bytes read from the file per `read(2)`.
+/// Bytes read from the file per `pread(2)`.
 const CHUNK: usize = 64 << 10;
 
 pub struct JournalReader {
