@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use switchyard_gateway::records::UsageRecord;
-use switchyard_gateway::usage::reader::JournalReader;
+use switchyard_gateway::usage::reader::{JournalReader, Line};
 use switchyard_gateway::usage::{Checkpoint, Journal, JournalOptions};
 
 /// Records the new process journals after opening the directory.
@@ -39,12 +39,20 @@ fn record(i: usize) -> UsageRecord {
     }
 }
 
+/// A line's bytes; a record the journal handed off in memory as the bytes it wrote for it.
+fn line_bytes(line: Line<'_>) -> Vec<u8> {
+    match line {
+        Line::Bytes(bytes) => bytes.to_vec(),
+        Line::Record(record) => serde_json::to_vec(&record).expect("a record serialises"),
+    }
+}
+
 /// Every line a reader hands out, in order, reading `max` at a time from `checkpoint`.
 fn read_all(journal: &Arc<Journal>, checkpoint: Checkpoint, max: usize) -> (Vec<Vec<u8>>, Checkpoint) {
     let mut reader = JournalReader::open(journal.clone(), checkpoint.encode()).expect("a reader opens");
     let mut lines = Vec::new();
     loop {
-        let fill = reader.read(max, |_, line| lines.push(line.to_vec())).expect("the journal reads");
+        let fill = reader.read(max, |_, line| lines.push(line_bytes(line))).expect("the journal reads");
         if fill.caught_up {
             return (lines, reader.position());
         }
@@ -66,7 +74,7 @@ pub fn journal_recovery(data: &[u8]) {
     std::fs::write(dir.join("usage-00000000.journal"), file).expect("the old generation");
     let journal = Journal::open(&dir, JournalOptions::default()).expect("the journal opens");
     for i in 0..APPENDED {
-        journal.append(&record(i)).expect("a record appends");
+        journal.append(record(i)).expect("a record appends");
     }
 
     let kept = &file[..file.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
@@ -92,7 +100,7 @@ pub fn journal_recovery(data: &[u8]) {
     let mut at = Checkpoint::default();
     for _ in 0..=all.len() {
         let mut reader = JournalReader::open(journal.clone(), at.encode()).expect("a reader reopens");
-        let fill = reader.read(max, |_, line| resumed.push(line.to_vec())).expect("the journal reads");
+        let fill = reader.read(max, |_, line| resumed.push(line_bytes(line))).expect("the journal reads");
         at = reader.position();
         if fill.caught_up && fill.lines == 0 {
             break;
