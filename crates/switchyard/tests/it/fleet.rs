@@ -437,7 +437,13 @@ async fn with_redis_stopped_each_policy_holds_and_shared_limits_come_back() {
     for i in 0..3 {
         after.push(fleet.metric(i, "switchyard_redis_fallbacks_total").await);
     }
-    assert_eq!((count(&answers, 200), count(&answers, 429)), (30, 15), "{before:?} {after:?}");
+    // Exact again: never more than 30, and none of `local_share`'s shares (18 over three
+    // instances) nor `open`'s 45. One fewer is the design's allowance (limit/lease.rs): instance 0
+    // has seen the key for over a second, so its first admission may take one unit of quota ahead
+    // (⌊(⌊30/4⌋ − 1) / 5 live⌋ = 1), which is stranded if Redis's second ends before it is used —
+    // CI's PostgreSQL pass, busy beside it, once admitted 29.
+    let (admitted, refused) = (count(&answers, 200), count(&answers, 429));
+    assert!((29..=30).contains(&admitted) && admitted + refused == 45, "{admitted}/{refused} {before:?} {after:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
