@@ -251,13 +251,15 @@ impl Store {
             let (mut tx, kept) = loop {
                 let mut tx = pool.begin_with(begin).await?;
                 let mut existing: HashSet<String> = HashSet::new();
-                for chunk in cached_chunks(&rows).filter(|_| ask_first) {
-                    let sql = select_ids_sql(sqlite, chunk.len());
-                    let mut q = sqlx::query_scalar::<_, String>(&sql);
-                    for row in chunk {
-                        q = q.bind(&row.r.id);
+                if ask_first {
+                    for chunk in cached_chunks(&rows) {
+                        let sql = select_ids_sql(sqlite, chunk.len());
+                        let mut q = sqlx::query_scalar::<_, String>(&sql);
+                        for row in chunk {
+                            q = q.bind(&row.r.id);
+                        }
+                        existing.extend(q.fetch_all(&mut *tx).await?);
                     }
-                    existing.extend(q.fetch_all(&mut *tx).await?);
                 }
                 let mut new_rows = 0;
                 for chunk in cached_chunks(&rows) {

@@ -58,11 +58,10 @@ const ID_FILE: &str = "journal.id";
 pub const HANDOFF_MAX: usize = 4096;
 
 /// A record appended by this process, handed to the database writer in memory, with its line's
-/// place in the journal: bytes `start..end` of `generation`'s file.
+/// place in the journal: from `start` to byte `end` of the same generation's file.
 #[derive(Debug)]
 pub struct Handed {
-    pub generation: u64,
-    pub start: u64,
+    pub start: Checkpoint,
     pub end: u64,
     pub record: UsageRecord,
 }
@@ -226,7 +225,8 @@ impl Journal {
         self.written_end.store(end.encode(), Ordering::Release);
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
         if let Some(handed) = active.handed.as_mut().filter(|h| h.len() < HANDOFF_MAX) {
-            handed.push_back(Handed { generation: end.generation, start, end: end.offset, record });
+            let start = Checkpoint { generation: end.generation, offset: start };
+            handed.push_back(Handed { start, end: end.offset, record });
         }
         for waker in &active.wakers {
             waker.notify_one();

@@ -154,39 +154,35 @@ impl JournalReader {
     /// The handed-off record whose line starts where this reader is, if the next one does (those
     /// already passed are dropped); its line's bytes are passed over.
     fn take_handed(&mut self) -> Option<UsageRecord> {
+        let here = self.position();
         let handed = self.handed.as_mut()?;
-        while let Some(next) = handed.front() {
-            let here = (self.generation, self.offset);
-            if (next.generation, next.start) > here {
-                return None;
-            }
-            let Some(next) = handed.pop_front() else { break };
-            if (next.generation, next.start) < here {
-                continue;
-            }
-            let len = (next.end - next.start) as usize;
-            if self.buf.len() - self.start >= len {
-                self.start += len;
-            } else {
-                // What was read of the line is a prefix of it: the next read starts after it.
-                self.buf.clear();
-                self.start = 0;
-            }
-            self.offset = next.end;
-            return Some(next.record);
+        while handed.front().is_some_and(|next| next.start < here) {
+            handed.pop_front();
         }
-        None
+        let next = handed.pop_front_if(|next| next.start == here)?;
+        let len = (next.end - next.start.offset) as usize;
+        if self.buf.len() - self.start >= len {
+            self.start += len;
+        } else {
+            // What was read of the line is a prefix of it: the next read starts after it.
+            self.buf.clear();
+            self.start = 0;
+        }
+        self.offset = next.end;
+        Some(next.record)
     }
 
     /// Take what was handed off since the last look, when nothing taken is left; whether the
     /// next record there starts where this reader is.
     fn refill_handed(&mut self) -> bool {
+        let here = self.position();
         match &mut self.handed {
-            Some(handed) if handed.is_empty() => *handed = self.journal.take_handed(),
-            _ => return false,
+            Some(handed) if handed.is_empty() => {
+                *handed = self.journal.take_handed();
+                handed.front().is_some_and(|next| next.start == here)
+            }
+            _ => false,
         }
-        let here = (self.generation, self.offset);
-        self.handed.as_ref().and_then(VecDeque::front).is_some_and(|next| (next.generation, next.start) == here)
     }
 
     /// Read more of the file, but not past file offset `limit`.

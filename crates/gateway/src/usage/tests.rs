@@ -86,6 +86,11 @@ fn ids_and_handed(read: &[(u64, UsageRecord, bool)]) -> (Vec<String>, usize) {
     (read.iter().map(|(_, r, _)| r.id.clone()).collect(), read.iter().filter(|(_, _, handed)| *handed).count())
 }
 
+/// Append records `r{i}` for each `i` in `range`.
+fn append_ids(journal: &Journal, range: std::ops::Range<usize>) {
+    range.for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+}
+
 fn ids(range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| format!("r{i}")).collect()
 }
@@ -369,9 +374,9 @@ fn past_a_full_hand_off_the_reader_reads_the_file_and_takes_the_hand_off_again_a
     let mut reader = JournalReader::open(journal.clone(), 0).unwrap();
     assert!(read_all(&mut reader).is_empty());
     let n = HANDOFF_MAX + 10;
-    (0..n).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+    append_ids(&journal, 0..n);
     assert_eq!(ids_and_handed(&read_all_handed(&mut reader)), (ids(0..n), HANDOFF_MAX));
-    (n..n + 5).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+    append_ids(&journal, n..n + 5);
     assert_eq!(ids_and_handed(&read_all_handed(&mut reader)), (ids(n..n + 5), 5));
     assert_eq!(reader.position(), journal.written_end());
 }
@@ -388,9 +393,9 @@ fn file_lines_and_handed_records_interleave_in_order_across_reads_rotations_and_
         let from = round * 400;
         // The first half of each round goes missing from the hand-off (taken and dropped here, as
         // when it was full): the reader must find those in the file, the second half in memory.
-        (from..from + 200).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+        append_ids(&journal, from..from + 200);
         drop(journal.take_handed());
-        (from + 200..from + 400).for_each(|i| journal.append(record(&format!("r{i}"))).unwrap());
+        append_ids(&journal, from + 200..from + 400);
         // A few lines first, so the reader stops with the rest of a 64 KiB read in its buffer
         // (the first half's 200 lines are less than that: it holds some of the second's too, the
         // last of them cut), then the rest.
