@@ -24,8 +24,16 @@ pub async fn run(listen: SocketAddr, upstream: &str) -> Result<(), String> {
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("listening on http://{local}");
     let authority: Arc<str> = authority.into();
+    // SIGTERM ends the process the normal way (`main` returns), as the gateway's does: an
+    // instrumented build (`scripts/pgo`) writes its profile only then.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = terminate.recv() => return Ok(()),
+        };
+        let Ok((stream, _)) = accepted else { continue };
         let _ = stream.set_nodelay(true);
         tokio::spawn(serve(stream, authority.clone()));
     }
