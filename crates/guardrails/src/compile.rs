@@ -93,6 +93,9 @@ pub(crate) fn compile(specs: &[GuardSpec]) -> Result<Compiled, BuildError> {
             }
         }
     }
+    if let Some(triggers) = &mut compiled.triggers {
+        triggers.seal();
+    }
     Ok(compiled)
 }
 

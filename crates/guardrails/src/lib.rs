@@ -2,7 +2,7 @@
 //! patterns in text, and masks them — whole texts, or streams chunk by chunk with the same result.
 //!
 //! - **One pass per text.** Every built-in detector's matches contain one of a few bytes close to
-//!   their start (`prefilter.rs`); one table-lookup pass finds them, and candidates are looked for
+//!   their start (`prefilter.rs`); one SIMD pass finds them, and candidates are looked for
 //!   only in the short windows before them (at word starts). Where they are dense, or a custom
 //!   pattern promises nothing, every guard's detectors compiled into one multi-pattern regex
 //!   (regex-automata's meta regex, a lazy DFA underneath) propose where candidates start instead.

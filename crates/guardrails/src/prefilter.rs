@@ -1,15 +1,19 @@
 //! A whole text's scan, narrowed to where matches can start. Every built-in kind's matches contain
 //! one of a few bytes (a digit, `@`, `:`, `=`, `_`, `-`, `A`, `J`), at most a few bytes past the
 //! match's start (`builtin::triggers`), and a keyword contains its own rarest byte. One pass over
-//! the text's bytes (a table lookup each) finds them; a match can then start only in the window
+//! the text finds them (aho-corasick's packed SIMD searcher, Teddy, with each trigger byte a
+//! pattern; a table lookup per byte where the CPU lacks SSSE3 or little is left to read); a match
+//! can then start only in the window
 //! just before each, and, for a detector anchored on a half word boundary (all of them but the
 //! PEM block's BEGIN line), only where no ASCII word character comes before. The anchored walk
-//! runs at those positions alone: prose is passed over at table-lookup speed, and a text with
+//! runs at those positions alone: prose is passed over at SIMD speed, and a text with
 //! findings spread through it costs a few walks per finding, not the automaton over all of it.
 //! Where triggers are dense, the multi-pattern scan runs over their span instead. A custom pattern
 //! (any regex) turns this off: its matches promise nothing.
 
 use std::ops::Range;
+
+use aho_corasick::packed;
 
 /// The trigger bytes of every detector of an engine, and where before them matches can start.
 #[derive(Clone)]
@@ -29,6 +33,9 @@ pub(crate) struct Triggers {
     /// window ends, going back, at the first byte no local part has.
     reach: [u8; 256],
     classes: Vec<[bool; 256]>,
+    /// Every trigger byte as a pattern of a packed (SIMD) searcher, built by `seal` once every
+    /// byte is added (None: before, or where the CPU has no SSSE3).
+    finder: Option<packed::Searcher>,
 }
 
 /// Where a whole text's matches may start (`Triggers::starts`).
@@ -59,6 +66,11 @@ const FOLDS_OUTSIDE_ASCII: &[u8] = b"kKsS";
 /// The furthest past a match's start a trigger can be told apart (the table holds 1 + it in a byte).
 const MAX_BACK: usize = 254;
 
+/// Under this many bytes left to read, the table is used rather than the packed searcher, which
+/// needs a vector's worth of haystack (else it falls back to a slower search) and costs a few
+/// dozen instructions to start.
+const PACKED_AFTER: usize = 64;
+
 impl Triggers {
     pub(crate) fn new() -> Triggers {
         Triggers {
@@ -68,7 +80,18 @@ impl Triggers {
             anchored: true,
             reach: [0; 256],
             classes: vec![[false; 256]],
+            finder: None,
         }
+    }
+
+    /// Every trigger is added: build the packed searcher over them. Its pattern-count heuristic
+    /// (at most 16 one-byte patterns) is lifted: the built-ins have 17 trigger bytes, and bytes of
+    /// one low nibble share a bucket, so a byte that is no trigger is rarely a candidate (never a
+    /// lowercase letter, whose high nibbles no trigger has).
+    pub(crate) fn seal(&mut self) {
+        let mut builder = packed::Config::new().heuristic_pattern_limits(false).builder();
+        (0..=u8::MAX).filter(|&byte| self.back[usize::from(byte)] != 0).for_each(|byte| _ = builder.add([byte]));
+        self.finder = builder.build();
     }
 
     /// Matches contain one of `bytes`, at most `back` bytes past their start, with only bytes of
@@ -166,6 +189,16 @@ impl Triggers {
 
     /// The first trigger in `text` from `from` on.
     fn next_trigger(&self, text: &[u8], from: usize) -> Option<usize> {
+        match &self.finder {
+            Some(finder) if text.len().saturating_sub(from) >= PACKED_AFTER => {
+                finder.find_in(text, aho_corasick::Span::from(from..text.len())).map(|found| found.start())
+            }
+            _ => self.next_trigger_by_table(text, from),
+        }
+    }
+
+    /// `next_trigger` with a table lookup per byte.
+    fn next_trigger_by_table(&self, text: &[u8], from: usize) -> Option<usize> {
         let mut at = from;
         // Eight bytes at a time: one branch per eight lookups (prose has no trigger for hundreds).
         while let Some(chunk) = text.get(at..at + 8) {
@@ -249,6 +282,37 @@ mod tests {
         let wide = format!("{}@{}", "x".repeat(1000), "y".repeat(300));
         assert_eq!(triggers.starts(wide.as_bytes(), &mut out), Starts::Windows, "65 of 1,000 covered");
         assert_eq!(out, vec![(936..1001)]);
+    }
+
+    #[test]
+    fn the_packed_searcher_finds_the_triggers_the_table_finds() {
+        let mut triggers = crate::engine::Engine::new(&[
+            crate::GuardSpec::pii("pii"),
+            crate::GuardSpec::secrets("secrets"),
+            crate::GuardSpec::new("blocker").keywords(["project-nightingale"]),
+        ])
+        .unwrap()
+        .triggers
+        .unwrap();
+        #[cfg(target_arch = "x86_64")]
+        assert!(triggers.finder.is_some() || !std::is_x86_feature_detected!("ssse3"));
+        // Every byte value, spread thin through prose, at every offset the search may start from.
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        for round in 0..400 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut text = b"the quiet review of the warehouse layout, ".repeat(1 + round % 5);
+            for k in 0..(round % 4) {
+                let at = (seed >> (k * 16)) as usize % text.len();
+                text[at] = (seed >> (k * 8 + 3)) as u8;
+            }
+            for from in 0..=text.len() {
+                assert_eq!(triggers.next_trigger(&text, from), triggers.next_trigger_by_table(&text, from));
+            }
+        }
+        triggers.finder = None;
+        assert_eq!(triggers.next_trigger(&[b'x'; 100], 0), None);
     }
 
     #[test]
