@@ -28,21 +28,37 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(GatewayError::PayloadTooLarge { limit });
     }
-    // A body that is already here (the usual small request, read with its head) needs no timer:
-    // arming one costs more than the rest of reading the body. Only a body still on its way
-    // gets the deadline.
-    let mut collect = std::pin::pin!(Limited::new(body, limit).collect());
-    let first = poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
-    let collected = match first {
-        Poll::Ready(collected) => collected,
-        Poll::Pending => tokio::time::timeout(deadline, collect).await.map_err(|_| GatewayError::BodyTimeout)?,
-    };
+    let collected = collect_whole(body, limit, || deadline).await.map_err(|_| GatewayError::BodyTimeout)?;
     match collected {
-        Ok(collected) => Ok(collected.to_bytes()),
+        Ok(bytes) => Ok(bytes),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(GatewayError::PayloadTooLarge { limit }),
         Err(_) => Err(GatewayError::bad_request("the request body could not be read", None)),
     }
 }
+
+/// `body` read whole, at most `limit` bytes. A body that is already here (the usual small request
+/// read with its head, a whole answer ready with its headers) needs no timer: arming one costs more
+/// than the rest of reading it. Only a body still on its way is given `wait()` more.
+pub async fn collect_whole<B>(
+    body: B,
+    limit: usize,
+    wait: impl FnOnce() -> std::time::Duration,
+) -> Result<Result<Bytes, BoxError>, tokio::time::error::Elapsed>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut collect = std::pin::pin!(Limited::new(body, limit).collect());
+    let first = poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let collected = match first {
+        Poll::Ready(collected) => collected,
+        Poll::Pending => tokio::time::timeout(wait(), collect).await?,
+    };
+    Ok(collected.map(|collected| collected.to_bytes()))
+}
+
+/// What a body's read fails with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What routing needs from a request.
 #[derive(Debug)]

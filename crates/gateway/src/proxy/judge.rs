@@ -6,21 +6,17 @@
 //! it passes the relay: a block there becomes the client's 400 `content_blocked`, not a cut
 //! connection. Without either (the usual case) the response passes untouched: one check.
 
-use std::future::Future;
-use std::task::Poll;
 use std::time::Instant;
 
-use bytes::Bytes;
 use http::{header, Response};
-use http_body::Body;
 use http_body_util::Full;
-use smallvec::SmallVec;
 
 use super::settle::Settlement;
 use super::{guarded, Call, Exchange};
 use crate::auth::Identity;
 use crate::error::GatewayError;
 use crate::http::metering::Parked;
+use crate::http::parse::collect_whole;
 use crate::http::GatewayBody;
 
 /// The most of an answer held for judging: a larger one is refused rather than held.
@@ -79,7 +75,12 @@ async fn judge(
     resp: Response<GatewayBody>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let (mut parts, body) = resp.into_parts();
-    let mut answer = read_whole(body, call.deadline).await?;
+    let left = || call.deadline.saturating_duration_since(Instant::now());
+    let mut answer = match collect_whole(body, MAX_HELD_BYTES, left).await {
+        Ok(Ok(held)) => held,
+        Ok(Err(e)) => return Err(unread(e)),
+        Err(_) => return Err(GatewayError::UpstreamTimeout),
+    };
     if remote {
         let request = guarded(call, identity, exchange);
         call.app.guards.check_remote_answer(&request, &mut answer, call.deadline).await?;
@@ -88,39 +89,6 @@ async fn judge(
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts.headers.remove(header::CONTENT_LENGTH);
     Ok(Response::from_parts(parts, GatewayBody::Left(Full::new(answer))))
-}
-
-/// The answer read whole, by `deadline`. What is already there (a whole answer is mostly one
-/// frame, ready when its headers are) is taken without a timer: one is armed only when the answer
-/// must be waited for.
-async fn read_whole(body: GatewayBody, deadline: Instant) -> Result<Bytes, GatewayError> {
-    let mut body = std::pin::pin!(body);
-    let mut held: SmallVec<[Bytes; 1]> = SmallVec::new();
-    let mut size = 0;
-    let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
-    std::future::poll_fn(|cx| loop {
-        match body.as_mut().poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let Ok(data) = frame.into_data() else { continue };
-                size += data.len();
-                if size > MAX_HELD_BYTES {
-                    return Poll::Ready(Err(unread(format!("over {MAX_HELD_BYTES} bytes").into())));
-                }
-                held.push(data);
-            }
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(unread(e))),
-            Poll::Ready(None) => return Poll::Ready(Ok(())),
-            Poll::Pending => {
-                let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
-                return timer.as_mut().poll(cx).map(|()| Err(GatewayError::UpstreamTimeout));
-            }
-        }
-    })
-    .await?;
-    Ok(match held.as_slice() {
-        [one] => one.clone(),
-        frames => Bytes::from(frames.concat()),
-    })
 }
 
 /// Why a held answer could not be read whole: a built-in guard blocked it on the way (the
