@@ -214,13 +214,12 @@ pub struct AnswerGuards {
     stream: bool,
 }
 
-/// An answer guard blocked the answer: which guard, and why; the client's API, and whether the
-/// answer was a stream (which ends with an error event; a whole answer is refused whole).
+/// An answer guard blocked the answer: which guard, and why; and the client's API (a stream ends
+/// with its error event; a whole answer is refused whole).
 pub struct Blocked {
     pub guard: String,
     pub reason: String,
     pub endpoint: Endpoint,
-    pub stream: bool,
 }
 
 impl AnswerGuards {
@@ -274,12 +273,12 @@ impl AnswerGuards {
     }
 
     fn blocked(&self, guard: &str, reason: String) -> Blocked {
-        Blocked { guard: guard.to_owned(), reason, endpoint: self.endpoint, stream: self.stream }
+        Blocked { guard: guard.to_owned(), reason, endpoint: self.endpoint }
     }
 
     /// `bytes` through the guards from the `first`th on.
     fn through_from(&mut self, first: usize, mut bytes: Bytes) -> Result<Bytes, Blocked> {
-        let (endpoint, stream) = (self.endpoint, self.stream);
+        let endpoint = self.endpoint;
         for (guard, watcher) in &mut self.watching[first..] {
             if bytes.is_empty() {
                 break;
@@ -288,7 +287,7 @@ impl AnswerGuards {
                 Verdict::Pass => {}
                 Verdict::Replace(changed) => bytes = changed,
                 Verdict::Block(reason) => {
-                    return Err(Blocked { guard: guard.name().to_owned(), reason, endpoint, stream });
+                    return Err(Blocked { guard: guard.name().to_owned(), reason, endpoint });
                 }
             }
         }

@@ -152,7 +152,10 @@ pub struct Metrics {
     /// fixed list (or a guard's own pattern names), so the labels are bounded. Keyed by guard
     /// first so counting a finding looks it up by `&str` (no allocation per finding).
     guardrails: std::sync::Mutex<std::collections::BTreeMap<String, VerdictCounts>>,
-    /// How long guardrail checks take: `builtin` (the detectors' one scan) or a webhook's name.
+    /// How long the built-in detectors' scans take (`guard="builtin"`): one or two a guarded
+    /// request, so their own histogram, not a lookup under the lock below.
+    guardrail_builtin: Histogram,
+    /// How long other guardrail checks take, by the guard's name (webhooks).
     guardrail_latency: std::sync::Mutex<std::collections::BTreeMap<String, Histogram>>,
 }
 
@@ -175,10 +178,14 @@ impl Default for Metrics {
             mcp: mcp::McpMetrics::default(),
             fallbacks: std::sync::Mutex::default(),
             guardrails: std::sync::Mutex::default(),
+            guardrail_builtin: Histogram::default(),
             guardrail_latency: std::sync::Mutex::default(),
         }
     }
 }
+
+/// The label the built-in detectors' checks are timed under (one scan serves all of them).
+const BUILTIN_GUARD: &str = "builtin";
 
 /// One guard's findings: (kind, action) → count.
 type VerdictCounts = std::collections::BTreeMap<(&'static str, &'static str), u64>;
@@ -206,6 +213,11 @@ impl Metrics {
             }
             sums
         })
+    }
+
+    /// The built-in detectors' scan of one body took `took` (`guard="builtin"`).
+    pub fn time_builtin_guardrails(&self, took: Duration) {
+        self.guardrail_builtin.observe(took);
     }
 
     /// A guardrail check took `took`.
@@ -276,12 +288,17 @@ impl Metrics {
         }
         drop(verdicts);
         let latency = self.guardrail_latency.lock().unwrap_or_else(|p| p.into_inner());
-        if !latency.is_empty() {
+        let builtin = self.guardrail_builtin.count() > 0;
+        if builtin || !latency.is_empty() {
             out.push_str(
                 "# HELP switchyard_guardrail_duration_seconds Time a guardrail check took: the built-in detectors' \
                  one scan of a request or whole answer (guard=\"builtin\"), or a webhook's call (by guard name).\n",
             );
             out.push_str("# TYPE switchyard_guardrail_duration_seconds histogram\n");
+            if builtin {
+                let labels = format!("guard=\"{BUILTIN_GUARD}\"");
+                self.guardrail_builtin.render(out, "switchyard_guardrail_duration_seconds", &labels);
+            }
             for (guard, h) in latency.iter() {
                 h.render(out, "switchyard_guardrail_duration_seconds", &format!("guard=\"{}\"", mcp::escape(guard)));
             }

@@ -229,7 +229,7 @@ async fn proceed(
     let lookup = futures_util::future::OptionFuture::from(cached.as_ref().map(|c| c.lookup(call.app)));
     if let Some(hit) = lookup.await.flatten() {
         judged(exchange).await?;
-        let held = judge::hold(call, identity, exchange, settlement, false);
+        let held = judge::hold(call, identity, exchange, settlement);
         let relayed = settlement.hand_over();
         let resp = cached::respond_hit(call.app, hit, relayed.meter, relayed.permit, call.started);
         return judge::judge_answer(call, identity, exchange, held, resp).await;
@@ -243,8 +243,7 @@ async fn proceed(
     match reached {
         Reached::Answer(answer) => {
             let guards = answer_guards(call, identity, exchange);
-            let whole_guarded = guards.as_ref().is_some_and(|g| g.whole());
-            let held = judge::hold(call, identity, exchange, settlement, whole_guarded);
+            let held = judge::hold(call, identity, exchange, settlement);
             let answered = respond::Answered { answer, cached: cached.as_ref(), guards };
             let resp = respond::respond(call, answered, exchange, settlement, &failover).await?;
             judge::judge_answer(call, identity, exchange, held, resp).await
@@ -365,7 +364,9 @@ async fn guard_request(
     guards.check_request(&request, &mut body)?;
     let parallel = guards.check_remote(&request, &mut body, call.deadline).await?;
     exchange.parallel = parallel;
-    if body != exchange.client_body {
+    // A guard that changes the body hands back a new one: telling them apart by where their bytes
+    // are is enough, and compares no text.
+    if body.as_ptr() != exchange.client_body.as_ptr() || body.len() != exchange.client_body.len() {
         exchange.replace_body(call.endpoint, body);
         if let Some(meter) = settlement.meter() {
             meter.request_body_changed(exchange.client_body.clone());

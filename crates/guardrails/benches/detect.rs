@@ -92,6 +92,14 @@ fn detect(c: &mut Criterion) {
         )
     });
     group.finish();
+
+    // The texts of a short chat exchange, as `bench guardrails` sends them (the prompt, and the
+    // mock's answer): here a scan's fixed costs, not its speed per byte, are what count.
+    let mut short = c.benchmark_group("guardrails_short");
+    for (name, text) in [("prompt", "Say hello in one short sentence."), ("answer", "tok0 tok1 tok2 tok3 tok4 ")] {
+        short.bench_function(name, |b| b.iter(|| engine.scan(std::hint::black_box(text))));
+    }
+    short.finish();
     println!("stream chunks: {} of 20 bytes (per-chunk cost = stream time / {})", pieces.len(), pieces.len());
 }
 

@@ -188,13 +188,24 @@ impl Triggers {
     }
 
     /// The first trigger in `text` from `from` on.
+    #[inline]
     fn next_trigger(&self, text: &[u8], from: usize) -> Option<usize> {
         match &self.finder {
             Some(finder) if text.len().saturating_sub(from) >= PACKED_AFTER => {
                 finder.find_in(text, aho_corasick::Span::from(from..text.len())).map(|found| found.start())
             }
-            _ => self.next_trigger_by_table(text, from),
+            // The few bytes left (a short text, the end of a long one), a lookup each: the
+            // eight-byte steps below pay off over prose, not here, where triggers are a few
+            // bytes apart as often as not (`tok0 tok1`, a date, a sum).
+            Some(_) => self.next_trigger_nearby(text, from),
+            None => self.next_trigger_by_table(text, from),
         }
+    }
+
+    /// `next_trigger` a lookup per byte.
+    fn next_trigger_nearby(&self, text: &[u8], from: usize) -> Option<usize> {
+        let rest = text.get(from..)?;
+        rest.iter().position(|&byte| self.back[usize::from(byte)] != 0).map(|offset| from + offset)
     }
 
     /// `next_trigger` with a table lookup per byte.

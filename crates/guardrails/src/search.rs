@@ -119,15 +119,17 @@ impl Engine {
         windows: &[Range<usize>],
         each: &mut impl FnMut(Finding) -> bool,
     ) {
-        let mut cache = self.walker.pooled();
-        let mut candidates = Candidates::new();
+        // Taken at the first position a match may start at: a text whose triggers all follow a
+        // word (`tok0 tok1`) is passed over without the pool or the walk's room.
+        let mut walk = None;
         // Where the next finding may start: past the last one.
         let mut next = 0;
         for window in windows {
             let mut at = window.start.max(next);
             while at < window.end {
                 if text.is_char_boundary(at) && triggers.may_start(text.as_bytes(), at) {
-                    match self.best_at(&mut cache, text, at, true, &mut candidates) {
+                    let (cache, candidates) = walk.get_or_insert_with(|| (self.walker.pooled(), Candidates::new()));
+                    match self.best_at(cache, text, at, true, candidates) {
                         Best::Found(finding) => {
                             if !each(finding) {
                                 return;

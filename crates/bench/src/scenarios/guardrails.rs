@@ -9,8 +9,9 @@ use super::{chat_body, loaded_rps_and_cpu_at, measure, own_setup, start_gateway,
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
-/// Throughput is measured off and on in turns, this many times each.
-const ROUNDS: usize = 3;
+/// Throughput is measured off and on in turns, this many times each (with three, one run could
+/// not tell 0.88 from 0.93 on a noisy machine).
+const ROUNDS: usize = 5;
 
 /// About 4 KB of plain English with nothing a detector takes.
 fn prompt() -> String {

@@ -223,21 +223,17 @@ fn settle_broken(this: &mut RelayBodyProj<'_>) {
     }
 }
 
-/// A guard stopped the answer: a stream ends with an error event in the client's own API shape
-/// (`code: content_blocked` where the shape has a code), whether or not it was translated; a
-/// whole answer, held until judged (`proxy/judge.rs`), ends in the error, which the client gets
-/// as its 400 — and the record says 400.
+/// A guard stopped the answer (a stream: a whole answer is judged before it is relayed, in
+/// `proxy/respond.rs`): it ends with an error event in the client's own API shape
+/// (`code: content_blocked` where the shape has a code), whether or not it was translated, or,
+/// where the shape has none, in the error (a 400 if a remote guard held it, `proxy/judge.rs`).
 fn blocked(this: &mut RelayBodyProj<'_>, b: Blocked) -> Polled {
     this.completion.metrics.count_error("content_blocked");
     let message = crate::error::blocked_message(&b.guard, &b.reason);
-    let streamed = *this.sse || b.stream;
-    if let Some(meter) = this.completion.meter.as_mut().filter(|_| !streamed) {
-        meter.refused(400);
-    }
     settle_broken(this);
     let error =
         ApiError { code: Some("content_blocked".to_owned()), ..ApiError::new(ErrorKind::InvalidRequest, message) };
-    match crate::translate::stream_error_event(b.endpoint, error).filter(|_| streamed) {
+    match crate::translate::stream_error_event(b.endpoint, error) {
         Some(event) => Poll::Ready(Some(Ok(Frame::data(event)))),
         None => Poll::Ready(Some(Err(Box::new(GatewayError::ContentBlocked { guard: b.guard, reason: b.reason })))),
     }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{header, Response};
 
 use super::cached::{self, Cached};
@@ -18,6 +19,7 @@ use super::{Call, Exchange};
 use crate::app::App;
 use crate::error::GatewayError;
 use crate::guard::{self, AnswerGuards};
+use crate::http::parse::collect_whole;
 use crate::http::relay::{Completion, RelayBody};
 use crate::http::GatewayBody;
 use crate::translate::{Plan, StreamTranslator, Wire};
@@ -47,11 +49,22 @@ pub(super) async fn respond(
         let content_type = content_type.as_ref().or(answer.parts.headers.get(header::CONTENT_TYPE));
         c.fill(call.app, answer.parts.status, &answer.parts.headers, content_type, &exchange.routed.model)
     });
-    // Only a translated answer that is not a stream is waited for here (read whole). That wait is
-    // boxed so the relayed path, every stream and every pass-through answer, keeps this future small.
+    // Only a translated answer that is not a stream, and one its guards judge whole, are waited
+    // for here (read whole). That wait is boxed so the relayed path, every stream and every
+    // pass-through answer, keeps this future small.
     let mut resp = match answer.plan {
         Plan::Translate(wire) if !(call.stream && answer.parts.status.is_success()) => {
             let whole = Box::pin(read_translated(call, wire, answer, exchange, failover.upstream_wait)).await?;
+            respond_whole(call, whole, settlement, guards, fill)?
+        }
+        // Read whole here rather than relayed and held: a block is the client's 400 before any
+        // of the answer goes out, and the answer is sent in one piece with its length.
+        _ if guards.as_ref().is_some_and(|g| g.whole()) => {
+            let whole = match http_body::Body::is_end_stream(&answer.body) {
+                // The usual small answer came whole with its head: nothing to wait for, nor to box.
+                true => passed_whole(call, answer, Bytes::new(), exchange, failover.upstream_wait),
+                false => Box::pin(read_passed(call, answer, exchange, failover.upstream_wait)).await?,
+            };
             respond_whole(call, whole, settlement, guards, fill)?
         }
         _ => {
@@ -67,7 +80,10 @@ pub(super) async fn respond(
     served_by(Ok(resp), &exchange.routed.model)
 }
 
-/// A translated answer read whole, with its head.
+/// The most of an answer read whole for its guards: a larger one is refused rather than held.
+pub(super) const MAX_HELD_BYTES: usize = 64 << 20;
+
+/// An answer read whole, with its head: translated, or passed on as the backend sent it.
 struct Whole {
     answer: WholeAnswer,
     parts: http::response::Parts,
@@ -75,6 +91,14 @@ struct Whole {
     ttfb: Duration,
     route: Option<http::HeaderValue>,
     upstream_wait: Duration,
+    /// Set for a backend's own answer: the meter reads its usage from it, as it passes.
+    passed: Option<Passed>,
+}
+
+/// How a backend's own answer, read whole, is metered as the relay would meter it.
+struct Passed {
+    sse: bool,
+    strip_usage_chunk: bool,
 }
 
 /// Read a translated answer that is not a stream (or is an error) whole, translated back.
@@ -93,7 +117,50 @@ async fn read_translated(
     let read = translation::translate_whole(call.endpoint, wire, parts.status, first, body, limit, &context, bodies);
     let result = read.await;
     upstream_wait += waiting.elapsed();
-    Ok(Whole { answer: result?, parts, slot: guard, ttfb, route, upstream_wait })
+    Ok(Whole { answer: result?, parts, slot: guard, ttfb, route, upstream_wait, passed: None })
+}
+
+/// A backend's answer read whole, as it is, for guards that judge it whole: at most
+/// `MAX_HELD_BYTES` in all. A body already here arms no timer; one still on its way has until the
+/// request's deadline.
+async fn read_passed(
+    call: &Call<'_>,
+    mut answer: Answer,
+    exchange: &Exchange,
+    upstream_wait: Duration,
+) -> Result<Whole, GatewayError> {
+    let waiting = Instant::now();
+    let first = answer.first.as_ref().and_then(|f| f.data_ref()).map_or(0, Bytes::len);
+    let left = || call.deadline.saturating_duration_since(Instant::now());
+    let read = collect_whole(&mut answer.body, MAX_HELD_BYTES.saturating_sub(first), left).await;
+    let rest = match read {
+        Ok(Ok(rest)) => rest,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "an answer held for its guards could not be read whole");
+            return Err(GatewayError::BadGateway { message: "the answer could not be read whole".to_owned() });
+        }
+        Err(_) => return Err(GatewayError::UpstreamTimeout),
+    };
+    Ok(passed_whole(call, answer, rest, exchange, upstream_wait + waiting.elapsed()))
+}
+
+/// A backend's answer, its first frame and `rest` as one body, passed on as it is.
+fn passed_whole(call: &Call<'_>, answer: Answer, rest: Bytes, exchange: &Exchange, upstream_wait: Duration) -> Whole {
+    let Answer { parts, first, guard, ttfb, route, .. } = answer;
+    let body = match first.and_then(|f| f.into_data().ok()) {
+        Some(first) if rest.is_empty() => first,
+        Some(first) => Bytes::from([first, rest].concat()),
+        None => rest,
+    };
+    let sse = is_sse(call.stream, &parts.headers);
+    let passed = Some(Passed { sse, strip_usage_chunk: exchange.strip_usage_chunk });
+    let answer = WholeAnswer { status: parts.status, body, usage: None };
+    Whole { answer, parts, slot: guard, ttfb, route, upstream_wait, passed }
+}
+
+/// The answer is server-sent events: asked for as a stream, or sent as one anyway.
+fn is_sse(stream: bool, headers: &http::HeaderMap) -> bool {
+    stream || headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// A whole answer: guarded, metered, stored in the cache, and sent as one body.
@@ -104,9 +171,22 @@ fn respond_whole(
     guards: Option<Box<AnswerGuards>>,
     fill: Option<Box<crate::cache::Fill>>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    let Whole { mut answer, parts, slot, ttfb, route, upstream_wait } = whole;
+    let Whole { mut answer, parts, slot, ttfb, route, upstream_wait, passed } = whole;
+    let sse = passed.as_ref().is_some_and(|p| p.sse);
     if let Some(mut guards) = guards {
-        answer.body = guards.finish(answer.body, false).map_err(|b| guard::blocked(&b.guard, &b.reason))?;
+        answer.body = guards.finish(answer.body, sse).map_err(|b| guard::blocked(&b.guard, &b.reason))?;
+    }
+    let Relayed { mut meter, permit } = settlement.hand_over();
+    if let Some(m) = meter.as_mut() {
+        let (strip, tap) = passed.as_ref().map_or((false, false), |p| (p.strip_usage_chunk, true));
+        m.answered(slot.backend().name(), answer.status.as_u16(), sse, strip, tap);
+        if tap {
+            // What the meter passes on is what the client gets (an SSE usage chunk it strips).
+            let held = m.frame(std::mem::take(&mut answer.body));
+            answer.body = joined(held, m.end());
+        } else {
+            m.report_usage(answer.usage.as_ref().map(Tokens::from), 0);
+        }
     }
     if let Some(mut fill) = fill {
         fill.push(&answer.body);
@@ -114,10 +194,19 @@ fn respond_whole(
     }
     let app = call.app;
     let overhead = observe(app, call.started, upstream_wait, ttfb);
-    let mut resp = crate::http::json_response(answer.status, answer.body);
+    // A translated answer is JSON in the client's API; a passed one keeps its own content type.
+    let own_type = passed.is_some();
+    let mut resp = match own_type {
+        true => Response::new(crate::http::full(answer.body)),
+        false => crate::http::json_response(answer.status, answer.body),
+    };
+    *resp.status_mut() = answer.status;
     let headers = resp.headers_mut();
+    // Room for all the headers below at once (upstream's, ours, six rate-limit ones): growing rehashes.
+    headers.reserve(parts.headers.len() + 10);
     for (name, value) in parts.headers.iter() {
-        if !(is_hop_by_hop(name) || name == header::CONTENT_TYPE || name == header::CONTENT_LENGTH) {
+        let retyped = name == header::CONTENT_TYPE && !own_type;
+        if !(is_hop_by_hop(name) || retyped || name == header::CONTENT_LENGTH) {
             headers.append(name, value.clone());
         }
     }
@@ -127,10 +216,7 @@ fn respond_whole(
     if let Some(route) = route {
         headers.insert(&ROUTE_HEADER, route);
     }
-    let Relayed { mut meter, permit } = settlement.hand_over();
     if let Some(m) = meter.as_mut() {
-        m.answered(slot.backend().name(), answer.status.as_u16(), false, false, false);
-        m.report_usage(answer.usage.as_ref().map(Tokens::from), 0);
         // Recorded before the client sees the answer, like a relayed body's end.
         m.record_now();
     }
@@ -138,6 +224,15 @@ fn respond_whole(
     drop((permit, slot, meter));
     app.metrics.duration.observe(call.started.elapsed());
     Ok(resp)
+}
+
+/// What the meter let through of a whole answer, and what it held to the end, as one body.
+fn joined(head: Option<Bytes>, tail: Option<Bytes>) -> Bytes {
+    match (head.unwrap_or_default(), tail.unwrap_or_default()) {
+        (head, tail) if tail.is_empty() => head,
+        (head, tail) if head.is_empty() => tail,
+        (head, tail) => Bytes::from([head, tail].concat()),
+    }
 }
 
 /// The gateway's own time so far (what is not the upstream's), into the histograms.
@@ -168,8 +263,7 @@ fn respond_relayed(
     let Answer { parts, body, first, guard, ttfb, plan, route, .. } = answer;
     let (endpoint, stream) = (call.endpoint, call.stream);
     let translated = matches!(plan, Plan::Translate(_));
-    let sse = stream
-        || parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let sse = is_sse(stream, &parts.headers);
     let translator = stream_translator(call, plan, exchange)?;
     // A guard may change the body's length, as a translation does.
     let reshaped = translated || relay.guards.is_some();

@@ -59,6 +59,10 @@ impl crate::guard::content::GuardMetrics for GuardrailMetrics {
     fn time(&self, guard: &str, took: std::time::Duration) {
         self.0.time_guardrail(guard, took);
     }
+
+    fn time_builtin(&self, took: std::time::Duration) {
+        self.0.time_builtin_guardrails(took);
+    }
 }
 
 /// How model guards reach their classifier: through the running gateway's own pipeline, as it

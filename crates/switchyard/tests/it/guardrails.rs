@@ -349,9 +349,15 @@ async fn a_whole_answer_a_guard_blocks_is_a_400_in_the_apis_shape_and_a_masked_o
             _ => {}
         }
     }
-    let statuses: Vec<i64> = records(&db, 2 * cases.len()).await.into_iter().map(|row| row.1).collect();
+    let rows = records(&db, 2 * cases.len()).await;
+    let statuses: Vec<i64> = rows.iter().map(|row| row.1).collect();
     assert_eq!(statuses.iter().filter(|&&s| s == 400).count(), cases.len(), "{statuses:?}");
     assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), cases.len(), "{statuses:?}");
+    // The answers judged whole are metered as relayed ones are: the backend's own usage, read
+    // from the answer (not estimated).
+    for row in rows.iter().filter(|row| row.1 == 200) {
+        assert!(row.4 > 0 && !row.5, "the usage the backend reported: {rows:?}");
+    }
 }
 
 /// The webhook guard service (`common::json_service::webhook_service`), masking on any call.
@@ -521,8 +527,9 @@ async fn a_webhook_on_answers_holds_them_and_masks_or_blocks_them_before_they_go
     }
 }
 
-/// The held answer's cap: an answer a remote guard must judge is held whole, so one over 64 MiB
-/// is refused (502) rather than held, and the guard is never asked about it.
+/// The held answer's cap: an answer a guard must judge whole — a remote guard, or built-in ones
+/// on an answer that is not a stream — is held whole, so one over 64 MiB is refused (502) rather
+/// than held, and a remote guard is never asked about it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_too_large_to_hold_for_judging_is_refused_not_held() {
     let (backend, _) = crate::common::json_service::json_service(std::time::Duration::ZERO, |asked| {
@@ -535,19 +542,21 @@ async fn an_answer_too_large_to_hold_for_judging_is_refused_not_held() {
     })
     .await;
     let (url, seen) = webhook_service(std::time::Duration::ZERO).await;
-    let yaml = format!(
-        "listen: 127.0.0.1:0\n\
-         guardrails:\n  default: [hook]\n\
-         \x20 hook: {{type: webhook, url: '{url}', timeout: 2s, action: block, on: [response]}}\n\
-         backends:\n  - {{name: b, url: 'http://{backend}', models: [big]}}\n"
-    );
-    let gw = gateway_yaml(&yaml).await;
-    let body = json!({"model": "big", "messages": [{"role": "user", "content": "say a lot"}]});
-    let r = TestClient::new()
-        .post_json(&format!("{}/v1/chat/completions", gw.url()), body.to_string().as_bytes(), &[])
-        .await
-        .unwrap();
-    assert_eq!(r.status, 502, "{}", &r.text()[..r.text().len().min(300)]);
-    assert!(r.body.len() < 4096, "the answer itself never went out");
+    let webhook = format!("hook: {{type: webhook, url: '{url}', timeout: 2s, action: block, on: [response]}}");
+    let builtin = "hook: {type: pii, action: mask, on: [response]}".to_owned();
+    for guard in [webhook, builtin] {
+        let yaml = format!(
+            "listen: 127.0.0.1:0\nguardrails:\n  default: [hook]\n  {guard}\n\
+             backends:\n  - {{name: b, url: 'http://{backend}', models: [big]}}\n"
+        );
+        let gw = gateway_yaml(&yaml).await;
+        let body = json!({"model": "big", "messages": [{"role": "user", "content": "say a lot"}]});
+        let r = TestClient::new()
+            .post_json(&format!("{}/v1/chat/completions", gw.url()), body.to_string().as_bytes(), &[])
+            .await
+            .unwrap();
+        assert_eq!(r.status, 502, "{guard}: {}", &r.text()[..r.text().len().min(300)]);
+        assert!(r.body.len() < 4096, "{guard}: the answer itself never went out");
+    }
     assert!(seen.lock().unwrap().is_empty(), "the guard was not asked about an answer it could not be shown");
 }
