@@ -296,7 +296,7 @@ impl AnswerGuards {
 }
 
 /// Two pieces of an answer as one: copied only when both have bytes (a whole answer is one).
-fn joined(head: Bytes, tail: Bytes) -> Bytes {
+pub(crate) fn joined(head: Bytes, tail: Bytes) -> Bytes {
     match (head.is_empty(), tail.is_empty()) {
         (_, true) => head,
         (true, false) => tail,

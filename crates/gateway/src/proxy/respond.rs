@@ -183,7 +183,7 @@ fn respond_whole(
         if tap {
             // What the meter passes on is what the client gets (an SSE usage chunk it strips).
             let held = m.frame(std::mem::take(&mut answer.body));
-            answer.body = joined(held, m.end());
+            answer.body = guard::joined(held.unwrap_or_default(), m.end().unwrap_or_default());
         } else {
             m.report_usage(answer.usage.as_ref().map(Tokens::from), 0);
         }
@@ -224,15 +224,6 @@ fn respond_whole(
     drop((permit, slot, meter));
     app.metrics.duration.observe(call.started.elapsed());
     Ok(resp)
-}
-
-/// What the meter let through of a whole answer, and what it held to the end, as one body.
-fn joined(head: Option<Bytes>, tail: Option<Bytes>) -> Bytes {
-    match (head.unwrap_or_default(), tail.unwrap_or_default()) {
-        (head, tail) if tail.is_empty() => head,
-        (head, tail) if head.is_empty() => tail,
-        (head, tail) => Bytes::from([head, tail].concat()),
-    }
 }
 
 /// The gateway's own time so far (what is not the upstream's), into the histograms.
