@@ -7,6 +7,7 @@
 //! built on these hooks; this module holds only the contract and the plumbing.
 
 pub mod content;
+mod json_stops;
 mod json_text;
 pub mod model;
 pub mod remote;

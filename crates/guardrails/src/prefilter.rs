@@ -158,6 +158,14 @@ impl Triggers {
                 let run = text[start..at].iter().rev().take_while(|&&b| class[usize::from(b)]).count();
                 start = at - run;
             }
+            // Where a word character comes before, no match starts: such a window's front is
+            // dropped, and a window with nothing left is none (`tok7`).
+            while start <= at && !self.may_start(text, start) {
+                start += 1;
+            }
+            if start > at {
+                continue;
+            }
             // Later windows may reach back over earlier ones: merge them into this one.
             while let Some(last) = windows.last().filter(|last| last.end >= start) {
                 start = start.min(last.start);
@@ -260,13 +268,16 @@ mod tests {
     fn matches_start_in_the_windows_just_before_triggers_merged() {
         let mut triggers = Triggers::new();
         assert!(triggers.add(b"0123456789", 1, true, None));
-        assert_eq!(windows(&triggers, b"call 555 0199 or write to me"), vec![(4..13)]);
+        // A digit may start a match one byte back, but not after a word character: `555` opens
+        // one window where it starts and none past it.
+        assert_eq!(windows(&triggers, b"call 555 0199 or write to me"), vec![(5..7), (9..11)]);
+        assert!(windows(&triggers, b"tok0 tok1 x_2").is_empty());
         assert!(windows(&triggers, b"nothing here").is_empty());
         assert!(triggers.add(b"@", 64, true, None));
         assert_eq!(windows(&triggers, b"a@b"), vec![(0..2)]);
         // A later trigger's window reaching back over earlier ones swallows them.
         assert_eq!(windows(&triggers, b"7 xxxxx 8 xx@"), vec![(0..13)]);
-        assert_eq!(windows(&triggers, &[b"x".repeat(100), b"7 and 8".to_vec()].concat()), [99..101, 105..107]);
+        assert_eq!(windows(&triggers, &[b"x".repeat(100), b" 7 and 8".to_vec()].concat()), [101..102, 107..108]);
         assert!(triggers.add_keyword("project-nightingale"));
         assert_eq!(triggers.back[usize::from(b'-')], 8);
         assert!(!triggers.add_keyword("caf\u{e9}"));
@@ -286,11 +297,12 @@ mod tests {
         assert!(out.is_empty());
         let sparse = format!("{} 1 {} 2", "x".repeat(200), "y".repeat(200));
         assert_eq!(triggers.starts(sparse.as_bytes(), &mut out), Starts::Windows);
-        assert_eq!(out, [200..202, 403..405]);
+        assert_eq!(out, [201..202, 404..405]);
         let mut out = Vec::new();
-        let wide = format!("{0}@{0}@{1}", "x".repeat(100), "y".repeat(300));
+        // (Words a local part may start at: after 100 bytes of one word, a match could start nowhere.)
+        let wide = format!("{0}@{0}@{1}", "x.".repeat(50), "y".repeat(300));
         assert_eq!(triggers.starts(wide.as_bytes(), &mut out), Starts::Span(36..202), "130 of the first 512 covered");
-        let wide = format!("{}@{}", "x".repeat(1000), "y".repeat(300));
+        let wide = format!("{}@{}", "x.".repeat(500), "y".repeat(300));
         assert_eq!(triggers.starts(wide.as_bytes(), &mut out), Starts::Windows, "65 of 1,000 covered");
         assert_eq!(out, vec![(936..1001)]);
     }

@@ -10,8 +10,8 @@ use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
 /// Throughput is measured off and on in turns, this many times each (with three, one run could
-/// not tell 0.88 from 0.93 on a noisy machine).
-const ROUNDS: usize = 5;
+/// not tell 0.88 from 0.93 on a noisy machine). Even: each side goes first in half the rounds.
+const ROUNDS: usize = 6;
 
 /// About 4 KB of plain English with nothing a detector takes.
 fn prompt() -> String {
@@ -96,30 +96,46 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     // going and coming back).
     for (kind, text) in [("short prompt", "Say hello in one short sentence.".to_owned()), ("4 KB prompt", prompt())] {
         let body = chat_body(&args.model, false, &text);
-        // Off and on in turns, averaged over the rounds: one phase each moved the ratio by ±0.1
-        // between runs on a noisy machine, as drift hit one side and not the other.
-        let mut totals = [(0.0, 0.0); 2];
+        // Off and on in turns: one phase each moved the ratio by ±0.1 between runs on a noisy
+        // machine, as drift hit one side and not the other. Off goes first in odd rounds and on
+        // in even ones, so that drift within a round weighs on both sides alike.
+        let sides = [("guards off", &off), ("guards on", &on)];
+        let mut rounds = Vec::with_capacity(ROUNDS);
         for round in 1..=ROUNDS {
-            for (i, (label, gateway)) in [("guards off", &off), ("guards on", &on)].into_iter().enumerate() {
+            let mut this = [(0.0, 0.0); 2];
+            let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let (label, gateway) = sides[i];
                 let setup = own_setup(gateway, &mock, &args.model);
                 let label = format!("{kind}, {label}, round {round}");
-                let (rps, cpu) =
+                this[i] =
                     loaded_rps_and_cpu_at(32, ("guardrails", &label), &setup, gateway, &body, args, report).await?;
-                totals[i].0 += rps / ROUNDS as f64;
-                totals[i].1 += cpu / ROUNDS as f64;
             }
+            rounds.push(this);
         }
-        let [(rps_off, cpu_off), (rps_on, cpu_on)] = totals;
+        let mean = |side: usize, cpu: bool| {
+            rounds.iter().map(|r: &[(f64, f64); 2]| if cpu { r[side].1 } else { r[side].0 }).sum::<f64>()
+                / ROUNDS as f64
+        };
         report.finding(
             "guardrails",
             format!("{kind}: throughput at 32 connections, guards on ÷ off (mean of rounds)"),
-            rps_on / rps_off,
+            mean(1, false) / mean(0, false),
+            "×",
+        );
+        let mut ratios: Vec<f64> = rounds.iter().map(|[off, on]| on.0 / off.0).collect();
+        ratios.sort_by(f64::total_cmp);
+        let median = (ratios[(ROUNDS - 1) / 2] + ratios[ROUNDS / 2]) / 2.0;
+        report.finding(
+            "guardrails",
+            format!("{kind}: throughput at 32 connections, guards on ÷ off (median of the rounds' ratios)"),
+            median,
             "×",
         );
         report.finding(
             "guardrails",
             format!("{kind}: CPU per request, guards on − off (mean of rounds)"),
-            cpu_on - cpu_off,
+            mean(1, true) - mean(0, true),
             "µs",
         );
     }

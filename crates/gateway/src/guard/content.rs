@@ -44,6 +44,9 @@ struct Inner {
     guards: Vec<GuardConfig>,
     /// Bit masks over `guards`: every request's, and each model's own added to them.
     default: u64,
+    /// `default`'s guards that watch each direction (by `Direction as usize`): most requests'
+    /// whole answer, with no model's, key's or team's guards to add.
+    default_on: [u64; 4],
     per_model: HashMap<String, u64>,
     /// A guard's index by its name (for the guards a key or team adds).
     by_name: HashMap<String, usize>,
@@ -66,6 +69,19 @@ fn action_name(action: GuardAction) -> &'static str {
     }
 }
 
+const DIRECTIONS: [Direction; 4] =
+    [Direction::Request, Direction::Response, Direction::ToolCall, Direction::ToolResult];
+
+/// Whether a guard with `on` watches traffic going `direction`.
+fn watches(on: &Directions, direction: Direction) -> bool {
+    match direction {
+        Direction::Request => on.request,
+        Direction::Response => on.response,
+        Direction::ToolCall => on.tool_call,
+        Direction::ToolResult => on.tool_result,
+    }
+}
+
 fn mask_of(list: &[usize]) -> u64 {
     list.iter().fold(0, |m, &i| m | (1 << i))
 }
@@ -81,10 +97,14 @@ impl ContentGuards {
         }
         let engine = Engine::new(&config.specs()).map_err(|e| format!("guardrails: {e}"))?;
         let per_model = config.per_model.iter().map(|(m, list)| (m.clone(), mask_of(list))).collect();
+        let default = mask_of(&config.default);
+        let watching = |direction| config.guards.iter().enumerate().filter(move |(_, g)| watches(&g.on, direction));
+        let default_on = DIRECTIONS.map(|d| watching(d).fold(0, |m, (i, _)| m | (1 << i)) & default);
         Ok(Some(ContentGuards(Arc::new(Inner {
             engine: Arc::new(engine),
             guards: config.guards.clone(),
-            default: mask_of(&config.default),
+            default,
+            default_on,
             per_model,
             by_name: config.guards.iter().enumerate().map(|(i, g)| (g.name.clone(), i)).collect(),
             metrics,
@@ -134,6 +154,9 @@ impl Inner {
     /// The guards that watch this request's traffic in this direction: the defaults, the model's
     /// own by the name the client used or the one it resolved to, and those its key and team add.
     fn active(&self, request: &GuardedRequest<'_>, direction: Direction) -> u64 {
+        if self.per_model.is_empty() && request.added.iter().all(|list| list.is_empty()) {
+            return self.default_on[direction as usize];
+        }
         // Most configurations name no model's own guards: no hashing of model names then.
         let own = |name: &str| match self.per_model.is_empty() {
             true => 0,
@@ -141,14 +164,8 @@ impl Inner {
         };
         let added = request.added.iter().flat_map(|list| list.iter()).filter_map(|n| self.by_name.get(n));
         let all = added.fold(self.default | own(request.requested) | own(request.model), |m, &i| m | (1 << i));
-        let watches = |on: &Directions| match direction {
-            Direction::Request => on.request,
-            Direction::Response => on.response,
-            Direction::ToolCall => on.tool_call,
-            Direction::ToolResult => on.tool_result,
-        };
         (0..self.guards.len())
-            .filter(|&i| all & (1 << i) != 0 && watches(&self.guards[i].on))
+            .filter(|&i| all & (1 << i) != 0 && watches(&self.guards[i].on, direction))
             .fold(0, |m, i| m | (1 << i))
     }
 

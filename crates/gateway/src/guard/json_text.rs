@@ -5,6 +5,8 @@
 
 use smallvec::SmallVec;
 
+use super::json_stops::Stops;
+
 /// Which keys' string values are skipped: [`not_text`] for the model APIs' bodies, [`all_text`]
 /// for a tool's arguments and results (scanned whole, their keys being the tool's own).
 pub type Skip = fn(&[u8]) -> bool;
@@ -57,9 +59,8 @@ pub fn rewrite_texts(body: &[u8], skip: Skip, mut rewrite: impl FnMut(&str) -> O
     // The key just read, until its value starts.
     let mut key: Option<(usize, usize)> = None;
     let mut expect_key = false;
-    let mut i = 0;
-    while let Some(at) = next_token(body, i) {
-        i = at;
+    let mut stops = Stops::new(body);
+    while let Some(i) = stops.next() {
         match body[i] {
             b'{' => {
                 open.push(Open { object: true, key: key.take() });
@@ -71,8 +72,8 @@ pub fn rewrite_texts(body: &[u8], skip: Skip, mut rewrite: impl FnMut(&str) -> O
                 (key, expect_key) = (None, false);
             }
             b',' => (key, expect_key) = (None, open.last().is_some_and(|o| o.object)),
-            _ => {
-                let (end, escaped) = string_end(body, i)?;
+            b'"' => {
+                let (end, escaped) = stops.string_end()?;
                 if expect_key {
                     (key, expect_key) = (Some((i + 1, end)), false);
                 } else {
@@ -87,10 +88,10 @@ pub fn rewrite_texts(body: &[u8], skip: Skip, mut rewrite: impl FnMut(&str) -> O
                         }
                     }
                 }
-                i = end;
             }
+            // A backslash outside a string: not JSON; passed over.
+            _ => {}
         }
-        i += 1;
     }
     out.map(|mut buf| {
         buf.extend_from_slice(&body[copied..]);
@@ -116,68 +117,6 @@ fn push_json_string(out: &mut Vec<u8>, text: &str) {
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');
     }
-}
-
-/// Bytes the walk stops at: what opens or closes a value, separates two, or starts a string.
-/// The rest (`:`, numbers, `true`, spaces) is passed over a table lookup at a time, not through
-/// the walk's `match` (a compare chain there cost ~9 instructions a byte, callgrind).
-static TOKEN: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut k = 0;
-    let tokens = b"{}[],\"";
-    while k < tokens.len() {
-        table[tokens[k] as usize] = true;
-        k += 1;
-    }
-    table
-};
-
-/// Where the next byte of `TOKEN` is, from `from` on.
-#[inline]
-fn next_token(body: &[u8], from: usize) -> Option<usize> {
-    let rest = body.get(from..)?;
-    rest.iter().position(|&b| TOKEN[usize::from(b)]).map(|at| from + at)
-}
-
-/// The index of the quote closing the string that opens at `start`, and whether the string has
-/// an escape (a backslash) before it.
-#[inline(always)]
-fn string_end(body: &[u8], start: usize) -> Option<(usize, bool)> {
-    let mut j = start + 1;
-    let mut escaped = false;
-    // Keys and most values close within a few bytes: eight at a time in a word there (memchr's
-    // vectorised search costs dozens of instructions to set up, a byte loop ~9 a byte), memchr
-    // past them. Inline: a body's strings are most of its walk (a call each was a third of it).
-    for _ in 0..4 {
-        let Some(word) = body.get(j..).and_then(<[u8]>::first_chunk::<8>) else { break };
-        let hits = quote_or_backslash(u64::from_le_bytes(*word));
-        if hits == 0 {
-            j += 8;
-            continue;
-        }
-        let at = j + (hits.trailing_zeros() / 8) as usize;
-        if word[at - j] == b'"' {
-            return Some((at, escaped));
-        }
-        (j, escaped) = (at + 2, true);
-    }
-    loop {
-        let at = j + memchr::memchr2(b'"', b'\\', body.get(j..)?)?;
-        if body[at] == b'\\' {
-            (j, escaped) = (at + 2, true);
-        } else {
-            return Some((at, escaped));
-        }
-    }
-}
-
-/// The high bit of each byte of `word` that is a `"` or a `\\`, exact up to the first one (the
-/// zero-byte test's borrow can only flag bytes after a true match; only the first is used).
-fn quote_or_backslash(word: u64) -> u64 {
-    const LOW: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero_bytes = |x: u64| x.wrapping_sub(LOW) & !x & HIGH;
-    zero_bytes(word ^ (LOW * u64::from(b'"'))) | zero_bytes(word ^ (LOW * u64::from(b'\\')))
 }
 
 fn is_text(body: &[u8], key: Option<(usize, usize)>, skip: Skip) -> bool {
@@ -297,26 +236,63 @@ mod tests {
         assert!(out.contains("BOB"), "{out}");
     }
 
-    #[test]
-    fn strings_end_at_their_closing_quote_short_or_long() {
-        let long = |n: usize, tail: &str| "x".repeat(n) + tail;
-        let (short, edge) = (long(23, ""), long(24, ""));
-        let (escaped_at_the_edge, escaped_far) = (long(22, r#"\"y"#), long(40, r#"\"z"#));
-        for inner in ["", "a", r#"a\"b"#, r"\\", &short[..], &edge[..], &escaped_at_the_edge[..], &escaped_far[..]] {
-            let body = format!("\"{inner}\",1");
-            let escaped = inner.contains('\\');
-            assert_eq!(string_end(body.as_bytes(), 0), Some((inner.len() + 1, escaped)), "{inner:?}");
+    /// What `rewrite_texts` should do, on the parsed value: a string is text unless the key it is
+    /// the value of (or, in an array, its array's key) holds no one's words.
+    fn rewritten_by_hand(value: &mut serde_json::Value, key: Option<&str>) {
+        use serde_json::Value;
+        match value {
+            Value::String(s) if !key.is_some_and(|k| not_text(k.as_bytes())) => *s = s.replace("bob", "BOB"),
+            Value::Array(items) => {
+                for item in items {
+                    let inherited = if item.is_string() { key } else { None };
+                    rewritten_by_hand(item, inherited);
+                }
+            }
+            Value::Object(members) => {
+                for (k, v) in members.iter_mut() {
+                    rewritten_by_hand(v, Some(k));
+                }
+            }
+            _ => {}
         }
-        // Every position of the closing quote and of an escape, across the word boundaries.
-        for n in 0..40 {
-            for e in 0..n {
-                let inner = format!("{}\\\"{}", "x".repeat(e), "y".repeat(n - e));
-                let body = format!("\"{inner}\"tail\"");
-                assert_eq!(string_end(body.as_bytes(), 0), Some((inner.len() + 1, true)), "{inner:?}");
+    }
+
+    #[test]
+    fn random_documents_have_exactly_their_texts_rewritten() {
+        use serde_json::{json, Value};
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let pieces = ["bob", "b", "o", "\"", "\\", "{", "}", "[", "]", ",", ":", " ", "\n", "\u{1}", "é", "🦀", "x"];
+        let keys = ["content", "text", "id", "model", "role", "url", "arguments", "input", "n", "k\"ey"];
+        fn build(depth: usize, next: &mut impl FnMut(usize) -> usize, pieces: &[&str], keys: &[&str]) -> Value {
+            match if depth > 4 { next(3) } else { next(6) } {
+                0 => Value::String((0..next(40) * next(4)).map(|_| pieces[next(pieces.len())]).collect()),
+                1 => json!(next(1000)),
+                2 => Value::Null,
+                3 => Value::Array((0..next(5)).map(|_| build(depth + 1, next, pieces, keys)).collect()),
+                _ => Value::Object(
+                    (0..next(6))
+                        .map(|_| (keys[next(keys.len())].to_owned(), build(depth + 1, next, pieces, keys)))
+                        .collect(),
+                ),
             }
         }
-        assert_eq!(string_end(br#""open \""#, 0), None);
-        assert_eq!(string_end(br#""open"#, 0), None);
+        for round in 0..2000 {
+            let value = build(0, &mut next, &pieces, &keys);
+            let mut expected = value.clone();
+            rewritten_by_hand(&mut expected, None);
+            for body in [serde_json::to_vec(&value).unwrap(), serde_json::to_vec_pretty(&value).unwrap()] {
+                let out = rewrite_texts(&body, not_text, upper_if("bob"));
+                let got: Value = serde_json::from_slice(out.as_deref().unwrap_or(&body)).unwrap();
+                assert_eq!(got, expected, "round {round}: {}", String::from_utf8_lossy(&body));
+                assert_eq!(out.is_some(), expected != value, "round {round}: copied only when changed");
+            }
+        }
     }
 
     #[test]
