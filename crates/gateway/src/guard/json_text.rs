@@ -43,49 +43,39 @@ pub fn all_text(_key: &[u8]) -> bool {
     false
 }
 
-/// An open object or array, and the key it is the value of.
-struct Open {
-    object: bool,
-    key: Option<(usize, usize)>,
-}
-
 /// Call `rewrite` on each text in `body` (unescaped); where it returns a new text, that string
 /// is replaced. `None` when nothing changed (or the body is not JSON as far as it was read).
 pub fn rewrite_texts(body: &[u8], skip: Skip, mut rewrite: impl FnMut(&str) -> Option<String>) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
-    // Inline up to eight levels (an answer's JSON has four): no allocation per body.
-    let mut open: SmallVec<[Open; 8]> = SmallVec::new();
-    // The key just read, until its value starts.
+    // Per open object or array, the key it is the value of. Inline up to eight levels (an
+    // answer's JSON has four): no allocation per body.
+    let mut open: SmallVec<[Option<(usize, usize)>; 8]> = SmallVec::new();
+    // The key last read in the innermost open object (a key is the string a `:` follows: commas
+    // need no stop of their own).
     let mut key: Option<(usize, usize)> = None;
-    let mut expect_key = false;
     let mut stops = Stops::new(body);
     while let Some(i) = stops.next() {
         match body[i] {
-            b'{' => {
-                open.push(Open { object: true, key: key.take() });
-                expect_key = true;
-            }
-            b'[' => open.push(Open { object: false, key: key.take() }),
+            b'{' | b'[' => open.push(key.take()),
             b'}' | b']' => {
                 open.pop();
-                (key, expect_key) = (None, false);
+                key = None;
             }
-            b',' => (key, expect_key) = (None, open.last().is_some_and(|o| o.object)),
             b'"' => {
                 let (end, escaped) = stops.string_end()?;
-                if expect_key {
-                    (key, expect_key) = (Some((i + 1, end)), false);
-                } else {
-                    // A string in an array counts as its array's key's.
-                    let under = key.take().or_else(|| open.last().and_then(|o| o.key));
-                    if is_text(body, under, skip) {
-                        if let Some(new) = rewrite(&text_of(&body[i..=end], escaped)) {
-                            let buf = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
-                            buf.extend_from_slice(&body[copied..i]);
-                            push_json_string(buf, &new);
-                            copied = end + 1;
-                        }
+                if is_key(body, end) {
+                    key = Some((i + 1, end));
+                    continue;
+                }
+                // A string in an array counts as its array's key's.
+                let under = key.take().or_else(|| open.last().copied().flatten());
+                if is_text(body, under, skip) {
+                    if let Some(new) = rewrite(&text_of(&body[i..=end], escaped)) {
+                        let buf = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
+                        buf.extend_from_slice(&body[copied..i]);
+                        push_json_string(buf, &new);
+                        copied = end + 1;
                     }
                 }
             }
@@ -116,6 +106,16 @@ fn push_json_string(out: &mut Vec<u8>, text: &str) {
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');
+    }
+}
+
+/// Whether the string closing at `end` is a key: a `:` comes next (after blanks, in a pretty body).
+#[inline]
+fn is_key(body: &[u8], end: usize) -> bool {
+    match body.get(end + 1) {
+        Some(b':') => true,
+        Some(b' ' | b'\n' | b'\r' | b'\t') => body[end + 1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':'),
+        _ => false,
     }
 }
 
@@ -301,5 +301,9 @@ mod tests {
         let out = String::from_utf8(rewrite_texts(body, not_text, upper_if("bob")).unwrap()).unwrap();
         assert_eq!(out, r#"{"input":["a BOB","b"],"o":{"x":1},"stop":["BOB"],"prompt":"BOB"}"#);
         assert!(rewrite_texts(br#"{"a":"unterminated"#, not_text, upper_if("a")).is_none());
+        // Blanks before a key's colon, and a key whose value is not a string.
+        let body = b"{ \"model\" :\n \"bob\" , \"n\" : 1 , \"id\"\t:\"bob\", \"content\"\r\n: \"bob\" }";
+        let out = String::from_utf8(rewrite_texts(body, not_text, upper_if("bob")).unwrap()).unwrap();
+        assert_eq!(out, "{ \"model\" :\n \"bob\" , \"n\" : 1 , \"id\"\t:\"bob\", \"content\"\r\n: \"BOB\" }");
     }
 }
