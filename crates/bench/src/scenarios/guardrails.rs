@@ -98,10 +98,13 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         let body = chat_body(&args.model, false, &text);
         // Off and on in turns: one phase each moved the ratio by ±0.1 between runs on a noisy
         // machine, as drift hit one side and not the other. Off goes first in odd rounds and on
-        // in even ones, so that drift within a round weighs on both sides alike.
-        let sides = [("guards off", &off), ("guards on", &on)];
+        // in even ones, so that drift within a round weighs on both sides alike. Each round has
+        // its own two gateways: in one run a single guarded process stayed ~20 % slower through
+        // all six rounds (44–45 µs a request, 32–39 without guards), ~5x what its instructions add.
         let mut rounds = Vec::with_capacity(ROUNDS);
         for round in 1..=ROUNDS {
+            let (fresh_off, fresh_on) = (start_gateway(&base, pin)?, start_gateway(&format!("{base}{guards}"), pin)?);
+            let sides = [("guards off", &fresh_off), ("guards on", &fresh_on)];
             let mut this = [(0.0, 0.0); 2];
             let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
             for i in order {
