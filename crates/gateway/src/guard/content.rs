@@ -82,6 +82,11 @@ fn watches(on: &Directions, direction: Direction) -> bool {
     }
 }
 
+/// Of the guards in the mask `all`, those that watch `direction`.
+fn watching(guards: &[GuardConfig], all: u64, direction: Direction) -> u64 {
+    (0..guards.len()).filter(|&i| all & (1 << i) != 0 && watches(&guards[i].on, direction)).fold(0, |m, i| m | (1 << i))
+}
+
 fn mask_of(list: &[usize]) -> u64 {
     list.iter().fold(0, |m, &i| m | (1 << i))
 }
@@ -98,8 +103,7 @@ impl ContentGuards {
         let engine = Engine::new(&config.specs()).map_err(|e| format!("guardrails: {e}"))?;
         let per_model = config.per_model.iter().map(|(m, list)| (m.clone(), mask_of(list))).collect();
         let default = mask_of(&config.default);
-        let watching = |direction| config.guards.iter().enumerate().filter(move |(_, g)| watches(&g.on, direction));
-        let default_on = DIRECTIONS.map(|d| watching(d).fold(0, |m, (i, _)| m | (1 << i)) & default);
+        let default_on = DIRECTIONS.map(|direction| watching(&config.guards, default, direction));
         Ok(Some(ContentGuards(Arc::new(Inner {
             engine: Arc::new(engine),
             guards: config.guards.clone(),
@@ -164,9 +168,7 @@ impl Inner {
         };
         let added = request.added.iter().flat_map(|list| list.iter()).filter_map(|n| self.by_name.get(n));
         let all = added.fold(self.default | own(request.requested) | own(request.model), |m, &i| m | (1 << i));
-        (0..self.guards.len())
-            .filter(|&i| all & (1 << i) != 0 && watches(&self.guards[i].on, direction))
-            .fold(0, |m, i| m | (1 << i))
+        watching(&self.guards, all, direction)
     }
 
     /// The action for a finding, and the guard that decides it: the most severe among `active`.
