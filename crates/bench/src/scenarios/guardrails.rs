@@ -2,16 +2,25 @@
 //! (masking), in front of one mock. Reports the gateway's own time (`server-timing`) for a 4 KB
 //! prompt with no match and with ten matches to mask, a streamed answer's added time per chunk
 //! (its latency with guards on less off, over the chunks), and throughput and CPU per request at
-//! 32 connections for a short prompt and the 4 KB one (issue 32's bars: ≤ 15 µs and ≤ 25 µs
-//! added, ≤ 50 µs per chunk, ≥ 0.9×).
+//! 32 connections for a short prompt and the 4 KB one, the two gateways loaded side by side on one
+//! core (issue 32's bars: ≤ 15 µs and ≤ 25 µs added, ≤ 50 µs per chunk, ≥ 0.9×).
 
-use super::{chat_body, loaded_rps_and_cpu_at, measure, own_setup, start_gateway, start_mock, Mode};
+use super::fleet::cpu_us;
+use super::{chat_body, measure, own_setup, start_gateway, start_mock, Mode};
+use crate::load::closed_loop;
+use crate::procs::Proc;
 use crate::report::Report;
 use crate::{BenchArgs, Pinning};
 
-/// Throughput is measured off and on in turns, this many times each (with three, one run could
-/// not tell 0.88 from 0.93 on a noisy machine). Even: each side goes first in half the rounds.
+/// Rounds of throughput, each with a fresh pair of gateways, so that no one process's luck (its
+/// memory layout, where its threads landed) weighs on every round.
 const ROUNDS: usize = 6;
+
+/// What one gateway did in a round of throughput.
+struct Side {
+    requests: f64,
+    cpu_us: f64,
+}
 
 /// About 4 KB of plain English with nothing a detector takes.
 fn prompt() -> String {
@@ -96,48 +105,90 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     // the mock's answer is the same short one for both).
     for (kind, text) in [("short prompt", "Say hello in one short sentence.".to_owned()), ("4 KB prompt", prompt())] {
         let body = chat_body(&args.model, false, &text);
-        // Off and on in turns: one phase each moved the ratio by ±0.1 between runs on a noisy
-        // machine, as drift hit one side and not the other. Off goes first in odd rounds and on
-        // in even ones, so that drift within a round weighs on both sides alike. Each round has
-        // its own two gateways: in one run a single guarded process stayed ~20 % slower through
-        // all six rounds (44–45 µs a request, 32–39 without guards), ~5x what its instructions add.
         let mut rounds = Vec::with_capacity(ROUNDS);
         for round in 1..=ROUNDS {
-            let (fresh_off, fresh_on) = (start_gateway(&base, pin)?, start_gateway(&format!("{base}{guards}"), pin)?);
-            let sides = [("guards off", &fresh_off), ("guards on", &fresh_on)];
-            let mut this = [(0.0, 0.0); 2];
-            let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
-            for i in order {
-                let (label, gateway) = sides[i];
-                let setup = own_setup(gateway, &mock, &args.model);
-                let label = format!("{kind}, {label}, round {round}");
-                this[i] =
-                    loaded_rps_and_cpu_at(32, ("guardrails", &label), &setup, gateway, &body, args, report).await?;
-            }
-            rounds.push(this);
+            let gateways = [start_gateway(&base, pin)?, start_gateway(&format!("{base}{guards}"), pin)?];
+            let label = format!("{kind}, round {round}");
+            rounds.push(side_by_side(&gateways, &mock, &body, &label, args, report).await?);
         }
-        let mean = |of: fn(&[(f64, f64); 2]) -> f64| rounds.iter().map(of).sum::<f64>() / ROUNDS as f64;
+        let sum = |of: fn(&[Side; 2]) -> f64| rounds.iter().map(of).sum::<f64>();
         report.finding(
             "guardrails",
-            format!("{kind}: throughput at 32 connections, guards on ÷ off (mean of rounds)"),
-            mean(|[_, on]| on.0) / mean(|[off, _]| off.0),
+            format!("{kind}: throughput at 32 connections, guards on ÷ off (all rounds)"),
+            sum(|[_, on]| on.requests) / sum(|[off, _]| off.requests),
             "×",
         );
-        let mut ratios: Vec<f64> = rounds.iter().map(|[off, on]| on.0 / off.0).collect();
+        let mut ratios: Vec<f64> = rounds.iter().map(|[off, on]| on.requests / off.requests).collect();
         ratios.sort_by(f64::total_cmp);
-        let median = (ratios[(ROUNDS - 1) / 2] + ratios[ROUNDS / 2]) / 2.0;
         report.finding(
             "guardrails",
             format!("{kind}: throughput at 32 connections, guards on ÷ off (median of the rounds' ratios)"),
-            median,
+            (ratios[(ROUNDS - 1) / 2] + ratios[ROUNDS / 2]) / 2.0,
             "×",
         );
         report.finding(
             "guardrails",
-            format!("{kind}: CPU per request, guards on − off (mean of rounds)"),
-            mean(|[_, on]| on.1) - mean(|[off, _]| off.1),
+            format!("{kind}: CPU per request, guards on − off (all rounds)"),
+            sum(|[_, on]| on.cpu_us) / sum(|[_, on]| on.requests)
+                - sum(|[off, _]| off.cpu_us) / sum(|[off, _]| off.requests),
             "µs",
+        );
+        report.finding(
+            "guardrails",
+            format!("{kind}: the shared core's time the two gateways used (all rounds)"),
+            100.0 * sum(|[off, on]| off.cpu_us + on.cpu_us) / (ROUNDS as f64 * args.phase(5.0).as_secs_f64() * 1e6),
+            "%",
         );
     }
     Ok(())
+}
+
+/// One round of throughput at 32 connections, guards off and on side by side: both gateways are
+/// pinned to the same core and loaded at once, so they share its time and whatever slows the
+/// machine in that window slows both alike. Measured one after the other, the ratio moved by ±0.1
+/// between runs, as the same process's CPU per request drifted by ±15 % from one second to the
+/// next, several times what the guards add. Side by side, what each completes is in inverse
+/// proportion to its CPU per request, which is what throughput on a saturated core is; two
+/// unguarded twins measured this way came out at 1.00 (and the core's time used is reported, to
+/// show it was saturated).
+async fn side_by_side(
+    [off, on]: &[Proc; 2],
+    mock: &Proc,
+    body: &str,
+    label: &str,
+    args: &BenchArgs,
+    report: &mut Report,
+) -> Result<[Side; 2], String> {
+    let (d, w) = (args.phase(5.0), args.warmup());
+    let off_spec = own_setup(off, mock, &args.model).pair(body, false)?.1;
+    let on_spec = own_setup(on, mock, &args.model).pair(body, false)?.1;
+    eprintln!("  ▸ {label}: guards off and on side by side, 32 connections each ({:.1} s)", (w + d).as_secs_f64());
+    tokio::join!(closed_loop(off_spec.clone(), 32, w), closed_loop(on_spec.clone(), 32, w));
+    let before = [cpu_us(off.pid()), cpu_us(on.pid())];
+    let (off_stats, on_stats) = tokio::join!(closed_loop(off_spec, 32, d), closed_loop(on_spec, 32, d));
+    let after = [cpu_us(off.pid()), cpu_us(on.pid())];
+    let mut sides = Vec::with_capacity(2);
+    for (i, (side, stats)) in [("guards off", off_stats), ("guards on", on_stats)].into_iter().enumerate() {
+        let label = format!("{label}, {side}");
+        if stats.total() != stats.ok {
+            return Err(format!("{label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
+        }
+        let cpu = match (before[i], after[i]) {
+            (Some(a), Some(b)) => b.saturating_sub(a) as f64,
+            _ => f64::NAN,
+        };
+        let requests = stats.ok as f64;
+        report.row("guardrails", format!("closed c=32, {label}, side by side"), "gateway", &stats);
+        report.finding(
+            "guardrails",
+            format!("throughput at 32 connections, {label}"),
+            requests / d.as_secs_f64(),
+            "req/s",
+        );
+        report.finding("guardrails", format!("gateway CPU per request, {label}"), cpu / requests, "µs");
+        sides.push(Side { requests, cpu_us: cpu });
+    }
+    let on = sides.pop().ok_or("no guarded side")?;
+    let off = sides.pop().ok_or("no unguarded side")?;
+    Ok([off, on])
 }
