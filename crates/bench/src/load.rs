@@ -274,6 +274,34 @@ pub async fn closed_loop(spec: Arc<RequestSpec>, concurrency: usize, duration: D
     total
 }
 
+/// One request at a time to two targets in turn, `block` requests to one, then `block` to the
+/// other (A B B A…, so neither always goes first), one connection each, for `duration`: both are
+/// measured in the same seconds, so the machine's drift weighs on them alike, and never at once,
+/// so neither waits on the other. Blocks, not single requests: a process that waited while the
+/// other ran finds its caches cold, which would charge a lone gateway a cost it does not have.
+pub async fn alternating_loop(specs: [Arc<RequestSpec>; 2], block: usize, duration: Duration) -> [Stats; 2] {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut stats = [Stats::default(), Stats::default()];
+    let mut conns: [Option<http1::SendRequest<Full<Bytes>>>; 2] = [None, None];
+    let mut turn = 0usize;
+    while Instant::now() < deadline {
+        // Blocks 0 1 1 0 0 1 1 0…
+        let i = (turn / block.max(1)).div_ceil(2) % 2;
+        turn += 1;
+        let sent = Instant::now();
+        let outcome = one_on_connection(&specs[i], &mut conns[i]).await;
+        stats[i].record(start, &outcome, sent.elapsed(), None);
+        if outcome.error.as_deref() == Some("connect") {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    for s in &mut stats {
+        s.elapsed = start.elapsed();
+    }
+    stats
+}
+
 async fn one_on_connection(spec: &RequestSpec, conn: &mut Option<http1::SendRequest<Full<Bytes>>>) -> Outcome {
     let sent = Instant::now();
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
@@ -482,6 +510,38 @@ mod tests {
             // quantile this compared before failed when CI's other tests slowed every request).
             let charged_us = stats.latency.mean() - stats.service.mean();
             assert!(charged_us >= 10_000.0, "service time excludes the generator's own stall: {charged_us} µs");
+        });
+    }
+
+    /// Two targets in turn, four requests at a time: each gets half the requests (within a
+    /// block), on its own connection, and none of the other's.
+    #[test]
+    fn alternating_loop_sends_to_each_target_in_turn() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut specs = Vec::new();
+            let mut ports = Vec::new();
+            let mut mocks = Vec::new();
+            for _ in 0..2 {
+                let config = switchyard_testkit::MockConfig::default();
+                let mock = switchyard_testkit::MockServer::start("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+                ports.push(mock.url().rsplit(':').next().unwrap().to_owned());
+                specs.push(Arc::new(RequestSpec {
+                    uri: format!("{}/v1/chat/completions", mock.url()).parse().unwrap(),
+                    body: Bytes::from_static(br#"{"model":"mock-model","messages":[]}"#),
+                    headers: vec![],
+                    stream: false,
+                    stream_end: b"data: [DONE]",
+                    backend_header: HeaderName::from_static("x-mock-port"),
+                    timeout: Duration::from_secs(5),
+                }));
+                mocks.push(mock);
+            }
+            let [a, b] = alternating_loop([specs[0].clone(), specs[1].clone()], 4, Duration::from_millis(200)).await;
+            assert!(a.ok >= 5 && a.total() == a.ok && b.total() == b.ok, "{:?} {:?}", a.errors, b.errors);
+            assert!(a.ok.abs_diff(b.ok) <= 4, "{} against {}", a.ok, b.ok);
+            assert_eq!(a.backends.keys().collect::<Vec<_>>(), [&ports[0]]);
+            assert_eq!(b.backends.keys().collect::<Vec<_>>(), [&ports[1]]);
         });
     }
 }
