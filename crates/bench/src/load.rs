@@ -477,6 +477,19 @@ mod tests {
     }
 
     /// A load generator that is itself stalled must charge the stall to the requests it delayed.
+    /// A plain chat request to a mock, which names its port in `x-mock-port`.
+    fn chat_to(mock: &switchyard_testkit::MockServer) -> Arc<RequestSpec> {
+        Arc::new(RequestSpec {
+            uri: format!("{}/v1/chat/completions", mock.url()).parse().unwrap(),
+            body: Bytes::from_static(br#"{"model":"mock-model","messages":[]}"#),
+            headers: vec![],
+            stream: false,
+            stream_end: b"data: [DONE]",
+            backend_header: HeaderName::from_static("x-mock-port"),
+            timeout: Duration::from_secs(5),
+        })
+    }
+
     #[test]
     fn open_loop_charges_latency_from_the_intended_send_time() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -487,15 +500,7 @@ mod tests {
             )
             .await
             .unwrap();
-            let spec = Arc::new(RequestSpec {
-                uri: format!("{}/v1/chat/completions", mock.url()).parse().unwrap(),
-                body: Bytes::from_static(br#"{"model":"mock-model","messages":[]}"#),
-                headers: vec![],
-                stream: false,
-                stream_end: b"data: [DONE]",
-                backend_header: HeaderName::from_static("x-mock-port"),
-                timeout: Duration::from_secs(5),
-            });
+            let spec = chat_to(&mock);
             // Block the only runtime thread for 100 ms, 50 ms into a 200 ms run at 500 req/s.
             tokio::spawn(async {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -526,15 +531,7 @@ mod tests {
                 let config = switchyard_testkit::MockConfig::default();
                 let mock = switchyard_testkit::MockServer::start("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
                 ports.push(mock.url().rsplit(':').next().unwrap().to_owned());
-                specs.push(Arc::new(RequestSpec {
-                    uri: format!("{}/v1/chat/completions", mock.url()).parse().unwrap(),
-                    body: Bytes::from_static(br#"{"model":"mock-model","messages":[]}"#),
-                    headers: vec![],
-                    stream: false,
-                    stream_end: b"data: [DONE]",
-                    backend_header: HeaderName::from_static("x-mock-port"),
-                    timeout: Duration::from_secs(5),
-                }));
+                specs.push(chat_to(&mock));
                 mocks.push(mock);
             }
             let [a, b] = alternating_loop([specs[0].clone(), specs[1].clone()], 4, Duration::from_millis(200)).await;
