@@ -82,6 +82,14 @@ impl Stats {
         self.ok + self.errors.values().sum::<u64>()
     }
 
+    /// A phase where every request must succeed: how many did not, under `label`, if any.
+    pub fn all_ok(&self, label: &str) -> Result<(), String> {
+        match self.total() - self.ok {
+            0 => Ok(()),
+            failed => Err(format!("{label}: {failed} of {} requests failed", self.total())),
+        }
+    }
+
     pub fn error_count(&self) -> u64 {
         self.errors.values().sum()
     }
@@ -476,7 +484,6 @@ mod tests {
         assert_eq!(a.timeline[0], (100, 1));
     }
 
-    /// A load generator that is itself stalled must charge the stall to the requests it delayed.
     /// A plain chat request to a mock, which names its port in `x-mock-port`.
     fn chat_to(mock: &switchyard_testkit::MockServer) -> Arc<RequestSpec> {
         Arc::new(RequestSpec {
@@ -490,6 +497,7 @@ mod tests {
         })
     }
 
+    /// A load generator that is itself stalled must charge the stall to the requests it delayed.
     #[test]
     fn open_loop_charges_latency_from_the_intended_send_time() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -279,9 +279,7 @@ pub async fn loaded_rps_and_cpu_at(
     let stats = measure(&format!("{label}, {c} connections"), &through, Mode::Closed(c), Duration::ZERO, d).await;
     let cpu_after = fleet::cpu_us(gateway.pid());
     report.row(scenario, format!("closed c={c}, {label}"), "gateway", &stats);
-    if stats.total() != stats.ok {
-        return Err(format!("{label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
-    }
+    stats.all_ok(label)?;
     let cpu = match (cpu_before, cpu_after) {
         (Some(a), Some(b)) if stats.ok > 0 => b.saturating_sub(a) as f64 / stats.ok as f64,
         _ => f64::NAN,

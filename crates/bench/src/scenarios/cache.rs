@@ -24,9 +24,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
             let (direct, through) = setup.pair(&body, stream)?;
             let sd = measure(&format!("{kind}: direct"), &direct, Mode::Closed(1), w, d).await;
             let sg = measure(&format!("{kind}: {label}"), &through, Mode::Closed(1), w, d).await;
-            if sg.total() != sg.ok {
-                return Err(format!("{kind}, {label}: {} of {} requests failed", sg.total() - sg.ok, sg.total()));
-            }
+            sg.all_ok(&format!("{kind}, {label}"))?;
             let phase = format!("closed c=1, {kind}, {label}");
             let sd = report.row("cache", phase.clone(), "direct", &sd);
             let own = sg.reported_overhead.value_at_quantile(0.5);

@@ -179,9 +179,7 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
         };
         report.finding("fleet", format!("gateway CPU per request at 16 connections, {label}"), cpu, "µs");
         for stats in [&sg, &loaded] {
-            if stats.total() != stats.ok {
-                return Err(format!("{label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
-            }
+            stats.all_ok(label)?;
         }
         rows.push((added, cpu));
     }

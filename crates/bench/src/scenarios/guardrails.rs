@@ -149,19 +149,16 @@ async fn side_by_side(
     report: &mut Report,
 ) -> Result<[Side; 2], String> {
     let (d, w) = (args.phase(5.0), args.warmup());
-    let off_spec = own_setup(off, mock, &args.model).pair(body, false)?.1;
-    let on_spec = own_setup(on, mock, &args.model).pair(body, false)?.1;
+    let spec = |gateway: &Proc| own_setup(gateway, mock, &args.model).pair(body, false).map(|(_, through)| through);
+    let (off_spec, on_spec) = (spec(off)?, spec(on)?);
     eprintln!("  ▸ {label}: guards off and on side by side, 32 connections each ({:.1} s)", (w + d).as_secs_f64());
     tokio::join!(closed_loop(off_spec.clone(), 32, w), closed_loop(on_spec.clone(), 32, w));
     let before = [cpu_us(off.pid()), cpu_us(on.pid())];
     let (off_stats, on_stats) = tokio::join!(closed_loop(off_spec, 32, d), closed_loop(on_spec, 32, d));
     let after = [cpu_us(off.pid()), cpu_us(on.pid())];
-    let mut sides = Vec::with_capacity(2);
-    for (i, (side, stats)) in [("guards off", off_stats), ("guards on", on_stats)].into_iter().enumerate() {
-        let label = format!("{label}, {side}");
-        if stats.total() != stats.ok {
-            return Err(format!("{label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
-        }
+    let mut side = |i: usize, name: &str, stats: Stats| -> Result<Side, String> {
+        let label = format!("{label}, {name}");
+        stats.all_ok(&label)?;
         let cpu = match (before[i], after[i]) {
             (Some(a), Some(b)) => b.saturating_sub(a) as f64,
             _ => f64::NAN,
@@ -175,16 +172,14 @@ async fn side_by_side(
             "req/s",
         );
         report.finding("guardrails", format!("gateway CPU per request, {label}"), cpu / requests, "µs");
-        sides.push(Side { requests, cpu_us: cpu });
-    }
-    let on = sides.pop().ok_or("no guarded side")?;
-    let off = sides.pop().ok_or("no unguarded side")?;
-    Ok([off, on])
+        Ok(Side { requests, cpu_us: cpu })
+    };
+    Ok([side(0, "guards off", off_stats)?, side(1, "guards on", on_stats)?])
 }
 
 /// One request at a time, to the unguarded and the guarded gateway in turns of `BLOCK` requests
-/// (`alternating_loop`), for a warm-up and a measured phase. Measured one gateway after the other, a figure such as
-/// "10 matches, added" read 9 to 26 µs across runs as the machine drifted between the phases.
+/// (`alternating_loop`), for a warm-up and a measured phase. Measured one gateway after the
+/// other, "10 matches, added" read 9 to 26 µs across runs as the machine drifted between phases.
 async fn in_turns(
     [off, on]: [&Proc; 2],
     mock: &Proc,
@@ -204,9 +199,7 @@ async fn in_turns(
     alternating_loop(specs.clone(), BLOCK, w).await;
     let sides = alternating_loop(specs, BLOCK, d).await;
     for (label, stats) in ["guards off", "guards on"].iter().zip(&sides) {
-        if stats.total() != stats.ok {
-            return Err(format!("{kind}, {label}: {} of {} requests failed", stats.total() - stats.ok, stats.total()));
-        }
+        stats.all_ok(&format!("{kind}, {label}"))?;
         report.row("guardrails", format!("closed c=1, {kind}, {label}, in turns"), "gateway", stats);
     }
     Ok(sides)

@@ -85,9 +85,7 @@ async fn added_latency(
             let (direct, through) = setup.pair(body, false)?;
             let sd = measure(&format!("{label}: direct (round {round})"), &direct, Mode::Closed(1), w, d).await;
             let sg = measure(&format!("{label} (round {round})"), &through, Mode::Closed(1), w, d).await;
-            if sg.total() != sg.ok {
-                return Err(format!("{label}: {} of {} requests failed", sg.total() - sg.ok, sg.total()));
-            }
+            sg.all_ok(label)?;
             let phase = format!("closed c=1, {label}, round {round}");
             let sd = report.row("telemetry", phase.clone(), "direct", &sd);
             let sg = report.row("telemetry", phase, "gateway", &sg);
