@@ -6,6 +6,7 @@ pub mod access;
 pub mod audit;
 pub mod audit_export;
 mod orgs;
+pub mod role_table;
 
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -330,7 +331,7 @@ async fn usage(
     let store = app.store.as_ref().ok_or(GatewayError::Internal)?;
     let mut p: UsageParams = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|e| bad(format!("invalid query parameters: {e}"), None))?;
-    op.restrict_usage(&mut p.team, &mut p.user)?;
+    op.restrict_usage(store, &mut p.team, &mut p.user).await?;
     let bucket = match p.bucket.as_deref().unwrap_or("day") {
         "hour" => Bucket::Hour,
         "day" => Bucket::Day,

@@ -119,20 +119,6 @@ async fn signed_in(app: &App, session: Session, peer: std::net::SocketAddr) -> R
     Operator::user(store, user, "console", Some(peer)).await.map(Some).map_err(unavailable)
 }
 
-/// What a role other than admin may not open in the console (beyond the admin API's own rules).
-fn console_refusal(operator: &Operator, method: &Method, route: &str) -> Option<GatewayError> {
-    let allowed = match route {
-        "/me" | "/models" | "/usage" | "/usage.csv" | "/requests" => true,
-        "/overview" | "/backends" | "/mcp" => operator.is_viewer(),
-        "/chat/completions" => !operator.is_viewer(),
-        _ => false,
-    };
-    (!operator.is_admin() && !allowed).then(|| GatewayError::Forbidden {
-        message: format!("the `{}` role may not {method} /ui/api{route}", operator.role_name()),
-        code: "forbidden",
-    })
-}
-
 async fn api_route(
     app: &Arc<App>,
     req: Request<Incoming>,
@@ -154,9 +140,7 @@ async fn api_route(
             parse::read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
         return admin::handle(app, operator, &parts.method, &format!("/admin{route}"), query, body).await;
     }
-    if let Some(refusal) = console_refusal(operator, req.method(), route) {
-        return Err(refusal);
-    }
+    operator.check_route(req.method(), path)?;
     match (req.method(), route) {
         (&Method::GET, "/me") => Ok(crate::http::json_value(StatusCode::OK, &operator.me())),
         (&Method::GET, "/overview") => api::overview(app).await,

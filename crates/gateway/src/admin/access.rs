@@ -11,6 +11,7 @@ use http::{HeaderMap, Method};
 use serde_json::{json, Value};
 
 use super::audit::Actor;
+use super::role_table::{self, May};
 use crate::app::App;
 use crate::auth::{jwt, presented_key, Role};
 use crate::error::GatewayError;
@@ -162,19 +163,20 @@ impl Operator {
         json!({"role": self.role_name(), "master": matches!(self.rights, Rights::Master), "user": user, "teams": teams})
     }
 
-    /// Whether the role may call this admin route at all (records are checked again).
+    /// Whether the role may call this route of the admin API or the console's at all, as the
+    /// role table (`role_table.rs`) says; records are checked again.
     pub fn check_route(&self, method: &Method, path: &str) -> Result<(), GatewayError> {
         let Some(u) = self.scoped() else { return Ok(()) };
-        let viewer = u.role == Role::Viewer;
-        let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(2).collect();
-        let allowed = match (method.as_str(), parts.as_slice()) {
-            ("GET", ["openapi.json"] | ["keys"] | ["keys", _] | ["usage"]) => true,
-            ("GET", ["teams"] | ["teams", _] | ["teams", _, "members"]) => true,
-            ("POST", ["keys"]) | ("PATCH" | "DELETE", ["keys", _]) => !viewer,
-            ("POST", ["teams", team, "members"]) | ("DELETE", ["teams", team, "members", _]) => self.admins_team(team),
-            ("GET", ["users"]) => self.admins_any_team(),
-            ("GET", ["users", id]) => *id == u.user.id || self.admins_any_team(),
-            _ => false,
+        let allowed = match role_table::row(method.as_str(), path) {
+            None => false,
+            Some((may, named)) => match may {
+                May::Everyone => true,
+                May::Writers => u.role != Role::Viewer,
+                May::Viewers => u.role == Role::Viewer,
+                May::TeamAdmins => self.admins_team(named.team),
+                May::AnyTeamAdmin => self.admins_any_team(),
+                May::SelfOrTeamAdmin => named.user == u.user.id || self.admins_any_team(),
+            },
         };
         if allowed {
             Ok(())
@@ -239,9 +241,29 @@ impl Operator {
         self.is_viewer() || self.in_team(team_id)
     }
 
-    /// Narrow a usage or request-log query (a team's name, a user's email) to what the operator
-    /// may read: everything for admins and viewers; a team they administer; else their own.
-    pub fn restrict_usage(&self, team: &mut Option<String>, user: &mut Option<String>) -> Result<(), GatewayError> {
+    /// Narrow a usage or request-log query (a team's id or name, a user's email) to what the
+    /// operator may read: everything for admins and viewers; a team they administer; else their
+    /// own. A team named by its id is named by its name from here on, as the records are.
+    pub async fn restrict_usage(
+        &self,
+        store: &Store,
+        team: &mut Option<String>,
+        user: &mut Option<String>,
+    ) -> Result<(), GatewayError> {
+        if let Some(named) = team.as_deref() {
+            match store.get_team(named).await {
+                Ok(Some(by_id)) => *team = Some(by_id.name),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "team lookup failed");
+                    return Err(GatewayError::Internal);
+                }
+            }
+        }
+        self.restrict_to_own(team, user)
+    }
+
+    fn restrict_to_own(&self, team: &mut Option<String>, user: &mut Option<String>) -> Result<(), GatewayError> {
         let Some(u) = self.scoped().filter(|u| u.role != Role::Viewer) else { return Ok(()) };
         let administered = |name: &str| u.teams.iter().any(|t| t.admin && t.team.name == name);
         let refuse = |whose: &str| forbidden(format!("the `{}` role may not read {whose} usage", self.role_name()));

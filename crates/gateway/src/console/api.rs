@@ -148,7 +148,7 @@ pub async fn usage(
     let store = store(app)?;
     let mut p: UsageParams = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|e| GatewayError::bad_request(format!("invalid query parameters: {e}"), None))?;
-    operator.restrict_usage(&mut p.team, &mut p.user)?;
+    operator.restrict_usage(store, &mut p.team, &mut p.user).await?;
     let within = Operator::group_scope(p.team.as_deref(), p.user.as_deref());
     let range = p.range.unwrap_or_else(|| "24h".to_owned());
     let (span_ms, bucket) = match range.as_str() {
@@ -273,7 +273,7 @@ pub async fn requests(
         .map_err(|e| GatewayError::bad_request(format!("invalid query parameters: {e}"), None))?;
     let text = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
     (p.team, p.user) = (text(p.team), text(p.user));
-    operator.restrict_usage(&mut p.team, &mut p.user)?;
+    operator.restrict_usage(store, &mut p.team, &mut p.user).await?;
     let ms = |v: Option<String>, name: &'static str| {
         text(v)
             .map(|t| t.parse::<i64>().map_err(|_| bad(format!("`{name}` must be unix milliseconds"), name)))

@@ -52,6 +52,11 @@ async fn master(client: &TestClient, gw: &RunningGateway, m: Method, path: &str,
     r.json()
 }
 
+/// The admin API's routes the console serves under `/ui/api` too.
+const MIRRORED: [&str; 4] = ["/keys", "/teams", "/users", "/audit"];
+const FORM: &str = "application/x-www-form-urlencoded";
+const CHAT: &str = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+
 /// Who calls, in the order the table runs them (refusals first, so nothing they are refused
 /// could have been changed by an earlier caller).
 const CALLERS: [&str; 5] = ["viewer", "member", "lead", "admin", "master"];
@@ -59,7 +64,12 @@ const CALLERS: [&str; 5] = ["viewer", "member", "lead", "admin", "master"];
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_admin_endpoint_answers_each_role_as_the_role_table_says() {
     let issuer = Issuer::start().await;
-    let (gw, _backend) = gateway(&issuer, "").await;
+    let oidc = format!(
+        ", oidc: {{issuer: '{}', client_id: console-client, client_secret: client-secret, \
+         redirect_url: 'http://127.0.0.1/ui/oidc/callback', roles: {{ops: admin, members: member, viewers: viewer}}}}",
+        issuer.url
+    );
+    let (gw, _backend) = gateway(&issuer, &oidc).await;
     let client = TestClient::new();
     let team_a =
         master(&client, &gw, Method::POST, "/admin/teams", r#"{"name": "a", "rpm": 100, "budget_usd": 10}"#).await;
@@ -120,7 +130,22 @@ async fn every_admin_endpoint_answers_each_role_as_the_role_table_says() {
         })
         .collect();
 
-    // (method, path, body, who may): everyone else gets a 403.
+    // Each caller signed in to the console too: the users through single sign-on (their groups
+    // give the roles they already have), the master key through the login form.
+    let mut session = std::collections::HashMap::new();
+    for (who, group) in [("viewer", "viewers"), ("member", "members"), ("lead", "members"), ("admin", "ops")] {
+        let claims = issuer.claims(who, None, json!({"email": format!("{who}@corp.example"), "groups": [group]}));
+        let answer = sign_in(&client, &gw, &issuer, claims, None).await;
+        assert_eq!(answer.status, 200, "{who}: {:?}", answer.headers);
+        session.insert(who, cookie_named(&answer, "sy_console").unwrap());
+    }
+    let form = format!("key={MASTER}");
+    let login = call(&client, &gw, Method::POST, "/ui/login", &form, &[("content-type", FORM)]).await;
+    session.insert("master", cookie_named(&login, "sy_console").unwrap());
+
+    // (method, path, body, who may): everyone else gets a 403. The admin API's rows are walked on
+    // both surfaces where the console mirrors them (`/ui/api/{keys,teams,users,audit}`), as each
+    // caller's token there and console session here, before the next caller's turn.
     let all = "viewer member lead admin master";
     let writers = "member lead admin master";
     let admins = "admin master";
@@ -147,6 +172,8 @@ async fn every_admin_endpoint_answers_each_role_as_the_role_table_says() {
         (Method::DELETE, format!("/admin/keys/{key_b}"), String::new(), admins),
         (Method::GET, "/admin/usage".into(), String::new(), all),
         (Method::GET, "/admin/usage?team=a".into(), String::new(), "viewer lead admin master"),
+        (Method::GET, format!("/admin/usage?team={a}"), String::new(), "viewer lead admin master"),
+        (Method::GET, format!("/admin/usage?team={b}"), String::new(), "viewer admin master"),
         (Method::GET, "/admin/usage?team=b".into(), String::new(), "viewer admin master"),
         (Method::GET, "/admin/usage?user=spare@corp.example".into(), String::new(), "viewer admin master"),
         (Method::GET, "/admin/audit".into(), String::new(), admins),
@@ -166,20 +193,60 @@ async fn every_admin_endpoint_answers_each_role_as_the_role_table_says() {
         (Method::GET, format!("/admin/users/{}", users["member"]), String::new(), "member lead admin master"),
         (Method::PATCH, format!("/admin/users/{spare}"), r#"{"name": "Spare"}"#.into(), admins),
         (Method::DELETE, "/admin/users/u_none".into(), String::new(), admins),
+        // The console's own routes: a team admin reads its team's usage and requests (named by
+        // id or by name), never another team's.
+        (Method::GET, "/ui/api/me".into(), String::new(), all),
+        (Method::GET, "/ui/api/models".into(), String::new(), all),
+        (Method::GET, "/ui/api/usage".into(), String::new(), all),
+        (Method::GET, format!("/ui/api/usage?team={a}"), String::new(), "viewer lead admin master"),
+        (Method::GET, "/ui/api/usage?team=a&by=team".into(), String::new(), "viewer lead admin master"),
+        (Method::GET, format!("/ui/api/usage?team={b}"), String::new(), "viewer admin master"),
+        (Method::GET, format!("/ui/api/usage.csv?team={a}"), String::new(), "viewer lead admin master"),
+        (Method::GET, "/ui/api/usage?user=member@corp.example".into(), String::new(), "viewer member admin master"),
+        (Method::GET, format!("/ui/api/requests?team={a}"), String::new(), "viewer lead admin master"),
+        (Method::GET, "/ui/api/requests?team=b".into(), String::new(), "viewer admin master"),
+        (Method::GET, "/ui/api/requests".into(), String::new(), all),
+        (Method::GET, "/ui/api/requests/bodies?id=r_none".into(), String::new(), admins),
+        (Method::GET, "/ui/api/overview".into(), String::new(), "viewer admin master"),
+        (Method::GET, "/ui/api/backends".into(), String::new(), "viewer admin master"),
+        (Method::GET, "/ui/api/mcp".into(), String::new(), "viewer admin master"),
+        (Method::POST, "/ui/api/chat/completions".into(), CHAT.into(), writers),
     ];
     for (method, path, body, may) in &table {
         for who in CALLERS {
-            let r = call(&client, &gw, method.clone(), path, body, &[("authorization", &bearer[who])]).await;
             let allowed = may.split_whitespace().any(|m| m == who);
-            let status = r.status.as_u16();
-            if allowed {
-                assert!(status != 401 && status != 403, "{who} {method} {path} {body}: {status} {}", r.text());
-            } else {
-                assert_eq!(status, 403, "{who} {method} {path} {body}: {}", r.text());
-                assert_eq!(r.json()["error"]["code"], "forbidden", "{who} {method} {path}");
+            let console = path.strip_prefix("/admin").filter(|p| MIRRORED.iter().any(|m| p.starts_with(m)));
+            let surfaces = match (path.starts_with("/ui/api/"), console) {
+                (true, _) => vec![(path.clone(), ("cookie", session[who].as_str()))],
+                (false, Some(mirrored)) => vec![
+                    (path.clone(), ("authorization", bearer[who].as_str())),
+                    (format!("/ui/api{mirrored}"), ("cookie", session[who].as_str())),
+                ],
+                (false, None) => vec![(path.clone(), ("authorization", bearer[who].as_str()))],
+            };
+            for (path, credential) in surfaces {
+                let headers = [credential, ("x-switchyard-console", "1"), ("content-type", "application/json")];
+                let r = call(&client, &gw, method.clone(), &path, body, &headers).await;
+                let status = r.status.as_u16();
+                if allowed {
+                    assert!(status != 401 && status != 403, "{who} {method} {path} {body}: {status} {}", r.text());
+                } else {
+                    assert_eq!(status, 403, "{who} {method} {path} {body}: {}", r.text());
+                    assert_eq!(r.json()["error"]["code"], "forbidden", "{who} {method} {path}");
+                }
             }
         }
     }
+    // A team admin's own team's usage on the console is that team's, named either way.
+    let lead_usage = |query: String| {
+        let (client, gw, cookie) = (&client, &gw, session["lead"].clone());
+        async move {
+            let r = call(client, gw, Method::GET, &format!("/ui/api/usage?{query}"), "", &[("cookie", &cookie)]).await;
+            assert_eq!(r.status, 200, "{query}: {}", r.text());
+            r.json()
+        }
+    };
+    assert_eq!(lead_usage(format!("team={a}&by=team")).await, lead_usage("team=a&by=team".into()).await);
 
     // Lists hold what each may see.
     let ids = |r: TestResponse| -> Vec<String> {
@@ -191,6 +258,12 @@ async fn every_admin_endpoint_answers_each_role_as_the_role_table_says() {
     };
     let lead_keys = ids(get("lead", "/admin/keys").await);
     assert!(lead_keys.contains(&service_a) && lead_keys.contains(&members_key) && !lead_keys.contains(&key_b));
+    let on_console = |who: &'static str, path: &'static str| {
+        let (client, gw, cookie) = (&client, &gw, session[who].clone());
+        async move { call(client, gw, Method::GET, path, "", &[("cookie", &cookie)]).await }
+    };
+    assert_eq!(ids(on_console("lead", "/ui/api/keys").await), lead_keys, "the console lists what the API does");
+    assert_eq!(ids(on_console("member", "/ui/api/teams").await), vec![a.clone()]);
     let member_keys = ids(get("member", "/admin/keys").await);
     assert!(!member_keys.contains(&service_a) && !member_keys.contains(&key_b), "{member_keys:?}");
     assert_eq!(ids(get("viewer", "/admin/keys").await).len(), ids(get("master", "/admin/keys").await).len());
