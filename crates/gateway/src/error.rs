@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use http::StatusCode;
 use switchyard_protocol::chat::{Api, ApiError, ErrorKind, TranslateError};
+use switchyard_protocol::error::CONTENT_BLOCKED;
 use switchyard_protocol::openai::{ErrorBody, ErrorDetail};
 
 const MISDIRECTED: &str = "this gateway does not answer to that Host (security.allowed_hosts)";
@@ -203,7 +204,7 @@ impl GatewayError {
         let (message, kind, param, code): (String, &str, Option<&str>, Option<&str>) = match self {
             GatewayError::BadRequest { message, param } => (message.clone(), "invalid_request_error", *param, None),
             GatewayError::ContentBlocked { guard, reason } => {
-                (blocked_message(guard, reason), "invalid_request_error", None, Some("content_blocked"))
+                (blocked_message(guard, reason), "invalid_request_error", None, Some(CONTENT_BLOCKED))
             }
             GatewayError::PayloadTooLarge { limit } => (
                 format!("request body is larger than the {limit}-byte limit"),
@@ -305,10 +306,16 @@ impl GatewayError {
         if matches!(api, Api::OpenAiChat | Api::Responses) {
             return self.to_json();
         }
-        let detail = self.to_body().error;
-        let mut error = ApiError::new(ErrorKind::from_status(self.status().as_u16()), detail.message);
-        error.param = detail.param;
-        error.code = detail.code;
+        let error = match self {
+            GatewayError::ContentBlocked { guard, reason } => blocked_error(guard, reason),
+            _ => {
+                let detail = self.to_body().error;
+                let mut error = ApiError::new(ErrorKind::from_status(self.status().as_u16()), detail.message);
+                error.param = detail.param;
+                error.code = detail.code;
+                error
+            }
+        };
         Bytes::from(crate::translate::encode_error(api, &error))
     }
 
@@ -322,6 +329,40 @@ impl GatewayError {
 /// guardrails, which are many behind one hook) names the deciding guard in its reason.
 pub fn blocked_message(guard: &str, reason: &str) -> String {
     format!("blocked by {}", blocked_why(guard, reason))
+}
+
+/// A guard's block as any API renders it: an invalid request with the code `content_blocked` and,
+/// for shapes with room for them, the guard and the kind it found (never the matched text).
+pub fn blocked_error(guard: &str, reason: &str) -> ApiError {
+    let (name, kind) = blocked_parts(guard, reason);
+    ApiError {
+        code: Some(CONTENT_BLOCKED.to_owned()),
+        metadata: vec![("guard".to_owned(), name.to_owned()), ("kind".to_owned(), kind.to_owned())],
+        ..ApiError::new(ErrorKind::InvalidRequest, blocked_message(guard, reason))
+    }
+}
+
+/// A configured guardrail's reason for a block, naming it: "guardrail `NAME` (KIND)", or without
+/// a kind. `blocked_parts` reads the two back for the shapes that carry them apart.
+pub fn guard_reason(name: &str, kind: Option<&str>) -> String {
+    match kind {
+        Some(kind) => format!("guardrail `{name}` ({kind})"),
+        None => format!("guardrail `{name}`"),
+    }
+}
+
+/// The guard and the kind of a block: the configured guardrails name the deciding guard in their
+/// reason (`guard_reason`; a detector's kind after "found: "); a guard with a name of its own
+/// gives the reason alone.
+fn blocked_parts<'a>(guard: &'a str, reason: &'a str) -> (&'a str, &'a str) {
+    if !guard.is_empty() {
+        return (guard, reason);
+    }
+    let Some((name, rest)) = reason.strip_prefix("guardrail `").and_then(|r| r.split_once('`')) else {
+        return ("", reason);
+    };
+    let kind = rest.trim().strip_prefix('(').and_then(|k| k.strip_suffix(')')).unwrap_or("");
+    (name, kind.strip_prefix("found: ").unwrap_or(kind))
 }
 
 /// What follows "blocked by": the guard and its reason (the reason alone for the configured
@@ -371,6 +412,19 @@ mod tests {
         assert_eq!(v["error"]["param"], "model");
         assert_eq!(v["error"]["code"], "model_not_found");
         assert!(v["error"]["message"].as_str().unwrap().contains('x'));
+    }
+
+    #[test]
+    fn a_block_names_its_guard_and_kind() {
+        let parts = |guard, reason| {
+            let e = blocked_error(guard, reason);
+            (e.code.unwrap(), e.metadata.into_iter().map(|(_, v)| v).collect::<Vec<_>>())
+        };
+        let blocked = |g: &str, k: &str| (CONTENT_BLOCKED.to_owned(), vec![g.to_owned(), k.to_owned()]);
+        assert_eq!(parts("", "guardrail `blocker` (found: keyword)"), blocked("blocker", "keyword"));
+        assert_eq!(parts("", "guardrail `llama` (unsafe: S1, S2)"), blocked("llama", "unsafe: S1, S2"));
+        assert_eq!(parts("", "guardrail `hook`"), blocked("hook", ""));
+        assert_eq!(parts("custom", "the word"), blocked("custom", "the word"));
     }
 
     #[test]

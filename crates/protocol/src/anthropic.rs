@@ -74,13 +74,22 @@ struct WireErrorDetailOut<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     message: &'a str,
+    /// Beside the type, which stays one Anthropic defines: a code the gateway gives
+    /// (`content_blocked`), which the SDKs keep on the error's body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<&'a str>,
 }
 
-/// `{"type":"error","error":{"type":...,"message":...}}`.
+/// `{"type":"error","error":{"type":...,"message":...[,"code":...]}}`: the body of an error
+/// answer, and the data of a stream's `error` event.
 pub fn encode_error(error: &ApiError) -> Vec<u8> {
     let wire = WireErrorOut {
         kind: "error",
-        error: WireErrorDetailOut { kind: error_type(error.kind), message: &error.message },
+        error: WireErrorDetailOut {
+            kind: error_type(error.kind),
+            message: &error.message,
+            code: error.code.as_deref(),
+        },
     };
     serde_json::to_vec(&wire).unwrap_or_default()
 }

@@ -40,7 +40,7 @@ impl TranslateError {
             TranslateError::Invalid(_) => None,
             TranslateError::Unsupported { .. } => Some("unsupported_feature".to_owned()),
         };
-        ApiError { kind: ErrorKind::InvalidRequest, message: self.to_string(), param: None, code }
+        ApiError { code, ..ApiError::new(ErrorKind::InvalidRequest, self.to_string()) }
     }
 }
 
@@ -142,11 +142,18 @@ pub struct ApiError {
     pub param: Option<String>,
     /// A machine-readable code, when the source had one (OpenAI's `code`).
     pub code: Option<String>,
+    /// What a program reads beside the code, as name/value pairs (a guard's block: the guard and
+    /// the kind it found). Shapes with room for it carry it (Gemini's `google.rpc.ErrorInfo`
+    /// metadata); the rest keep the code alone.
+    pub metadata: Vec<(String, String)>,
 }
+
+/// The code of a request or answer a guardrail refused, in every API's shape.
+pub const CONTENT_BLOCKED: &str = "content_blocked";
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError { kind, message: message.into(), param: None, code: None }
+        ApiError { kind, message: message.into(), param: None, code: None, metadata: Vec::new() }
     }
 
     /// The error a backend's body means: its decoded shape if it has one of the known shapes,

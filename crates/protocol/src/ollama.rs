@@ -43,9 +43,18 @@ pub struct Tag {
 pub fn encode_error(error: &ApiError) -> Vec<u8> {
     let mut out = Vec::with_capacity(error.message.len() + 12);
     out.extend_from_slice(b"{\"error\":");
-    crate::json::push_str(&mut out, &error.message);
+    crate::json::push_str(&mut out, &error_text(error));
     out.push(b'}');
     out
+}
+
+/// The `error` string: a guard's block starts with its code (`content_blocked: blocked by …`),
+/// the one place Ollama's shape has for a program to tell it from a malformed request.
+pub(crate) fn error_text(error: &ApiError) -> std::borrow::Cow<'_, str> {
+    match error.code.as_deref() {
+        Some(code @ crate::error::CONTENT_BLOCKED) => format!("{code}: {}", error.message).into(),
+        _ => error.message.as_str().into(),
+    }
 }
 
 #[derive(Deserialize)]

@@ -119,6 +119,7 @@ impl WireErrorDetail<'_> {
             message: self.message.as_ref().map_or_else(String::new, |m| m.as_str().to_owned()),
             param: self.param.as_ref().map(|p| p.as_str().to_owned()),
             code,
+            metadata: Vec::new(),
         }
     }
 }

@@ -222,7 +222,7 @@ impl Inner {
                 }
                 match action {
                     GuardAction::Block => {
-                        blocked = Some(format!("guardrail `{name}` (found: {})", f.kind.name()));
+                        blocked = Some(found(name, f.kind.name()));
                         return None;
                     }
                     GuardAction::Mask => {
@@ -369,7 +369,7 @@ impl StreamedAnswer {
             let name = &self.guards.guards[guard].name;
             self.guards.note(self.tally.as_deref(), name, f.kind.name(), action_name(action));
             if action == GuardAction::Block {
-                return Err(format!("guardrail `{name}` (found: {})", f.kind.name()));
+                return Err(found(name, f.kind.name()));
             }
         }
         Ok(())
@@ -423,4 +423,9 @@ impl AnswerGuard for StreamedAnswer {
             Err(reason) => Verdict::Block(reason),
         }
     }
+}
+
+/// A built-in detector's block: the guard, and the kind of value it found.
+fn found(guard: &str, kind: &str) -> String {
+    crate::error::guard_reason(guard, Some(&format!("found: {kind}")))
 }

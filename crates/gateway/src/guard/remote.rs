@@ -283,10 +283,11 @@ impl RemoteGuards {
             if logging {
                 return Ok(());
             }
-            let reason = match categories.as_slice() {
-                [] => format!("guardrail `{guard}` (unsafe)"),
-                named => format!("guardrail `{guard}` (unsafe: {})", named.join(", ")),
+            let kind = match categories.as_slice() {
+                [] => "unsafe".to_owned(),
+                named => format!("unsafe: {}", named.join(", ")),
             };
+            let reason = crate::error::guard_reason(&guard, Some(&kind));
             Err(super::blocked("", &reason))
         }
     }

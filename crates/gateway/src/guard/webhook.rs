@@ -123,10 +123,7 @@ pub(super) fn decide(
                 return Ok(None);
             }
             let reason = answer.reason.as_deref().map(|r| r.chars().take(200).collect::<String>());
-            let reason = match reason {
-                Some(r) if !r.is_empty() => format!("guardrail `{guard}` ({r})"),
-                _ => format!("guardrail `{guard}`"),
-            };
+            let reason = crate::error::guard_reason(guard, reason.as_deref().filter(|r| !r.is_empty()));
             Err(super::blocked("", &reason))
         }
         Action::Mask => {

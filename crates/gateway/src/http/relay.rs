@@ -16,7 +16,6 @@ use crate::upstream::pool::UpstreamBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use switchyard_protocol::chat::{ApiError, ErrorKind};
 use tokio::time::{Instant, Sleep};
 
 use super::metering::Meter;
@@ -229,11 +228,8 @@ fn settle_broken(this: &mut RelayBodyProj<'_>) {
 /// where the shape has none, in the error (a 400 if a remote guard held it, `proxy/judge.rs`).
 fn blocked(this: &mut RelayBodyProj<'_>, b: Blocked) -> Polled {
     this.completion.metrics.count_error("content_blocked");
-    let message = crate::error::blocked_message(&b.guard, &b.reason);
     settle_broken(this);
-    let error =
-        ApiError { code: Some("content_blocked".to_owned()), ..ApiError::new(ErrorKind::InvalidRequest, message) };
-    match crate::translate::stream_error_event(b.endpoint, error) {
+    match crate::translate::stream_error_event(b.endpoint, crate::error::blocked_error(&b.guard, &b.reason)) {
         Some(event) => Poll::Ready(Some(Ok(Frame::data(event)))),
         None => Poll::Ready(Some(Err(Box::new(GatewayError::ContentBlocked { guard: b.guard, reason: b.reason })))),
     }

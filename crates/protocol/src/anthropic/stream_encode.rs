@@ -2,7 +2,7 @@
 //! it: message_start, ping, content_block_start/delta/stop per block, message_delta (stop reason
 //! and usage), message_stop.
 
-use super::{error_type, stop_reason_name};
+use super::stop_reason_name;
 use crate::chat::{StopReason, StreamEncoder, StreamEvent, Usage};
 use crate::json::{push_str, push_u64};
 use crate::wire::prefixed;
@@ -170,11 +170,9 @@ impl StreamEncoder for SseEncoder {
             StreamEvent::Stop { reason, stop_sequence } => self.stop = Some((reason.clone(), stop_sequence.clone())),
             StreamEvent::Usage(usage) => self.usage = Some(*usage),
             StreamEvent::Error(error) => {
-                out.extend_from_slice(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":");
-                push_str(out, error_type(error.kind));
-                out.extend_from_slice(b",\"message\":");
-                push_str(out, &error.message);
-                out.extend_from_slice(b"}}\n\n");
+                out.extend_from_slice(b"event: error\ndata: ");
+                out.extend_from_slice(&super::encode_error(error));
+                out.extend_from_slice(b"\n\n");
                 // Anthropic ends a stream with its error event.
                 self.done = true;
             }

@@ -70,12 +70,32 @@ pub(crate) fn rpc_status(kind: ErrorKind) -> &'static str {
     }
 }
 
-/// `{"error":{"code":400,"message":"...","status":"INVALID_ARGUMENT"}}`.
+/// `{"error":{"code":400,"message":"...","status":"INVALID_ARGUMENT"}}`: the body of an error
+/// answer, and the data of a stream's error event.
 pub fn encode_error(error: &ApiError) -> Vec<u8> {
-    let body =
-        json!({"error": {"code": error.kind.status(), "message": error.message, "status": rpc_status(error.kind)}});
-    serde_json::to_vec(&body).unwrap_or_default()
+    serde_json::to_vec(&error_object(error)).unwrap_or_default()
 }
+
+/// Where the error has a code (`content_blocked`), it is machine-readable the way Google's APIs
+/// make one so: a `google.rpc.ErrorInfo` in `details`, its reason the code in upper case, its
+/// metadata the error's (the guard, the kind).
+fn error_object(error: &ApiError) -> Value {
+    let mut body = json!({"code": error.kind.status(), "message": error.message, "status": rpc_status(error.kind)});
+    if let Some(code) = &error.code {
+        let metadata: serde_json::Map<String, Value> =
+            error.metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        body["details"] = json!([{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": code.to_ascii_uppercase(),
+            "domain": ERROR_DOMAIN,
+            "metadata": metadata,
+        }]);
+    }
+    json!({ "error": body })
+}
+
+/// `ErrorInfo.domain`: who defines the reasons (Google's own say `googleapis.com`).
+const ERROR_DOMAIN: &str = "switchyard.gateway";
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::response_encode::{finish_reason, function_call, rpc_status, usage_metadata};
+use super::response_encode::{finish_reason, function_call, usage_metadata};
 use crate::chat::{StopReason, StreamEncoder, StreamEvent, Usage};
 
 #[derive(Debug, Default)]
@@ -70,9 +70,8 @@ impl StreamEncoder for SseEncoder {
             }
             StreamEvent::Usage(usage) => self.usage = Some(*usage),
             StreamEvent::Error(error) => {
-                let body = json!({"error": {"code": error.kind.status(), "message": error.message, "status": rpc_status(error.kind)}});
                 out.extend_from_slice(b"data: ");
-                out.extend_from_slice(body.to_string().as_bytes());
+                out.extend_from_slice(&super::response_encode::encode_error(error));
                 out.extend_from_slice(b"\r\n\r\n");
                 self.done = true;
             }

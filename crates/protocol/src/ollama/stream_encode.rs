@@ -121,7 +121,7 @@ impl StreamEncoder for NdjsonEncoder {
             }
             StreamEvent::Stop { reason, .. } => self.stop = Some(reason.clone()),
             StreamEvent::Usage(usage) => self.usage = *usage,
-            StreamEvent::Error(error) => self.error_line(out, &error.message),
+            StreamEvent::Error(error) => self.error_line(out, &super::error_text(error)),
             StreamEvent::Done => self.done(out),
         }
     }

@@ -89,10 +89,14 @@ async fn secrets_in_every_inbound_api_are_masked_before_the_backend_and_blocks_n
         let text = r.text();
         assert_eq!(r.status, 400, "{path}: {text}");
         assert!(text.contains("blocked by guardrail `blocker` (found: keyword)"), "{path}: {text}");
-        // OpenAI's shapes carry the code; Anthropic's, Gemini's and Ollama's have no code field.
-        if path.starts_with("/v1/chat") || path.starts_with("/v1/responses") {
-            assert_eq!(r.json()["error"]["code"], "content_blocked", "{path}: {text}");
-        }
+        let api = match path.as_str() {
+            "/v1/chat/completions" => "chat",
+            "/v1/responses" => "responses",
+            "/v1/messages" => "anthropic",
+            "/api/chat" => "ollama",
+            _ => "gemini",
+        };
+        assert_block_is_machine_readable(api, &r.json(), "blocker", "keyword");
         assert!(!text.contains("nightingale"), "{path}: the matched text is not repeated: {text}");
     }
     assert_eq!(backend.control().bodies().len(), 5, "blocked requests never left");
@@ -214,6 +218,34 @@ fn streamed_text(api: &str, stream: &str) -> String {
         .collect()
 }
 
+/// A block in the client API's own error shape (an answer's body, or a stream's error event),
+/// machine-readable without parsing English: OpenAI's `code`; Anthropic's `code` beside a type
+/// Anthropic defines; Gemini's `google.rpc.ErrorInfo` naming the guard and the kind; Ollama's
+/// error string led by the code.
+pub fn assert_block_is_machine_readable(api: &str, v: &Value, guard: &str, kind: &str) {
+    match api {
+        // A Responses stream's error event is flat: `{"type":"error","code",…}`.
+        "responses" if v["type"] == "error" => assert_eq!(v["code"], "content_blocked", "{v}"),
+        "chat" | "responses" => assert_eq!(v["error"]["code"], "content_blocked", "{v}"),
+        "anthropic" => {
+            assert_eq!((&v["type"], &v["error"]["type"]), (&json!("error"), &json!("invalid_request_error")), "{v}");
+            assert_eq!(v["error"]["code"], "content_blocked", "{v}");
+        }
+        "gemini" => {
+            assert_eq!((&v["error"]["code"], &v["error"]["status"]), (&json!(400), &json!("INVALID_ARGUMENT")), "{v}");
+            let info = &v["error"]["details"][0];
+            assert_eq!(info["@type"], "type.googleapis.com/google.rpc.ErrorInfo", "{v}");
+            assert_eq!(info["reason"], "CONTENT_BLOCKED", "{v}");
+            assert!(info["domain"].as_str().is_some_and(|d| !d.is_empty()), "{v}");
+            assert_eq!(info["metadata"], json!({"guard": guard, "kind": kind}), "{v}");
+        }
+        _ => {
+            let error = v["error"].as_str().unwrap_or_default();
+            assert!(error.starts_with("content_blocked: "), "{v}");
+        }
+    }
+}
+
 /// The stream ends with the client API's own error event for a block, naming the guard.
 fn assert_blocked_in_shape(api: &str, stream: &str) {
     let last = stream.trim_end().rsplit("\n\n").next().unwrap_or_default().trim();
@@ -226,34 +258,14 @@ fn assert_blocked_in_shape(api: &str, stream: &str) {
         "ollama" => data(last_line),
         _ => data(last),
     };
+    if matches!(api, "responses" | "anthropic") {
+        assert!(last.starts_with("event: error"), "{stream}");
+    }
+    assert_block_is_machine_readable(api, &v, "blocker", "keyword");
     let message = match api {
-        "chat" => {
-            assert_eq!(v["error"]["code"], "content_blocked", "{stream}");
-            &v["error"]["message"]
-        }
-        "responses" => {
-            assert!(last.starts_with("event: error"), "{stream}");
-            assert_eq!((&v["type"], &v["code"]), (&json!("error"), &json!("content_blocked")), "{stream}");
-            &v["message"]
-        }
-        "anthropic" => {
-            assert!(last.starts_with("event: error"), "{stream}");
-            assert_eq!(
-                (&v["type"], &v["error"]["type"]),
-                (&json!("error"), &json!("invalid_request_error")),
-                "{stream}"
-            );
-            &v["error"]["message"]
-        }
-        "gemini" => {
-            assert_eq!(
-                (&v["error"]["code"], &v["error"]["status"]),
-                (&json!(400), &json!("INVALID_ARGUMENT")),
-                "{stream}"
-            );
-            &v["error"]["message"]
-        }
-        _ => &v["error"],
+        "responses" => &v["message"],
+        "ollama" => &v["error"],
+        _ => &v["error"]["message"],
     };
     let message = message.as_str().unwrap_or_default();
     assert!(message.contains("blocker") && message.contains("keyword"), "{api}: {message}");
@@ -342,12 +354,7 @@ async fn a_whole_answer_a_guard_blocks_is_a_400_in_the_apis_shape_and_a_masked_o
         let error = &r.json()["error"];
         let message = error.get("message").unwrap_or(error).as_str().unwrap_or_default().to_owned();
         assert!(message.contains("blocker") && message.contains("keyword"), "{api}/{model}: {}", r.text());
-        match api {
-            "chat" | "responses" => assert_eq!(error["code"], "content_blocked", "{api}: {}", r.text()),
-            "anthropic" => assert_eq!(r.json()["type"], "error", "{}", r.text()),
-            "gemini" => assert_eq!(error["status"], "INVALID_ARGUMENT", "{}", r.text()),
-            _ => {}
-        }
+        assert_block_is_machine_readable(api, &r.json(), "blocker", "keyword");
     }
     let rows = records(&db, 2 * cases.len()).await;
     let statuses: Vec<i64> = rows.iter().map(|row| row.1).collect();
