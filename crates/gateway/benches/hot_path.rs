@@ -117,7 +117,7 @@ fn route_cache_aware(c: &mut Criterion) {
     for conv in 0..64u64 {
         let mut prompt = system.clone();
         prompt.extend(text(100 + conv, 112 << 10));
-        let hints = RouteHints { session: None, chain: prefix::chain(&[&prompt]), pinned: None };
+        let hints = RouteHints { chain: prefix::chain(&[&prompt]), ..RouteHints::default() };
         router.select_with("m", &hints, &[]).unwrap();
     }
     let mut prompt = system.clone();
@@ -125,7 +125,7 @@ fn route_cache_aware(c: &mut Criterion) {
     prompt.extend(text(9999, 512));
     let chain = prefix::chain(&[&prompt]);
     assert_eq!(chain.len(), prompt.len() / prefix::BLOCK_BYTES);
-    let hints = RouteHints { session: None, chain: chain.clone(), pinned: None };
+    let hints = RouteHints { chain: chain.clone(), ..RouteHints::default() };
     group.bench_function("decision_32k_tokens_16_backends", |b| {
         b.iter(|| router.select_with(black_box("m"), black_box(&hints), black_box(&[])).unwrap())
     });

@@ -219,7 +219,7 @@ impl Router {
             .iter()
             .filter(|b| !tried.contains(&b.id) && b.health.available(now))
             .filter(|b| {
-                let room = b.has_room();
+                let room = b.has_room_leaving(hints.spare);
                 full |= !room;
                 room
             })
@@ -237,7 +237,7 @@ impl Router {
         if let Some((id, pinned_why)) = pin {
             match candidates.iter().position(|b| b.id == id) {
                 Some(i) => match affinity::overloaded(&self.affinity, model, candidates[i], &candidates) {
-                    None => match candidates[i].try_start() {
+                    None => match candidates[i].try_start_leaving(hints.spare) {
                         Some(slot) if candidates[i].health.claim(now) => {
                             let chosen = candidates[i].clone();
                             if let (Some(sticky), Some(session)) = (&self.sticky, session) {
@@ -266,7 +266,7 @@ impl Router {
             let chosen = candidates[i];
             // Its last slot may have gone to another request since the filter above. (Taken
             // before the breaker's trial is claimed: a claimed trial must be used.)
-            let Some(slot) = chosen.try_start() else {
+            let Some(slot) = chosen.try_start_leaving(hints.spare) else {
                 full = true;
                 candidates.swap_remove(i);
                 continue;

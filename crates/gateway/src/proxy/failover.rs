@@ -99,7 +99,12 @@ impl<'f> Failover<'f> {
         let routed = &mut exchange.routed;
         let session = header_session(call.headers).or(body_session);
         Failover {
-            hints: RouteHints { session, chain: std::mem::take(&mut routed.chain), pinned: None },
+            hints: RouteHints {
+                session,
+                chain: std::mem::take(&mut routed.chain),
+                pinned: None,
+                spare: usize::from(call.batch.is_some()),
+            },
             key,
             tried: Vec::new(),
             upstream_wait: Duration::ZERO,

@@ -23,6 +23,9 @@ pub async fn select(
     deadline: Instant,
     queue_first: bool,
 ) -> Result<Result<Selected, SelectError>, GatewayError> {
+    if hints.spare > 0 {
+        return Box::pin(spare_slot(app, model, hints, tried, deadline)).await;
+    }
     let admission = &app.router.admission;
     let mut wait = queue_first && admission.has_waiters(model);
     loop {
@@ -45,5 +48,32 @@ pub async fn select(
             Err(SelectError::Full) => wait = true,
             other => return Ok(other),
         }
+    }
+}
+
+/// How often low-priority work looks again for a slot to spare.
+const SPARE_POLL: Duration = Duration::from_millis(5);
+
+/// A backend with a slot to spare after this request (a batch's line): none is taken while
+/// interactive requests wait for the model, and the line never joins their queue, where it would
+/// take a turn and a freed slot from them; it looks again every few milliseconds instead.
+async fn spare_slot(
+    app: &App,
+    model: &str,
+    hints: &RouteHints<'_>,
+    tried: &[usize],
+    deadline: Instant,
+) -> Result<Result<Selected, SelectError>, GatewayError> {
+    loop {
+        if !app.router.admission.has_waiters(model) {
+            match app.router.select_with(model, hints, tried) {
+                Err(SelectError::Full) => {}
+                other => return Ok(other),
+            }
+        }
+        if Instant::now() + SPARE_POLL >= deadline {
+            return Err(GatewayError::Overloaded { model: model.to_owned(), retry_after_secs: RETRY_AFTER_SECS });
+        }
+        tokio::time::sleep(SPARE_POLL).await;
     }
 }

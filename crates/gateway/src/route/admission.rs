@@ -138,6 +138,8 @@ pub struct Admission {
     /// Requests refused for a full queue, and for waiting too long.
     pub refused_full: AtomicU64,
     pub refused_timeout: AtomicU64,
+    /// Requests that joined a line (every backend they could take was at its cap).
+    pub joined: AtomicU64,
 }
 
 impl Admission {
@@ -151,6 +153,7 @@ impl Admission {
             queues: Mutex::new(HashMap::new()),
             refused_full: AtomicU64::new(0),
             refused_timeout: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
         }
     }
 
@@ -167,6 +170,11 @@ impl Admission {
             "# HELP switchyard_queue_refused_total Requests answered 503 by admission control.\n# TYPE switchyard_queue_refused_total counter\nswitchyard_queue_refused_total{{reason=\"queue_full\"}} {}\nswitchyard_queue_refused_total{{reason=\"queue_timeout\"}} {}",
             self.refused_full.load(Relaxed),
             self.refused_timeout.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_queue_joined_total Requests that waited for a backend slot (every backend they could take was at its cap).\n# TYPE switchyard_queue_joined_total counter\nswitchyard_queue_joined_total {}",
+            self.joined.load(Relaxed)
         );
     }
 
@@ -212,6 +220,7 @@ impl Admission {
             self.refused_full.fetch_add(1, Relaxed);
             return Err(Refused::QueueFull);
         }
+        self.joined.fetch_add(1, Relaxed);
         let id = self.next_id.fetch_add(1, Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock().entry(model.to_owned()).or_default().line(lane).push(key, id, tx);

@@ -19,6 +19,9 @@ pub struct RouteHints<'a> {
     /// The backend the fleet has this conversation pinned to (`shared/affinity.rs`), when
     /// instances share affinity through Redis: it counts as this instance's own sticky pin.
     pub pinned: Option<usize>,
+    /// Slots the request leaves free on a capped backend: 0 for interactive requests, 1 for a
+    /// batch's lines, which never take a backend's last slot.
+    pub spare: usize,
 }
 
 /// The load a backend is judged by for `model`: requests in flight through this gateway, plus

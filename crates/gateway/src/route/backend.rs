@@ -241,13 +241,30 @@ impl Backend {
 
     /// Whether one more request fits under the cap (always, without one).
     pub fn has_room(&self) -> bool {
-        self.capacity().is_none_or(|cap| self.in_flight() < cap)
+        self.has_room_leaving(0)
+    }
+
+    /// Whether one more request fits under the cap with `spare` slots still free after it
+    /// (always, without a cap). With spare slots asked for (a batch's lines), the requests the
+    /// backend says it is processing count too when they are more than this instance's own: in a
+    /// fleet, the other instances' requests hold slots this one does not see.
+    pub fn has_room_leaving(&self, spare: usize) -> bool {
+        self.capacity().is_none_or(|cap| self.busy(spare) + spare < cap)
     }
 
     /// Room for one more with a slot still left after it: what low-priority work (a batch's
     /// lines) may take, so it never takes a capped backend's last slot.
     pub fn has_spare(&self) -> bool {
-        self.capacity().is_none_or(|cap| self.in_flight() + 1 < cap)
+        self.has_room_leaving(1)
+    }
+
+    /// Slots taken, as the gateway counts them (and, for low-priority work, as the backend does).
+    fn busy(&self, spare: usize) -> usize {
+        let here = self.in_flight();
+        match spare {
+            0 => here,
+            _ => here.max(self.signals.processing().unwrap_or(0)),
+        }
     }
 
     pub fn models(&self) -> Arc<Vec<String>> {
@@ -277,11 +294,16 @@ impl Backend {
     /// Take one of the backend's slots, if one is free under its cap (always, without a cap).
     /// The check and the increment are one atomic step, so requests choosing this backend at
     /// the same instant can never take more slots than the cap.
-    pub fn try_start(self: &Arc<Self>) -> Option<InFlight> {
+    /// With `spare` slots asked for, that many stay free after this one (a batch's line leaves
+    /// one), checked in the same one atomic step.
+    pub fn try_start_leaving(self: &Arc<Self>, spare: usize) -> Option<InFlight> {
         match self.capacity() {
             None => Some(self.start()),
             Some(cap) => {
-                self.in_flight.fetch_update(Relaxed, Relaxed, |n| (n < cap).then_some(n + 1)).ok()?;
+                let reported = if spare > 0 { self.signals.processing().unwrap_or(0) } else { 0 };
+                self.in_flight
+                    .fetch_update(Relaxed, Relaxed, |n| (n.max(reported) + spare < cap).then_some(n + 1))
+                    .ok()?;
                 Some(InFlight { backend: self.clone() })
             }
         }

@@ -173,6 +173,57 @@ async fn a_batch_runs_through_the_gateway_and_writes_openais_files() {
     assert_eq!(api.get("/v1/batches").await.1["data"][0]["id"], id.as_str());
 }
 
+/// A batch never holds a backend's last slot: with `max_concurrency: 4` and more lines allowed in
+/// flight than that, the backend sees at most three at once, and interactive requests sent while
+/// the batch runs never wait in the admission queue (the slot left is theirs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_never_takes_a_backends_last_slot() {
+    let backend = mock(&["m"]).await;
+    backend.control().set_latency(Duration::from_millis(150));
+    let dir = scratch_dir();
+    let backends = format!("  - {{name: b0, url: '{}', max_concurrency: 4}}\n", backend.url());
+    let gw = gateway_yaml(&config(&dir, &backends, "batches: {concurrency: 8}\n")).await;
+    let client = TestClient::new();
+    let api = Api { client: client.clone(), url: gw.url(), key: key(&client, &gw.url()).await };
+    let (_, file) = api.upload(&input(24)).await;
+    let (status, batch) = api.create(file["id"].as_str().unwrap()).await;
+    assert_eq!(status, 200, "{batch}");
+    let id = batch["id"].as_str().unwrap().to_owned();
+    // Interactive requests, one after another, while the batch runs.
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let ask = json!({"model": "m", "messages": [{"role": "user", "content": "now"}]}).to_string();
+    let auth = format!("Bearer {}", api.key);
+    let mut interactive = 0;
+    loop {
+        let (_, now) = api.get(&format!("/v1/batches/{id}")).await;
+        if now["status"] == "completed" {
+            break;
+        }
+        let r = client.post_json(&url, ask.as_bytes(), &[("authorization", &auth)]).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        interactive += 1;
+    }
+    let done = api.until(&id, &["completed"], Duration::from_secs(30)).await;
+    assert_eq!(done["request_counts"]["completed"], 24, "{done}");
+    assert!(interactive >= 3, "the batch ran beside interactive requests ({interactive})");
+    let peak = backend.control().peak_in_flight.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(peak <= 4, "the cap held: {peak}");
+    let metrics = client.get(&format!("{}/metrics", gw.url())).await.unwrap().text();
+    let queued = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("switchyard_queue_joined_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert_eq!(queued, Some(0.0), "no interactive request waited for a slot:\n{metrics}");
+
+    // Alone, the batch fills three of the four slots and never the fourth.
+    backend.control().peak_in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
+    let (_, file) = api.upload(&input(24)).await;
+    let (_, batch) = api.create(file["id"].as_str().unwrap()).await;
+    api.until(batch["id"].as_str().unwrap(), &["completed"], Duration::from_secs(30)).await;
+    let peak = backend.control().peak_in_flight.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(peak, 3, "batch lines in flight at the backend at once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_batch_stops_starting_lines_and_keeps_what_finished() {
     let backend = mock_with(&["m"], MockConfig { latency: Duration::from_millis(30), ..MockConfig::default() }).await;
