@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import parse_qs, urljoin, urlsplit
@@ -44,12 +45,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from mcp.shared.exceptions import McpError
 
+from node_sdk import run_node
 from procs import Proc, start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sso"))
 from hydra_helper import Hydra, decode_jwt  # noqa: E402
 
 MASTER = "sk-mcp-oauth-master"
+SUBJECT = "alice.smith@corp.example"
 REDIRECT_URI = "http://127.0.0.1:9/callback"  # never fetched: the code is read from Hydra's redirect to it
 TEAMS = {
     "files-team": {"mcp_servers": ["files"]},
@@ -242,19 +245,33 @@ def test_the_sdk_completes_oauth_with_hydra_and_sees_only_its_teams_tools(oauth_
     files_tools = [n for n in everything if n.startswith("files__")]
     assert "files__echo" in files_tools and "search__echo" in everything, everything
 
-    client = OAuthClient(oauth_stack, "alice", "files-team", dynamic=dynamic)
+    # A subject with dots, as an email is: the session the gateway issues is bound to the token's user.
+    client = OAuthClient(oauth_stack, SUBJECT, "files-team", dynamic=dynamic)
+    tokens_seen: list[str] = []
 
     async def body(session: ClientSession):
         names = await _tool_names(session)
         ok = await session.call_tool("files__echo", {"text": "through oauth"})
         with pytest.raises(McpError) as refused:
             await session.call_tool("search__echo", {"text": "not my team's"})
-        return names, ok, refused.value
+        # The access token runs out mid-session: the SDK refreshes it at Hydra (refresh_token grant) and the
+        # same session goes on under the new token.
+        tokens_seen.append(client.storage.tokens.access_token)
+        assert client.storage.tokens.refresh_token, "Hydra issued a refresh token (offline access)"
+        client.provider.context.token_expiry_time = time.time() - 1
+        after = await session.call_tool("files__echo", {"text": "after the refresh"})
+        tokens_seen.append(client.storage.tokens.access_token)
+        return names, ok, refused.value, after
 
-    names, ok, refused = anyio.run(client.session, body)
+    names, ok, refused, after = anyio.run(client.session, body)
     assert names == files_tools, "the team's servers only"
     assert ok.content[0].text == "through oauth" and not ok.isError
     assert refused.error.code == -32602 and "not permitted" in refused.error.message
+    assert after.content[0].text == "after the refresh" and not after.isError
+    assert tokens_seen[0] != tokens_seen[1], "a new access token"
+    refreshes = [e for e in client.exchanges if e[:2] == ("POST", f"{hydra.issuer}/oauth2/token")]
+    assert [e[2] for e in refreshes] == [200, 200], client.exchanges
+    assert len(client.browser.authorization_urls) == 1, "refreshed, not signed in again"
 
     # The flow the SDK went through: 401 with the metadata's address, the gateway's protected resource metadata,
     # Hydra's metadata (RFC 8414's path first, then OpenID discovery), the client's registration (dynamic only),
@@ -283,7 +300,7 @@ def test_the_sdk_completes_oauth_with_hydra_and_sees_only_its_teams_tools(oauth_
     # What the gateway accepted: Hydra's JWT access token naming the user and, at its top level, the team.
     assert client.storage.tokens is not None
     _, claims = decode_jwt(client.storage.tokens.access_token)
-    assert claims["iss"] == hydra.issuer and claims["sub"] == "alice" and claims["teams"] == ["files-team"], claims
+    assert claims["iss"] == hydra.issuer and claims["sub"] == SUBJECT and claims["teams"] == ["files-team"], claims
 
     # A second session of the same client reuses the token: no second 401, no second login.
     again = anyio.run(client.session, _tool_names)
@@ -292,7 +309,7 @@ def test_the_sdk_completes_oauth_with_hydra_and_sees_only_its_teams_tools(oauth_
 
 
 def test_another_teams_client_sees_its_one_tool(oauth_stack):
-    client = OAuthClient(oauth_stack, "bob", "echo-team")
+    client = OAuthClient(oauth_stack, "bob@corp.example", "echo-team")
 
     async def body(session: ClientSession):
         names = await _tool_names(session)
@@ -306,3 +323,28 @@ def test_another_teams_client_sees_its_one_tool(oauth_stack):
     assert ok.content[0].text == "allowed"
     assert refused.error.code == -32602 and "not permitted" in refused.error.message
     assert len(client.browser.authorization_urls) == 1
+
+
+def test_the_typescript_sdks_oauth_client_keeps_its_session_across_a_refresh(oauth_stack):
+    """The MCP TypeScript SDK's own OAuth client (node/mcp_oauth_client.mjs): dynamic registration at Hydra, PKCE,
+    its team's tools only, a refusal for another server's tool, and a token refreshed mid-session that keeps the
+    session."""
+    hydra: Hydra = oauth_stack["hydra"]
+    if not hydra.discovery().get("registration_endpoint"):
+        pytest.skip("Hydra advertises no registration_endpoint")
+    everything = _all_tools(oauth_stack["url"])
+    files_tools = [n for n in everything if n.startswith("files__")]
+    mcp = f"{oauth_stack['url']}/mcp"
+    out = run_node(
+        "mcp_oauth_client.mjs", mcp, hydra.admin_url, "carol.jones@corp.example", "files-team", REDIRECT_URI,
+        "files__echo", "search__echo",
+    )
+    assert out["registered"] and out["logins"] == 1, out
+    assert out["tools"] == files_tools, "the team's servers only"
+    assert out["echo"] == "from ts", out
+    assert out["refused"] and out["refused"]["code"] == -32602 and "not permitted" in out["refused"]["message"], out
+    assert out["afterRefresh"] == "after the refresh", out
+    assert out["hadRefreshToken"] and out["newToken"] and out["sameSession"] and out["sessionId"], out
+    token = f"{hydra.issuer}/oauth2/token"
+    assert [e[2] for e in out["exchanges"] if e[:2] == ["POST", token]] == [200, 200], out["exchanges"]
+    assert ["POST", mcp, 401] in out["exchanges"][2:], "the unusable token was refused, then refreshed"

@@ -61,9 +61,13 @@ impl SessionSigner {
         if !constant_time_eq(self.tag(body).as_bytes(), tag.as_bytes()) {
             return None;
         }
-        let mut parts = body.splitn(5, '.');
-        let (s1, version, owner, issued) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        parts.next()?; // the nonce
+        // The owner is read between the fields on either side of it, none of which has a dot: a
+        // key id may have dots (a token's user is often an email), and splitting the id at every
+        // dot made such a key's sessions unknown at once (the MCP SDK's "Session terminated").
+        let mut front = body.splitn(3, '.');
+        let (s1, version, rest) = (front.next()?, front.next()?, front.next()?);
+        let mut back = rest.rsplitn(3, '.');
+        let (_nonce, issued, owner) = (back.next()?, back.next()?, back.next()?);
         let issued: i64 = issued.parse().ok()?;
         let fresh = issued <= now_unix + 60 && now_unix - issued <= self.ttl_secs;
         let caps = if s1 == "s1" { Some("") } else { s1.strip_prefix("s1-") };
@@ -115,5 +119,18 @@ mod tests {
         let capable = a.issue_with("2025-06-18", "se", Some("k_1"), 5);
         assert_eq!(b.verify(&capable, Some("k_1"), 6).unwrap().caps, "se");
         assert!(b.verify(&capable.replacen("s1-se", "s1-ser", 1), Some("k_1"), 6).is_none(), "caps are signed");
+    }
+
+    #[test]
+    fn a_key_id_with_dots_keeps_its_sessions() {
+        let signer = SessionSigner::new(b"one secret", 3600).unwrap();
+        let owner = "jwt:alice.smith@corp.example";
+        let id = signer.issue_with("2025-06-18", "e", Some(owner), 1_000);
+        let s = signer.verify(&id, Some(owner), 1_001).unwrap();
+        assert_eq!(
+            (s.version.as_str(), s.key.as_str(), s.caps.as_str(), s.issued_unix),
+            ("2025-06-18", owner, "e", 1_000)
+        );
+        assert!(signer.verify(&id, Some("jwt:alice"), 1_001).is_none(), "bound to the whole key id");
     }
 }
