@@ -50,7 +50,11 @@ impl WireUsage {
     pub(crate) fn to_usage(self) -> Usage {
         let cached = self.cache_read_input_tokens;
         let prompt = self.input_tokens + cached.unwrap_or(0) + self.cache_write_input_tokens.unwrap_or(0);
-        Usage { cached_prompt_tokens: cached, ..Usage::new(prompt, self.output_tokens) }
+        Usage {
+            cached_prompt_tokens: cached,
+            cache_write_tokens: self.cache_write_input_tokens,
+            ..Usage::new(prompt, self.output_tokens)
+        }
     }
 }
 
@@ -116,7 +120,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             wire.to_usage(),
-            Usage { prompt_tokens: 40, completion_tokens: 5, total_tokens: 45, cached_prompt_tokens: Some(20) }
+            Usage {
+                prompt_tokens: 40,
+                completion_tokens: 5,
+                total_tokens: 45,
+                cached_prompt_tokens: Some(20),
+                cache_write_tokens: Some(10)
+            }
         );
     }
 }

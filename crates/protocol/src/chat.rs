@@ -101,10 +101,44 @@ pub struct ChatRequest {
     pub include_usage: bool,
     /// An end-user id for abuse tracking (`user`, `metadata.user_id`, `safety_identifier`).
     pub user: Option<String>,
+    /// Prompt-cache breakpoints the client set (Anthropic's `cache_control`), in prompt order.
+    pub cache_points: Vec<CachePoint>,
+    /// OpenAI's prompt-cache routing key and retention (`prompt_cache_key`,
+    /// `prompt_cache_retention`), for the OpenAI APIs that take them.
+    pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
     /// Fields of the client's request that no field above models: harmless hints (features that
     /// change what a request means are refused when decoded instead). Only an encoder for the
     /// same API writes them back.
     pub extra: Extras,
+}
+
+/// A prompt-cache breakpoint: the prompt up to and including the block at `at` may be cached and
+/// read back by later requests. Anthropic marks the block (`cache_control`), Bedrock's Converse
+/// puts a `cachePoint` block after it; backends with no explicit breakpoints (OpenAI-compatible
+/// servers, Gemini's implicit caching) cache prefixes by themselves, and their encoders leave
+/// breakpoints out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachePoint {
+    pub at: CacheAt,
+    /// How long the cached prefix lives (`5m`, `1h`) where the client said.
+    pub ttl: Option<String>,
+}
+
+/// Where a breakpoint is: after a system segment, a message's part, or a tool definition (indices
+/// into `ChatRequest::system`, `messages[].content` and `tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheAt {
+    System(usize),
+    Part { message: usize, part: usize },
+    Tool(usize),
+}
+
+impl ChatRequest {
+    /// The breakpoint at `at`, if the client set one there.
+    pub fn cache_point(&self, at: CacheAt) -> Option<&CachePoint> {
+        self.cache_points.iter().find(|p| p.at == at)
+    }
 }
 
 /// Request fields the internal model does not model, kept raw with the API they came from.
@@ -276,6 +310,9 @@ pub struct Usage {
     pub total_tokens: u64,
     /// How many of the prompt tokens were read from a prompt cache, when known.
     pub cached_prompt_tokens: Option<u64>,
+    /// How many of the prompt tokens were written to a prompt cache (Anthropic's and Bedrock's
+    /// cache writes, billed above the input price), when known.
+    pub cache_write_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -285,6 +322,7 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             cached_prompt_tokens: None,
+            cache_write_tokens: None,
         }
     }
 }

@@ -5,8 +5,8 @@ use serde_json::value::RawValue;
 
 use super::API;
 use crate::chat::{
-    Api, ChatRequest, Extras, Image, Message, Part, RawJson, ResponseFormat, Role, Tool, ToolCall, ToolChoice,
-    ToolResult,
+    Api, CacheAt, CachePoint, ChatRequest, Extras, Image, Message, Part, RawJson, ResponseFormat, Role, Tool, ToolCall,
+    ToolChoice, ToolResult,
 };
 use crate::error::TranslateError;
 use crate::json::{self, At, Kind, Object};
@@ -29,9 +29,9 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, TranslateError> {
         let at = root.key(name);
         match name {
             "model" | "messages" => {}
-            "system" => req.system = decode_system(raw, &at)?,
+            "system" => decode_system(raw, &at, &mut req)?,
             "max_tokens" => req.max_tokens = Some(json::u64_field(raw, &at)?),
-            "tools" => req.tools = decode_tools(raw, &at)?,
+            "tools" => decode_tools(raw, &at, &mut req)?,
             "tool_choice" => {
                 let choice = json::object(raw, &at)?;
                 if json::optional_bool(&choice, "disable_parallel_tool_use", &at)? == Some(true) {
@@ -79,17 +79,28 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, TranslateError> {
     Ok(req)
 }
 
-fn decode_system(raw: &RawValue, at: &At<'_>) -> Result<Vec<String>, TranslateError> {
+fn decode_system(raw: &RawValue, at: &At<'_>, req: &mut ChatRequest) -> Result<(), TranslateError> {
     if json::kind(raw) == Kind::String {
-        return Ok(vec![json::string(raw, at)?.into_owned()]);
+        req.system = vec![json::string(raw, at)?.into_owned()];
+        return Ok(());
     }
-    let mut segments = Vec::new();
     for (i, item) in json::array(raw, at)?.into_iter().enumerate() {
         let at = at.index(i);
         let block = json::object(item, &at)?;
-        segments.push(json::required_string(&block, "text", &at)?.into_owned());
+        req.system.push(json::required_string(&block, "text", &at)?.into_owned());
+        mark_cached(&block, CacheAt::System(req.system.len() - 1), &at, req)?;
     }
-    Ok(segments)
+    Ok(())
+}
+
+/// A block's `cache_control` (`{"type": "ephemeral", "ttl": "1h"}`), kept as a breakpoint at `here`.
+fn mark_cached(block: &Object<'_>, here: CacheAt, at: &At<'_>, req: &mut ChatRequest) -> Result<(), TranslateError> {
+    let Some(raw) = block.get("cache_control").filter(|raw| json::kind(raw) != Kind::Null) else { return Ok(()) };
+    let at = at.key("cache_control");
+    let control = json::object(raw, &at)?;
+    let ttl = json::optional_string(&control, "ttl", &at)?;
+    req.cache_points.push(CachePoint { at: here, ttl });
+    Ok(())
 }
 
 fn decode_messages(raw: &RawValue, at: &At<'_>, req: &mut ChatRequest) -> Result<(), TranslateError> {
@@ -116,7 +127,8 @@ fn decode_messages(raw: &RawValue, at: &At<'_>, req: &mut ChatRequest) -> Result
         let first = req.messages.len();
         for (j, block) in json::array(content, &content_at)?.into_iter().enumerate() {
             let at = content_at.index(j);
-            let Some(part) = decode_block(&json::object(block, &at)?, role, &at)? else { continue };
+            let block = json::object(block, &at)?;
+            let Some(part) = decode_block(&block, role, &at)? else { continue };
             // Tool results go to a tool message of their own, everything else stays in order.
             let part_role = if matches!(part, Part::ToolResult(_)) { Role::Tool } else { role };
             let same_turn = req.messages.len() > first && req.messages.last().map(|m| m.role) == Some(part_role);
@@ -124,6 +136,9 @@ fn decode_messages(raw: &RawValue, at: &At<'_>, req: &mut ChatRequest) -> Result
                 Some(last) if same_turn => last.content.push(part),
                 _ => req.messages.push(Message { role: part_role, content: vec![part] }),
             }
+            let message = req.messages.len() - 1;
+            let here = CacheAt::Part { message, part: req.messages[message].content.len() - 1 };
+            mark_cached(&block, here, &at, req)?;
         }
     }
     Ok(())
@@ -189,8 +204,7 @@ fn decode_tool_result_content(raw: &RawValue, at: &At<'_>) -> Result<String, Tra
     Ok(text)
 }
 
-fn decode_tools(raw: &RawValue, at: &At<'_>) -> Result<Vec<Tool>, TranslateError> {
-    let mut tools = Vec::new();
+fn decode_tools(raw: &RawValue, at: &At<'_>, req: &mut ChatRequest) -> Result<(), TranslateError> {
     for (i, item) in json::array(raw, at)?.into_iter().enumerate() {
         let at = at.index(i);
         let tool = json::object(item, &at)?;
@@ -198,14 +212,15 @@ fn decode_tools(raw: &RawValue, at: &At<'_>) -> Result<Vec<Tool>, TranslateError
         if !kind.is_empty() && kind != "custom" {
             return Err(TranslateError::unsupported(format!("Anthropic-defined tools (`{kind}`)")));
         }
-        tools.push(Tool {
+        req.tools.push(Tool {
             name: json::required_string(&tool, "name", &at)?.into_owned(),
             description: json::optional_string(&tool, "description", &at)?,
             parameters: RawJson::from_raw(tool.get("input_schema").unwrap_or_else(|| empty_schema())),
             strict: json::optional_bool(&tool, "strict", &at)?,
         });
+        mark_cached(&tool, CacheAt::Tool(req.tools.len() - 1), &at, req)?;
     }
-    Ok(tools)
+    Ok(())
 }
 
 #[derive(Serialize)]
@@ -241,13 +256,35 @@ struct WireRequest<'a> {
 #[serde(untagged)]
 enum WireSystem<'a> {
     Text(&'a str),
-    Blocks(Vec<WireBlock<'a>>),
+    Blocks(Vec<WireCached<'a>>),
 }
 
 #[derive(Serialize)]
 struct WireMessage<'a> {
     role: &'static str,
-    content: Vec<WireBlock<'a>>,
+    content: Vec<WireCached<'a>>,
+}
+
+/// A block of a request, with the breakpoint the client set on it.
+#[derive(Serialize)]
+struct WireCached<'a> {
+    #[serde(flatten)]
+    block: WireBlock<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<WireCacheControl<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireCacheControl<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'a str>,
+}
+
+/// `cache_control` for the breakpoint at `at`, if there is one.
+fn cache_control(req: &ChatRequest, at: CacheAt) -> Option<WireCacheControl<'_>> {
+    req.cache_point(at).map(|p| WireCacheControl { kind: "ephemeral", ttl: p.ttl.as_deref() })
 }
 
 #[derive(Serialize)]
@@ -287,6 +324,8 @@ struct WireTool<'a> {
     input_schema: &'a RawJson,
     #[serde(skip_serializing_if = "Option::is_none")]
     strict: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<WireCacheControl<'a>>,
 }
 
 #[derive(Serialize)]
@@ -316,22 +355,30 @@ struct WireJsonSchemaFormat<'a> {
     schema: &'a RawJson,
 }
 
-pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
+/// The system blocks (the system prompt, then any later system messages, which Anthropic has no
+/// place for but there) and the turns, each block with the breakpoint the client set on it.
+fn encode_turns(req: &ChatRequest) -> Result<(Vec<WireCached<'_>>, Vec<WireMessage<'_>>), TranslateError> {
     // Anthropic has one system prompt: later system messages are appended to it.
-    let mut system: Vec<&str> = req.system.iter().map(String::as_str).collect();
+    let mut system: Vec<WireCached<'_>> = (req.system.iter().enumerate())
+        .map(|(i, text)| WireCached {
+            block: WireBlock::Text { text },
+            cache_control: cache_control(req, CacheAt::System(i)),
+        })
+        .collect();
     let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(req.messages.len());
-    for message in &req.messages {
+    for (m, message) in req.messages.iter().enumerate() {
+        let part_cache = |part| cache_control(req, CacheAt::Part { message: m, part });
         if message.role == Role::System {
-            system.extend(message.content.iter().filter_map(|part| match part {
-                Part::Text(text) => Some(text.as_str()),
+            system.extend(message.content.iter().enumerate().filter_map(|(p, part)| match part {
+                Part::Text(text) => Some(WireCached { block: WireBlock::Text { text }, cache_control: part_cache(p) }),
                 _ => None,
             }));
             continue;
         }
         let role = if message.role == Role::Assistant { "assistant" } else { "user" };
         let mut blocks = Vec::with_capacity(message.content.len());
-        for part in &message.content {
-            blocks.push(match part {
+        for (p, part) in message.content.iter().enumerate() {
+            let block = match part {
                 // Anthropic refuses empty text blocks.
                 Part::Text(text) if text.is_empty() => continue,
                 Part::Text(text) => WireBlock::Text { text },
@@ -347,7 +394,8 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
                     content: &result.content,
                     is_error: result.is_error,
                 },
-            });
+            };
+            blocks.push(WireCached { block, cache_control: part_cache(p) });
         }
         if blocks.is_empty() {
             continue;
@@ -358,6 +406,11 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
             _ => messages.push(WireMessage { role, content: blocks }),
         }
     }
+    Ok((system, messages))
+}
+
+pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
+    let (system, messages) = encode_turns(req)?;
     let response_format = match &req.response_format {
         None => None,
         Some(ResponseFormat::JsonSchema { schema, .. }) => {
@@ -391,18 +444,20 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
         max_tokens: req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         system: match system.as_slice() {
             [] => None,
-            [one] => Some(WireSystem::Text(one)),
-            many => Some(WireSystem::Blocks(many.iter().map(|text| WireBlock::Text { text }).collect())),
+            [WireCached { block: WireBlock::Text { text }, cache_control: None }] => Some(WireSystem::Text(text)),
+            _ => Some(WireSystem::Blocks(system)),
         },
         messages,
         tools: req
             .tools
             .iter()
-            .map(|tool| WireTool {
+            .enumerate()
+            .map(|(i, tool)| WireTool {
                 name: &tool.name,
                 description: tool.description.as_deref(),
                 input_schema: &tool.parameters,
                 strict: tool.strict,
+                cache_control: cache_control(req, CacheAt::Tool(i)),
             })
             .collect(),
         tool_choice,

@@ -56,7 +56,11 @@ impl WireUsage {
         let cached = self.cache_read_input_tokens;
         let prompt =
             self.input_tokens.unwrap_or(0) + cached.unwrap_or(0) + self.cache_creation_input_tokens.unwrap_or(0);
-        Usage { cached_prompt_tokens: cached, ..Usage::new(prompt, self.output_tokens.unwrap_or(0)) }
+        Usage {
+            cached_prompt_tokens: cached,
+            cache_write_tokens: self.cache_creation_input_tokens,
+            ..Usage::new(prompt, self.output_tokens.unwrap_or(0))
+        }
     }
 
     /// Fields present in `later` replace those here (`message_delta` usage is cumulative).
@@ -121,12 +125,12 @@ pub(crate) struct WireUsageOut {
 
 impl WireUsageOut {
     pub(crate) fn new(usage: &Usage) -> Self {
-        let cached = usage.cached_prompt_tokens.unwrap_or(0);
+        let (read, written) = (usage.cached_prompt_tokens.unwrap_or(0), usage.cache_write_tokens.unwrap_or(0));
         WireUsageOut {
-            input_tokens: usage.prompt_tokens.saturating_sub(cached),
+            input_tokens: usage.prompt_tokens.saturating_sub(read + written),
             output_tokens: usage.completion_tokens,
-            cache_creation_input_tokens: 0,
-            cache_read_input_tokens: cached,
+            cache_creation_input_tokens: written,
+            cache_read_input_tokens: read,
         }
     }
 }

@@ -109,11 +109,13 @@ impl SseEncoder {
 
 /// Anthropic's usage object: cached prompt tokens apart from `input_tokens`.
 fn write_usage(out: &mut Vec<u8>, usage: &Usage) {
-    let cached = usage.cached_prompt_tokens.unwrap_or(0);
+    let (read, written) = (usage.cached_prompt_tokens.unwrap_or(0), usage.cache_write_tokens.unwrap_or(0));
     out.extend_from_slice(b"{\"input_tokens\":");
-    push_u64(out, usage.prompt_tokens.saturating_sub(cached));
-    out.extend_from_slice(b",\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":");
-    push_u64(out, cached);
+    push_u64(out, usage.prompt_tokens.saturating_sub(read + written));
+    out.extend_from_slice(b",\"cache_creation_input_tokens\":");
+    push_u64(out, written);
+    out.extend_from_slice(b",\"cache_read_input_tokens\":");
+    push_u64(out, read);
     out.extend_from_slice(b",\"output_tokens\":");
     push_u64(out, usage.completion_tokens);
     out.push(b'}');

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::API;
-use crate::chat::{ChatRequest, Image, Part, Role, ToolChoice};
+use crate::chat::{CacheAt, ChatRequest, Image, Part, Role, ToolChoice};
 use crate::error::TranslateError;
 use crate::json::{self, Kind};
 use crate::wire::{arguments_object, empty_schema};
@@ -27,8 +27,24 @@ struct WireRequest<'a> {
 }
 
 #[derive(Serialize)]
-struct WireSystem<'a> {
-    text: &'a str,
+#[serde(rename_all = "camelCase")]
+enum WireSystem<'a> {
+    Text(&'a str),
+    CachePoint(WireCachePoint<'a>),
+}
+
+/// Converse's prompt-cache breakpoint, a block of its own after the one it caches up to.
+#[derive(Serialize)]
+struct WireCachePoint<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'a str>,
+}
+
+/// The `cachePoint` after the block at `at`, if the client set a breakpoint there.
+fn cache_point(req: &ChatRequest, at: CacheAt) -> Option<WireCachePoint<'_>> {
+    req.cache_point(at).map(|p| WireCachePoint { kind: "default", ttl: p.ttl.as_deref() })
 }
 
 #[derive(Serialize)]
@@ -44,6 +60,7 @@ enum WireBlock<'a> {
     Image(WireImage<'a>),
     ToolUse(WireToolUse<'a>),
     ToolResult(WireToolResult<'a>),
+    CachePoint(WireCachePoint<'a>),
 }
 
 #[derive(Serialize)]
@@ -105,8 +122,9 @@ struct WireToolConfig<'a> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct WireTool<'a> {
-    tool_spec: WireToolSpec<'a>,
+enum WireTool<'a> {
+    ToolSpec(WireToolSpec<'a>),
+    CachePoint(WireCachePoint<'a>),
 }
 
 #[derive(Serialize)]
@@ -169,54 +187,66 @@ fn tool_result_content(content: &str) -> Vec<WireToolResultContent<'_>> {
     vec![WireToolResultContent::Text(content)]
 }
 
+/// A message part as a Converse block (None: a blank text, which Converse refuses); `uses_tools`
+/// is set by tool calls and results.
+fn part_block<'a>(part: &'a Part, uses_tools: &mut bool) -> Result<Option<WireBlock<'a>>, TranslateError> {
+    Ok(Some(match part {
+        Part::Text(text) if text.trim().is_empty() => return Ok(None),
+        Part::Text(text) => WireBlock::Text(text),
+        Part::Image(Image::Base64 { media_type, data }) => {
+            let format = image_format(media_type)
+                .ok_or_else(|| TranslateError::unsupported_by(format!("images of type `{media_type}`"), API))?;
+            WireBlock::Image(WireImage { format, source: WireImageSource { bytes: data } })
+        }
+        Part::Image(Image::Url(_)) => {
+            return Err(TranslateError::unsupported_by("images by URL (send them inline, as base64)", API))
+        }
+        Part::ToolCall(call) => {
+            *uses_tools = true;
+            WireBlock::ToolUse(WireToolUse { tool_use_id: &call.id, name: &call.name, input: arguments_object(call)? })
+        }
+        Part::ToolResult(result) => {
+            *uses_tools = true;
+            WireBlock::ToolResult(WireToolResult {
+                tool_use_id: &result.tool_call_id,
+                content: tool_result_content(&result.content),
+                status: result.is_error.then_some("error"),
+            })
+        }
+    }))
+}
+
 pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
     if req.response_format.is_some() {
         return Err(TranslateError::unsupported_by("`response_format` (structured output)", API));
     }
-    let mut system: Vec<WireSystem<'_>> =
-        req.system.iter().filter(|s| !s.trim().is_empty()).map(|text| WireSystem { text }).collect();
+    let mut system: Vec<WireSystem<'_>> = Vec::with_capacity(req.system.len());
+    for (i, text) in req.system.iter().enumerate() {
+        if !text.trim().is_empty() {
+            system.push(WireSystem::Text(text));
+        }
+        system.extend(cache_point(req, CacheAt::System(i)).map(WireSystem::CachePoint));
+    }
     let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(req.messages.len());
     let mut uses_tools = false;
-    for message in &req.messages {
+    for (m, message) in req.messages.iter().enumerate() {
+        let part_cache = |part| cache_point(req, CacheAt::Part { message: m, part });
         if message.role == Role::System {
-            system.extend(message.content.iter().filter_map(|p| match p {
-                Part::Text(text) if !text.trim().is_empty() => Some(WireSystem { text }),
-                _ => None,
-            }));
+            for (p, part) in message.content.iter().enumerate() {
+                if let Part::Text(text) = part {
+                    if !text.trim().is_empty() {
+                        system.push(WireSystem::Text(text));
+                    }
+                }
+                system.extend(part_cache(p).map(WireSystem::CachePoint));
+            }
             continue;
         }
         let role = if message.role == Role::Assistant { "assistant" } else { "user" };
         let mut content = Vec::with_capacity(message.content.len());
-        for part in &message.content {
-            content.push(match part {
-                // Converse refuses blank text blocks.
-                Part::Text(text) if text.trim().is_empty() => continue,
-                Part::Text(text) => WireBlock::Text(text),
-                Part::Image(Image::Base64 { media_type, data }) => {
-                    let format = image_format(media_type)
-                        .ok_or_else(|| TranslateError::unsupported_by(format!("images of type `{media_type}`"), API))?;
-                    WireBlock::Image(WireImage { format, source: WireImageSource { bytes: data } })
-                }
-                Part::Image(Image::Url(_)) => {
-                    return Err(TranslateError::unsupported_by("images by URL (send them inline, as base64)", API))
-                }
-                Part::ToolCall(call) => {
-                    uses_tools = true;
-                    WireBlock::ToolUse(WireToolUse {
-                        tool_use_id: &call.id,
-                        name: &call.name,
-                        input: arguments_object(call)?,
-                    })
-                }
-                Part::ToolResult(result) => {
-                    uses_tools = true;
-                    WireBlock::ToolResult(WireToolResult {
-                        tool_use_id: &result.tool_call_id,
-                        content: tool_result_content(&result.content),
-                        status: result.is_error.then_some("error"),
-                    })
-                }
-            });
+        for (p, part) in message.content.iter().enumerate() {
+            content.extend(part_block(part, &mut uses_tools)?);
+            content.extend(part_cache(p).map(WireBlock::CachePoint));
         }
         if content.is_empty() {
             continue;
@@ -239,11 +269,9 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
         return Err(TranslateError::unsupported_by("`tool_choice: none` in a conversation that has used tools", API));
     }
     let tool_config = (!req.tools.is_empty() && !no_tools).then(|| WireToolConfig {
-        tools: req
-            .tools
-            .iter()
-            .map(|t| WireTool {
-                tool_spec: WireToolSpec {
+        tools: (req.tools.iter().enumerate())
+            .flat_map(|(i, t)| {
+                let spec = WireToolSpec {
                     name: &t.name,
                     description: t.description.as_deref().filter(|d| !d.is_empty()),
                     input_schema: WireSchema {
@@ -253,8 +281,10 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
                             t.parameters.as_raw()
                         },
                     },
-                },
+                };
+                [Some(WireTool::ToolSpec(spec)), cache_point(req, CacheAt::Tool(i)).map(WireTool::CachePoint)]
             })
+            .flatten()
             .collect(),
         tool_choice,
     });
@@ -346,6 +376,53 @@ mod tests {
                 "additionalModelRequestFields": {"top_k": 40}
             })
         );
+    }
+
+    /// Anthropic's breakpoints (`cache_control` on a system block, a message's block and a tool)
+    /// become Converse `cachePoint` blocks right after the blocks they were on, TTL kept.
+    #[test]
+    fn anthropic_cache_breakpoints_become_cache_points_at_the_same_positions() {
+        let anthropic = json!({
+            "model": "claude",
+            "max_tokens": 64,
+            "system": [
+                {"type": "text", "text": "Long instructions."},
+                {"type": "text", "text": "A big document.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+            ],
+            "tools": [
+                {"name": "first", "input_schema": {"type": "object"}},
+                {"name": "last", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}
+            ],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Earlier turn.", "cache_control": {"type": "ephemeral"}},
+                    {"type": "text", "text": "New question?"}
+                ]}
+            ]
+        });
+        let req = crate::anthropic::decode_request(anthropic.to_string().as_bytes()).unwrap();
+        let out: Value = serde_json::from_slice(&encode_request(&req).unwrap()).unwrap();
+        assert_eq!(
+            out["system"],
+            json!([{"text": "Long instructions."}, {"text": "A big document."}, {"cachePoint": {"type": "default", "ttl": "1h"}}])
+        );
+        assert_eq!(
+            out["messages"][0]["content"],
+            json!([{"text": "Earlier turn."}, {"cachePoint": {"type": "default"}}, {"text": "New question?"}])
+        );
+        let tools = &out["toolConfig"]["tools"];
+        assert_eq!(
+            (tools[0]["toolSpec"]["name"].as_str(), tools[1]["toolSpec"]["name"].as_str()),
+            (Some("first"), Some("last"))
+        );
+        assert_eq!(tools[2], json!({"cachePoint": {"type": "default"}}));
+        assert_eq!(tools.as_array().map(Vec::len), Some(3));
+        // Back to Anthropic (a translation path), the breakpoints are where the client set them.
+        let back: Value = serde_json::from_slice(&crate::anthropic::encode_request(&req).unwrap()).unwrap();
+        assert_eq!(back["system"], anthropic["system"]);
+        assert_eq!(back["messages"], anthropic["messages"]);
+        assert_eq!(back["tools"][1]["cache_control"], json!({"type": "ephemeral"}));
+        assert!(back["tools"][0].get("cache_control").is_none());
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, TranslateError> {
                 req.include_usage = json::optional_bool(&options, "include_usage", &at)?.unwrap_or(false);
             }
             "user" => req.user = Some(json::string(raw, &at)?.into_owned()),
+            "prompt_cache_key" => req.prompt_cache_key = Some(json::string(raw, &at)?.into_owned()),
+            "prompt_cache_retention" => req.prompt_cache_retention = Some(json::string(raw, &at)?.into_owned()),
             "n" => {
                 if json::u64_field(raw, &at)? > 1 {
                     return Err(TranslateError::unsupported("`n` greater than 1 (several choices per request)"));

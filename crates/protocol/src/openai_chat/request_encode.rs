@@ -41,6 +41,10 @@ struct WireRequest<'a> {
     stream_options: Option<StreamOptions>,
     #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_retention: Option<&'a str>,
     #[serde(flatten)]
     extra: ExtraFields<'a>,
 }
@@ -188,6 +192,8 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
         // Always ask for usage: a translated stream reports it to the client and the gateway counts it.
         stream_options: req.stream.then_some(StreamOptions { include_usage: true }),
         user: req.user.as_deref(),
+        prompt_cache_key: req.prompt_cache_key.as_deref(),
+        prompt_cache_retention: req.prompt_cache_retention.as_deref(),
         extra: ExtraFields::all(req.extra.for_api(Api::OpenAiChat)),
     };
     json::to_vec(&wire)

@@ -74,6 +74,10 @@ pub(crate) struct WireUsage {
 #[derive(Deserialize, Serialize, Default)]
 pub(crate) struct WirePromptDetails {
     pub(crate) cached_tokens: Option<u64>,
+    /// Prompt-cache writes, spelled as the Responses API spells them (OpenAI's own caching has
+    /// none; a translated Anthropic or Bedrock answer carries them here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cache_write_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -87,6 +91,7 @@ impl WireUsage {
                 self.prompt_tokens + self.completion_tokens
             },
             cached_prompt_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens),
+            cache_write_tokens: self.prompt_tokens_details.as_ref().and_then(|d| d.cache_write_tokens),
         }
     }
 
@@ -95,9 +100,11 @@ impl WireUsage {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             total_tokens: usage.total_tokens,
-            prompt_tokens_details: usage
-                .cached_prompt_tokens
-                .map(|cached| WirePromptDetails { cached_tokens: Some(cached) }),
+            prompt_tokens_details: (usage.cached_prompt_tokens.is_some() || usage.cache_write_tokens.is_some())
+                .then_some(WirePromptDetails {
+                    cached_tokens: usage.cached_prompt_tokens,
+                    cache_write_tokens: usage.cache_write_tokens,
+                }),
         }
     }
 }

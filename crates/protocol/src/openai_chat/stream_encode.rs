@@ -79,9 +79,13 @@ impl SseEncoder {
             push_u64(out, usage.completion_tokens);
             out.extend_from_slice(b",\"total_tokens\":");
             push_u64(out, usage.total_tokens);
-            if let Some(cached) = usage.cached_prompt_tokens {
+            if usage.cached_prompt_tokens.is_some() || usage.cache_write_tokens.is_some() {
                 out.extend_from_slice(b",\"prompt_tokens_details\":{\"cached_tokens\":");
-                push_u64(out, cached);
+                push_u64(out, usage.cached_prompt_tokens.unwrap_or(0));
+                if let Some(written) = usage.cache_write_tokens {
+                    out.extend_from_slice(b",\"cache_write_tokens\":");
+                    push_u64(out, written);
+                }
                 out.push(b'}');
             }
             out.extend_from_slice(b"}}\n\n");

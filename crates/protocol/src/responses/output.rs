@@ -225,7 +225,9 @@ pub(crate) fn write_response(
 fn write_usage(out: &mut Vec<u8>, usage: &Usage) {
     out.extend_from_slice(b"{\"input_tokens\":");
     push_u64(out, usage.prompt_tokens);
-    out.extend_from_slice(b",\"input_tokens_details\":{\"cache_write_tokens\":0,\"cached_tokens\":");
+    out.extend_from_slice(b",\"input_tokens_details\":{\"cache_write_tokens\":");
+    push_u64(out, usage.cache_write_tokens.unwrap_or(0));
+    out.extend_from_slice(b",\"cached_tokens\":");
     push_u64(out, usage.cached_prompt_tokens.unwrap_or(0));
     out.extend_from_slice(b"},\"output_tokens\":");
     push_u64(out, usage.completion_tokens);

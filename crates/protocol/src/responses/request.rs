@@ -34,6 +34,8 @@ pub fn decode_request(body: &[u8]) -> Result<ChatRequest, TranslateError> {
             "top_p" => req.top_p = Some(json::f64_field(raw, &at)?),
             "stream" => req.stream = json::bool_field(raw, &at)?,
             "user" => req.user = Some(json::string(raw, &at)?.into_owned()),
+            "prompt_cache_key" => req.prompt_cache_key = Some(json::string(raw, &at)?.into_owned()),
+            "prompt_cache_retention" => req.prompt_cache_retention = Some(json::string(raw, &at)?.into_owned()),
             "safety_identifier" => safety_identifier = Some(json::string(raw, &at)?.into_owned()),
             "text" => {
                 let text = json::object(raw, &at)?;
@@ -257,6 +259,10 @@ struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_retention: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<WireText<'a>>,
     #[serde(flatten)]
     extra: ExtraFields<'a>,
@@ -339,6 +345,8 @@ pub fn encode_request(req: &ChatRequest) -> Result<Vec<u8>, TranslateError> {
         top_p: req.top_p,
         stream: req.stream,
         user: req.user.as_deref(),
+        prompt_cache_key: req.prompt_cache_key.as_deref(),
+        prompt_cache_retention: req.prompt_cache_retention.as_deref(),
         text: req.response_format.as_ref().map(|format| WireText {
             format: match format {
                 ResponseFormat::JsonObject => WireFormat::JsonObject,

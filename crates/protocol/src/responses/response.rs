@@ -68,12 +68,14 @@ pub(crate) struct WireUsage {
 #[derive(Deserialize, Default)]
 struct WireInputDetails {
     cached_tokens: Option<u64>,
+    cache_write_tokens: Option<u64>,
 }
 
 impl WireUsage {
     pub(crate) fn to_usage(&self) -> Usage {
         Usage {
             cached_prompt_tokens: self.input_tokens_details.as_ref().and_then(|d| d.cached_tokens),
+            cache_write_tokens: self.input_tokens_details.as_ref().and_then(|d| d.cache_write_tokens),
             total_tokens: self.total_tokens.max(self.input_tokens + self.output_tokens),
             ..Usage::new(self.input_tokens, self.output_tokens)
         }
