@@ -24,6 +24,8 @@ fn record(i: usize) -> UsageRecord {
         prompt_tokens: 3,
         completion_tokens: 5,
         total_tokens: 8,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
         latency_ms: 1.5,
         ttft_ms: None,
         cost_usd: 0.0,

@@ -290,12 +290,24 @@ pub struct StorageConfig {
 }
 
 /// USD per million tokens, and per unit of what else a request uses.
+/// The tokens a request is charged for: every prompt token (those read from and written to the
+/// provider's prompt cache among them) and the completion's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub prompt: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub completion: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Price {
     pub input_per_million: f64,
     pub output_per_million: f64,
-    /// Prompt tokens read from the provider's prompt cache; None: billed as input.
+    /// Prompt tokens read from the provider's prompt cache (`cache_read`); None: billed as input.
     pub cached_input_per_million: Option<f64>,
+    /// Prompt tokens written to the provider's prompt cache (`cache_write`); None: billed as input.
+    pub cache_write_per_million: Option<f64>,
     pub units: UnitPrices,
     /// The share of the price a batch's lines pay (`batch_discount`, 1.0 unless set).
     pub batch_discount: f64,
@@ -472,15 +484,19 @@ impl Config {
         self.prices.get(model).or_else(|| self.prices.get(prices::normalized(model)?))
     }
 
-    /// Cost in USD of a request to `model`: `prompt_tokens` of which `cached_tokens` were read
-    /// from the provider's prompt cache, and `completion_tokens`.
-    pub fn cost(&self, model: &str, prompt_tokens: u64, cached_tokens: u64, completion_tokens: u64) -> f64 {
+    /// Cost in USD of a request to `model` that `counted` these tokens: prompt tokens read from
+    /// the provider's prompt cache at its `cache_read` price, those written to it at its
+    /// `cache_write` price (each the input price where none is set), the rest as input.
+    pub fn cost(&self, model: &str, counted: &Counted) -> f64 {
         self.price(model).map_or(0.0, |p| {
-            let cached = cached_tokens.min(prompt_tokens);
-            let cached_price = p.cached_input_per_million.unwrap_or(p.input_per_million);
-            ((prompt_tokens - cached) as f64 * p.input_per_million
-                + cached as f64 * cached_price
-                + completion_tokens as f64 * p.output_per_million)
+            let read = counted.cache_read.min(counted.prompt);
+            let written = counted.cache_write.min(counted.prompt - read);
+            let read_price = p.cached_input_per_million.unwrap_or(p.input_per_million);
+            let write_price = p.cache_write_per_million.unwrap_or(p.input_per_million);
+            ((counted.prompt - read - written) as f64 * p.input_per_million
+                + read as f64 * read_price
+                + written as f64 * write_price
+                + counted.completion as f64 * p.output_per_million)
                 / 1e6
         })
     }

@@ -192,6 +192,12 @@ pub struct UsageRecord {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    /// Of the prompt tokens, those read from the provider's prompt cache and those written to
+    /// it, as the backend reported them (priced by `prices.MODEL.cache_read` and `cache_write`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
     pub cost_usd: f64,
@@ -241,6 +247,8 @@ impl UsageRecord {
             prompt_tokens: 0,
             completion_tokens: 0,
             total_tokens: 0,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
             latency_ms: 0.0,
             ttft_ms: None,
             cost_usd: 0.0,

@@ -142,6 +142,8 @@ pub struct Tokens {
     pub total: u64,
     /// Prompt tokens read from the provider's prompt cache (billed at its cached-input price).
     pub cached: u64,
+    /// Prompt tokens written to the provider's prompt cache (billed at its cache-write price).
+    pub cache_write: u64,
 }
 
 impl From<&switchyard_protocol::chat::Usage> for Tokens {
@@ -152,6 +154,7 @@ impl From<&switchyard_protocol::chat::Usage> for Tokens {
             completion: u.completion_tokens,
             total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
             cached: u.cached_prompt_tokens.unwrap_or(0),
+            cache_write: u.cache_write_tokens.unwrap_or(0),
         }
     }
 }

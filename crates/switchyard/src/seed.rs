@@ -41,6 +41,8 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             prompt_tokens: 100 + i % 50,
             completion_tokens: 20 + i % 30,
             total_tokens: 120 + i % 50 + i % 30,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
             latency_ms: 120.0,
             ttft_ms: Some(30.0),
             cost_usd: 0.0001,

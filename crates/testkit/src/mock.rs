@@ -200,6 +200,8 @@ pub struct MockControl {
     hook_delay_ns: AtomicU64,
     /// Azure and Bedrock APIs only: the path (and query) of every POST, in arrival order.
     posted_paths: Mutex<Vec<String>>,
+    /// Bedrock only: the prompt prefixes cached at a `cachePoint` so far.
+    prompt_prefixes: Mutex<std::collections::HashSet<String>>,
 }
 
 /// What a webhook receiver that dedupes by `Idempotency-Key` has kept.
@@ -246,6 +248,7 @@ impl MockControl {
             hook_store: Mutex::new(HookStore::default()),
             hook_delay_ns: AtomicU64::new(0),
             posted_paths: Mutex::new(Vec::new()),
+            prompt_prefixes: Mutex::new(std::collections::HashSet::new()),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -336,6 +339,12 @@ impl MockControl {
 
     /// Starts keeping every model API request body from now on: what the backend was actually
     /// sent (a guardrail's masking is checked here). Off by default.
+    /// A prompt prefix up to a cache point: true when it is new (a cache write), false when an
+    /// earlier request cached it (a read).
+    pub fn remember_prompt_prefix(&self, prefix: &str) -> bool {
+        self.prompt_prefixes.lock().unwrap_or_else(|p| p.into_inner()).insert(prefix.to_owned())
+    }
+
     pub fn keep_bodies(&self) {
         self.bodies.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(Vec::new);
     }

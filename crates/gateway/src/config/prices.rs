@@ -1,5 +1,5 @@
 //! The shipped price table: list prices of the common hosted models, in USD per million tokens
-//! (input, output, cached input), so spend and budgets are right without typing prices. Entries
+//! (input, output, cache reads, cache writes), so spend and budgets are right without typing prices. Entries
 //! in `prices:` override these. A model is found by its exact name, else with a provider prefix
 //! (`openai/gpt-4o`) or a date suffix (`claude-sonnet-4-5-20250929`, `gpt-4o-2024-08-06`) taken off,
 //! and a Bedrock id as the model it names (`us.anthropic.claude-sonnet-4-20250514-v1:0`).
@@ -14,58 +14,61 @@ use serde::Deserialize;
 
 use super::{ConfigError, Price, UnitPrices};
 
-/// (model, input, output, cached input) per million tokens.
-const SHIPPED: &[(&str, f64, f64, Option<f64>)] = &[
+/// (model, input, output, cache read, cache write) per million tokens. No cache-write price: writes
+/// cost what input does (OpenAI, Google and DeepSeek charge nothing extra for caching a prompt).
+type Shipped = (&'static str, f64, f64, Option<f64>, Option<f64>);
+const SHIPPED: &[Shipped] = &[
     // OpenAI
-    ("gpt-5", 1.25, 10.0, Some(0.125)),
-    ("gpt-5-mini", 0.25, 2.0, Some(0.025)),
-    ("gpt-5-nano", 0.05, 0.40, Some(0.005)),
-    ("gpt-4.1", 2.0, 8.0, Some(0.50)),
-    ("gpt-4.1-mini", 0.40, 1.60, Some(0.10)),
-    ("gpt-4.1-nano", 0.10, 0.40, Some(0.025)),
-    ("gpt-4o", 2.50, 10.0, Some(1.25)),
-    ("gpt-4o-mini", 0.15, 0.60, Some(0.075)),
-    ("o1", 15.0, 60.0, Some(7.50)),
-    ("o3", 2.0, 8.0, Some(0.50)),
-    ("o3-mini", 1.10, 4.40, Some(0.55)),
-    ("o4-mini", 1.10, 4.40, Some(0.275)),
-    ("text-embedding-3-small", 0.02, 0.0, None),
-    ("text-embedding-3-large", 0.13, 0.0, None),
-    // Anthropic (cached input: cache reads)
-    ("claude-opus-4-1", 15.0, 75.0, Some(1.50)),
-    ("claude-opus-4", 15.0, 75.0, Some(1.50)),
-    ("claude-sonnet-4-5", 3.0, 15.0, Some(0.30)),
-    ("claude-sonnet-4", 3.0, 15.0, Some(0.30)),
-    ("claude-3-7-sonnet", 3.0, 15.0, Some(0.30)),
-    ("claude-haiku-4-5", 1.0, 5.0, Some(0.10)),
-    ("claude-3-5-haiku", 0.80, 4.0, Some(0.08)),
+    ("gpt-5", 1.25, 10.0, Some(0.125), None),
+    ("gpt-5-mini", 0.25, 2.0, Some(0.025), None),
+    ("gpt-5-nano", 0.05, 0.40, Some(0.005), None),
+    ("gpt-4.1", 2.0, 8.0, Some(0.50), None),
+    ("gpt-4.1-mini", 0.40, 1.60, Some(0.10), None),
+    ("gpt-4.1-nano", 0.10, 0.40, Some(0.025), None),
+    ("gpt-4o", 2.50, 10.0, Some(1.25), None),
+    ("gpt-4o-mini", 0.15, 0.60, Some(0.075), None),
+    ("o1", 15.0, 60.0, Some(7.50), None),
+    ("o3", 2.0, 8.0, Some(0.50), None),
+    ("o3-mini", 1.10, 4.40, Some(0.55), None),
+    ("o4-mini", 1.10, 4.40, Some(0.275), None),
+    ("text-embedding-3-small", 0.02, 0.0, None, None),
+    ("text-embedding-3-large", 0.13, 0.0, None, None),
+    // Anthropic (cache reads 0.1x input, 5-minute cache writes 1.25x)
+    ("claude-opus-4-1", 15.0, 75.0, Some(1.50), Some(18.75)),
+    ("claude-opus-4", 15.0, 75.0, Some(1.50), Some(18.75)),
+    ("claude-sonnet-4-5", 3.0, 15.0, Some(0.30), Some(3.75)),
+    ("claude-sonnet-4", 3.0, 15.0, Some(0.30), Some(3.75)),
+    ("claude-3-7-sonnet", 3.0, 15.0, Some(0.30), Some(3.75)),
+    ("claude-haiku-4-5", 1.0, 5.0, Some(0.10), Some(1.25)),
+    ("claude-3-5-haiku", 0.80, 4.0, Some(0.08), Some(1.0)),
     // Google
-    ("gemini-2.5-pro", 1.25, 10.0, Some(0.125)),
-    ("gemini-2.5-flash", 0.30, 2.50, Some(0.03)),
-    ("gemini-2.5-flash-lite", 0.10, 0.40, Some(0.01)),
-    ("gemini-2.0-flash", 0.10, 0.40, Some(0.025)),
+    ("gemini-2.5-pro", 1.25, 10.0, Some(0.125), None),
+    ("gemini-2.5-flash", 0.30, 2.50, Some(0.03), None),
+    ("gemini-2.5-flash-lite", 0.10, 0.40, Some(0.01), None),
+    ("gemini-2.0-flash", 0.10, 0.40, Some(0.025), None),
     // Mistral
-    ("mistral-large-latest", 2.0, 6.0, None),
-    ("mistral-medium-latest", 0.40, 2.0, None),
-    ("mistral-small-latest", 0.10, 0.30, None),
-    ("codestral-latest", 0.30, 0.90, None),
+    ("mistral-large-latest", 2.0, 6.0, None, None),
+    ("mistral-medium-latest", 0.40, 2.0, None, None),
+    ("mistral-small-latest", 0.10, 0.30, None, None),
+    ("codestral-latest", 0.30, 0.90, None, None),
     // DeepSeek (cached input: cache hits)
-    ("deepseek-chat", 0.28, 0.42, Some(0.028)),
-    ("deepseek-reasoner", 0.28, 0.42, Some(0.028)),
+    ("deepseek-chat", 0.28, 0.42, Some(0.028), None),
+    ("deepseek-reasoner", 0.28, 0.42, Some(0.028), None),
     // Groq
-    ("llama-3.3-70b-versatile", 0.59, 0.79, None),
-    ("llama-3.1-8b-instant", 0.05, 0.08, None),
+    ("llama-3.3-70b-versatile", 0.59, 0.79, None, None),
+    ("llama-3.1-8b-instant", 0.05, 0.08, None, None),
 ];
 
 /// The shipped table as `prices:` entries.
 pub fn shipped() -> impl Iterator<Item = (String, Price)> {
-    SHIPPED.iter().map(|&(model, input, output, cached)| {
+    SHIPPED.iter().map(|&(model, input, output, cached, written)| {
         (
             model.to_owned(),
             Price {
                 input_per_million: input,
                 output_per_million: output,
                 cached_input_per_million: cached,
+                cache_write_per_million: written,
                 units: super::UnitPrices::default(),
                 batch_discount: 1.0,
             },
@@ -121,6 +124,7 @@ fn strip_date(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Counted;
 
     #[test]
     fn dated_and_prefixed_names_find_their_model() {
@@ -151,12 +155,25 @@ mod tests {
         )
         .unwrap();
         // Shipped: 1M prompt tokens of which half cached, and 1M completion tokens.
-        let sonnet = c.cost("claude-sonnet-4-5-20250929", 1_000_000, 500_000, 1_000_000);
+        let counted =
+            |prompt, cache_read, cache_write, completion| Counted { prompt, cache_read, cache_write, completion };
+        let sonnet = c.cost("claude-sonnet-4-5-20250929", &counted(1_000_000, 500_000, 0, 1_000_000));
         assert!((sonnet - (1.5 + 0.15 + 15.0)).abs() < 1e-9, "{sonnet}");
-        assert!((c.cost("openai/gpt-4o-mini", 1_000_000, 0, 0) - 0.15).abs() < 1e-9);
-        // Configured: no cached price, so cached tokens are billed as input.
-        assert!((c.cost("gpt-4o", 1_000_000, 1_000_000, 1_000_000) - 3.0).abs() < 1e-9);
-        assert_eq!(c.cost("llama3.1:8b", 1_000_000, 0, 1_000_000), 0.0, "self-hosted models cost nothing");
+        // Cache writes at Anthropic's 1.25x: 0.2M input, 0.3M read, 0.5M written.
+        let writes = c.cost("claude-sonnet-4-5", &counted(1_000_000, 300_000, 500_000, 0));
+        assert!((writes - (0.6 + 0.09 + 1.875)).abs() < 1e-9, "{writes}");
+        assert!((c.cost("openai/gpt-4o-mini", &counted(1_000_000, 0, 0, 0)) - 0.15).abs() < 1e-9);
+        // Configured: no cache prices, so cached tokens are billed as input.
+        assert!((c.cost("gpt-4o", &counted(1_000_000, 1_000_000, 0, 1_000_000)) - 3.0).abs() < 1e-9);
+        assert_eq!(c.cost("llama3.1:8b", &counted(1_000_000, 0, 0, 1_000_000)), 0.0, "self-hosted models cost nothing");
+        // `cache_read` and `cache_write` price them, per million as the others.
+        let c = crate::config::Config::from_yaml(
+            "prices: {m: {input_per_million: 10, output_per_million: 20, cache_read: 1, cache_write: 12.5}}",
+            &std::collections::HashMap::new(),
+        )
+        .unwrap();
+        let m = c.cost("m", &counted(4_000_000, 1_000_000, 2_000_000, 1_000_000));
+        assert!((m - (10.0 + 1.0 + 25.0 + 20.0)).abs() < 1e-9, "{m}");
     }
 
     #[test]
@@ -164,6 +181,7 @@ mod tests {
         for (model, p) in shipped() {
             assert!(p.input_per_million > 0.0 && p.output_per_million >= 0.0, "{model}");
             assert!(p.cached_input_per_million.is_none_or(|c| c < p.input_per_million), "{model}");
+            assert!(p.cache_write_per_million.is_none_or(|w| w > p.input_per_million), "{model}");
             assert!(normalized(&model).is_none(), "{model} is stored under its plain name");
         }
     }
@@ -177,7 +195,11 @@ pub struct RawPrice {
     input_per_million: f64,
     #[serde(default)]
     output_per_million: f64,
-    cached_input_per_million: Option<f64>,
+    /// Prompt tokens read from the provider's cache (`cached_input_per_million` is its older name).
+    #[serde(alias = "cached_input_per_million")]
+    cache_read: Option<f64>,
+    /// Prompt tokens written to the provider's cache.
+    cache_write: Option<f64>,
     #[serde(default)]
     per_request: f64,
     #[serde(default)]
@@ -196,7 +218,7 @@ pub struct RawPrice {
 pub fn validate(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Price>, ConfigError> {
     let mut prices: HashMap<String, Price> = shipped().collect();
     for (model, p) in raw {
-        let cached = ("cached_input_per_million", p.cached_input_per_million.unwrap_or(0.0));
+        let cached = ("cache_read", p.cache_read.unwrap_or(0.0));
         let units = UnitPrices {
             per_request: p.per_request,
             per_image: p.per_image,
@@ -208,6 +230,7 @@ pub fn validate(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Price>
             ("input_per_million", p.input_per_million),
             ("output_per_million", p.output_per_million),
             cached,
+            ("cache_write", p.cache_write.unwrap_or(0.0)),
             ("per_request", units.per_request),
             ("per_image", units.per_image),
             ("per_search_unit", units.per_search_unit),
@@ -221,9 +244,16 @@ pub fn validate(raw: HashMap<String, RawPrice>) -> Result<HashMap<String, Price>
             }
         }
         let (input_per_million, output_per_million) = (p.input_per_million, p.output_per_million);
-        let cached_input_per_million = p.cached_input_per_million;
+        let (cached_input_per_million, cache_write_per_million) = (p.cache_read, p.cache_write);
         let batch_discount = p.batch_discount.unwrap_or(1.0);
-        let price = Price { input_per_million, output_per_million, cached_input_per_million, units, batch_discount };
+        let price = Price {
+            input_per_million,
+            output_per_million,
+            cached_input_per_million,
+            cache_write_per_million,
+            units,
+            batch_discount,
+        };
         prices.insert(model, price);
     }
     Ok(prices)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::config::Config;
+use crate::config::{Config, Counted};
 use crate::limit::{BudgetPermit, Permit};
 use crate::metrics::Metrics;
 use crate::records::{StoredBodies, UsageRecord};
@@ -330,6 +330,7 @@ impl Meter {
             completion: sum.completion + earlier.completion,
             total: sum.total + earlier.total,
             cached: sum.cached + earlier.cached,
+            cache_write: sum.cache_write + earlier.cache_write,
         });
     }
 
@@ -424,7 +425,7 @@ impl Meter {
                 _ => 0,
             };
             let prompt = if answered { self.prompt_estimate } else { 0 };
-            Tokens { prompt, completion, total: prompt + completion, cached: 0 }
+            Tokens { prompt, completion, total: prompt + completion, cached: 0, cache_write: 0 }
         });
         let mut tokens = tokens;
         if let Some(earlier) = self.earlier {
@@ -432,6 +433,7 @@ impl Meter {
             tokens.completion += earlier.completion;
             tokens.total += earlier.total;
             tokens.cached += earlier.cached;
+            tokens.cache_write += earlier.cache_write;
         }
         let units = if answered { self.units_used() } else { None };
         let r = &mut self.record;
@@ -440,7 +442,14 @@ impl Meter {
         r.completion_tokens = tokens.completion;
         r.total_tokens = tokens.total.max(tokens.prompt + tokens.completion);
         r.latency_ms = self.started.elapsed().as_secs_f64() * 1e3;
-        r.cost_usd = self.config.cost(&r.model_served, r.prompt_tokens, tokens.cached, r.completion_tokens);
+        (r.cache_read_tokens, r.cache_write_tokens) = (tokens.cached, tokens.cache_write);
+        let counted = Counted {
+            prompt: r.prompt_tokens,
+            cache_read: tokens.cached,
+            cache_write: tokens.cache_write,
+            completion: r.completion_tokens,
+        };
+        r.cost_usd = self.config.cost(&r.model_served, &counted);
         if answered {
             r.units = units;
             r.cost_usd += unit_cost(&self.config, &r.model_served, r.units.as_deref());

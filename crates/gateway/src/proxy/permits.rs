@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::app::App;
 use crate::auth::Identity;
+use crate::config::Counted;
 use crate::error::GatewayError;
 use crate::http::parse::RoutedRequest;
 use crate::limit::{period_end, period_start, BudgetPermit, Limits, Permit, Refused, Reserved};
@@ -135,7 +136,8 @@ async fn reserve_budget(
         })
     };
     let prompt = (routed.body.len() as u64).div_ceil(4);
-    let estimate = app.config.cost(&routed.model, prompt, 0, routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE));
+    let completion = routed.max_tokens.unwrap_or(DEFAULT_COMPLETION_ESTIMATE);
+    let estimate = app.config.cost(&routed.model, &Counted { prompt, completion, ..Counted::default() });
     let over_budget = |committed: f64| {
         let retry_after_secs = period_end(period, start).map_or(0, |end| ((end - now).max(1000) / 1000) as u64);
         GatewayError::RateLimited {

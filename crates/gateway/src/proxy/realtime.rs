@@ -262,7 +262,8 @@ impl Session {
 
     fn record(&mut self, input: u64, output: u64) {
         self.responses += 1;
-        let cost = self.app.config.cost(&self.model, input, 0, output);
+        let counted = crate::config::Counted { prompt: input, completion: output, ..Default::default() };
+        let cost = self.app.config.cost(&self.model, &counted);
         self.cost += cost;
         let Some(journal) = &self.app.journal else { return };
         let id = format!("{}.{}", self.request_id, self.responses);

@@ -80,7 +80,7 @@ impl Resumer {
         };
         let prompt = (self.client_body.len() as u64).div_ceil(4);
         let completion = estimate_tokens(emitted.generated_chars);
-        let earlier = Tokens { prompt, completion, total: prompt + completion, cached: 0 };
+        let earlier = Tokens { prompt, completion, total: prompt + completion, cached: 0, cache_write: 0 };
         let app = self.app.clone();
         let mut fallen_back = None;
         // Where the strategy is cache-aware, the backends not yet tried that hold the most of

@@ -53,6 +53,9 @@ pub struct RequestRow {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    /// Of the prompt tokens, those read from and written to the provider's prompt cache.
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
     pub cost_usd: f64,
@@ -134,7 +137,8 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
     let sql = format!(
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
-         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call, r.units, r.batch_id \
+         r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call, r.units, r.batch_id, \
+         r.cache_read_tokens, r.cache_write_tokens \
          FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
          LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
@@ -181,6 +185,8 @@ macro_rules! decode {
                 .map(|u| serde_json::from_str(&u).map_err(|_| StoreError::Corrupt(format!("units {u}"))))
                 .transpose()?,
             batch_id: row.try_get(24)?,
+            cache_read_tokens: to_u64(row.try_get(25)?, "cache_read_tokens")?,
+            cache_write_tokens: to_u64(row.try_get(26)?, "cache_write_tokens")?,
         }
     }};
 }

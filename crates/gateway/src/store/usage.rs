@@ -14,10 +14,11 @@ pub const HOUR_MS: i64 = 3_600_000;
 
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
-                              response_bytes, route_reason, guardrails, guard_call, units, batch_id";
-const RECORD_COLS: usize = 23;
+                              response_bytes, route_reason, guardrails, guard_call, units, batch_id, \
+                              cache_read_tokens, cache_write_tokens";
+const RECORD_COLS: usize = 25;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement at most: 23 columns x 512 = 11,776 parameters, well under SQLite's 32,766 and
+/// Rows per multi-row statement at most: 25 columns x 512 = 12,800 parameters, well under SQLite's 32,766 and
 /// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
 const CHUNK_ROWS: usize = 512;
 
@@ -46,6 +47,8 @@ struct Row<'a> {
     prompt: i64,
     completion: i64,
     total: i64,
+    cache_read: i64,
+    cache_write: i64,
     response_bytes: Option<i64>,
     /// The guardrails' verdicts as JSON; None when there were none.
     guardrails: Option<String>,
@@ -61,6 +64,8 @@ impl<'a> Row<'a> {
             prompt: to_i64(r.prompt_tokens, "prompt_tokens")?,
             completion: to_i64(r.completion_tokens, "completion_tokens")?,
             total: to_i64(r.total_tokens, "total_tokens")?,
+            cache_read: to_i64(r.cache_read_tokens, "cache_read_tokens")?,
+            cache_write: to_i64(r.cache_write_tokens, "cache_write_tokens")?,
             response_bytes: r.response_bytes.map(|b| to_i64(b, "response_bytes")).transpose()?,
             guardrails: (!r.guardrails.is_empty()).then(|| serde_json::to_string(&r.guardrails).unwrap_or_default()),
             units: r.units.as_ref().map(|u| serde_json::to_string(u).unwrap_or_default()),
@@ -203,6 +208,8 @@ where
         .bind(&r.guard_call)
         .bind(&row.units)
         .bind(&r.batch_id)
+        .bind(row.cache_read)
+        .bind(row.cache_write)
 }
 
 /// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.

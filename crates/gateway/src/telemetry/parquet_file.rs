@@ -38,6 +38,8 @@ const SCHEMA: &str = "message usage_record {
     OPTIONAL BYTE_ARRAY route (STRING);
     OPTIONAL BYTE_ARRAY request_body (STRING);
     OPTIONAL BYTE_ARRAY response_body (STRING);
+    REQUIRED INT64 cache_read_tokens;
+    REQUIRED INT64 cache_write_tokens;
 }";
 
 /// One column's values: present ones, and a definition level per row (1 present, 0 null) for
@@ -107,6 +109,8 @@ fn encode_columns(records: &[UsageRecord]) -> Result<Vec<u8>, ParquetError> {
         optional_text(records, |r| r.route.as_deref()),
         optional_text(records, |r| r.bodies.as_ref().map(|b| b.request.as_str())),
         optional_text(records, |r| r.bodies.as_ref().map(|b| b.response.as_str())),
+        int64(records, |r| r.cache_read_tokens),
+        int64(records, |r| r.cache_write_tokens),
     ];
     let schema = Arc::new(parse_message_type(SCHEMA)?);
     let properties = Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).build());
@@ -161,6 +165,8 @@ mod tests {
             prompt_tokens: 12,
             completion_tokens: 7,
             total_tokens: 19,
+            cache_read_tokens: 4,
+            cache_write_tokens: 2,
             latency_ms: 12.5,
             ttft_ms: full.then_some(3.25),
             cost_usd: 0.0001,

@@ -37,6 +37,9 @@ pub(crate) struct WireUsage {
 pub(crate) struct PromptDetails {
     #[serde(default)]
     cached_tokens: Option<u64>,
+    /// Cache writes, as the Responses API (and a translated Anthropic answer) spells them.
+    #[serde(default)]
+    cache_write_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -58,7 +61,8 @@ impl WireUsage {
             Some(total) if read + written == 0 => total,
             _ => prompt.saturating_add(completion),
         };
-        Some(Tokens { prompt, completion, total, cached })
+        let cache_write = self.prompt_tokens_details.as_ref().and_then(|d| d.cache_write_tokens).unwrap_or(written);
+        Some(Tokens { prompt, completion, total, cached, cache_write })
     }
 }
 
@@ -89,7 +93,7 @@ pub fn usage_from_response(body: &[u8]) -> Option<Tokens> {
         (None, None, None) => None,
         (None, prompt, completion) => {
             let (prompt, completion) = (prompt.unwrap_or(0), completion.unwrap_or(0));
-            Some(Tokens { prompt, completion, total: prompt.saturating_add(completion), cached: 0 })
+            Some(Tokens { prompt, completion, total: prompt.saturating_add(completion), cached: 0, cache_write: 0 })
         }
     }
 }
@@ -115,7 +119,8 @@ fn gemini_usage(body: &[u8]) -> Option<Tokens> {
     }
     let m = serde_json::from_slice::<Envelope>(body).ok()?.usage_metadata?;
     let (prompt, completion) = (m.prompt_token_count, m.candidates_token_count + m.thoughts_token_count);
-    Some(Tokens { prompt, completion, total: prompt + completion, cached: m.cached_content_token_count })
+    let cached = m.cached_content_token_count;
+    Some(Tokens { prompt, completion, total: prompt + completion, cached, cache_write: 0 })
 }
 
 /// The `usage` object read where it stands, without parsing the rest of the answer (which took
@@ -358,7 +363,7 @@ mod tests {
 
     #[test]
     fn usage_of_chat_completions_and_embeddings() {
-        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total, cached: 0 });
+        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total, cached: 0, cache_write: 0 });
         assert_eq!(usage_from_response(CHAT.as_bytes()), t(12, 7, 19));
         assert_eq!(usage_from_response(COMPLETION.as_bytes()), t(3, 1, 4));
         assert_eq!(usage_from_response(EMBEDDINGS.as_bytes()), t(8, 0, 8));
@@ -372,7 +377,10 @@ mod tests {
     #[test]
     fn gemini_usage_metadata_is_read() {
         let body = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":6,"thoughtsTokenCount":4,"cachedContentTokenCount":2}}"#;
-        assert_eq!(usage_from_response(body), Some(Tokens { prompt: 8, completion: 10, total: 18, cached: 2 }));
+        assert_eq!(
+            usage_from_response(body),
+            Some(Tokens { prompt: 8, completion: 10, total: 18, cached: 2, cache_write: 0 })
+        );
     }
 
     #[test]
@@ -390,7 +398,7 @@ mod tests {
 
     #[test]
     fn usage_is_read_in_place_and_text_or_odd_values_cannot_fool_it() {
-        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total, cached: 0 });
+        let t = |prompt, completion, total| Some(Tokens { prompt, completion, total, cached: 0, cache_write: 0 });
         for body in [CHAT, COMPLETION, EMBEDDINGS] {
             assert!(usage_in_place(body.as_bytes()).is_some(), "{body}");
         }
@@ -410,7 +418,10 @@ mod tests {
     fn usage_of_a_real_llama_server_answer() {
         let body =
             std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llama-server/response.json")).unwrap();
-        assert_eq!(usage_from_response(&body), Some(Tokens { prompt: 36, completion: 12, total: 48, cached: 0 }));
+        assert_eq!(
+            usage_from_response(&body),
+            Some(Tokens { prompt: 36, completion: 12, total: 48, cached: 0, cache_write: 0 })
+        );
     }
 
     #[test]

@@ -64,17 +64,20 @@ impl SseUsageTap {
             };
             self.carry.extend_from_slice(&frame[..taken]);
             let carried = std::mem::take(&mut self.carry);
-            if !self.observe(&carried) && self.strip {
-                out.keep_bytes(&carried);
+            match self.observe(&carried) {
+                Fate::Keep if self.strip => out.keep_bytes(&carried),
+                Fate::Replace(kept) => out.keep_bytes(&kept),
+                _ => {}
             }
             self.carry = carried;
             self.carry.clear();
             pos = taken;
         }
         while let Some(len) = event_end(&frame[pos..]) {
-            let remove = self.observe(&frame[pos..pos + len]);
-            if self.strip && !remove {
-                out.keep(&frame, pos, pos + len);
+            match self.observe(&frame[pos..pos + len]) {
+                Fate::Keep if self.strip => out.keep(&frame, pos, pos + len),
+                Fate::Replace(kept) => out.append(&frame, &kept),
+                _ => {}
             }
             pos += len;
         }
@@ -99,8 +102,11 @@ impl SseUsageTap {
             return None;
         }
         let carried = std::mem::take(&mut self.carry);
-        let remove = self.observe(&carried);
-        (self.strip && !remove).then(|| Bytes::from(carried))
+        match self.observe(&carried) {
+            Fate::Keep if self.strip => Some(Bytes::from(carried)),
+            Fate::Replace(kept) => Some(Bytes::from(kept)),
+            _ => None,
+        }
     }
 
     /// Token counts from the last event that carried a non-null `usage`.
@@ -140,12 +146,12 @@ impl SseUsageTap {
         Some(out.freeze())
     }
 
-    /// Account for one complete event; true if it is the usage-only chunk.
-    fn observe(&mut self, event: &[u8]) -> bool {
-        let Some(data) = event_data(event) else { return false };
+    /// Account for one complete event, and say what of it the client gets.
+    fn observe(&mut self, event: &[u8]) -> Fate {
+        let Some(data) = event_data(event) else { return Fate::Keep };
         if data.trim_ascii() == b"[DONE]" {
             self.done = true;
-            return false;
+            return Fate::Keep;
         }
         let chars = content_chars(&data);
         if chars > 0 {
@@ -153,18 +159,52 @@ impl SseUsageTap {
             self.content_events += 1;
         }
         if USAGE_KEY.find(&data).is_none() {
-            return false;
+            return Fate::Keep;
         }
         #[derive(Deserialize)]
         struct Chunk {
             usage: Option<WireUsage>,
             choices: Option<Vec<IgnoredAny>>,
         }
-        let Ok(chunk) = serde_json::from_slice::<Chunk>(&data) else { return false };
-        let Some(tokens) = chunk.usage.as_ref().and_then(WireUsage::tokens) else { return false };
+        let Ok(chunk) = serde_json::from_slice::<Chunk>(&data) else { return Fate::Keep };
+        let Some(tokens) = chunk.usage.as_ref().and_then(WireUsage::tokens) else { return Fate::Keep };
         self.usage = Some(tokens);
-        chunk.choices.is_none_or(|choices| choices.is_empty())
+        if !chunk.choices.is_none_or(|choices| choices.is_empty()) {
+            return Fate::Keep;
+        }
+        match self.strip {
+            true => without_usage(&data).map_or(Fate::Remove, Fate::Replace),
+            false => Fate::Remove,
+        }
     }
+}
+
+/// What the client gets of an event.
+enum Fate {
+    Keep,
+    /// The usage-only chunk the gateway asked for on the client's behalf.
+    Remove,
+    /// That chunk, when the backend added fields of its own to it (llama.cpp's `timings`), as an
+    /// event without its `usage`: what the backend adds reaches the client.
+    Replace(Vec<u8>),
+}
+
+/// The fields every OpenAI-compatible server's chunk has; anything else is the backend's own.
+const CHUNK_FIELDS: [&str; 9] =
+    ["id", "object", "created", "model", "system_fingerprint", "service_tier", "choices", "usage", "obfuscation"];
+
+/// The usage-only chunk `data` as an event without `usage`, if the backend put fields of its own
+/// in it; None when it has nothing else to say.
+fn without_usage(data: &[u8]) -> Option<Vec<u8>> {
+    let mut chunk: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(data).ok()?;
+    if chunk.keys().all(|k| CHUNK_FIELDS.contains(&k.as_str())) {
+        return None;
+    }
+    chunk.remove("usage");
+    let mut event = b"data: ".to_vec();
+    serde_json::to_writer(&mut event, &chunk).ok()?;
+    event.extend_from_slice(b"\n\n");
+    Some(event)
 }
 
 fn non_empty(frame: Bytes) -> Option<Bytes> {
@@ -189,6 +229,18 @@ impl Out {
                 *self = Out::Owned(owned);
             }
             Out::Owned(owned) => owned.extend_from_slice(&frame[start..end]),
+        }
+    }
+
+    /// Bytes of the gateway's own after what is kept so far of `frame`.
+    fn append(&mut self, frame: &Bytes, bytes: &[u8]) {
+        if let Out::Slice(a, b) = *self {
+            let mut owned = BytesMut::with_capacity(frame.len() + bytes.len());
+            owned.extend_from_slice(&frame[a..b]);
+            *self = Out::Owned(owned);
+        }
+        if let Out::Owned(owned) = self {
+            owned.extend_from_slice(bytes);
         }
     }
 

@@ -46,6 +46,8 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         prompt_tokens: 12,
         completion_tokens: 7,
         total_tokens: 19,
+        cache_read_tokens: 4,
+        cache_write_tokens: 2,
         latency_ms: 12.5,
         ttft_ms: Some(3.25),
         cost_usd: 0.0001,

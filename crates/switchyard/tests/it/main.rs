@@ -39,6 +39,7 @@ mod model_guards;
 mod orgs;
 mod origin;
 mod passthrough;
+mod prompt_cache;
 mod providers;
 mod realtime;
 mod reload;

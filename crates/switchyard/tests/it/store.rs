@@ -151,6 +151,8 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         prompt_tokens: 10,
         completion_tokens: 5,
         total_tokens: 15,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
         latency_ms: 12.5,
         ttft_ms: Some(3.0),
         cost_usd: 0.5,

@@ -37,6 +37,47 @@ const FIELDS: [&str; 10] = [
 const BLOCKS: [&str; 9] =
     ["text", "image", "document", "video", "toolUse", "toolResult", "guardContent", "cachePoint", "reasoningContent"];
 
+/// A request's prompt tokens as Bedrock counts them with prompt caching: the prefix up to its last
+/// `cachePoint` (tools, then system, then messages, in that order) is read from the cache when an
+/// earlier request wrote the same prefix, else written to it; the rest is input.
+struct CacheUsage {
+    input: usize,
+    read: usize,
+    write: usize,
+}
+
+impl CacheUsage {
+    /// Converse's `usage`, with `output` tokens generated.
+    fn usage(&self, output: usize) -> Value {
+        let total = self.input + self.read + self.write + output;
+        json!({"inputTokens": self.input, "outputTokens": output, "totalTokens": total,
+               "cacheReadInputTokens": self.read, "cacheWriteInputTokens": self.write})
+    }
+}
+
+fn prompt_cache(state: &State, request: &Value, tokens: usize) -> CacheUsage {
+    let mut prefix = String::new();
+    let mut cached_up_to = None;
+    let tools = request.pointer("/toolConfig/tools").and_then(Value::as_array).into_iter().flatten();
+    let system = request.get("system").and_then(Value::as_array).into_iter().flatten();
+    let messages = request.get("messages").and_then(Value::as_array).into_iter().flatten();
+    let blocks = messages.flat_map(|m| m.get("content").and_then(Value::as_array).into_iter().flatten());
+    for block in tools.chain(system).chain(blocks) {
+        if block.get("cachePoint").is_some() {
+            cached_up_to = Some(prefix.clone());
+        } else {
+            prefix.push_str(&block.to_string());
+        }
+    }
+    let Some(cached) = cached_up_to else { return CacheUsage { input: tokens, read: 0, write: 0 } };
+    let cached_tokens = (cached.len() / 4).min(tokens);
+    let input = tokens - cached_tokens;
+    match state.control.remember_prompt_prefix(&cached) {
+        true => CacheUsage { input, read: 0, write: cached_tokens },
+        false => CacheUsage { input, read: cached_tokens, write: 0 },
+    }
+}
+
 fn error(state: &State, status: StatusCode, exception: &'static str, message: &str) -> Response<MockBody> {
     let mut resp = state.json(status, json!({ "message": message }).to_string());
     resp.headers_mut().insert("x-amzn-errortype", HeaderValue::from_static(exception));
@@ -124,8 +165,8 @@ pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<Mo
     if let Err(message) = check(&request) {
         return error(state, StatusCode::BAD_REQUEST, "ValidationException", &message);
     }
-    let input_tokens = (bytes.len() / 4).max(1);
-    let usage = |output: usize| json!({"inputTokens": input_tokens, "outputTokens": output, "totalTokens": input_tokens + output});
+    let cache = prompt_cache(state, &request, (bytes.len() / 4).max(1));
+    let usage = |output: usize| cache.usage(output);
     match (reply(&request), stream) {
         (Reply::ToolCall(name), false) => {
             let call = json!({"toolUse": {"toolUseId": "tooluse_mock1", "name": name, "input": tool_arguments()}});

@@ -11,7 +11,7 @@ const ROLE: &str =
     "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
 const USAGE: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"total_tokens\":12}}\n\n";
 const DONE: &str = "data: [DONE]\n\n";
-const TOKENS: Tokens = Tokens { prompt: 9, completion: 3, total: 12, cached: 0 };
+const TOKENS: Tokens = Tokens { prompt: 9, completion: 3, total: 12, cached: 0, cache_write: 0 };
 
 /// Feed `frames`, then `finish`; everything the client would receive.
 fn relay(tap: &mut SseUsageTap, frames: impl IntoIterator<Item = Bytes>) -> Vec<u8> {
@@ -103,7 +103,7 @@ fn usage_on_a_chunk_with_choices_is_read_not_stripped() {
     let mut tap = SseUsageTap::new(true);
     let frame = Bytes::from_static(event.as_bytes());
     assert_eq!(tap.push(frame.clone()).unwrap().as_ptr(), frame.as_ptr());
-    assert_eq!(tap.usage(), Some(Tokens { prompt: 1, completion: 1, total: 2, cached: 0 }));
+    assert_eq!(tap.usage(), Some(Tokens { prompt: 1, completion: 1, total: 2, cached: 0, cache_write: 0 }));
     // A later null usage does not erase it.
     tap.push(Bytes::from_static(b"data: {\"choices\":[],\"usage\":null}\n\n"));
     assert_eq!(tap.usage().map(|t| t.total), Some(2));
@@ -127,7 +127,7 @@ fn comments_multiline_data_and_other_fields() {
     let mut tap = SseUsageTap::new(true);
     let out = relay(&mut tap, [Bytes::from_static(stream.as_bytes())]);
     assert_eq!(String::from_utf8(out).unwrap(), ": keep-alive\n\ndata: [DONE]\n\n");
-    assert_eq!(tap.usage(), Some(Tokens { prompt: 4, completion: 2, total: 6, cached: 0 }));
+    assert_eq!(tap.usage(), Some(Tokens { prompt: 4, completion: 2, total: 6, cached: 0, cache_write: 0 }));
 }
 
 #[test]
@@ -159,7 +159,8 @@ fn an_endless_event_is_forwarded_untouched() {
 }
 
 /// The end of a real llama.cpp `llama-server` stream (fixture): its usage chunk, which also carries
-/// llama.cpp's `timings`, is read and stripped, and everything else passes, split at every byte.
+/// llama.cpp's `timings`, is read, and reaches the client without its `usage` but with the
+/// `timings`; everything else passes, split at every byte.
 #[test]
 fn a_real_llama_server_stream_tail() {
     let tail =
@@ -168,9 +169,21 @@ fn a_real_llama_server_stream_tail() {
     for split in 0..tail.len() {
         let mut tap = SseUsageTap::new(true);
         let out = relay(&mut tap, [Bytes::copy_from_slice(&tail[..split]), Bytes::copy_from_slice(&tail[split..])]);
-        assert_eq!(tap.usage(), Some(Tokens { prompt: 36, completion: 12, total: 48, cached: 35 }), "split at {split}");
+        assert_eq!(
+            tap.usage(),
+            Some(Tokens { prompt: 36, completion: 12, total: 48, cached: 35, cache_write: 0 }),
+            "split at {split}"
+        );
         let out = String::from_utf8(out).unwrap();
         assert!(out.contains("\"finish_reason\":\"stop\"") && out.ends_with("data: [DONE]\n\n"), "{out}");
         assert!(!out.contains(std::str::from_utf8(&usage_event).unwrap()), "stripped");
+        assert!(!out.contains("\"usage\"") && !out.contains("prompt_tokens"), "{out}");
+        let timings = out.lines().find(|l| l.contains("\"timings\"")).expect("the timings reach the client");
+        let chunk: serde_json::Value = serde_json::from_str(timings.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(
+            (chunk["timings"]["cache_n"].as_u64(), chunk["choices"].as_array().map(Vec::len)),
+            (Some(35), Some(0))
+        );
+        assert!(out.find("\"timings\"") < out.find("[DONE]"), "in order: {out}");
     }
 }
