@@ -32,6 +32,7 @@ fn record(i: usize) -> UsageRecord {
         estimated: false,
         tool: None,
         response_bytes: None,
+        backend_key: None,
         route: None,
         bodies: None,
         guardrails: Vec::new(),

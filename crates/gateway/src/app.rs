@@ -364,6 +364,7 @@ fn redactor(config: &Config) -> Option<Arc<crate::redact::Redactor>> {
     let mut known: Vec<String> =
         [&config.auth.master_key, &config.auth.secret].into_iter().flatten().cloned().collect();
     known.extend(config.backends.iter().filter_map(|b| b.api_key.clone()));
+    known.extend(config.backends.iter().flat_map(|b| b.api_keys.iter().map(|k| k.key.clone())));
     for server in &config.mcp.servers {
         match &server.transport {
             crate::config::McpTransport::Http { headers, .. } => {

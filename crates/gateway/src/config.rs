@@ -145,6 +145,9 @@ pub struct BackendConfig {
     /// The hosted API it is (`provider: openai`), when named so.
     pub provider: Option<String>,
     pub api_key: Option<String>,
+    /// A key pool (`api_keys`): several keys for this backend, spread by headroom; empty for one
+    /// key (`api_key`) or none.
+    pub api_keys: Vec<PoolKeyConfig>,
     /// Static model list; `None` means discover from the backend.
     pub models: Option<Vec<String>>,
     /// What it serves (`endpoint::CAPABILITIES`); None: whatever its type can speak.
@@ -162,6 +165,26 @@ pub struct BackendConfig {
     /// Bedrock: the access keys requests are SigV4-signed with (when no `api_key` is given), and
     /// the region they are signed for.
     pub aws: Option<AwsKeys>,
+}
+
+/// One key of a backend's pool: its name (in records and metrics; the secret never is), the
+/// key, and the limits the provider gives it (requests and tokens per minute), when known.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PoolKeyConfig {
+    pub name: String,
+    pub key: String,
+    pub rpm: Option<u64>,
+    pub tpm: Option<u64>,
+}
+
+impl std::fmt::Debug for PoolKeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolKeyConfig")
+            .field("name", &self.name)
+            .field("rpm", &self.rpm)
+            .field("tpm", &self.tpm)
+            .finish()
+    }
 }
 
 /// AWS credentials of a Bedrock backend.

@@ -450,6 +450,18 @@ fn render_backends(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
             let _ = writeln!(out, "switchyard_backend_waiting{{backend=\"{}\"}} {waiting}", b.name());
         }
     }
+    render_pool_keys(out, backends);
+}
+
+/// Each pool key's requests, rests and state, for the backends that have a pool.
+fn render_pool_keys(out: &mut String, backends: &[std::sync::Arc<Backend>]) {
+    let pooled: Vec<(&str, &crate::route::keys::BackendKeys)> =
+        backends.iter().filter_map(|b| Some((b.name(), &**b.keys.as_ref()?))).collect();
+    if pooled.is_empty() {
+        return;
+    }
+    let now_ms = u64::try_from(crate::clock::unix_ms()).unwrap_or(0);
+    crate::route::keys::BackendKeys::render(&pooled, now_ms, out);
 }
 
 #[cfg(test)]

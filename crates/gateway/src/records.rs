@@ -209,6 +209,9 @@ pub struct UsageRecord {
     /// An MCP tool call's answer size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_bytes: Option<u64>,
+    /// The key of the backend's pool the request went with (its name, never the secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_key: Option<String>,
     /// Why the router chose the backend (cache-aware and sticky routing explain themselves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
@@ -255,6 +258,7 @@ impl UsageRecord {
             estimated: false,
             tool: None,
             response_bytes: None,
+            backend_key: None,
             route: None,
             bodies: None,
             guardrails: Vec::new(),

@@ -7,6 +7,7 @@ pub mod affinity;
 pub mod backend;
 pub mod discover;
 pub mod health;
+pub mod keys;
 pub mod policy;
 pub mod prefix;
 pub mod signals;

@@ -11,6 +11,7 @@
 
 pub mod affinity;
 pub mod health;
+pub mod keys;
 pub mod revocation;
 
 use std::fmt::Write;

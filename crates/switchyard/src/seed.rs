@@ -49,6 +49,7 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             estimated: false,
             tool: None,
             response_bytes: None,
+            backend_key: None,
             route: (i % 3 == 0).then(|| "cache_aware: 3 of 4 prompt blocks cached on gpu-a".to_owned()),
             bodies: None,
             guardrails: Vec::new(),

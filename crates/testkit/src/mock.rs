@@ -202,6 +202,29 @@ pub struct MockControl {
     posted_paths: Mutex<Vec<String>>,
     /// Bedrock only: the prompt prefixes cached at a `cachePoint` so far.
     prompt_prefixes: Mutex<std::collections::HashSet<String>>,
+    /// OpenAI API only: a provider's limits on each key (a key pool's tests), when set.
+    key_limits: Mutex<Option<KeyLimits>>,
+}
+
+/// Each key may make `rpm` requests a window (windows aligned to the wall clock, as a provider's
+/// minute is); revoked keys get 401.
+#[derive(Debug)]
+struct KeyLimits {
+    rpm: u64,
+    window: Duration,
+    /// The window the counts are of (Unix ms / window).
+    current: u64,
+    used: std::collections::HashMap<String, u64>,
+    revoked: std::collections::HashSet<String>,
+    served: std::collections::HashMap<String, u64>,
+    refused: u64,
+}
+
+/// Why a key's request was refused by its limits.
+pub(crate) enum KeyRefusal {
+    Revoked,
+    /// A 429, with the headers that say when to come back.
+    Limited(Vec<(http::HeaderName, http::HeaderValue)>),
 }
 
 /// What a webhook receiver that dedupes by `Idempotency-Key` has kept.
@@ -249,6 +272,7 @@ impl MockControl {
             hook_delay_ns: AtomicU64::new(0),
             posted_paths: Mutex::new(Vec::new()),
             prompt_prefixes: Mutex::new(std::collections::HashSet::new()),
+            key_limits: Mutex::new(None),
         };
         c.set_fail_rate(cfg.fail_rate);
         c.set_fail_status(cfg.fail_status);
@@ -339,6 +363,67 @@ impl MockControl {
 
     /// Starts keeping every model API request body from now on: what the backend was actually
     /// sent (a guardrail's masking is checked here). Off by default.
+    /// As a provider limits each of a pool's keys: `rpm` requests per `window` each (windows of the
+    /// wall clock: a window of a minute is each calendar minute; answers say
+    /// what is left in `x-ratelimit-*`; past it a 429 with `retry-after`), and 401 for `revoked`.
+    pub fn set_key_limits(&self, rpm: u64, window: Duration, revoked: &[&str]) {
+        *self.key_limits.lock().unwrap_or_else(|p| p.into_inner()) = Some(KeyLimits {
+            rpm,
+            window,
+            current: 0,
+            used: Default::default(),
+            revoked: revoked.iter().map(|k| (*k).to_owned()).collect(),
+            served: Default::default(),
+            refused: 0,
+        });
+    }
+
+    /// Requests each key was served (not refused) under `set_key_limits`, and the 429s sent.
+    pub fn key_usage(&self) -> (std::collections::HashMap<String, u64>, u64) {
+        let limits = self.key_limits.lock().unwrap_or_else(|p| p.into_inner());
+        limits.as_ref().map_or_else(Default::default, |l| (l.served.clone(), l.refused))
+    }
+
+    /// One request with `key`: the headers its answer carries, or why it is refused.
+    pub(crate) fn take_key_request(&self, key: &str) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, KeyRefusal> {
+        let mut limits = self.key_limits.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(l) = limits.as_mut() else { return Ok(Vec::new()) };
+        if l.revoked.contains(key) {
+            return Err(KeyRefusal::Revoked);
+        }
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        let window_ms = (l.window.as_millis() as u64).max(1);
+        if now_ms / window_ms != l.current {
+            (l.current, l.used) = (now_ms / window_ms, Default::default());
+        }
+        let left_ms = (window_ms - now_ms % window_ms).max(1);
+        let used = l.used.entry(key.to_owned()).or_default();
+        let header = |name: &'static str, value: String| {
+            (
+                http::HeaderName::from_static(name),
+                http::HeaderValue::from_str(&value).unwrap_or(http::HeaderValue::from_static("0")),
+            )
+        };
+        if *used >= l.rpm {
+            l.refused += 1;
+            return Err(KeyRefusal::Limited(vec![
+                header("x-ratelimit-limit-requests", l.rpm.to_string()),
+                header("x-ratelimit-remaining-requests", "0".into()),
+                header("x-ratelimit-reset-requests", format!("{left_ms}ms")),
+                header("retry-after-ms", left_ms.to_string()),
+            ]));
+        }
+        *used += 1;
+        let remaining = l.rpm - *used;
+        *l.served.entry(key.to_owned()).or_default() += 1;
+        Ok(vec![
+            header("x-ratelimit-limit-requests", l.rpm.to_string()),
+            header("x-ratelimit-remaining-requests", remaining.to_string()),
+            header("x-ratelimit-reset-requests", format!("{left_ms}ms")),
+        ])
+    }
+
     /// A prompt prefix up to a cache point: true when it is new (a cache write), false when an
     /// earlier request cached it (a read).
     pub fn remember_prompt_prefix(&self, prefix: &str) -> bool {

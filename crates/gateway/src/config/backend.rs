@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 
-use super::{AwsKeys, BackendConfig, BackendKind, ConfigError};
+use super::{AwsKeys, BackendConfig, BackendKind, ConfigError, PoolKeyConfig};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -18,6 +18,8 @@ pub struct RawBackend {
     #[serde(rename = "type")]
     kind: Option<String>,
     api_key: Option<String>,
+    /// Several keys for this one backend (a key pool): `[{name, key, rpm, tpm}]`.
+    api_keys: Option<Vec<RawPoolKey>>,
     models: Option<Vec<String>>,
     /// What the backend serves (`chat`, `embeddings`, `rerank`, `moderations`, `images`,
     /// `audio`, `tokenize`); unset: whatever its type can speak.
@@ -36,6 +38,48 @@ pub struct RawBackend {
     aws_session_token: Option<String>,
 }
 
+/// One key of a backend's pool as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPoolKey {
+    name: String,
+    key: String,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+}
+
+/// `api_keys`: named, non-empty, each name once, limits of at least 1; not with `api_key`.
+fn pool_keys(b: &RawBackend, at: &dyn Fn(&str) -> String) -> Result<Vec<PoolKeyConfig>, ConfigError> {
+    let Some(keys) = &b.api_keys else { return Ok(Vec::new()) };
+    if b.api_key.as_deref().is_some_and(|k| !k.is_empty()) {
+        return Err(ConfigError::at(at("api_keys"), "give `api_key` (one key) or `api_keys` (a pool), not both"));
+    }
+    if b.aws_access_key_id.is_some() {
+        return Err(ConfigError::at(at("api_keys"), "give either Bedrock API keys or access keys, not both"));
+    }
+    if keys.is_empty() {
+        return Err(ConfigError::at(at("api_keys"), "a pool needs at least one key"));
+    }
+    let mut names = HashSet::new();
+    let mut pool = Vec::with_capacity(keys.len());
+    for (j, k) in keys.iter().enumerate() {
+        let here = |field: &str| at(&format!("api_keys[{j}].{field}"));
+        if k.name.is_empty() || !names.insert(k.name.as_str()) {
+            return Err(ConfigError::at(here("name"), "each key needs a name of its own"));
+        }
+        if k.key.is_empty() {
+            return Err(ConfigError::at(here("key"), "empty key"));
+        }
+        for (field, limit) in [("rpm", k.rpm), ("tpm", k.tpm)] {
+            if limit == Some(0) {
+                return Err(ConfigError::at(here(field), "must be at least 1"));
+            }
+        }
+        pool.push(PoolKeyConfig { name: k.name.clone(), key: k.key.clone(), rpm: k.rpm, tpm: k.tpm });
+    }
+    Ok(pool)
+}
+
 /// KV-cache capacity assumed for a backend that does not say: a few conversations of a
 /// mid-sized context.
 const DEFAULT_CACHE_TOKENS: usize = 65_536;
@@ -49,7 +93,8 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
             ConfigError::at(at("provider"), format!("unknown provider `{name}` ({})", super::presets::names()))
         })?),
     };
-    if preset.is_some() && b.api_key.as_deref().is_none_or(str::is_empty) {
+    let api_keys = pool_keys(&b, &at)?;
+    if preset.is_some() && b.api_key.as_deref().is_none_or(str::is_empty) && api_keys.is_empty() {
         return Err(ConfigError::at(at("api_key"), "a hosted provider needs its API key"));
     }
     let bedrock = b.kind.as_deref() == Some("bedrock");
@@ -85,6 +130,7 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
         kind,
         provider: b.provider,
         api_key: b.api_key.filter(|k| !k.is_empty()),
+        api_keys,
         models: b.models,
         capabilities: b.capabilities,
         priority: b.priority.unwrap_or(0),

@@ -62,4 +62,27 @@ mod tests {
         let e = load("backends:\n  - {name: x}\n").unwrap_err();
         assert!(e.contains("backends[0].url"), "{e}");
     }
+
+    #[test]
+    fn a_key_pool_is_named_keys_with_limits_instead_of_one_key() {
+        let c = load(
+            "backends:\n  - {name: o, provider: openai, api_keys: [{name: prod, key: sk-1, rpm: 500, tpm: 90000}, {name: batch, key: sk-2}]}\n",
+        )
+        .unwrap();
+        let keys = &c.backends[0].api_keys;
+        assert_eq!((keys[0].name.as_str(), keys[0].rpm, keys[0].tpm), ("prod", Some(500), Some(90000)));
+        assert_eq!((keys[1].name.as_str(), keys[1].key.as_str(), keys[1].rpm), ("batch", "sk-2", None));
+        assert!(!format!("{:?}", c.backends[0].api_keys).contains("sk-1"), "no secret in debug output");
+        for (pool, field) in [
+            ("api_key: k, api_keys: [{name: a, key: k1}]", "backends[0].api_keys"),
+            ("api_keys: []", "backends[0].api_keys"),
+            ("api_keys: [{name: a, key: k1}, {name: a, key: k2}]", "backends[0].api_keys[1].name"),
+            ("api_keys: [{name: a, key: ''}]", "backends[0].api_keys[0].key"),
+            ("api_keys: [{name: a, key: k, rpm: 0}]", "backends[0].api_keys[0].rpm"),
+            ("api_keys: [{name: a, secret: k}]", "backends[0]"),
+        ] {
+            let e = load(&format!("backends:\n  - {{name: x, url: 'http://h', {pool}}}\n")).unwrap_err();
+            assert!(e.contains(field), "{pool}: {e}");
+        }
+    }
 }

@@ -111,8 +111,13 @@ pub struct Meter {
     /// The answer is held for remote guards: when it ends the meter waits here, unrecorded,
     /// for their verdict (`park_until_judged`).
     park: Option<Parked>,
+    /// Told the request's tokens when it is recorded (the pool key it went with counts them).
+    on_spent: Option<SpentHook>,
     recorded: bool,
 }
+
+/// What is told a request's total tokens once they are known.
+pub type SpentHook = Box<dyn FnOnce(u64) + Send + Sync>;
 
 /// Where a meter whose answer is held for judging waits for the verdict. Whoever drops the last
 /// handle with the meter still inside records it as it stands.
@@ -159,6 +164,7 @@ impl Meter {
             units: None,
             upload_seconds: None,
             park: None,
+            on_spent: None,
             recorded: false,
         }
     }
@@ -267,6 +273,13 @@ impl Meter {
     /// The request falls back to `model`: from here it is the model served.
     pub fn serve(&mut self, model: &str) {
         model.clone_into(&mut self.record.model_served);
+    }
+
+    /// The attempt went with this key of the backend's pool (its name, never the secret); `spent`
+    /// is told the tokens when the request is recorded.
+    pub fn pool_key(&mut self, name: &str, spent: SpentHook) {
+        self.record.backend_key = Some(name.to_owned());
+        self.on_spent = Some(spent);
     }
 
     /// Why the router chose this attempt's backend, for the request log.
@@ -461,6 +474,9 @@ impl Meter {
             p.settle(r.total_tokens);
         }
         self.metrics.tokens.fetch_add(r.total_tokens, std::sync::atomic::Ordering::Relaxed);
+        if let Some(spent) = self.on_spent.take() {
+            spent(r.total_tokens);
+        }
         if let Some(Ok(ttft)) = r.ttft_ms.filter(|_| r.status < 400).map(|ms| Duration::try_from_secs_f64(ms / 1e3)) {
             self.metrics.ttft.observe(ttft);
         }

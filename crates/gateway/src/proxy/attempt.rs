@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Request};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request};
 use http_body::Frame;
 use http_body_util::{BodyExt, Full};
 
@@ -22,9 +22,13 @@ pub enum AttemptError {
     Spent,
     /// An upload passed `limits.max_upload_bytes` on its way through.
     TooLarge,
+    /// No key of the backend's pool has headroom: the first is back after this long (None: every
+    /// key was refused).
+    NoKey(Option<Duration>),
 }
 
 /// What an attempt's request carries besides the body.
+#[derive(Clone)]
 pub struct Headers<'a> {
     /// The model asked for, and whether the answer streams (Gemini's and Azure deployments' URLs
     /// say so).
@@ -34,6 +38,8 @@ pub struct Headers<'a> {
     pub request_id: &'a HeaderValue,
     /// `traceparent` naming the attempt's span, and the caller's `tracestate` (telemetry on).
     pub trace: Option<(HeaderValue, Option<HeaderValue>)>,
+    /// The credentials to send instead of the backend's own: a key of its pool.
+    pub credentials: Option<&'a [(HeaderName, HeaderValue)]>,
 }
 
 pub async fn attempt_once(
@@ -97,7 +103,7 @@ pub fn request_head(
             req = req.header(&TRACESTATE, state.clone());
         }
     }
-    for (name, value) in &backend.auth_headers {
+    for (name, value) in headers.credentials.unwrap_or(&backend.auth_headers) {
         req = req.header(name, value.clone());
     }
     req

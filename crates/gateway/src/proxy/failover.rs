@@ -19,7 +19,7 @@ use super::headers::header_session;
 use super::resume::Resumption;
 use super::settle::Settlement;
 use super::translation::{self, Bodies, BodyError};
-use super::{attempt_once, fallback, queue, retry, AttemptError, Call, Exchange, Headers};
+use super::{fallback, keys, queue, retry, AttemptError, Call, Exchange, Headers};
 use crate::endpoint::ModelIn;
 use crate::error::GatewayError;
 use crate::http::parse::with_model;
@@ -29,6 +29,10 @@ use crate::route::{prefix, RouteHints, SelectError, Selected};
 use crate::shared::affinity::FleetPin;
 use crate::translate::{self, Plan, Wire};
 use crate::upstream::pool::UpstreamBody;
+
+/// How long a backend whose every pool key was refused (401) is left alone before it is tried
+/// again (its keys stay out until the configuration changes; the fleet's refusals lapse).
+const REFUSED_POOL_REST: Duration = Duration::from_secs(60);
 
 /// An upstream answer whose status, headers and first frame are in hand.
 pub(super) struct Answer {
@@ -297,11 +301,18 @@ impl<'f> Failover<'f> {
             client: call.headers,
             request_id: call.request_id,
             trace,
+            credentials: None,
         };
         let outcome = match &exchange.upload {
             // An upload streams for as long as the client sends: the request's deadline bounds it.
             Some(upload) => super::upload::attempt(call.app, backend, wire, upload, headers, remaining).await,
-            None => attempt_once(call.app, backend, wire, body, headers, limit).await,
+            None => {
+                let (outcome, key) = keys::attempt(call.app, backend, wire, body, headers, limit).await;
+                if let (Some(key), Some(m)) = (key, settlement.meter()) {
+                    m.pool_key(key.keys.name(key.key), key.spent_hook(call.app, backend.name()));
+                }
+                outcome
+            }
         };
         let ttfb = sent.elapsed();
         self.upstream_wait += ttfb;
@@ -311,6 +322,7 @@ impl<'f> Failover<'f> {
                 Err(AttemptError::Transport | AttemptError::Spent) => Err("connection_error"),
                 Err(AttemptError::Timeout) => Err("timeout"),
                 Err(AttemptError::TooLarge) => Err("request_too_large"),
+                Err(AttemptError::NoKey(_)) => Err("keys_resting"),
             });
         }
         (outcome, ttfb)
@@ -337,6 +349,15 @@ impl<'f> Failover<'f> {
                 self.failure = Some(GatewayError::PayloadTooLarge { limit: call.app.config.max_upload_bytes });
             }
             AttemptError::Spent => {}
+            // Every key of its pool rests: the backend cools until the first is back, and the
+            // request waits for it or goes elsewhere as for any cooling backend.
+            AttemptError::NoKey(back_in) => {
+                let rest = back_in.unwrap_or(REFUSED_POOL_REST);
+                backend.health.cool_down(call.app.clock.mono_ms() + rest.as_millis() as u64);
+                if back_in.is_none() {
+                    tracing::warn!(backend = backend.name(), "every key of the backend's pool was refused");
+                }
+            }
         }
     }
 

@@ -276,6 +276,7 @@ impl Session {
             completion_tokens: output,
             total_tokens: input + output,
             cost_usd: cost,
+            backend_key: None,
             route: Some("realtime".to_owned()),
             ..started
         };

@@ -13,7 +13,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue};
 
-use super::{attempt_once, translation, AttemptError, Call, Headers};
+use super::{translation, AttemptError, Call, Headers};
 use crate::app::App;
 use crate::config::BackendKind;
 use crate::endpoint::Endpoint;
@@ -123,8 +123,9 @@ impl Resumer {
                 client: &self.headers,
                 request_id: &self.request_id,
                 trace: None,
+                credentials: None,
             };
-            match attempt_once(&app, &backend, wire, body, headers, limit).await {
+            match super::keys::attempt(&app, &backend, wire, body, headers, limit).await.0 {
                 Ok((parts, body, first)) if parts.status.is_success() => {
                     backend.health.on_success();
                     let context = translation::response_context(&self.request_id, &self.model);
@@ -157,6 +158,8 @@ impl Resumer {
                 }
                 // Resumed streams are JSON requests, never uploads.
                 Err(AttemptError::Spent | AttemptError::TooLarge) => return None,
+                // Every key of its pool rests: another backend may carry it on.
+                Err(AttemptError::NoKey(_)) => {}
             }
         }
     }

@@ -9,6 +9,7 @@ use http::{HeaderName, HeaderValue, Uri};
 use tokio::sync::Notify;
 
 use super::admission::Admission;
+use super::keys::BackendKeys;
 use crate::config::{BackendConfig, BackendKind, HealthConfig};
 use crate::translate::Wire;
 use crate::upstream::pool::{H1Pool, PoolSettings};
@@ -55,6 +56,36 @@ pub struct Backend {
     /// Its own keep-alive connections when it is plain http (https goes through hyper-util's
     /// client: TLS, HTTP/2).
     pub pool: Option<Arc<H1Pool>>,
+    /// Its key pool (`api_keys`): each request goes with one of them.
+    pub keys: Option<Arc<BackendKeys>>,
+}
+
+/// The headers that carry a backend's credentials in its API (`Authorization: Bearer`, or
+/// Anthropic's `x-api-key` with its `anthropic-version`, Azure's `api-key`, Gemini's
+/// `x-goog-api-key`), with `key` or none.
+pub fn credentials(kind: BackendKind, key: Option<&str>, name: &str) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+    let secret = |text: String| {
+        let mut v = HeaderValue::from_str(&text)
+            .map_err(|_| format!("backend {name}: api_key has characters not allowed in a header"))?;
+        v.set_sensitive(true);
+        Ok::<_, String>(v)
+    };
+    let mut headers = Vec::new();
+    match (kind, key) {
+        (BackendKind::Anthropic, key) => {
+            if let Some(key) = key {
+                headers.push((HeaderName::from_static("x-api-key"), secret(key.to_owned())?));
+            }
+            headers.push((HeaderName::from_static("anthropic-version"), HeaderValue::from_static(ANTHROPIC_VERSION)));
+        }
+        (BackendKind::Azure, Some(key)) => headers.push((HeaderName::from_static("api-key"), secret(key.to_owned())?)),
+        (BackendKind::Gemini, Some(key)) => {
+            headers.push((HeaderName::from_static("x-goog-api-key"), secret(key.to_owned())?))
+        }
+        (_, Some(key)) => headers.push((http::header::AUTHORIZATION, secret(format!("Bearer {key}"))?)),
+        (_, None) => {}
+    }
+    Ok(headers)
 }
 
 impl Backend {
@@ -87,30 +118,13 @@ impl Backend {
         };
         let name_header =
             HeaderValue::from_str(&cfg.name).map_err(|_| format!("backend name {} is not a header value", cfg.name))?;
-        let secret = |text: String| {
-            let mut v = HeaderValue::from_str(&text)
-                .map_err(|_| format!("backend {}: api_key has characters not allowed in a header", cfg.name))?;
-            v.set_sensitive(true);
-            Ok::<_, String>(v)
+        // A pool's first key answers the prober (a probe is no request of a client's).
+        let probe_key = cfg.api_key.as_deref().or(cfg.api_keys.first().map(|k| k.key.as_str()));
+        let auth_headers = credentials(cfg.kind, probe_key, &cfg.name)?;
+        let keys = match cfg.api_keys.is_empty() {
+            true => None,
+            false => Some(Arc::new(BackendKeys::new(cfg.kind, &cfg.api_keys, &cfg.name)?)),
         };
-        let mut auth_headers = Vec::new();
-        match (cfg.kind, &cfg.api_key) {
-            (BackendKind::Anthropic, key) => {
-                if let Some(key) = key {
-                    auth_headers.push((HeaderName::from_static("x-api-key"), secret(key.clone())?));
-                }
-                auth_headers
-                    .push((HeaderName::from_static("anthropic-version"), HeaderValue::from_static(ANTHROPIC_VERSION)));
-            }
-            (BackendKind::Azure, Some(key)) => {
-                auth_headers.push((HeaderName::from_static("api-key"), secret(key.clone())?))
-            }
-            (BackendKind::Gemini, Some(key)) => {
-                auth_headers.push((HeaderName::from_static("x-goog-api-key"), secret(key.clone())?))
-            }
-            (_, Some(key)) => auth_headers.push((http::header::AUTHORIZATION, secret(format!("Bearer {key}"))?)),
-            (_, None) => {}
-        }
         let models = cfg.models.clone().unwrap_or_default();
         let signer = cfg.aws.as_ref().map(|aws| {
             SigV4::new(&aws.access_key_id, &aws.secret_access_key, aws.session_token.as_deref(), &aws.region)
@@ -132,6 +146,7 @@ impl Backend {
             admission,
             signer,
             pool,
+            keys,
             cfg,
         })
     }

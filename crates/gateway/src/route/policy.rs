@@ -75,6 +75,7 @@ pub(crate) mod test_support {
             kind: BackendKind::OpenAi,
             provider: None,
             api_key: None,
+            api_keys: Vec::new(),
             models: Some(vec!["m".into()]),
             capabilities: None,
             priority,

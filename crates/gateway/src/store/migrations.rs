@@ -37,7 +37,11 @@ const SQLITE: Embedded = &[
     (15, "0015_files_and_batches.sql", include_str!("../../../../migrations/sqlite/0015_files_and_batches.sql")),
     (16, "0016_batch_runners.sql", include_str!("../../../../migrations/sqlite/0016_batch_runners.sql")),
     (17, "0017_batch_passthrough.sql", include_str!("../../../../migrations/sqlite/0017_batch_passthrough.sql")),
-    (18, "0018_prompt_cache_tokens.sql", include_str!("../../../../migrations/sqlite/0018_prompt_cache_tokens.sql")),
+    (
+        18,
+        "0018_prompt_cache_and_key_pools.sql",
+        include_str!("../../../../migrations/sqlite/0018_prompt_cache_and_key_pools.sql"),
+    ),
 ];
 
 const POSTGRES: Embedded = &[
@@ -62,7 +66,11 @@ const POSTGRES: Embedded = &[
     (15, "0015_files_and_batches.sql", include_str!("../../../../migrations/postgres/0015_files_and_batches.sql")),
     (16, "0016_batch_runners.sql", include_str!("../../../../migrations/postgres/0016_batch_runners.sql")),
     (17, "0017_batch_passthrough.sql", include_str!("../../../../migrations/postgres/0017_batch_passthrough.sql")),
-    (18, "0018_prompt_cache_tokens.sql", include_str!("../../../../migrations/postgres/0018_prompt_cache_tokens.sql")),
+    (
+        18,
+        "0018_prompt_cache_and_key_pools.sql",
+        include_str!("../../../../migrations/postgres/0018_prompt_cache_and_key_pools.sql"),
+    ),
 ];
 
 #[derive(Debug)]

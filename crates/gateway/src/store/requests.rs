@@ -56,6 +56,9 @@ pub struct RequestRow {
     /// Of the prompt tokens, those read from and written to the provider's prompt cache.
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
+    /// The key of the backend's pool it went with (its name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_key: Option<String>,
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
     pub cost_usd: f64,
@@ -138,7 +141,7 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
          r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call, r.units, r.batch_id, \
-         r.cache_read_tokens, r.cache_write_tokens \
+         r.cache_read_tokens, r.cache_write_tokens, r.backend_key \
          FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
          LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
@@ -187,6 +190,7 @@ macro_rules! decode {
             batch_id: row.try_get(24)?,
             cache_read_tokens: to_u64(row.try_get(25)?, "cache_read_tokens")?,
             cache_write_tokens: to_u64(row.try_get(26)?, "cache_write_tokens")?,
+            backend_key: row.try_get(27)?,
         }
     }};
 }

@@ -40,6 +40,7 @@ const SCHEMA: &str = "message usage_record {
     OPTIONAL BYTE_ARRAY response_body (STRING);
     REQUIRED INT64 cache_read_tokens;
     REQUIRED INT64 cache_write_tokens;
+    OPTIONAL BYTE_ARRAY backend_key (STRING);
 }";
 
 /// One column's values: present ones, and a definition level per row (1 present, 0 null) for
@@ -111,6 +112,7 @@ fn encode_columns(records: &[UsageRecord]) -> Result<Vec<u8>, ParquetError> {
         optional_text(records, |r| r.bodies.as_ref().map(|b| b.response.as_str())),
         int64(records, |r| r.cache_read_tokens),
         int64(records, |r| r.cache_write_tokens),
+        optional_text(records, |r| r.backend_key.as_deref()),
     ];
     let schema = Arc::new(parse_message_type(SCHEMA)?);
     let properties = Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).build());
@@ -173,6 +175,7 @@ mod tests {
             estimated: !full,
             tool: None,
             response_bytes: full.then_some(42),
+            backend_key: None,
             route: Some("cache-aware: 3 blocks".into()),
             bodies: full.then(|| {
                 Box::new(StoredBodies { request: "{\"x\":1}".into(), response: "ok ✓".into(), truncated: false })

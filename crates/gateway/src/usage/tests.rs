@@ -54,6 +54,7 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         estimated: false,
         tool: None,
         response_bytes: None,
+        backend_key: None,
         route: None,
         bodies: None,
         guardrails: Vec::new(),

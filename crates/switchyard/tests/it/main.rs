@@ -31,6 +31,7 @@ mod guardrails;
 mod guardrails_corpus;
 mod guards;
 mod jwt;
+mod key_pools;
 mod keys;
 mod limits;
 mod mcp;

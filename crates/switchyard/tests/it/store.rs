@@ -159,6 +159,7 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         estimated: false,
         tool: None,
         response_bytes: None,
+        backend_key: None,
         route: None,
         bodies: None,
         guardrails: Vec::new(),

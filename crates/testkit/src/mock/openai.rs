@@ -24,13 +24,46 @@ use super::MockApi;
 const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
 const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
 
-/// Routes a request of the OpenAI-compatible API.
+/// Routes a request of the OpenAI-compatible API; with per-key limits set (a provider's key
+/// pool, `MockControl::set_key_limits`), each key is limited and the answer says what it has left.
 pub(crate) async fn handle(state: &State, req: Request<Incoming>) -> Response<MockBody> {
     let (parts, body) = req.into_parts();
-    let path = parts.uri.path();
     if let Err(resp) = check_key(state, &parts.headers) {
         return *resp;
     }
+    let bearer = parts.headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let limited = match (parts.method == Method::POST).then(|| state.control.take_key_request(bearer.unwrap_or(""))) {
+        Some(Err(refusal)) => return refusal_answer(state, refusal),
+        limited => limited.and_then(Result::ok),
+    };
+    let mut answer = route(state, parts, body).await;
+    for (name, value) in limited.into_iter().flatten() {
+        answer.headers_mut().insert(name, value);
+    }
+    answer
+}
+
+/// A key's request refused by its limits (429, with what OpenAI sends) or as revoked (401).
+fn refusal_answer(state: &State, refusal: super::KeyRefusal) -> Response<MockBody> {
+    match refusal {
+        super::KeyRefusal::Revoked => {
+            let msg = "Incorrect API key provided.";
+            error(state, StatusCode::UNAUTHORIZED, msg, "invalid_request_error", None, Some("invalid_api_key"))
+        }
+        super::KeyRefusal::Limited(headers) => {
+            let msg = "Rate limit reached for requests.";
+            let mut answer =
+                error(state, StatusCode::TOO_MANY_REQUESTS, msg, "requests", None, Some("rate_limit_exceeded"));
+            for (name, value) in headers {
+                answer.headers_mut().insert(name, value);
+            }
+            answer
+        }
+    }
+}
+
+async fn route(state: &State, parts: http::request::Parts, body: Incoming) -> Response<MockBody> {
+    let path = parts.uri.path();
     match parts.method {
         Method::GET if path == "/v1/models" => state.json(StatusCode::OK, state.models_body.clone()),
         Method::POST => {
