@@ -10,7 +10,9 @@ pub mod content;
 mod json_stops;
 mod json_text;
 pub mod model;
+pub mod pseudonym;
 pub mod remote;
+mod restore;
 mod stream_text;
 pub mod tools;
 mod webhook;
@@ -41,6 +43,9 @@ pub struct GuardedRequest<'a> {
     pub verdicts: Option<&'a Arc<crate::records::VerdictTally>>,
     /// An MCP tool call's `server/tool` (its arguments or result are what is checked).
     pub tool: Option<&'a str>,
+    /// The placeholders the request's values were given (`action: pseudonymize`), when a guard
+    /// pseudonymizes: the answer gets the values back.
+    pub pseudonyms: Option<&'a Arc<pseudonym::Vault>>,
 }
 
 /// A guard's verdict on some bytes.
@@ -107,10 +112,20 @@ impl Guards {
         Guards { list: std::iter::once(first).chain(self.list.iter().cloned()).collect(), ..self }
     }
 
-    /// The configured guardrails ahead of these guards, then the remote ones among them.
+    /// The configured guardrails ahead of these guards (and, when one pseudonymizes, what
+    /// restores its values in answers right after them), then the remote ones among them.
     pub fn configured(self, content: content::ContentGuards, remote: Option<remote::RemoteGuards>) -> Guards {
-        let guards = Guards { content: Some(content.clone()), remote: remote.map(Arc::new), ..self };
+        let pseudonymizes = content.pseudonymizes();
+        let mut guards = Guards { content: Some(content.clone()), remote: remote.map(Arc::new), ..self };
+        if pseudonymizes {
+            guards = guards.after(Arc::new(restore::Restore));
+        }
         guards.after(Arc::new(content))
+    }
+
+    /// Whether a configured guard pseudonymizes: each request then gets its own vault.
+    pub fn pseudonymizes(&self) -> bool {
+        self.content.as_ref().is_some_and(content::ContentGuards::pseudonymizes)
     }
 
     /// The guards on every MCP tool call (the hub's own), when any applies.
@@ -364,6 +379,7 @@ mod tests {
             stream: true,
             verdicts: None,
             tool: None,
+            pseudonyms: None,
         }
     }
 

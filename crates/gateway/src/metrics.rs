@@ -201,12 +201,12 @@ impl Metrics {
         *by_kind.entry((kind, action)).or_default() += 1;
     }
 
-    /// Guardrail verdicts so far, by action: mask, block, log (the console's chart).
+    /// Guardrail verdicts so far, by action: mask (pseudonymize with it), block, log (the console's chart).
     pub fn guardrail_verdicts_by_action(&self) -> [u64; 3] {
         let map = self.guardrails.lock().unwrap_or_else(|p| p.into_inner());
         map.values().flatten().fold([0; 3], |mut sums, ((_, action), n)| {
             match *action {
-                "mask" => sums[0] += n,
+                "mask" | "pseudonymize" => sums[0] += n,
                 "block" => sums[1] += n,
                 "log" => sums[2] += n,
                 _ => {}

@@ -94,6 +94,8 @@ pub(crate) struct Exchange {
     pub strip_usage_chunk: bool,
     /// The guards' verdicts on this request (with guards configured), for its record.
     pub verdicts: Option<Arc<crate::records::VerdictTally>>,
+    /// The placeholders its values were given, when a guard pseudonymizes (in memory only).
+    pub pseudonyms: Option<Arc<crate::guard::pseudonym::Vault>>,
     /// Classifiers judging the request beside the call: the answer waits for them.
     pub parallel: Option<crate::guard::remote::Parallel>,
     /// A multipart upload streaming through (audio): what attempts send instead of `routed.body`.
@@ -301,7 +303,8 @@ impl Exchange {
         let client_body = routed.body.clone();
         let bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
         let strip_usage_chunk = ask_stream_usage(endpoint, &mut routed);
-        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts: None, parallel: None, upload: None }
+        let (verdicts, pseudonyms, parallel, upload) = (None, None, None, None);
+        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts, pseudonyms, parallel, upload }
     }
 
     /// The client's body changed (a guard masked it): what is sent upstream follows.
@@ -337,6 +340,7 @@ fn guarded<'a>(call: &Call<'_>, identity: &'a Identity, exchange: &'a Exchange) 
         stream: call.stream,
         verdicts: exchange.verdicts.as_ref(),
         tool: None,
+        pseudonyms: exchange.pseudonyms.as_ref(),
     }
 }
 
@@ -360,6 +364,9 @@ async fn guard_request(
         meter.guard_verdicts(tally.clone());
     }
     exchange.verdicts = Some(tally);
+    if guards.pseudonymizes() {
+        exchange.pseudonyms = Some(Arc::default());
+    }
     let mut body = exchange.client_body.clone();
     let request = guarded(call, identity, exchange);
     guards.check_request(&request, &mut body)?;

@@ -17,4 +17,6 @@ pub mod mock;
 
 pub use client::{Error, TestClient, TestResponse};
 pub use mcp::{McpMock, McpMockConfig, McpStats};
-pub use mock::{run_cli, KvCacheConfig, KvStats, MockApi, MockConfig, MockControl, MockServer, REPLY_SPLIT};
+pub use mock::{
+    run_cli, KvCacheConfig, KvStats, MockApi, MockConfig, MockControl, MockServer, REPLY_IN_FINE_PIECES, REPLY_SPLIT,
+};

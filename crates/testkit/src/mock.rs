@@ -51,7 +51,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use self::handlers::State;
 use self::kv::KvSim;
 pub use self::kv::{KvCacheConfig, KvStats};
-pub use self::reply::SPLIT as REPLY_SPLIT;
+pub use self::reply::{FINE as REPLY_IN_FINE_PIECES, SPLIT as REPLY_SPLIT};
 
 /// Static configuration of a [`MockServer`].
 #[derive(Debug, Clone)]

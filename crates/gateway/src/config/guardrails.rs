@@ -1,6 +1,6 @@
 //! `guardrails:` — named content checks and where they apply. Each guard has a `type` (`pii`,
 //! `secrets`, `keywords`, `patterns`, `webhook`, `model`), an
-//! `action` (`mask`, `block`, `log`) and the directions it watches (`on: [request, response,
+//! `action` (`mask`, `block`, `log`, `pseudonymize`) and the directions it watches (`on: [request, response,
 //! tool_call, tool_result]`). `guardrails.default` lists the guards every request gets; a model's
 //! own list (`models: {NAME: {guardrails: [...]}}`) adds to it, and so do a key's and its team's.
 
@@ -54,6 +54,9 @@ pub enum GuardAction {
     Block,
     /// Record the verdict only.
     Log,
+    /// Replace each match with a placeholder stable within the request (`<EMAIL_1>`) and give
+    /// the client the values back in the answer (`guard/pseudonym.rs`).
+    Pseudonymize,
 }
 
 /// Which traffic a guard watches.
@@ -194,10 +197,13 @@ fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
         _ => return Err(ConfigError::at(at("type"), "must be pii, secrets, keywords, patterns, webhook or model")),
     };
     let remote = matches!(kind, GuardKind::Webhook(_) | GuardKind::Model(_));
+    let pseudonymize = raw.action.as_deref() == Some("pseudonymize");
     let on = match raw.on {
         // A webhook or a classifier is asked about requests unless told otherwise: each answer
         // or tool call it watches waits on the network for its verdict.
         None if remote => Directions { request: true, ..Directions::default() },
+        // Values are pseudonymized in requests and come back in their answers.
+        None if pseudonymize => Directions { request: true, response: true, ..Directions::default() },
         on => directions(on, &at("on"))?,
     };
     // A classifier's verdict has nothing to mask: it blocks unless told to log.
@@ -206,7 +212,14 @@ fn guard(name: String, raw: RawGuard) -> Result<GuardConfig, ConfigError> {
         "mask" => GuardAction::Mask,
         "block" => GuardAction::Block,
         "log" => GuardAction::Log,
-        _ => return Err(ConfigError::at(at("action"), "must be mask, block or log")),
+        "pseudonymize" if !remote => GuardAction::Pseudonymize,
+        "pseudonymize" => {
+            return Err(ConfigError::at(
+                at("action"),
+                "only a guard that finds values (pii, secrets, keywords, patterns) pseudonymizes",
+            ))
+        }
+        _ => return Err(ConfigError::at(at("action"), "must be mask, block, log or pseudonymize")),
     };
     if matches!(kind, GuardKind::Model(_)) && action == GuardAction::Mask {
         return Err(ConfigError::at(at("action"), "a model guard blocks or logs (`action: block` or `log`)"));
@@ -332,6 +345,13 @@ mod tests {
         assert_eq!(ok.per_model["gpt-4o"], [0]);
         assert!(ok.guards[1].on.request && !ok.guards[1].on.tool_call);
         assert_eq!(ok.guards[2].action, GuardAction::Block);
+        // A pseudonymizing guard watches requests and their answers unless told otherwise.
+        let p = parse("{default: [p], p: {type: pii, action: pseudonymize}}", "{}").unwrap();
+        let on = p.guards[0].on;
+        assert_eq!(
+            (p.guards[0].action, on.request, on.response, on.tool_call),
+            (GuardAction::Pseudonymize, true, true, false)
+        );
         for (yaml, models, place) in [
             ("{default: [nope]}", "{}", "guardrails.default"),
             ("{x: {type: regex}}", "{}", "guardrails.x.type"),
@@ -350,6 +370,7 @@ mod tests {
             ("{x: {type: pii}}", "{m: {guardrails: [y]}}", "models.m.guardrails"),
             ("{x: {type: pii, kinds: [emial]}}", "{}", "guardrails.x.kinds"),
             ("{x: {type: patterns, patterns: {p: '('}}}", "{}", "guardrails"),
+            ("{x: {type: webhook, url: 'http://h', action: pseudonymize}}", "{}", "guardrails.x.action"),
         ] {
             let e = parse(yaml, models).unwrap_err().to_string();
             assert!(e.contains(place), "{yaml}: {e}");

@@ -12,6 +12,7 @@ use smallvec::SmallVec;
 use switchyard_guardrails::{Engine, Finding, GuardSet, StreamMasker};
 
 use super::json_text::{all_text, not_text, rewrite_texts, Skip};
+use super::pseudonym::Vault;
 use super::stream_text::{Shape, TextEvent};
 use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
 use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardrailsConfig};
@@ -66,6 +67,7 @@ fn action_name(action: GuardAction) -> &'static str {
         GuardAction::Block => "block",
         GuardAction::Mask => "mask",
         GuardAction::Log => "log",
+        GuardAction::Pseudonymize => "pseudonymize",
     }
 }
 
@@ -82,9 +84,14 @@ fn watches(on: &Directions, direction: Direction) -> bool {
     }
 }
 
-/// Of the guards in the mask `all`, those that watch `direction`.
+/// Of the guards in the mask `all`, those that watch `direction`. A pseudonymizing guard finds
+/// values in requests only: on answers it gives them back (`guard/restore.rs`), and tool calls
+/// have no answer of the client's to give them back in.
 fn watching(guards: &[GuardConfig], all: u64, direction: Direction) -> u64 {
-    (0..guards.len()).filter(|&i| all & (1 << i) != 0 && watches(&guards[i].on, direction)).fold(0, |m, i| m | (1 << i))
+    let watches = |g: &GuardConfig| {
+        watches(&g.on, direction) && (g.action != GuardAction::Pseudonymize || matches!(direction, Direction::Request))
+    };
+    (0..guards.len()).filter(|&i| all & (1 << i) != 0 && watches(&guards[i])).fold(0, |m, i| m | (1 << i))
 }
 
 fn mask_of(list: &[usize]) -> u64 {
@@ -117,6 +124,11 @@ impl ContentGuards {
 }
 
 impl ContentGuards {
+    /// Whether a guard pseudonymizes the values it finds.
+    pub fn pseudonymizes(&self) -> bool {
+        self.0.guards.iter().any(|g| g.action == GuardAction::Pseudonymize)
+    }
+
     /// The guards as configured, in the order their indexes count.
     pub(super) fn configs(&self) -> &[GuardConfig] {
         &self.0.guards
@@ -173,9 +185,11 @@ impl Inner {
 
     /// The action for a finding, and the guard that decides it: the most severe among `active`.
     fn decide(&self, finding: &Finding, active: u64) -> Option<(usize, GuardAction)> {
+        // Masking wins over pseudonymizing: a value another guard masks never comes back.
         let rank = |a: GuardAction| match a {
-            GuardAction::Block => 2,
-            GuardAction::Mask => 1,
+            GuardAction::Block => 3,
+            GuardAction::Mask => 2,
+            GuardAction::Pseudonymize => 1,
             GuardAction::Log => 0,
         };
         finding
@@ -195,17 +209,36 @@ impl Inner {
         }
     }
 
-    /// Check one JSON body's texts: the body masked (`None`: unchanged), or why it is blocked.
-    /// Timed as the built-in detectors' scan: one serves every guard.
-    fn check(&self, body: &[u8], active: u64, tally: Option<&VerdictTally>) -> Result<Option<Vec<u8>>, String> {
+    /// Check one JSON body's texts: the body masked (`None`: unchanged), or why it is blocked;
+    /// values a pseudonymizing guard finds get their placeholders from `vault`. Timed as the
+    /// built-in detectors' scan: one serves every guard.
+    fn check(
+        &self,
+        body: &[u8],
+        active: u64,
+        tally: Option<&VerdictTally>,
+        vault: Option<&Vault>,
+    ) -> Result<Option<Vec<u8>>, String> {
         let started = std::time::Instant::now();
-        let checked = self.check_counted(body, active, Count::To(tally), not_text);
+        let checked = self.check_with(body, active, Count::To(tally), not_text, vault);
         self.metrics.time_builtin(started.elapsed());
         checked
     }
 
-    /// `check`, its verdicts counted or not (a text already counted as it streamed).
+    /// `check`, its verdicts counted or not (a text already counted as it streamed), with no
+    /// placeholders to give (answers and tool calls).
     fn check_counted(&self, body: &[u8], active: u64, count: Count<'_>, skip: Skip) -> Result<Option<Vec<u8>>, String> {
+        self.check_with(body, active, count, skip, None)
+    }
+
+    fn check_with(
+        &self,
+        body: &[u8],
+        active: u64,
+        count: Count<'_>,
+        skip: Skip,
+        vault: Option<&Vault>,
+    ) -> Result<Option<Vec<u8>>, String> {
         let mut blocked: Option<String> = None;
         let rewritten = rewrite_texts(body, skip, |text| {
             if blocked.is_some() {
@@ -225,13 +258,21 @@ impl Inner {
                         blocked = Some(found(name, f.kind.name()));
                         return None;
                     }
-                    GuardAction::Mask => {
+                    GuardAction::Mask | GuardAction::Pseudonymize => {
                         if copied == 0 {
                             // Placeholders are about as long as what they replace: one allocation.
                             out.reserve(text.len() + 16);
                         }
                         out.push_str(&text[copied..f.start]);
-                        out.push_str(self.engine.placeholder(f.detector));
+                        let mask = self.engine.placeholder(f.detector);
+                        match (action, vault) {
+                            (GuardAction::Pseudonymize, Some(vault)) => {
+                                let label = mask.trim_start_matches('[').trim_end_matches(']');
+                                let restore = self.guards[guard].on.response;
+                                out.push_str(&vault.placeholder(label, &text[f.start..f.end], restore));
+                            }
+                            _ => out.push_str(mask),
+                        }
                         copied = f.end;
                     }
                     GuardAction::Log => {}
@@ -263,6 +304,7 @@ impl ContentGuards {
             stream: false,
             verdicts: None,
             tool: None,
+            pseudonyms: None,
         };
         (self.0.active(&tools, Direction::ToolCall), self.0.active(&tools, Direction::ToolResult))
     }
@@ -285,7 +327,7 @@ impl Guard for ContentGuards {
         if active == 0 {
             return Verdict::Pass;
         }
-        match self.0.check(body, active, request.verdicts.map(|t| &**t)) {
+        match self.0.check(body, active, request.verdicts.map(|t| &**t), request.pseudonyms.map(|v| &**v)) {
             Ok(None) => Verdict::Pass,
             Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),
             Err(reason) => Verdict::Block(reason),
@@ -337,7 +379,7 @@ impl AnswerGuard for WholeAnswer {
             [one] => one.clone(),
             frames => Bytes::from(frames.concat()),
         };
-        match self.guards.check(&held, self.active, self.tally.as_deref()) {
+        match self.guards.check(&held, self.active, self.tally.as_deref(), None) {
             Ok(None) => Verdict::Replace(held),
             Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),
             Err(reason) => Verdict::Block(reason),

@@ -153,6 +153,7 @@ impl RemoteGuards {
             stream: false,
             verdicts: None,
             tool: Some(tool),
+            pseudonyms: None,
         };
         for (index, remote) in self.remotes.iter().filter(|(i, _)| active & (1 << i) != 0) {
             let guard = &self.content.configs()[*index];

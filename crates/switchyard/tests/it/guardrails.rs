@@ -133,7 +133,7 @@ async fn a_models_guards_add_to_the_defaults_and_whole_answers_are_masked() {
 
 /// A request per streamed API whose answer echoes `result` (the mock quotes a tool result,
 /// cut into stream pieces at each `REPLY_SPLIT`), for `model`.
-fn tool_result_request(api: &str, model: &str, result: &str) -> (String, Value) {
+pub(crate) fn tool_result_request(api: &str, model: &str, result: &str) -> (String, Value) {
     let call = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
     match api {
         "chat" => (
@@ -201,7 +201,7 @@ const MASK_AND_BLOCK_ANSWERS: &str = "guardrails:\n  default: [pii, blocker]\n\
     \x20 blocker: {type: keywords, keywords: [nightingale], action: block, on: [response]}\n";
 
 /// The answer text a client reads from a stream of this API.
-fn streamed_text(api: &str, stream: &str) -> String {
+pub(crate) fn streamed_text(api: &str, stream: &str) -> String {
     let pointer = match api {
         "chat" => "/choices/0/delta/content",
         "responses" => "/delta",

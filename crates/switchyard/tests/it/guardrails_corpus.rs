@@ -14,7 +14,7 @@ use crate::common::*;
 
 #[allow(dead_code)] // the negative corpus's generators are the guardrails crate's own tests'
 #[path = "../../../guardrails/tests/corpus/generate.rs"]
-mod generate;
+pub(crate) mod generate;
 
 const PROMPTS: usize = 1000;
 

@@ -42,6 +42,7 @@ mod origin;
 mod passthrough;
 mod prompt_cache;
 mod providers;
+mod pseudonymize;
 mod realtime;
 mod reload;
 mod resume;

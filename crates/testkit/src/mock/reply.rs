@@ -17,6 +17,11 @@ pub(crate) fn tool_arguments() -> Value {
 /// Where a tool result's echo is cut into stream pieces (and which the echo leaves out).
 pub const SPLIT: char = '\u{1f}';
 
+/// A tool result that starts with two unit separators is echoed in pieces of [`FINE_PIECE`]
+/// characters: whatever a gateway put into the request (a placeholder) is cut across events.
+pub const FINE: &str = "\u{1f}\u{1f}";
+const FINE_PIECE: usize = 4;
+
 /// What a reply to a tool result starts with; the result's content follows.
 pub(crate) const TOOL_RESULT_PREFIX: &str = "Tool result: ";
 
@@ -47,6 +52,11 @@ impl Reply {
     /// result `result` (either may be absent). Both are read by the per-API functions below.
     pub(crate) fn decide(tool: Option<String>, result: Option<String>, chunks: usize) -> Reply {
         match (result, tool) {
+            (Some(result), _) if result.starts_with(FINE) => {
+                let chars: Vec<char> = result[FINE.len()..].chars().filter(|c| *c != SPLIT).collect();
+                let pieces = chars.chunks(FINE_PIECE).map(|piece| piece.iter().collect::<String>());
+                Reply::Text(std::iter::once(TOOL_RESULT_PREFIX.to_owned()).chain(pieces).collect())
+            }
             // A unit separator (U+001F) in the result cuts the reply's stream there: a test can
             // put any split into a streamed answer.
             (Some(result), _) => Reply::Text(
