@@ -1,9 +1,11 @@
-//! A batch beside interactive traffic (issue 33's bar: the interactive p99 with a batch running
-//! is ≤ 1.1× without it). One gateway before two mocks that answer in 20 ms and take 16 requests
-//! at once each (`max_concurrency: 16`); the same closed-loop interactive load at 8 connections
-//! runs first alone, then while a 20,000-line batch runs through the gateway, which sends lines
-//! only in capacity the interactive requests leave free. Reports both latency distributions,
-//! their p99 ratio, and the batch's lines per second meanwhile.
+//! A batch beside interactive traffic (issues 33 and 53: the interactive p99 with a batch running
+//! is ≤ 1.1× without it). Two cases, each its own gateway: two mocks that answer in 20 ms and
+//! take 16 requests at once each (`max_concurrency: 16`) under 8 interactive connections; and one
+//! mock that answers in 150 ms and takes 4 at once, asked one interactive request at a time while
+//! the batch may have 8 lines in flight (so only the gateway's "never the last slot" keeps the
+//! interactive request from waiting). In each, the same closed-loop interactive load runs first
+//! alone, then while a 20,000-line batch runs through the gateway. Reports both latency
+//! distributions, their p99 ratio, and the batch's lines per second meanwhile.
 
 use std::time::{Duration, Instant};
 
@@ -18,9 +20,26 @@ use crate::{BenchArgs, Pinning};
 const LINES: usize = 20_000;
 const BOUNDARY: &str = "bench-batch-form";
 
-fn mock(model: &str, pin: &Pinning) -> Result<Proc, String> {
+/// One case: its backends (how many, how slow, how many requests each takes at once), the lines
+/// a batch may have in flight, and the interactive connections.
+struct Case {
+    name: &'static str,
+    mocks: usize,
+    latency_ms: u32,
+    slots: usize,
+    lines_in_flight: usize,
+    connections: usize,
+}
+
+const CASES: [Case; 2] = [
+    Case { name: "2x16 slots, 20 ms, c=8", mocks: 2, latency_ms: 20, slots: 16, lines_in_flight: 4, connections: 8 },
+    Case { name: "4 slots, 150 ms, c=1", mocks: 1, latency_ms: 150, slots: 4, lines_in_flight: 8, connections: 1 },
+];
+
+fn mock(model: &str, latency_ms: u32, pin: &Pinning) -> Result<Proc, String> {
+    let latency = latency_ms.to_string();
     let args: Vec<String> =
-        ["mock", "--listen", "127.0.0.1:0", "--models", model, "--latency-ms", "20"].map(String::from).to_vec();
+        ["mock", "--listen", "127.0.0.1:0", "--models", model, "--latency-ms", &latency].map(String::from).to_vec();
     Proc::start("mock", &args, pin.mock.as_deref())
 }
 
@@ -60,18 +79,26 @@ async fn finished(client: &TestClient, url: &str, id: &str) -> Result<(u64, Valu
 }
 
 pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
-    let (a, b) = (mock(&args.model, pin)?, mock(&args.model, pin)?);
-    let config = format!(
-        "listen: 127.0.0.1:0\nbatches: {{concurrency: 4}}\nbackends:\n  - {{name: a, url: '{}', max_concurrency: 16}}\n  \
-         - {{name: b, url: '{}', max_concurrency: 16}}\n",
-        a.url, b.url
-    );
+    for case in &CASES {
+        run_case(case, args, pin, report).await?;
+    }
+    Ok(())
+}
+
+async fn run_case(case: &Case, args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result<(), String> {
+    let mocks = (0..case.mocks).map(|_| mock(&args.model, case.latency_ms, pin)).collect::<Result<Vec<_>, _>>()?;
+    let backends: String = (mocks.iter().enumerate())
+        .map(|(i, m)| format!("  - {{name: b{i}, url: '{}', max_concurrency: {}}}\n", m.url, case.slots))
+        .collect();
+    let config =
+        format!("listen: 127.0.0.1:0\nbatches: {{concurrency: {}}}\nbackends:\n{backends}", case.lines_in_flight);
     let gateway = start_gateway(&config, pin)?;
     let (d, w) = (args.phase(10.0), args.warmup());
     let body = chat_body(&args.model, false, "Say hello in one short sentence.");
-    let (_, through) = own_setup(&gateway, &a, &args.model).pair(&body, false)?;
-    let alone = measure("interactive, alone", &through, Mode::Closed(8), w, d).await;
-    let alone_row = report.row("batch", "closed c=8, interactive alone", "gateway", &alone);
+    let (_, through) = own_setup(&gateway, &mocks[0], &args.model).pair(&body, false)?;
+    let load = Mode::Closed(case.connections);
+    let alone = measure("interactive, alone", &through, load, w, d).await;
+    let alone_row = report.row("batch", format!("{}: interactive alone", case.name), "gateway", &alone);
     let (alone_p50, alone_p99) = (alone_row.p50, alone_row.p99);
 
     let client = TestClient::new();
@@ -86,22 +113,23 @@ pub async fn run(args: &BenchArgs, pin: &Pinning, report: &mut Report) -> Result
     }
     let (before, _) = finished(&client, &gateway.url, &id).await?;
     let measured = Instant::now();
-    let beside = measure("interactive, batch running", &through, Mode::Closed(8), w, d).await;
+    let beside = measure("interactive, batch running", &through, load, w, d).await;
     let (after, state) = finished(&client, &gateway.url, &id).await?;
     let took = measured.elapsed().as_secs_f64();
     if state["status"] != "in_progress" {
         return Err(format!("the batch ended before the measurement did ({}): make it longer", state["status"]));
     }
-    let beside_row = report.row("batch", "closed c=8, interactive with a batch running", "gateway", &beside);
-    report.finding("batch", "interactive p50: alone, µs", alone_p50 as f64, "µs");
-    report.finding("batch", "interactive p50: with a batch running, µs", beside_row.p50 as f64, "µs");
-    report.finding("batch", "interactive p99: with a batch ÷ alone", beside_row.p99 as f64 / alone_p99 as f64, "×");
+    let label = |what: &str| format!("{}: {what}", case.name);
+    let beside_row = report.row("batch", label("interactive with a batch running"), "gateway", &beside);
+    report.finding("batch", label("interactive p50 alone, µs"), alone_p50 as f64, "µs");
+    report.finding("batch", label("interactive p50 with a batch running, µs"), beside_row.p50 as f64, "µs");
     report.finding(
         "batch",
-        "batch lines per second beside the interactive load",
-        (after - before) as f64 / took,
-        "lines/s",
+        label("interactive p99 with a batch ÷ alone"),
+        beside_row.p99 as f64 / alone_p99 as f64,
+        "×",
     );
+    report.finding("batch", label("batch lines per second beside it"), (after - before) as f64 / took, "lines/s");
     if beside.total() != beside.ok {
         return Err(format!("{} interactive requests failed beside the batch", beside.total() - beside.ok));
     }
