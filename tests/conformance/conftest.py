@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -220,6 +221,29 @@ def matrix(backend_mocks: dict[str, Proc], tmp_path_factory: pytest.TempPathFact
         yield Matrix(backend_mocks, gateway)
     finally:
         gateway.stop()
+
+
+@contextmanager
+def four_backend_gateway(
+    backend_mocks: dict[str, Proc], log_dir: Path, gemini_model: str, gemini_key: str, extra: str = ""
+) -> Iterator[str]:
+    """A gateway before the matrix's three mocks and a Gemini one serving `gemini_model` (with
+    `extra` YAML): its URL, once every model is discovered."""
+    gemini = start_mock("mock-gemini", [gemini_model], log_dir, "--api", "gemini", "--api-key", gemini_key)
+    backends = [
+        ("oa", backend_mocks["oa"].url, "openai"),
+        ("an", backend_mocks["an"].url, "anthropic", ANTHROPIC_BACKEND_KEY),
+        ("ol", backend_mocks["ol"].url, "ollama"),
+        ("ge", gemini.url, "gemini", gemini_key),
+    ]
+    config = write_config(log_dir / "four-backends.yaml", backends, extra)
+    gateway = start_gateway("four-backend-gateway", config, log_dir)
+    try:
+        _wait_for_models(gateway, [*MATRIX_MODELS, gemini_model])
+        yield gateway.url
+    finally:
+        gateway.stop()
+        gemini.stop()
 
 
 @pytest.fixture(params=list(MATRIX_MODELS), ids=["openai-backend", "anthropic-backend", "ollama-backend"])

@@ -13,7 +13,7 @@ import pytest
 from google import genai
 from google.genai import types
 
-from conftest import ANTHROPIC_BACKEND_KEY, CONTENT, COMPLETION_TOKENS, TOOL_ARGUMENTS, Proc, _wait_for_models, start_gateway, start_mock, write_config
+from conftest import CONTENT, COMPLETION_TOKENS, TOOL_ARGUMENTS, Proc, four_backend_gateway
 
 GE_MODEL = "gemini-2.5-flash"
 GEMINI_BACKEND_KEY = "gemini-test-key"
@@ -39,22 +39,8 @@ NO_AUTO_CALLS = types.AutomaticFunctionCallingConfig(disable=True)
 
 @pytest.fixture(scope="module")
 def url(backend_mocks: dict[str, Proc], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log_dir = tmp_path_factory.mktemp("gemini")
-    gemini = start_mock("mock-gemini", [GE_MODEL], log_dir, "--api", "gemini", "--api-key", GEMINI_BACKEND_KEY)
-    backends = [
-        ("oa", backend_mocks["oa"].url, "openai"),
-        ("an", backend_mocks["an"].url, "anthropic", ANTHROPIC_BACKEND_KEY),
-        ("ol", backend_mocks["ol"].url, "ollama"),
-        ("ge", gemini.url, "gemini", GEMINI_BACKEND_KEY),
-    ]
-    config = write_config(log_dir / "gemini.yaml", backends)
-    gateway = start_gateway("gemini-gateway", config, log_dir)
-    try:
-        _wait_for_models(gateway, MODELS)
-        yield gateway.url
-    finally:
-        gateway.stop()
-        gemini.stop()
+    with four_backend_gateway(backend_mocks, tmp_path_factory.mktemp("gemini"), GE_MODEL, GEMINI_BACKEND_KEY) as url:
+        yield url
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 from google import genai
 from google.genai import types
 
-from conftest import ANTHROPIC_BACKEND_KEY, Proc, _wait_for_models, start_gateway, start_mock, write_config
+from conftest import Proc, four_backend_gateway
 
 GE_MODEL = "ge-model"
 GEMINI_BACKEND_KEY = "gemini-key"
@@ -35,21 +35,8 @@ PLAIN = "Say hello."
 @pytest.fixture(scope="module")
 def url(backend_mocks: dict[str, Proc], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_dir = tmp_path_factory.mktemp("guard-blocks")
-    gemini = start_mock("mock-gemini", [GE_MODEL], log_dir, "--api", "gemini", "--api-key", GEMINI_BACKEND_KEY)
-    backends = [
-        ("oa", backend_mocks["oa"].url, "openai"),
-        ("an", backend_mocks["an"].url, "anthropic", ANTHROPIC_BACKEND_KEY),
-        ("ol", backend_mocks["ol"].url, "ollama"),
-        ("ge", gemini.url, "gemini", GEMINI_BACKEND_KEY),
-    ]
-    config = write_config(log_dir / "guard-blocks.yaml", backends, GUARDS)
-    gateway = start_gateway("guard-blocks-gateway", config, log_dir)
-    try:
-        _wait_for_models(gateway, MODELS)
-        yield gateway.url
-    finally:
-        gateway.stop()
-        gemini.stop()
+    with four_backend_gateway(backend_mocks, log_dir, GE_MODEL, GEMINI_BACKEND_KEY, GUARDS) as url:
+        yield url
 
 
 @pytest.fixture(params=MODELS, ids=["openai-backend", "anthropic-backend", "ollama-backend", "gemini-backend"])

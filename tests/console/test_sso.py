@@ -357,6 +357,11 @@ def test_each_role_signs_in_through_hydra_and_the_server_holds_the_role_table(br
             # Usage and the request log: a team admin reads their team's, a member only their own.
             scope_rows = [
                 (lead, "/ui/api/usage?team=ml"),
+                # By the team's id too, as the console's team page names it (issue 53).
+                (lead, f"/ui/api/usage?team={ml}"),
+                (lead, f"/ui/api/usage.csv?team={ml}"),
+                (lead, f"/ui/api/requests?team={ml}"),
+                (admin, f"/ui/api/usage?team={other}"),
                 (admin, "/ui/api/usage?team=other"),
                 (admin, "/ui/api/requests?team=other"),
                 (admin, "/ui/api/usage?user=spare@corp.example"),

@@ -312,6 +312,27 @@ impl AnswerGuards {
 }
 
 /// Two pieces of an answer as one: copied only when both have bytes (a whole answer is one).
+/// A whole answer's frames, held until it is complete: most answers are one frame, which is
+/// judged and sent on uncopied.
+#[derive(Default)]
+pub(crate) struct Held(SmallVec<[Bytes; 1]>);
+
+impl Held {
+    /// Hold `chunk` back (the verdict that says so).
+    pub fn hold(&mut self, chunk: &Bytes) -> Verdict {
+        self.0.push(chunk.clone());
+        Verdict::Replace(Bytes::new())
+    }
+
+    /// The whole answer, and nothing held any more.
+    pub fn take(&mut self) -> Bytes {
+        match std::mem::take(&mut self.0).as_slice() {
+            [one] => one.clone(),
+            frames => Bytes::from(frames.concat()),
+        }
+    }
+}
+
 pub(crate) fn joined(head: Bytes, tail: Bytes) -> Bytes {
     match (head.is_empty(), tail.is_empty()) {
         (_, true) => head,

@@ -8,13 +8,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 use switchyard_guardrails::{Engine, Finding, GuardSet, StreamMasker};
 
 use super::json_text::{all_text, not_text, rewrite_texts, Skip};
 use super::pseudonym::Vault;
 use super::stream_text::{Shape, TextEvent};
-use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
+use super::{AnswerGuard, Guard, GuardedRequest, Held, Verdict};
 use crate::config::guardrails::{Directions, GuardAction, GuardConfig, GuardrailsConfig};
 use crate::records::VerdictTally;
 
@@ -341,7 +340,7 @@ impl Guard for ContentGuards {
         }
         if !request.stream {
             let tally = request.verdicts.cloned();
-            let held = SmallVec::new();
+            let held = Held::default();
             return Some(Box::new(WholeAnswer { guards: self.0.clone(), active, held, tally }));
         }
         let Some(shape) = Shape::of(request.endpoint) else {
@@ -363,22 +362,17 @@ impl Guard for ContentGuards {
 struct WholeAnswer {
     guards: Arc<Inner>,
     active: u64,
-    /// The answer's frames as they came: most answers are one, checked and sent on uncopied.
-    held: SmallVec<[Bytes; 1]>,
+    held: Held,
     tally: Option<Arc<VerdictTally>>,
 }
 
 impl AnswerGuard for WholeAnswer {
     fn event(&mut self, chunk: &Bytes) -> Verdict {
-        self.held.push(chunk.clone());
-        Verdict::Replace(Bytes::new())
+        self.held.hold(chunk)
     }
 
     fn end(&mut self) -> Verdict {
-        let held = match std::mem::take(&mut self.held).as_slice() {
-            [one] => one.clone(),
-            frames => Bytes::from(frames.concat()),
-        };
+        let held = self.held.take();
         match self.guards.check(&held, self.active, self.tally.as_deref(), None) {
             Ok(None) => Verdict::Replace(held),
             Ok(Some(masked)) => Verdict::Replace(Bytes::from(masked)),

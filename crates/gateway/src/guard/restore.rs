@@ -9,12 +9,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 
 use super::json_text::{not_text, rewrite_texts};
 use super::pseudonym::{StreamRestorer, Vault};
 use super::stream_text::{Shape, TextEvent};
-use super::{AnswerGuard, Guard, GuardedRequest, Verdict};
+use super::{AnswerGuard, Guard, GuardedRequest, Held, Verdict};
 
 /// Registered when a guard pseudonymizes (`server/guarding.rs`); it acts only on answers whose
 /// request was given placeholders by a guard that watches answers.
@@ -28,7 +27,7 @@ impl Guard for Restore {
     fn answer(&self, request: &GuardedRequest<'_>) -> Option<Box<dyn AnswerGuard>> {
         let vault = request.pseudonyms.filter(|v| v.restores())?.clone();
         if !request.stream {
-            return Some(Box::new(WholeRestore { vault, held: SmallVec::new() }));
+            return Some(Box::new(WholeRestore { vault, held: Held::default() }));
         }
         let shape = Shape::of(request.endpoint)?;
         let restorer = StreamRestorer::new(vault.clone());
@@ -43,20 +42,16 @@ fn restored(vault: &Vault, body: &[u8]) -> Option<Vec<u8>> {
 
 struct WholeRestore {
     vault: Arc<Vault>,
-    held: SmallVec<[Bytes; 1]>,
+    held: Held,
 }
 
 impl AnswerGuard for WholeRestore {
     fn event(&mut self, chunk: &Bytes) -> Verdict {
-        self.held.push(chunk.clone());
-        Verdict::Replace(Bytes::new())
+        self.held.hold(chunk)
     }
 
     fn end(&mut self) -> Verdict {
-        let held = match std::mem::take(&mut self.held).as_slice() {
-            [one] => one.clone(),
-            frames => Bytes::from(frames.concat()),
-        };
+        let held = self.held.take();
         Verdict::Replace(restored(&self.vault, &held).map_or(held, Bytes::from))
     }
 }

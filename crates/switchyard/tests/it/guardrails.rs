@@ -175,13 +175,13 @@ pub(crate) fn tool_result_request(api: &str, model: &str, result: &str) -> (Stri
 
 /// Backends of each API the mock speaks: OpenAI serving `m`, Anthropic `a`, Ollama `o` — so every
 /// client API's answer comes translated (over `m`) and passed through (Anthropic, Ollama).
-struct ThreeApis {
-    _mocks: [MockServer; 3],
+pub(crate) struct ThreeApis {
+    pub(crate) mocks: [MockServer; 3],
     /// The config's `backends:` section for them.
-    backends: String,
+    pub(crate) backends: String,
 }
 
-async fn three_apis() -> ThreeApis {
+pub(crate) async fn three_apis() -> ThreeApis {
     let openai = mock(&["m"]).await;
     let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
     let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
@@ -192,7 +192,7 @@ async fn three_apis() -> ThreeApis {
         anthropic.url(),
         ollama.url()
     );
-    ThreeApis { _mocks: [openai, anthropic, ollama], backends }
+    ThreeApis { mocks: [openai, anthropic, ollama], backends }
 }
 
 /// Answer guards: personal data masked, `nightingale` blocked.

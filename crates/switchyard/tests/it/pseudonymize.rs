@@ -6,29 +6,14 @@
 //! streams whose events cut the placeholders every few characters too.
 
 use serde_json::{json, Value};
-use switchyard_testkit::{MockApi, MockConfig, MockServer, TestClient, REPLY_IN_FINE_PIECES};
+use switchyard_testkit::{TestClient, REPLY_IN_FINE_PIECES};
 
 use crate::common::*;
-use crate::guardrails::{streamed_text, tool_result_request};
+use crate::guardrails::{streamed_text, three_apis, tool_result_request};
 use crate::guardrails_corpus::generate;
 
 const PROMPTS: usize = 1000;
 const APIS: [&str; 5] = ["chat", "responses", "anthropic", "gemini", "ollama"];
-
-/// A mock of each API, serving `m` (OpenAI), `a` (Anthropic) and `o` (Ollama), as backends.
-async fn three_backends() -> (Vec<MockServer>, String) {
-    let openai = mock(&["m"]).await;
-    let anthropic = mock_with(&["a"], MockConfig { api: MockApi::Anthropic, ..MockConfig::default() }).await;
-    let ollama = mock_with(&["o"], MockConfig { api: MockApi::Ollama, ..MockConfig::default() }).await;
-    let yaml = format!(
-        "backends:\n  - {{name: oa, url: '{}'}}\n  - {{name: an, type: anthropic, url: '{}', api_key: k}}\n\
-         \x20 - {{name: ol, type: ollama, url: '{}'}}\n",
-        openai.url(),
-        anthropic.url(),
-        ollama.url()
-    );
-    (vec![openai, anthropic, ollama], yaml)
-}
 
 /// Prompt `i`: three values of the built-in kinds in turn, and the raw values.
 fn prompt(random: &generate::Random, i: usize) -> (String, Vec<String>) {
@@ -79,11 +64,12 @@ fn answer_text(api: &str, stream: bool, body: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pseudonymized_values_never_reach_a_backend_and_come_back_to_the_client_whole_and_streamed() {
-    let (guarded_mocks, guarded_backends) = three_backends().await;
-    for m in &guarded_mocks {
+    // A mock of each API, serving `m` (OpenAI), `a` (Anthropic) and `o` (Ollama), twice over.
+    let (guarded_apis, plain_apis) = (three_apis().await, three_apis().await);
+    for m in &guarded_apis.mocks {
         m.control().keep_bodies();
     }
-    let (_plain_mocks, plain_backends) = three_backends().await;
+    let (guarded_backends, plain_backends) = (&guarded_apis.backends, &plain_apis.backends);
     let guards = "guardrails:\n  default: [pii, secrets]\n\
                   \x20 pii: {type: pii, action: pseudonymize}\n\
                   \x20 secrets: {type: secrets, action: pseudonymize}\n";
@@ -130,7 +116,7 @@ async fn pseudonymized_values_never_reach_a_backend_and_come_back_to_the_client_
     for w in workers {
         w.await.unwrap();
     }
-    let bodies: Vec<String> = guarded_mocks.iter().flat_map(|m| m.control().bodies()).collect();
+    let bodies: Vec<String> = guarded_apis.mocks.iter().flat_map(|m| m.control().bodies()).collect();
     assert_eq!(bodies.len(), total, "every request reached a backend once");
     let sent = bodies.join("\n");
     let raws: Vec<&String> = corpus.iter().flat_map(|(_, raws)| raws).collect();
