@@ -132,7 +132,7 @@ async fn in_a_fleet_no_key_goes_over_its_limit() {
     for i in 0..3 {
         let yaml = format!(
             "listen: 127.0.0.1:0\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage{i}'}}\n\
-             auth: {{master_key: {MASTER}, secret: {TEST_SECRET}}}\nredis: {{url: '{}'}}\n\
+             auth: {{master_key: {MASTER}, secret: {TEST_SECRET}}}\nredis: {{url: '{}', timeout: 3s}}\n\
              routing: {{retry_after_max: 1ms}}\nbackends:\n{}",
             dir.display(),
             redis.url(),
