@@ -125,6 +125,19 @@ async fn anthropic_breakpoints_reach_bedrock_as_cache_points_and_cache_reads_and
     }
     assert_eq!(rows.iter().filter(|r| r["cache_write_tokens"].as_u64() == Some(written)).count(), 1, "{rows:?}");
 
+    // A malformed breakpoint is the client's 400 in Anthropic's shape, naming the field; nothing
+    // reaches Bedrock.
+    let sent_before = bedrock.control().bodies().len();
+    for bad in [json!("yes"), json!({"type": "ephemeral", "ttl": 5})] {
+        let mut body = agent_request(BEDROCK_MODEL, "Bad?");
+        body["system"][1]["cache_control"] = bad.clone();
+        let r = client.post_json(&url, body.to_string().as_bytes(), &[("authorization", &auth)]).await.unwrap();
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.json()["type"], "error", "{}", r.text());
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains("system[1].cache_control"), "{}", r.text());
+    }
+    assert_eq!(bedrock.control().bodies().len(), sent_before);
+
     // To an Anthropic backend the request passes byte for byte, breakpoints and all.
     let body = ask("claude-direct", "What does main do?", false);
     let r = client.post_json(&url, body.as_bytes(), &[("authorization", &auth)]).await.unwrap();
@@ -150,4 +163,10 @@ async fn openais_prompt_cache_key_and_retention_reach_an_openai_backend_from_res
         "{sent}"
     );
     assert!(sent.get("messages").is_some(), "translated to Chat Completions: {sent}");
+    // Not a string: the client's 400 in the Responses shape, naming the field.
+    let bad = json!({"model": "m", "input": "hi", "prompt_cache_key": 42});
+    let r = client.post_json(&format!("{}/v1/responses", gw.url()), bad.to_string().as_bytes(), &[]).await.unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("prompt_cache_key"), "{}", r.text());
+    assert_eq!(backend.control().bodies().len(), 1, "nothing more reached the backend");
 }
