@@ -311,7 +311,6 @@ impl AnswerGuards {
     }
 }
 
-/// Two pieces of an answer as one: copied only when both have bytes (a whole answer is one).
 /// A whole answer's frames, held until it is complete: most answers are one frame, which is
 /// judged and sent on uncopied.
 #[derive(Default)]
@@ -333,6 +332,7 @@ impl Held {
     }
 }
 
+/// Two pieces of an answer as one: copied only when both have bytes (a whole answer is one).
 pub(crate) fn joined(head: Bytes, tail: Bytes) -> Bytes {
     match (head.is_empty(), tail.is_empty()) {
         (_, true) => head,

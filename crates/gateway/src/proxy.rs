@@ -47,7 +47,7 @@ use crate::http::parse::{parse_request_at, read_body, RoutedRequest};
 use crate::http::GatewayBody;
 use crate::telemetry::Tracing;
 use crate::usage::inject_include_usage;
-use attempt::{AttemptError, Headers};
+use attempt::{attempt_once, AttemptError, Headers};
 use cached::Cached;
 use failover::{Failover, Reached};
 pub use headers::BACKEND_HEADER;

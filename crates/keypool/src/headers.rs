@@ -36,22 +36,50 @@ pub struct Reported {
     pub retry_at_ms: Option<u64>,
 }
 
+/// A dimension's headers: OpenAI's `x-ratelimit-{limit,remaining,reset}-…` and Anthropic's
+/// `anthropic-ratelimit-…-{limit,remaining,reset}`, in that order of preference.
+struct Names {
+    limit: [&'static str; 2],
+    remaining: [&'static str; 2],
+    openai_reset: &'static str,
+    anthropic_reset: &'static str,
+}
+
+const REQUESTS: Names = Names {
+    limit: ["x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"],
+    remaining: ["x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"],
+    openai_reset: "x-ratelimit-reset-requests",
+    anthropic_reset: "anthropic-ratelimit-requests-reset",
+};
+
+const TOKENS: Names = Names {
+    limit: ["x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit"],
+    remaining: ["x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining"],
+    openai_reset: "x-ratelimit-reset-tokens",
+    anthropic_reset: "anthropic-ratelimit-tokens-reset",
+};
+
+fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
 impl Reported {
     /// Read from an answer's headers at `now_ms`.
     pub fn read(headers: &HeaderMap, now_ms: u64) -> Reported {
-        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-        let window = |dimension: &str| {
-            let openai = |part: &str| text(&format!("x-ratelimit-{part}-{dimension}"));
-            let anthropic = |part: &str| text(&format!("anthropic-ratelimit-{dimension}-{part}"));
-            let remaining = openai("remaining").or_else(|| anthropic("remaining"))?.parse::<u64>().ok()?;
-            let limit = openai("limit").or_else(|| anthropic("limit")).and_then(|l| l.parse().ok());
-            let reset_ms = match openai("reset") {
+        let window = |names: &Names| {
+            let first = |pair: [&str; 2]| text(headers, pair[0]).or_else(|| text(headers, pair[1]));
+            let remaining = first(names.remaining)?.parse::<u64>().ok()?;
+            let limit = first(names.limit).and_then(|l| l.parse().ok());
+            let reset_ms = match text(headers, names.openai_reset) {
                 Some(after) => humantime::parse_duration(after).ok().map(|d| now_ms + millis(d)),
-                None => anthropic("reset").and_then(|at| humantime::parse_rfc3339(at).ok()).map(unix_ms),
+                None => {
+                    text(headers, names.anthropic_reset).and_then(|at| humantime::parse_rfc3339(at).ok()).map(unix_ms)
+                }
             };
             Some(Window { limit, remaining, reset_ms })
         };
-        Reported { requests: window("requests"), tokens: window("tokens"), retry_at_ms: retry_at(&text, now_ms) }
+        let retry_at_ms = retry_after(headers, UNIX_EPOCH + Duration::from_millis(now_ms)).map(|d| now_ms + millis(d));
+        Reported { requests: window(&REQUESTS), tokens: window(&TOKENS), retry_at_ms }
     }
 
     /// Nothing left of a limit: until when (its reset, else a second from now).
@@ -65,27 +93,19 @@ impl Reported {
     }
 }
 
-/// `retry-after-ms`, else `retry-after` in seconds or as an HTTP date, as a Unix ms instant.
-fn retry_at<'a>(text: &impl Fn(&str) -> Option<&'a str>, now_ms: u64) -> Option<u64> {
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return (ms.is_finite() && ms >= 0.0).then(|| now_ms + ms.min(1e9) as u64);
+/// How long an answer asks its client to wait: `retry-after-ms` (OpenAI, Azure), else
+/// `Retry-After` as seconds or an HTTP date (RFC 9110 §10.2.3). The gateway reads a backend's
+/// cooldown with it too.
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    if let Some(ms) = text(headers, "retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return (ms.is_finite() && ms >= 0.0).then(|| Duration::from_secs_f64(ms.min(1e9) / 1e3));
     }
-    let value = text("retry-after")?;
+    let value = text(headers, "retry-after")?;
     if let Ok(secs) = value.parse::<u64>() {
-        return Some(now_ms + secs.min(86_400) * 1000);
+        return Some(Duration::from_secs(secs));
     }
-    humantime::parse_rfc3339_weak(value).ok().map(unix_ms).or_else(|| http_date(value)).map(|at| at.max(now_ms))
-}
-
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form `Retry-After` dates take.
-fn http_date(value: &str) -> Option<u64> {
-    let rest = value.split_once(", ")?.1.strip_suffix(" GMT")?;
-    let (day, rest) = rest.split_once(' ')?;
-    let (month, rest) = rest.split_once(' ')?;
-    let (year, time) = rest.split_once(' ')?;
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let month = MONTHS.iter().position(|m| *m == month)? + 1;
-    humantime::parse_rfc3339(&format!("{year}-{month:02}-{day:0>2}T{time}Z")).ok().map(unix_ms)
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 fn millis(d: Duration) -> u64 {

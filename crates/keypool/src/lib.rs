@@ -12,5 +12,5 @@
 mod headers;
 mod pool;
 
-pub use headers::{Reported, Window};
+pub use headers::{retry_after, Reported, Window};
 pub use pool::{KeyPool, KeySpec, KeyState, Outcome};

@@ -8,8 +8,10 @@ use http::HeaderMap;
 use crate::headers::Reported;
 
 const MINUTE_MS: u64 = 60_000;
-/// How long a rate-limited key rests when the provider did not say.
+/// How long a rate-limited key rests when the provider did not say, and at most however long it
+/// asks (as a backend's cooldown is bounded).
 const DEFAULT_REST_MS: u64 = 1000;
+const MAX_REST_MS: u64 = 600_000;
 
 /// A key as configured: its name (what records and metrics show; never the secret) and the
 /// limits the operator knows it has.
@@ -149,7 +151,7 @@ impl KeyPool {
             429 => Some(reported.retry_at_ms.or(reported.exhausted_until(now_ms)).unwrap_or(now_ms + DEFAULT_REST_MS)),
             _ => reported.exhausted_until(now_ms),
         };
-        match rest {
+        match rest.map(|until_ms| until_ms.min(now_ms + MAX_REST_MS)) {
             Some(until_ms) if until_ms > now_ms || status == 429 => {
                 c.resting_until_ms = c.resting_until_ms.max(until_ms.max(now_ms + 1));
                 Outcome::RateLimited { until_ms: c.resting_until_ms }

@@ -19,7 +19,7 @@ use super::headers::header_session;
 use super::resume::Resumption;
 use super::settle::Settlement;
 use super::translation::{self, Bodies, BodyError};
-use super::{fallback, keys, queue, retry, AttemptError, Call, Exchange, Headers};
+use super::{attempt_once, fallback, keys, queue, retry, AttemptError, Call, Exchange, Headers};
 use crate::endpoint::ModelIn;
 use crate::error::GatewayError;
 use crate::http::parse::with_model;
@@ -306,8 +306,10 @@ impl<'f> Failover<'f> {
         let outcome = match &exchange.upload {
             // An upload streams for as long as the client sends: the request's deadline bounds it.
             Some(upload) => super::upload::attempt(call.app, backend, wire, upload, headers, remaining).await,
+            None if backend.keys.is_none() => attempt_once(call.app, backend, wire, body, headers, limit).await,
+            // Boxed, as the rare path: its future would otherwise enlarge every request's.
             None => {
-                let (outcome, key) = keys::attempt(call.app, backend, wire, body, headers, limit).await;
+                let (outcome, key) = Box::pin(keys::attempt(call.app, backend, wire, body, headers, limit)).await;
                 if let (Some(key), Some(m)) = (key, settlement.meter()) {
                     m.pool_key(key.keys.name(key.key), key.spent_hook(call.app, backend.name()));
                 }

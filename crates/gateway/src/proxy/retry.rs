@@ -18,20 +18,8 @@ use crate::route::backend::Backend;
 /// The longest a backend is left alone on its word, however long it asks for.
 const MAX_COOLDOWN: Duration = Duration::from_secs(600);
 
-/// How long the answer asks the client to wait: `retry-after-ms` (OpenAI, Azure), else
-/// `Retry-After` as seconds or an HTTP date (RFC 9110 §10.2.3).
-pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return (ms.is_finite() && ms >= 0.0).then(|| Duration::from_secs_f64(ms.min(1e9) / 1e3));
-    }
-    let value = text("retry-after")?;
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
+/// How long the answer asks the client to wait: the same reading a key pool rests a key by.
+pub use switchyard_keypool::retry_after;
 
 /// `base` doubled `n` times, less up to half of it at random, so clients that failed together do
 /// not come back together.

@@ -275,10 +275,15 @@ impl Backend {
 
     /// Slots taken, as the gateway counts them (and, for low-priority work, as the backend does).
     fn busy(&self, spare: usize) -> usize {
-        let here = self.in_flight();
+        self.in_flight().max(self.reported_busy(spare))
+    }
+
+    /// For low-priority work (`spare` > 0), the requests the backend says it is processing (other
+    /// instances' among them); 0 for the rest, which count only their own.
+    fn reported_busy(&self, spare: usize) -> usize {
         match spare {
-            0 => here,
-            _ => here.max(self.signals.processing().unwrap_or(0)),
+            0 => 0,
+            _ => self.signals.processing().unwrap_or(0),
         }
     }
 
@@ -315,7 +320,7 @@ impl Backend {
         match self.capacity() {
             None => Some(self.start()),
             Some(cap) => {
-                let reported = if spare > 0 { self.signals.processing().unwrap_or(0) } else { 0 };
+                let reported = self.reported_busy(spare);
                 self.in_flight
                     .fetch_update(Relaxed, Relaxed, |n| (n.max(reported) + spare < cap).then_some(n + 1))
                     .ok()?;

@@ -17,11 +17,10 @@ use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
 use memchr::memmem;
-use serde::de::IgnoredAny;
-use serde::Deserialize;
 
 use super::extract::WireUsage;
 use super::Tokens;
+use chunk::Chunk;
 
 /// An "event" longer than this is not SSE as we know it: stop tapping, forward as it comes.
 const MAX_CARRY: usize = 1 << 20;
@@ -161,20 +160,13 @@ impl SseUsageTap {
         if USAGE_KEY.find(&data).is_none() {
             return Fate::Keep;
         }
-        #[derive(Deserialize)]
-        struct Chunk {
-            usage: Option<WireUsage>,
-            choices: Option<Vec<IgnoredAny>>,
-        }
         let Ok(chunk) = serde_json::from_slice::<Chunk>(&data) else { return Fate::Keep };
         let Some(tokens) = chunk.usage.as_ref().and_then(WireUsage::tokens) else { return Fate::Keep };
         self.usage = Some(tokens);
-        if !chunk.choices.is_none_or(|choices| choices.is_empty()) {
-            return Fate::Keep;
-        }
-        match self.strip {
-            true => without_usage(&data).map_or(Fate::Remove, Fate::Replace),
-            false => Fate::Remove,
+        match (chunk.has_choices, self.strip && chunk.has_own_fields) {
+            (true, _) => Fate::Keep,
+            (false, true) => without_usage(&data).map_or(Fate::Remove, Fate::Replace),
+            (false, false) => Fate::Remove,
         }
     }
 }
@@ -189,17 +181,10 @@ enum Fate {
     Replace(Vec<u8>),
 }
 
-/// The fields every OpenAI-compatible server's chunk has; anything else is the backend's own.
-const CHUNK_FIELDS: [&str; 9] =
-    ["id", "object", "created", "model", "system_fingerprint", "service_tier", "choices", "usage", "obfuscation"];
-
-/// The usage-only chunk `data` as an event without `usage`, if the backend put fields of its own
-/// in it; None when it has nothing else to say.
+/// The usage-only chunk `data`, which has fields of the backend's own, as an event without
+/// `usage` (read whole only then: once per stream, from such backends).
 fn without_usage(data: &[u8]) -> Option<Vec<u8>> {
     let mut chunk: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(data).ok()?;
-    if chunk.keys().all(|k| CHUNK_FIELDS.contains(&k.as_str())) {
-        return None;
-    }
     chunk.remove("usage");
     let mut event = b"data: ".to_vec();
     serde_json::to_writer(&mut event, &chunk).ok()?;
@@ -342,6 +327,8 @@ fn string_chars(s: &[u8]) -> usize {
     }
     chars + utf8_chars(&s[i..])
 }
+
+mod chunk;
 
 #[cfg(test)]
 mod tests;
