@@ -183,6 +183,10 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
     let mut text = app.metrics.render(&app.router.backends);
     app.router.admission.render(&mut text);
     app.router.render_affinity(&mut text);
+    if let Some(engines) = &app.router.engines {
+        let names: Vec<&str> = app.router.backends.iter().map(|b| b.name()).collect();
+        engines.render(&names, &mut text);
+    }
     if let Some(shared) = &app.shared {
         shared.render(&mut text);
     }

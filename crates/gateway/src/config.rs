@@ -6,6 +6,7 @@ mod batches;
 mod cache;
 mod console;
 mod duration;
+pub mod engines;
 mod exports;
 pub mod guardrails;
 mod interpolate;
@@ -165,6 +166,8 @@ pub struct BackendConfig {
     /// Bedrock: the access keys requests are SigV4-signed with (when no `api_key` is given), and
     /// the region they are signed for.
     pub aws: Option<AwsKeys>,
+    /// Where its engine publishes KV-cache events (`kv_events`), when it does.
+    pub kv_events: Option<engines::FeedConfig>,
 }
 
 /// One key of a backend's pool: its name (in records and metrics; the secret never is), the
@@ -409,6 +412,9 @@ pub struct Config {
     pub security: SecurityConfig,
     /// Content checks and where they apply (`guardrails:`, `models.*.guardrails`).
     pub guardrails: guardrails::GuardrailsConfig,
+    /// Per model (as routed), the directory of its tokenizer and chat template
+    /// (`models.*.tokenizer`), for keying prompts as event-publishing engines do.
+    pub tokenizers: FastMap<String, std::path::PathBuf>,
     /// How the Batch API is served (`batches:`).
     pub batches: batches::BatchSettings,
     /// A realtime session ends after this long without a frame either way (`realtime.idle_timeout`).

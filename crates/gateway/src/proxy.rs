@@ -241,6 +241,7 @@ async fn proceed(
     let key = identity.key().map_or("", |k| k.id.as_str());
     let mut failover = Failover::new(call, key, exchange, session.as_deref());
     settlement.pin(failover.fleet_pin(call, exchange).await);
+    failover.key_for_engines(call, exchange).await;
     let reached = failover.run(call, exchange, settlement).await?;
     judged(exchange).await?;
     match reached {

@@ -6,7 +6,9 @@ pub mod admission;
 pub mod affinity;
 pub mod backend;
 pub mod discover;
+pub mod engines;
 pub mod health;
+pub mod holdings;
 pub mod keys;
 pub mod policy;
 pub mod prefix;
@@ -25,9 +27,22 @@ use crate::config::{AffinityConfig, Config, Strategy};
 use admission::Admission;
 pub use affinity::RouteHints;
 use backend::{Backend, InFlight};
+use engines::{EngineKeys, Engines};
+use holdings::Holdings;
 use policy::RoutingPolicy;
 use prefix::PrefixIndex;
 use sticky::StickyTable;
+
+/// What a backend holds in its KV cache, and where the figure comes from (`events`, from its
+/// engine; `estimate`, from what the gateway sent it), for the console.
+pub struct CachedBlocks {
+    pub source: &'static str,
+    /// The events' feed is connected and caught up (always true for the estimate).
+    pub live: bool,
+    pub blocks: usize,
+    /// Blocks per tier: GPU, CPU, further.
+    pub tiers: [usize; 3],
+}
 
 /// A chosen backend, and why when an affinity rule decided (`x-switchyard-route`).
 pub struct Selected {
@@ -62,6 +77,8 @@ pub struct Router {
     sticky: Option<StickyTable>,
     /// The prompt prefixes sent to each backend (cache-aware strategy only).
     prefix: Option<PrefixIndex>,
+    /// What event-publishing engines hold (`backends[].kv_events`), when any backend publishes.
+    pub engines: Option<Engines>,
     turn: AtomicUsize,
     /// Requests routed to each backend lately (halved every `RECENT_WINDOW` decisions).
     recent: Vec<AtomicU64>,
@@ -123,6 +140,7 @@ impl Router {
             sticky: affinity.sticky_sessions.then(|| StickyTable::new(affinity.session_ttl, affinity.max_sessions)),
             prefix: (config.strategy == Strategy::CacheAware)
                 .then(|| PrefixIndex::new(&config.backends.iter().map(|b| b.cache_tokens).collect::<Vec<_>>())),
+            engines: Engines::new(config)?,
             affinity,
             turn: AtomicUsize::new(0),
             recent: (0..backends.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -263,7 +281,7 @@ impl Router {
         }
         loop {
             let none = if full { SelectError::Full } else { SelectError::NoneAvailable };
-            let (i, matched, why) = self.choose(model, hints, &candidates).ok_or(none)?;
+            let (i, held, why) = self.choose(model, hints, &candidates).ok_or(none)?;
             let chosen = candidates[i];
             // Its last slot may have gone to another request since the filter above. (Taken
             // before the breaker's trial is claimed: a claimed trial must be used.)
@@ -281,17 +299,18 @@ impl Router {
             if let (Some(sticky), Some(session)) = (&self.sticky, session) {
                 sticky.pin(model, session, chosen.id, Instant::now());
             }
+            let (matched, score) = held.as_ref().map_or((0, 0), |h| (h.estimate[i], h.score[i]));
             let why = match why {
-                Some(why) if candidates.len() < all.len() || !why.starts_with("longest") => Some(
-                    self.given_up(all, hints, &chosen, matched, now)
+                Some(why) if candidates.len() < all.len() || !is_longest(&why) => Some(
+                    self.given_up(all, hints, &chosen, score, now)
                         .map_or_else(|| why.clone(), |left| format!("{why}; {left}")),
                 ),
                 why => why,
             };
-            self.remember(&chosen, hints, Some(matched));
+            self.remember(&chosen, hints, held.as_ref().map(|_| matched));
             let explain = match (why, repin_why) {
                 (Some(why), _) => {
-                    Some(affinity::explain(self.strategy.as_str(), &chosen, matched, hints.chain.len(), &why))
+                    Some(affinity::explain(self.strategy.as_str(), &chosen, score, holdings::SCALE, &why))
                 }
                 (None, Some(repin)) => Some(affinity::explain(self.strategy.as_str(), &chosen, 0, 0, repin)),
                 (None, None) if session.is_some() => {
@@ -311,21 +330,21 @@ impl Router {
         all: &[Arc<Backend>],
         hints: &RouteHints,
         chosen: &Backend,
-        chosen_matched: usize,
+        chosen_score: usize,
         now: u64,
     ) -> Option<String> {
-        let index = self.prefix.as_ref().filter(|_| !hints.chain.is_empty())?;
-        let ids: Vec<usize> = all.iter().map(|b| b.id).collect();
-        let matched = index.matches(&hints.chain, &ids);
-        let (at, best) = matched.iter().copied().enumerate().max_by_key(|&(_, m)| m)?;
-        let fresh = best == 0 || index.is_shared(hints.chain[best - 1]);
+        let index = self.prefix.as_ref()?;
+        let everyone: Vec<&Arc<Backend>> = all.iter().collect();
+        let held = Holdings::of(Some(index), self.engines.as_ref(), hints, &everyone)?;
+        let (at, best) = held.score.iter().copied().enumerate().max_by_key(|&(_, m)| m)?;
+        let fresh = best == 0 || held.shared;
         let (holder, reason) = if !fresh {
-            if best <= chosen_matched {
+            if best <= chosen_score {
                 return None;
             }
             let holder = all.get(at).filter(|h| h.id != chosen.id)?;
             (Some(holder), if holder.health.available(now) { GivenUp::Load } else { GivenUp::Down })
-        } else if let Some(id) = index.lost_by(&hints.chain, best) {
+        } else if let Some(id) = index.lost_by(&hints.chain, held.estimate.iter().copied().max().unwrap_or(0)) {
             (all.iter().find(|b| b.id == id), GivenUp::Evicted)
         } else {
             (None, GivenUp::New)
@@ -363,7 +382,8 @@ impl Router {
         let now = self.clock.mono_ms();
         let candidates: Vec<&Arc<Backend>> =
             table.get(model)?.iter().filter(|b| !tried.contains(&b.id) && b.health.available(now)).collect();
-        affinity::waiting_lane(&self.affinity, model, self.prefix.as_ref(), hints, &candidates)
+        let held = Holdings::of(self.prefix.as_ref(), self.engines.as_ref(), hints, &candidates);
+        affinity::waiting_lane(&self.affinity, model, held.as_ref(), hints, &candidates)
     }
 
     /// Whether a request waiting in `lane` (a backend's, or the model's common line) could take a
@@ -379,32 +399,40 @@ impl Router {
         }
     }
 
-    /// The strategy's pick: index into `candidates`, blocks of the prompt the pick holds, and
-    /// the reason when the strategy explains itself.
+    /// The strategy's pick: index into `candidates`, what each candidate holds of the prompt
+    /// (cache-aware), and the reason when the strategy explains itself.
     fn choose(
         &self,
         model: &str,
         hints: &RouteHints,
         candidates: &[&Arc<Backend>],
-    ) -> Option<(usize, usize, Option<String>)> {
+    ) -> Option<(usize, Option<Holdings>, Option<String>)> {
         if candidates.is_empty() {
             return None;
         }
         let turn = self.turn.fetch_add(1, Relaxed);
-        match (&self.prefix, self.strategy) {
-            (Some(index), _) if !hints.chain.is_empty() => {
-                let recent = |id: usize| self.recent.get(id).map_or(0, |r| r.load(Relaxed));
-                let (i, matched, why) =
-                    affinity::cache_aware(&self.affinity, model, index, &hints.chain, candidates, &recent, turn);
-                Some((i, matched, Some(why)))
-            }
-            (_, Strategy::PrefixHash) if !hints.chain.is_empty() => {
+        if let Some(held) = Holdings::of(self.prefix.as_ref(), self.engines.as_ref(), hints, candidates) {
+            let recent = |id: usize| self.recent.get(id).map_or(0, |r| r.load(Relaxed));
+            let (i, why) = affinity::cache_aware(&self.affinity, model, &held, candidates, &recent, turn);
+            return Some((i, Some(held), Some(why)));
+        }
+        match self.strategy {
+            Strategy::PrefixHash if !hints.chain.is_empty() => {
                 // Deliberately naive: the hash of the first 512 bytes, modulo the candidates.
                 let head = hints.chain[hints.chain.len().min(512 / prefix::BLOCK_BYTES) - 1];
-                Some(((head % candidates.len() as u64) as usize, 0, None))
+                Some(((head % candidates.len() as u64) as usize, None, None))
             }
-            _ => self.policy.select(candidates).map(|i| (i, 0, None)),
+            _ => self.policy.select(candidates).map(|i| (i, None, None)),
         }
+    }
+
+    /// The prompt keyed as `model`'s event-publishing engines key it, when it has such backends
+    /// and a tokenizer (cache-aware only); `body` is an OpenAI chat request.
+    pub async fn engine_keys(&self, model: &str, body: &bytes::Bytes) -> Option<EngineKeys> {
+        let engines = self.engines.as_ref().filter(|e| self.prefix.is_some() && e.tokenizes(model))?;
+        let table = self.table.load();
+        let block_size = engines.block_size_of(table.get(model)?.iter().map(|b| b.id))?;
+        engines.prompt_keys(model, body, block_size).await
     }
 
     /// Note that the prompt went to `backend` (cache-aware only); `matched` blocks it already held.
@@ -431,10 +459,24 @@ impl Router {
         }
     }
 
+    /// What backend `id` holds in its KV cache, for the console: from its engine's events where
+    /// it publishes them, else the estimate's blocks (cache-aware only).
+    pub fn cached_blocks(&self, id: usize) -> Option<CachedBlocks> {
+        if let Some((live, tiers)) = self.engines.as_ref().and_then(|e| e.describe(id)) {
+            let blocks = tiers.iter().sum();
+            return Some(CachedBlocks { source: "events", live, blocks, tiers });
+        }
+        let blocks = self.prefix.as_ref()?.held(id);
+        Some(CachedBlocks { source: "estimate", live: true, blocks, tiers: [blocks, 0, 0] })
+    }
+
     /// A backend went down: whatever it had cached is gone.
     pub fn forget_cache(&self, backend: &Backend) {
         if let Some(index) = &self.prefix {
             index.forget(backend.id);
+        }
+        if let Some(engines) = &self.engines {
+            engines.forget(backend.id);
         }
     }
 
@@ -467,6 +509,11 @@ impl Router {
     pub fn healthy_count(&self) -> usize {
         self.backends.iter().filter(|b| b.health.is_up()).count()
     }
+}
+
+/// A reason naming the backend that holds the longest prefix (nothing was given up).
+fn is_longest(why: &str) -> bool {
+    why.starts_with("longest") || why.starts_with("events: ") || why.starts_with("estimate: longest")
 }
 
 #[cfg(test)]

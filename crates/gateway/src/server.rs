@@ -131,7 +131,7 @@ pub async fn start_guarded(
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (mut app, writer, exports) = App::open(config).await?;
+    let (mut app, writer, exports) = Box::pin(App::open(config)).await?;
     if let Some(store) = &app.store {
         crate::admin::audit_export::spawn(store, &app.config.exports, app.config.timeouts.connect);
     }
@@ -304,14 +304,14 @@ fn spawn_health_sharing(current: Current, shared: Arc<crate::shared::Shared>) ->
     vec![listener, watcher]
 }
 
+/// Each backend's health prober, and each event-publishing engine's feed: what belongs to one
+/// routing state and retires with it on a reload.
 fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {
-    app.router
-        .backends
-        .iter()
-        .map(|b| {
-            tokio::spawn(health::run(app.router.clone(), b.clone(), app.client.clone(), app.config.health.clone()))
-        })
-        .collect()
+    let probers = app.router.backends.iter().map(|b| {
+        tokio::spawn(health::run(app.router.clone(), b.clone(), app.client.clone(), app.config.health.clone()))
+    });
+    let feeds = app.router.engines.iter().flat_map(|e| e.spawn_feeds());
+    probers.chain(feeds).collect()
 }
 
 /// Reloads, one at a time: read the file, build the whole new state, probe its backends, then

@@ -37,6 +37,22 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
+    /// Tokenize OpenAI chat requests (JSON lines on stdin) as the gateway keys prompts for
+    /// event-publishing engines: the model's chat template, then its tokenizer.json.
+    Tokenize {
+        /// The model's directory: tokenizer.json and tokenizer_config.json (as `models.*.tokenizer`).
+        #[arg(long)]
+        tokenizer: PathBuf,
+        /// Print the rendered prompt text (`{"text": ...}`) instead of token ids.
+        #[arg(long)]
+        render: bool,
+        /// Time tokenizing chats of these many tokens instead (p50/p99 µs, new and repeated prompts).
+        #[arg(long, value_delimiter = ',')]
+        bench: Vec<usize>,
+        /// Prompts per size for --bench.
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+    },
     /// Run a mock backend speaking the OpenAI, Anthropic or Ollama API (for tests, demos and benchmarks).
     Mock {
         #[arg(long, default_value = "127.0.0.1:8000")]
@@ -165,6 +181,10 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve { config, listen } => serve(config, listen).await,
             Command::Check { config, offline } => check(config, offline).await,
+            Command::Tokenize { tokenizer, render, bench, rounds } => match bench.is_empty() {
+                true => crate::tokenize::run(&tokenizer, render),
+                false => crate::tokenize::bench(&tokenizer, &bench, rounds.max(1)),
+            },
             Command::Mock {
                 listen,
                 models,

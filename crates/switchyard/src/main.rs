@@ -11,6 +11,7 @@ mod fd_limit;
 mod keys;
 mod orgs;
 mod seed;
+mod tokenize;
 
 fn main() -> std::process::ExitCode {
     cli::main()

@@ -30,6 +30,18 @@ export const backends = {
 
     function fact(k, v) { return h('div.fact', null, h('div.k', { text: k }), h('div.v', null, v)); }
 
+    // The KV-cache blocks a backend holds: from its engine's events (by tier), or the gateway's
+    // estimate of what it sent there; an event feed that is not live is unknown.
+    function cachedBlocks(c) {
+      if (!c) return h('span.muted', { text: 'off', title: 'Cache-aware routing is off' });
+      if (c.source === 'events' && !c.live) {
+        return h('span.muted', { 'data-testid': 'kv-source', 'data-source': 'events', text: 'unknown (events not live)' });
+      }
+      const tiers = c.source === 'events' && (c.cpu || c.other) ? ` · GPU ${fmt.int(c.gpu)} · CPU ${fmt.int(c.cpu)} · other ${fmt.int(c.other)}` : '';
+      return h('span', { 'data-testid': 'kv-source', 'data-source': c.source, title: c.source === 'events' ? 'From the engine\'s KV-cache events' : 'Estimated from what the gateway sent' },
+        fmt.int(c.blocks), h('span.cell-sub', { text: ` ${c.source}${tiers}` }));
+    }
+
     function backendCard(b) {
       const st = healthOf(b);
       const failRate = isNum(b.attempts) && b.attempts > 0 && isNum(b.failures) ? b.failures / b.attempts : null;
@@ -44,6 +56,7 @@ export const backends = {
             fact('In flight', isNum(b.capacity) ? `${fmt.int(b.in_flight)} / ${fmt.int(b.capacity)}` : fmt.int(b.in_flight)),
             fact('Waiting', fmt.int(b.waiting)),
             fact('KV cache', meter(b.kv_usage)),
+            fact('Cached blocks', cachedBlocks(b.kv_cache)),
             fact('Affinity hits', b.affinity_hit_ratio == null ? h('span.muted', { text: 'off', title: 'Cache-aware routing is off' }) : fmt.pct(b.affinity_hit_ratio, 0)),
             fact('Attempts', fmt.int(b.attempts)),
             fact('Failures', h('span', null, fmt.int(b.failures), failRate == null ? null : h('span.cell-sub', { text: ` ${fmt.pct(failRate)}` })))),

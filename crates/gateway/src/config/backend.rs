@@ -36,6 +36,8 @@ pub struct RawBackend {
     aws_access_key_id: Option<String>,
     aws_secret_access_key: Option<String>,
     aws_session_token: Option<String>,
+    /// Where the engine publishes its KV-cache events (vLLM's and SGLang's `--kv-events-config`).
+    kv_events: Option<super::engines::RawKvEvents>,
 }
 
 /// One key of a backend's pool as written.
@@ -142,6 +144,7 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
         },
         api_version: b.api_version,
         aws,
+        kv_events: b.kv_events.map(|k| super::engines::validate_kv_events(k, &at)).transpose()?,
     })
 }
 

@@ -44,6 +44,14 @@ pub struct RawGuard {
 pub struct RawModel {
     #[serde(default)]
     guardrails: Vec<String>,
+    /// The directory of the model's `tokenizer.json` and chat template (`config/engines.rs`).
+    tokenizer: Option<String>,
+}
+
+impl RawModel {
+    pub fn tokenizer(&self) -> Option<&str> {
+        self.tokenizer.as_deref()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
-    AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, HealthConfig, ListenerLimits, RedisConfig,
+    AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, FastMap, HealthConfig, ListenerLimits, RedisConfig,
     Strategy, Timeouts, TlsConfig,
 };
 
@@ -286,12 +286,30 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         console: super::console::validate(raw.console)?,
         cache: super::cache::validate(raw.cache)?,
         security: super::security::validate(raw.security, listen)?,
+        tokenizers: tokenizers(&raw.models)?,
         guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
         realtime_idle: nonzero("realtime.idle_timeout", &raw.realtime.idle_timeout, Duration::from_secs(300))?,
         realtime_max: nonzero("realtime.max_duration", &raw.realtime.max_duration, Duration::from_secs(3600))?,
         batches: super::batches::validate(raw.batches)?,
         source: None,
     })
+}
+
+/// `models.*.tokenizer`: a directory per model (loaded, and so checked, when routing is built).
+fn tokenizers(
+    models: &HashMap<String, super::guardrails::RawModel>,
+) -> Result<FastMap<String, std::path::PathBuf>, ConfigError> {
+    let mut out = FastMap::default();
+    for (model, settings) in models {
+        match settings.tokenizer() {
+            Some("") => return Err(ConfigError::at(format!("models.{model}.tokenizer"), "empty path")),
+            Some(dir) => {
+                out.insert(model.clone(), std::path::PathBuf::from(dir));
+            }
+            None => {}
+        }
+    }
+    Ok(out)
 }
 
 fn validate_listen(listen: Option<&str>) -> Result<SocketAddr, ConfigError> {

@@ -44,8 +44,12 @@ fn shown_url(url: &str) -> String {
 }
 
 /// `now_ms`: the app clock's monotonic milliseconds (what cooldowns are set in).
-fn backend_json(b: &Backend, now_ms: u64) -> Value {
+fn backend_json(b: &Backend, router: &crate::route::Router, now_ms: u64) -> Value {
     let routed = b.stats.prefix_routed.load(Relaxed);
+    // What the backend holds in its KV cache: from its engine's events, else the estimate.
+    let kv_cache = router.cached_blocks(b.id).map(|c| {
+        json!({"source": c.source, "live": c.live, "blocks": c.blocks, "gpu": c.tiers[0], "cpu": c.tiers[1], "other": c.tiers[2]})
+    });
     json!({
         "name": b.name(),
         "kind": b.kind().as_str(),
@@ -59,6 +63,7 @@ fn backend_json(b: &Backend, now_ms: u64) -> Value {
         "waiting": b.signals.waiting(),
         "kv_usage": b.signals.kv_usage(),
         "affinity_hit_ratio": (routed > 0).then(|| b.stats.prefix_hits.load(Relaxed) as f64 / routed as f64),
+        "kv_cache": kv_cache,
         "attempts": b.stats.attempts.load(Relaxed),
         "failures": b.stats.failures.load(Relaxed),
         "models": *b.models(),
@@ -119,7 +124,7 @@ pub async fn overview(app: &Arc<App>) -> Result<Response<GatewayBody>, GatewayEr
             "series": series.charts(),
             "current": current,
             "today": {"requests": today.0, "tokens": today.1, "cost_usd": today.2},
-            "backends": app.router.backends.iter().map(|b| backend_json(b, app.clock.mono_ms())).collect::<Vec<_>>(),
+            "backends": app.router.backends.iter().map(|b| backend_json(b, &app.router, app.clock.mono_ms())).collect::<Vec<_>>(),
             "top_models": models.iter().take(5).map(top).collect::<Vec<_>>(),
             "top_keys": top_keys,
             "exports": exports,
@@ -341,7 +346,7 @@ pub fn backends(app: &Arc<App>) -> Response<GatewayBody> {
         .backends
         .iter()
         .map(|b| {
-            let mut v = backend_json(b, app.clock.mono_ms());
+            let mut v = backend_json(b, &app.router, app.clock.mono_ms());
             v["history"] = series
                 .backend_history(b.name())
                 .into_iter()

@@ -106,6 +106,7 @@ impl<'f> Failover<'f> {
             hints: RouteHints {
                 session,
                 chain: std::mem::take(&mut routed.chain),
+                engine: None,
                 pinned: None,
                 spare: usize::from(call.batch.is_some()),
             },
@@ -132,6 +133,14 @@ impl<'f> Failover<'f> {
         let pin = FleetPin::lookup(shared, model, conversation, app.config.affinity.session_ttl).await;
         self.hints.pinned = pin.backend.as_deref().and_then(|b| app.router.id_of(b));
         Some(pin)
+    }
+
+    /// The prompt keyed as the model's event-publishing engines key it (cache-aware routing, a
+    /// model with such backends and a tokenizer; OpenAI chat bodies, what those engines serve).
+    pub async fn key_for_engines(&mut self, call: &Call<'_>, exchange: &Exchange) {
+        if call.endpoint == crate::endpoint::Endpoint::ChatCompletions {
+            self.hints.engine = call.app.router.engine_keys(&exchange.routed.model, &exchange.routed.body).await;
+        }
     }
 
     /// Every model in turn until one answers; the answer held, or why nothing could.
@@ -420,8 +429,10 @@ impl<'f> Failover<'f> {
         exchange.routed.model = to;
         (self.next_attempt, self.waits, self.cooling, self.failure) = (0, 0, None, None);
         self.tried.clear();
-        // This request's fleet pin names a backend of the first model.
+        // This request's fleet pin names a backend of the first model, and its engine keys
+        // were made with the first model's tokenizer.
         self.hints.pinned = None;
+        self.hints.engine = None;
         true
     }
 

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use super::backend::Backend;
-use super::prefix::PrefixIndex;
+use super::engines::EngineKeys;
+use super::holdings::{Holdings, SCALE};
 use crate::config::AffinityConfig;
 
 /// What routing knows about a request beyond its model.
@@ -16,6 +17,9 @@ pub struct RouteHints<'a> {
     pub session: Option<&'a str>,
     /// Chained block hashes of the prompt (`prefix::chain`); empty unless a strategy needs them.
     pub chain: Vec<u64>,
+    /// The prompt keyed as event-publishing engines key it (`engines.rs`), for models that have
+    /// such backends and a tokenizer.
+    pub engine: Option<EngineKeys>,
     /// The backend the fleet has this conversation pinned to (`shared/affinity.rs`), when
     /// instances share affinity through Redis: it counts as this instance's own sticky pin.
     pub pinned: Option<usize>,
@@ -48,8 +52,8 @@ pub fn overloaded(
     (mine > limit).then_some((mine, least))
 }
 
-/// A cache-aware choice among `candidates`: the index into it, the blocks of the prompt it
-/// holds, and the reason. `recent[id]` is how many requests went to backend `id` lately.
+/// A cache-aware choice among `candidates`: the index into it, and the reason. `recent[id]` is
+/// how many requests went to backend `id` lately.
 ///
 /// - A continuation (its longest cached prefix ends inside its own history) goes where that
 ///   prefix is, unless the backend is loaded beyond the balance threshold (then load wins).
@@ -57,22 +61,17 @@ pub fn overloaded(
 ///   shares nothing, goes to the backend that took the fewest requests lately, preferring one
 ///   that holds the shared prefix among equals: a shared prefix costs each backend one prefill,
 ///   while piling every conversation onto its first holder would cost the balance for good.
-#[allow(clippy::too_many_arguments)]
 pub fn cache_aware(
     cfg: &AffinityConfig,
     model: &str,
-    index: &PrefixIndex,
-    chain: &[u64],
+    held: &Holdings,
     candidates: &[&Arc<Backend>],
     recent: &dyn Fn(usize) -> u64,
     turn: usize,
-) -> (usize, usize, String) {
-    let ids: Vec<usize> = candidates.iter().map(|b| b.id).collect();
-    let matched = index.matches(chain, &ids);
-    let best = matched.iter().copied().max().unwrap_or(0);
-    let fraction = |m: usize| if chain.is_empty() { 0.0 } else { m as f64 / chain.len() as f64 };
-    let shared = best > 0 && index.is_shared(chain[best - 1]);
-    if best == 0 || shared {
+) -> (usize, String) {
+    let matched = &held.score;
+    let best = held.best;
+    if best == 0 || held.shared {
         // Fewest recent requests first, then most of the prompt held, then least in flight.
         let n = candidates.len();
         let i = (0..n)
@@ -82,9 +81,12 @@ pub fn cache_aware(
         let why = if best == 0 {
             "new conversation, nothing cached: least recently loaded".to_owned()
         } else {
-            format!("new conversation sharing a cached prefix ({:.2}): least recently loaded", fraction(best))
+            format!(
+                "new conversation sharing a cached prefix ({:.2}): least recently loaded",
+                best as f64 / SCALE as f64
+            )
         };
-        return (i, matched[i], why);
+        return (i, held.label(i, why));
     }
     // Among the candidates holding the longest prefix, the least loaded (rotating ties).
     let holders = (0..candidates.len()).filter(|&i| matched[i] == best);
@@ -99,11 +101,11 @@ pub fn cache_aware(
         let why = format!(
             "balance: {} held {:.2} but had {mine} in flight vs {least}",
             candidates[preferred].name(),
-            fraction(best)
+            held.fraction(preferred)
         );
-        return (i, matched[i], why);
+        return (i, held.label(preferred, why));
     }
-    (preferred, best, format!("longest cached prefix {:.2}", fraction(best)))
+    (preferred, held.longest(preferred, candidates[preferred]))
 }
 
 /// Where a request that must wait (every backend at its cap) should wait: the backend holding
@@ -114,21 +116,18 @@ pub fn cache_aware(
 pub fn waiting_lane(
     cfg: &AffinityConfig,
     model: &str,
-    index: Option<&PrefixIndex>,
+    held: Option<&Holdings>,
     hints: &RouteHints,
     candidates: &[&Arc<Backend>],
 ) -> Option<usize> {
     let queued = |b: &Backend| load(b, model) + b.waiting_here(model);
-    let preferred = match (hints.pinned, index) {
+    let preferred = match (hints.pinned, held) {
         (Some(id), _) => candidates.iter().position(|b| b.id == id)?,
-        (None, Some(index)) if !hints.chain.is_empty() => {
-            let ids: Vec<usize> = candidates.iter().map(|b| b.id).collect();
-            let matched = index.matches(&hints.chain, &ids);
-            let best = matched.iter().copied().max().unwrap_or(0);
-            if best == 0 || index.is_shared(hints.chain[best - 1]) {
+        (None, Some(held)) => {
+            if held.best == 0 || held.shared {
                 return None;
             }
-            (0..candidates.len()).filter(|&i| matched[i] == best).min_by_key(|&i| queued(candidates[i]))?
+            (0..candidates.len()).filter(|&i| held.score[i] == held.best).min_by_key(|&i| queued(candidates[i]))?
         }
         _ => return None,
     };
@@ -138,7 +137,6 @@ pub fn waiting_lane(
     (queued(chosen) <= limit).then_some(chosen.id)
 }
 
-/// `x-switchyard-route` text: `strategy=cache-aware; backend=b1; match=0.83; why=...`.
 pub fn explain(strategy: &str, backend: &Backend, matched: usize, chain_len: usize, why: &str) -> String {
     let fraction = if chain_len == 0 { 0.0 } else { matched as f64 / chain_len as f64 };
     format!("strategy={strategy}; backend={}; match={fraction:.2}; why={why}", backend.name())
@@ -148,8 +146,13 @@ pub fn explain(strategy: &str, backend: &Backend, matched: usize, chain_len: usi
 mod tests {
     use super::*;
     use crate::route::policy::test_support::backend;
-    use crate::route::prefix::chain;
+    use crate::route::prefix::{chain, PrefixIndex};
     use crate::route::signals::LoadReading;
+
+    fn held(index: &PrefixIndex, chain: Vec<u64>, both: &[&Arc<Backend>]) -> Holdings {
+        let hints = RouteHints { chain, ..RouteHints::default() };
+        Holdings::of(Some(index), None, &hints, both).unwrap()
+    }
 
     fn cfg() -> AffinityConfig {
         AffinityConfig {
@@ -186,8 +189,9 @@ mod tests {
         index.insert(0, &one, 0);
         let next_turn = chain(&[&[conversation(1), vec![b'x'; 128]].concat()]);
         let no_recent = |_: usize| 0;
-        let (i, matched, why) = cache_aware(&cfg(), "m", &index, &next_turn, &both, &no_recent, 1);
-        assert_eq!((i, matched), (0, one.len()), "{why}");
+        let h = held(&index, next_turn.clone(), &both);
+        let (i, why) = cache_aware(&cfg(), "m", &h, &both, &no_recent, 1);
+        assert_eq!((i, h.estimate[0]), (0, one.len()), "{why}");
         assert!(why.starts_with("longest cached prefix"), "{why}");
         // A second conversation branches after the system prompt: now it is a shared prefix, and
         // a third goes to the backend with fewer recent requests.
@@ -195,12 +199,12 @@ mod tests {
         index.insert(0, &two, index.matches(&two, &[0])[0]);
         let three = chain(&[&conversation(3)]);
         let recent = |id: usize| if id == 0 { 2 } else { 0 };
-        let (i, _, why) = cache_aware(&cfg(), "m", &index, &three, &both, &recent, 0);
+        let (i, why) = cache_aware(&cfg(), "m", &held(&index, three, &both), &both, &recent, 0);
         assert_eq!(i, 1, "{why}");
         assert!(why.starts_with("new conversation sharing a cached prefix"), "{why}");
         // The continuation moves only when its backend is beyond the balance threshold.
         a.signals.record(LoadReading { slots: None, waiting: 5, processing: 1, kv_usage: None });
-        let (i, _, why) = cache_aware(&cfg(), "m", &index, &next_turn, &both, &no_recent, 0);
+        let (i, why) = cache_aware(&cfg(), "m", &held(&index, next_turn, &both), &both, &no_recent, 0);
         assert_eq!(i, 1);
         assert!(why.starts_with("balance: b0 held"), "{why}");
     }

@@ -1,0 +1,182 @@
+//! A chat request's prompt as the engine will see it, in tokens: the model's chat template
+//! (`template`) rendered and then tokenized with its `tokenizer.json`, as vLLM and SGLang do.
+//!
+//! A model directory as Hugging Face ships it: `tokenizer.json`, and `tokenizer_config.json`
+//! with `chat_template` (or a `chat_template.jinja` beside it) and the special tokens the
+//! template refers to. The rendered text is tokenized without adding special tokens (the
+//! template wrote them), as `apply_chat_template(tokenize=True)` does.
+//!
+//! Tokenizing is split at the tokenizer's special tokens (which a tokenizer never merges with
+//! their neighbours, so the pieces tokenize independently) and each piece's ids are kept in a
+//! small cache: a conversation re-sends its system prompt and history at every turn, and only
+//! the new turn is tokenized again.
+
+mod conversation;
+mod template;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::sync::Mutex;
+
+pub use template::ChatTemplate;
+
+/// The special tokens a template may name.
+const SPECIAL_NAMES: [&str; 6] = ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token"];
+
+/// Pieces whose ids are kept (by hash of the text); when full, the cache starts again.
+const CACHE_PIECES: usize = 4096;
+/// Pieces shorter than this are tokenized every time (a hash and a lock cost about as much).
+const CACHE_MIN_BYTES: usize = 256;
+
+/// A model's tokenizer and chat template.
+pub struct PromptTokenizer {
+    tokenizer: tokenizers::Tokenizer,
+    template: ChatTemplate,
+    /// The special tokens' texts, longest first, to split rendered prompts at.
+    specials: Vec<String>,
+    pieces: Mutex<HashMap<u64, Vec<u32>>>,
+}
+
+impl PromptTokenizer {
+    /// Loads `dir`'s `tokenizer.json` and `tokenizer_config.json` (and `chat_template.jinja`).
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| format!("{}: {e}", dir.join("tokenizer.json").display()))?;
+        let config_path = dir.join("tokenizer_config.json");
+        let config: serde_json::Value = std::fs::read_to_string(&config_path)
+            .map_err(|e| format!("{}: {e}", config_path.display()))
+            .and_then(|text| serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config_path.display())))?;
+        let source = chat_template(dir, &config)?;
+        let special = SPECIAL_NAMES
+            .iter()
+            .filter_map(|name| Some(((*name).to_owned(), token_text(config.get(*name)?)?)))
+            .collect();
+        let template = ChatTemplate::new(source, special)?;
+        // Special tokens that take no whitespace with them split a text into pieces that tokenize
+        // alone, unless the tokenizer treats a text's start specially (a prepended space).
+        let mut specials: Vec<String> = tokenizer
+            .get_added_tokens_decoder()
+            .values()
+            .filter(|t| t.special && !t.lstrip && !t.rstrip && !t.single_word && !t.content.is_empty())
+            .map(|t| t.content.clone())
+            .collect();
+        specials.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let mut loaded = PromptTokenizer { tokenizer, template, specials, pieces: Mutex::new(HashMap::new()) };
+        if !loaded.pieces_compose() {
+            loaded.specials.clear();
+        }
+        Ok(loaded)
+    }
+
+    /// Whether a text tokenizes as its pieces do, checked on a sample around each special token.
+    fn pieces_compose(&self) -> bool {
+        self.specials.iter().all(|s| {
+            let sample = format!("Hello world{s}\nHi there {s} ok");
+            let whole = self.encode(&sample);
+            let mut pieces = Vec::new();
+            for part in [&sample[..11], s, "\nHi there ", s, " ok"] {
+                pieces.extend(self.encode(part).unwrap_or_default());
+            }
+            whole.is_ok_and(|w| w == pieces)
+        })
+    }
+
+    /// The rendered prompt of an OpenAI chat request body.
+    pub fn render(&self, body: &str) -> Result<String, String> {
+        self.template.render(body)
+    }
+
+    /// The token ids of an OpenAI chat request body's prompt.
+    pub fn chat_ids(&self, body: &str) -> Result<Vec<u32>, String> {
+        let text = self.render(body)?;
+        self.text_ids(&text)
+    }
+
+    /// The token ids of `text`, special tokens in it recognised, none added.
+    pub fn text_ids(&self, text: &str) -> Result<Vec<u32>, String> {
+        let mut ids = Vec::with_capacity(text.len() / 3);
+        let mut rest = text;
+        while !rest.is_empty() {
+            let (piece, special) = self.next_piece(rest);
+            if !piece.is_empty() {
+                ids.extend(self.piece_ids(piece)?);
+            }
+            if let Some(special) = special {
+                ids.extend(self.piece_ids(special)?);
+            }
+            rest = &rest[piece.len() + special.map_or(0, str::len)..];
+        }
+        Ok(ids)
+    }
+
+    /// The text before the next special token, and that token.
+    fn next_piece<'t>(&self, text: &'t str) -> (&'t str, Option<&'t str>) {
+        let mut best: Option<(usize, usize)> = None;
+        for s in &self.specials {
+            if let Some(at) = text.find(s.as_str()) {
+                if best.is_none_or(|(b, len)| at < b || (at == b && s.len() > len)) {
+                    best = Some((at, s.len()));
+                }
+            }
+        }
+        match best {
+            Some((at, len)) => (&text[..at], Some(&text[at..at + len])),
+            None => (text, None),
+        }
+    }
+
+    fn piece_ids(&self, piece: &str) -> Result<Vec<u32>, String> {
+        if piece.len() < CACHE_MIN_BYTES {
+            return self.encode(piece);
+        }
+        let mut h = foldhash::quality::FixedState::with_seed(0x746f_6b65_6e73).build_hasher();
+        h.write(piece.as_bytes());
+        h.write_usize(piece.len());
+        let key = h.finish();
+        if let Some(ids) = self.pieces.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(ids.clone());
+        }
+        let ids = self.encode(piece)?;
+        let mut pieces = self.pieces.lock().unwrap_or_else(|e| e.into_inner());
+        if pieces.len() >= CACHE_PIECES {
+            pieces.clear();
+        }
+        pieces.insert(key, ids.clone());
+        Ok(ids)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        let encoding = self.tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?;
+        Ok(encoding.get_ids().to_vec())
+    }
+}
+
+/// The chat template: `chat_template.jinja` beside the tokenizer when there is one (it wins, as
+/// in transformers), else `tokenizer_config.json`'s `chat_template` (a string, or a list of named
+/// templates of which `default` is used).
+fn chat_template(dir: &Path, config: &serde_json::Value) -> Result<String, String> {
+    if let Ok(text) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+        return Ok(text);
+    }
+    match config.get("chat_template") {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(serde_json::Value::Array(named)) => named
+            .iter()
+            .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+            .or_else(|| named.first())
+            .and_then(|t| t.get("template")?.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{}: no default chat template", dir.display())),
+        _ => Err(format!("{}: no chat_template in tokenizer_config.json, and no chat_template.jinja", dir.display())),
+    }
+}
+
+/// A special token as `tokenizer_config.json` writes it: a string, or `{"content": …}`.
+fn token_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
