@@ -41,6 +41,9 @@ pub fn messages(request: &Value, template_source: &str) -> Result<Vec<Value>, St
             get(&message, "role").and_then(|r| r.as_str().map(str::to_owned)).ok_or("a message needs a `role`")?;
         out.push(rebuild(&message, &role));
     }
+    if out.is_empty() {
+        return Err("Cannot apply chat template to an empty conversation".to_owned());
+    }
     let names_developer = template_source.contains("\"developer\"") || template_source.contains("'developer'");
     let has_developer = out.iter().any(|m| get(m, "role").as_ref().and_then(Value::as_str) == Some("developer"));
     if has_developer && !names_developer {

@@ -165,18 +165,32 @@ fn write_items(
     Ok(())
 }
 
-/// A number as Python prints it: integers plainly, floats with a decimal point.
+/// A number as Python's `json.dumps` prints it: an integer plainly; a float as `repr` does, the
+/// shortest digits that read back the same, in exponent form below 1e-4 and from 1e16 on
+/// (`1e-05`, `2.5e+16`), else with a decimal point (`2.0`).
 fn python_number(value: &Value) -> String {
     if value.is_integer() {
         return value.to_string();
     }
     let f = f64::try_from(value.clone()).unwrap_or(f64::NAN);
-    if f.is_finite() && f == f.trunc() && f.abs() < 1e16 {
-        format!("{f:.1}")
-    } else if f.is_nan() {
-        "NaN".to_owned()
+    if f.is_nan() {
+        return "NaN".to_owned();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_owned();
+    }
+    let scientific = format!("{f:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if f != 0.0 && !(-4..16).contains(&exponent) {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exponent.abs());
+    }
+    let fixed = format!("{f}");
+    if fixed.contains('.') {
+        fixed
     } else {
-        format!("{f}")
+        format!("{fixed}.0")
     }
 }
 
@@ -267,12 +281,30 @@ mod tests {
     #[test]
     fn tojson_writes_what_python_json_dumps_writes() {
         let t = ChatTemplate::new("{{ x | tojson }}|{{ x | tojson(indent=2) }}".into(), Vec::new()).unwrap();
-        let req = r#"{"messages": [], "chat_template_kwargs": {"x": {"b": [1, 2.0, "é\"\n"], "a": null, "c": true}}}"#;
+        let req = r#"{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": {"b": [1, 2.0, "é\"\n"], "a": null, "c": true}}}"#;
         let out = t.render(req).unwrap();
         assert_eq!(
             out,
             "{\"b\": [1, 2.0, \"é\\\"\\n\"], \"a\": null, \"c\": true}|{\n  \"b\": [\n    1,\n    2.0,\n    \"é\\\"\\n\"\n  ],\n  \"a\": null,\n  \"c\": true\n}"
         );
+    }
+
+    #[test]
+    fn floats_are_written_as_python_writes_them() {
+        let cases = [
+            (1e-5, "1e-05"),
+            (2.5e-5, "2.5e-05"),
+            (1e16, "1e+16"),
+            (1e22, "1e+22"),
+            (1e15, "1000000000000000.0"),
+            (123456789.12345679, "123456789.12345679"),
+            (0.0001, "0.0001"),
+            (-0.0, "-0.0"),
+            (3.0, "3.0"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(python_number(&Value::from(f)), want, "{f}");
+        }
     }
 
     #[test]
