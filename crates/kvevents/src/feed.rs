@@ -158,10 +158,12 @@ impl Feed {
                     self.apply(seq, payload);
                 }
             }
-            Some(last) if seq > last + 1 => {
+            // A skip; or, with nothing applied yet, a first message after the first batch: the
+            // engine published before this subscription took effect (ZeroMQ's slow joiner).
+            last if seq > last.map_or(0, |l| l + 1) => {
                 self.stats.gaps.fetch_add(1, Relaxed);
-                self.catch_up(last + 1).await;
-                if self.last.is_some_and(|l| l + 1 < seq) {
+                self.catch_up(last.map_or(0, |l| l + 1)).await;
+                if self.last.map_or(seq > 0, |l| l + 1 < seq) {
                     self.stats.unrecovered.fetch_add(1, Relaxed);
                 }
                 if self.last.is_none_or(|l| seq > l) {

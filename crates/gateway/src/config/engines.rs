@@ -52,3 +52,32 @@ pub fn validate_kv_events(raw: RawKvEvents, at: &dyn Fn(&str) -> String) -> Resu
     };
     Ok(FeedConfig { endpoint, replay_endpoint, topic: raw.topic, block_size })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn load(kv_events: &str) -> Result<Config, String> {
+        let yaml = format!("backends:\n  - {{name: e1, url: 'http://127.0.0.1:8000', kv_events: {kv_events}}}\n");
+        Config::from_yaml(&yaml, &crate::config::ProcessEnv).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn kv_events_take_the_engines_own_endpoints_and_name_what_is_wrong() {
+        let config = load("{endpoint: 'tcp://10.0.0.5:5557', replay_endpoint: 'tcp://10.0.0.5:5558', engine: sglang}").unwrap();
+        let feed = config.backends[0].kv_events.clone().unwrap();
+        assert_eq!((feed.endpoint.as_str(), feed.block_size, feed.topic.as_str()), ("tcp://10.0.0.5:5557", 16, ""));
+        assert_eq!(feed.replay_endpoint.as_deref(), Some("tcp://10.0.0.5:5558"));
+        for (bad, at) in [
+            ("{endpoint: 'tcp://*:5557'}", "backends[0].kv_events.endpoint"),
+            ("{endpoint: 'ipc:///tmp/kv'}", "backends[0].kv_events.endpoint"),
+            ("{endpoint: 'tcp://h:5557', replay_endpoint: 'tcp://h:0'}", "backends[0].kv_events.replay_endpoint"),
+            ("{endpoint: 'tcp://h:5557', block_size: 0}", "backends[0].kv_events.block_size"),
+            ("{endpoint: 'tcp://h:5557', engine: trt}", "backends[0].kv_events.engine"),
+            ("{endpoint: 'tcp://h:5557', topics: x}", "backends[0]"),
+        ] {
+            let e = load(bad).unwrap_err();
+            assert!(e.starts_with(at), "{bad}: {e}");
+        }
+    }
+}
