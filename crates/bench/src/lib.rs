@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// shared-prefix: tokens of the system prompt every user shares.
     #[arg(long, default_value_t = 2000)]
     pub system_tokens: usize,
+    /// shared-prefix: tokens of each user's own first message (a document of its own): more than
+    /// the shared system prompt makes a conversation's own context what routing must keep warm.
+    #[arg(long, default_value_t = 60)]
+    pub user_tokens: usize,
     /// shared-prefix: a user waits up to this many milliseconds between turns (varied per turn).
     #[arg(long, default_value_t = 0)]
     pub think_ms: u64,

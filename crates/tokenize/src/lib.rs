@@ -32,9 +32,13 @@ const CACHE_MIN_BYTES: usize = 256;
 /// A model's tokenizer and chat template.
 pub struct PromptTokenizer {
     tokenizer: tokenizers::Tokenizer,
+    /// The same tokenizer without its normalizer, for ASCII text, when that normalizer is a
+    /// Unicode normal form (which leaves ASCII as it is): about a tenth of the work saved.
+    ascii: Option<tokenizers::Tokenizer>,
     template: ChatTemplate,
-    /// The special tokens' texts, longest first, to split rendered prompts at.
-    specials: Vec<String>,
+    /// The special tokens' texts, to split rendered prompts at (none when pieces would not
+    /// tokenize as the whole does).
+    specials: Option<aho_corasick::AhoCorasick>,
     pieces: Mutex<HashMap<u64, Vec<u32>>>,
 }
 
@@ -62,16 +66,30 @@ impl PromptTokenizer {
             .map(|t| t.content.clone())
             .collect();
         specials.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        let mut loaded = PromptTokenizer { tokenizer, template, specials, pieces: Mutex::new(HashMap::new()) };
-        if !loaded.pieces_compose() {
-            loaded.specials.clear();
+        let composes = {
+            let ascii = normal_form_only(&tokenizer).then(|| {
+                let mut bare = tokenizer.clone();
+                bare.with_normalizer(None::<tokenizers::NormalizerWrapper>);
+                bare
+            });
+            let pieces = Mutex::new(HashMap::new());
+            let plain = PromptTokenizer { tokenizer, ascii, template, specials: None, pieces };
+            (plain.pieces_compose(&specials), plain)
+        };
+        let (composes, mut loaded) = composes;
+        if composes && !specials.is_empty() {
+            let matcher = aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+                .build(&specials)
+                .map_err(|e| format!("special tokens: {e}"))?;
+            loaded.specials = Some(matcher);
         }
         Ok(loaded)
     }
 
     /// Whether a text tokenizes as its pieces do, checked on a sample around each special token.
-    fn pieces_compose(&self) -> bool {
-        self.specials.iter().all(|s| {
+    fn pieces_compose(&self, specials: &[String]) -> bool {
+        specials.iter().all(|s| {
             let sample = format!("Hello world{s}\nHi there {s} ok");
             let whole = self.encode(&sample);
             let mut pieces = Vec::new();
@@ -93,37 +111,23 @@ impl PromptTokenizer {
         self.text_ids(&text)
     }
 
-    /// The token ids of `text`, special tokens in it recognised, none added.
+    /// The token ids of `text`, special tokens in it recognised, none added: the pieces between
+    /// special tokens each tokenized (or found in the cache), the special tokens themselves too.
     pub fn text_ids(&self, text: &str) -> Result<Vec<u32>, String> {
+        let Some(specials) = &self.specials else { return self.encode(text) };
         let mut ids = Vec::with_capacity(text.len() / 3);
-        let mut rest = text;
-        while !rest.is_empty() {
-            let (piece, special) = self.next_piece(rest);
-            if !piece.is_empty() {
-                ids.extend(self.piece_ids(piece)?);
+        let mut at = 0;
+        for found in specials.find_iter(text) {
+            if found.start() > at {
+                ids.extend(self.piece_ids(&text[at..found.start()])?);
             }
-            if let Some(special) = special {
-                ids.extend(self.piece_ids(special)?);
-            }
-            rest = &rest[piece.len() + special.map_or(0, str::len)..];
+            ids.extend(self.piece_ids(&text[found.start()..found.end()])?);
+            at = found.end();
+        }
+        if at < text.len() {
+            ids.extend(self.piece_ids(&text[at..])?);
         }
         Ok(ids)
-    }
-
-    /// The text before the next special token, and that token.
-    fn next_piece<'t>(&self, text: &'t str) -> (&'t str, Option<&'t str>) {
-        let mut best: Option<(usize, usize)> = None;
-        for s in &self.specials {
-            if let Some(at) = text.find(s.as_str()) {
-                if best.is_none_or(|(b, len)| at < b || (at == b && s.len() > len)) {
-                    best = Some((at, s.len()));
-                }
-            }
-        }
-        match best {
-            Some((at, len)) => (&text[..at], Some(&text[at..at + len])),
-            None => (text, None),
-        }
     }
 
     fn piece_ids(&self, piece: &str) -> Result<Vec<u32>, String> {
@@ -147,9 +151,27 @@ impl PromptTokenizer {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        let encoding = self.tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?;
+        let tokenizer = match &self.ascii {
+            Some(bare) if text.is_ascii() => bare,
+            _ => &self.tokenizer,
+        };
+        let encoding = tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?;
         Ok(encoding.get_ids().to_vec())
     }
+}
+
+/// Whether the tokenizer's normalizer only puts text in a Unicode normal form (NFC, NFKC, NFD,
+/// NFKD, or a sequence of them): the identity on ASCII.
+fn normal_form_only(tokenizer: &tokenizers::Tokenizer) -> bool {
+    use tokenizers::NormalizerWrapper as N;
+    fn normal(n: &N) -> bool {
+        match n {
+            N::NFC(_) | N::NFD(_) | N::NFKC(_) | N::NFKD(_) => true,
+            N::Sequence(seq) => seq.as_ref().iter().all(normal),
+            _ => false,
+        }
+    }
+    tokenizer.get_normalizer().is_some_and(normal)
 }
 
 /// The chat template: `chat_template.jinja` beside the tokenizer when there is one (it wins, as

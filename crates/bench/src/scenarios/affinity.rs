@@ -439,11 +439,12 @@ pub async fn shared_prefix(args: &BenchArgs, pin: &Pinning, report: &mut Report,
             // Direct to user u's backend, or turn t through instance (u + t) mod instances.
             let targets = if urls.is_empty() { vec![backends.urls[u % n].clone()] } else { urls.clone() };
             let (client, model, system, think_ms) = (client.clone(), args.model.clone(), system.clone(), args.think_ms);
+            let user_tokens = if quick { 60 } else { args.user_tokens };
             tasks.spawn(async move {
                 let key = format!("user-{u}");
                 let mut messages = vec![
                     json!({"role": "system", "content": system}),
-                    json!({"role": "user", "content": format!("user {u}: {}", filler(60, seed + 1000 + u as u64))}),
+                    json!({"role": "user", "content": format!("user {u}: {}", filler(user_tokens, seed + 1000 + u as u64))}),
                 ];
                 let mut served = Vec::new();
                 for t in 0..turns {
