@@ -145,6 +145,12 @@ impl KvIndex {
         runs
     }
 
+    /// Whether some backend holds block `key` (in any tier).
+    pub fn held_anywhere(&self, key: BlockKey) -> bool {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.blocks.get(&key).is_some_and(|h| h.any() != 0)
+    }
+
     /// Whether other blocks than the prompt's own next one were stored under block `key`: a run
     /// ending there shares a prefix with other sequences.
     pub fn is_branch(&self, key: BlockKey) -> bool {

@@ -31,30 +31,36 @@ pub fn run(dir: &Path, render: bool) -> Result<(), String> {
     out.flush().map_err(|e| format!("stdout: {e}"))
 }
 
-/// Microseconds to tokenize a chat of about `tokens` tokens on this thread: p50 and p99 over
-/// prompts never seen before (each one a new text), and over the same prompt again (a turn that
-/// re-sends its history).
+/// Microseconds to tokenize a chat of about `tokens` tokens on this thread, p50 and p99: a
+/// prompt never seen before, all of it (`whole`); the same prompt again, a turn that re-sends
+/// its history (`again`); and a new prompt keyed for routing, which stops at the first block no
+/// engine holds, here its fifth (`keyed`).
 pub fn bench(dir: &Path, sizes: &[usize], rounds: usize) -> Result<(), String> {
     let tokenizer = PromptTokenizer::load(dir)?;
-    println!("tokens  prompt-bytes  cold p50 µs  cold p99 µs  warm p50 µs  warm p99 µs");
+    println!("chunk by chunk: {}", tokenizer.cuts_long_pieces());
+    println!("tokens  prompt-bytes  whole p50  whole p99  again p50  again p99  keyed p50  keyed p99  (µs)");
     for &tokens in sizes {
-        let mut cold = Vec::with_capacity(rounds);
-        let mut warm = Vec::with_capacity(rounds);
-        let mut bytes = 0;
-        let mut counted = 0;
+        let (mut whole, mut again, mut keyed) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut bytes, mut counted) = (0, 0);
         for round in 0..rounds {
-            let body = chat_of(tokens, round);
+            let body = chat_of(tokens, 2 * round);
             bytes = body.len();
             let started = Instant::now();
             counted = tokenizer.chat_ids(&body)?.len();
-            cold.push(started.elapsed().as_secs_f64() * 1e6);
+            whole.push(started.elapsed().as_secs_f64() * 1e6);
             let started = Instant::now();
             tokenizer.chat_ids(&body)?;
-            warm.push(started.elapsed().as_secs_f64() * 1e6);
+            again.push(started.elapsed().as_secs_f64() * 1e6);
+            let fresh = chat_of(tokens, 2 * round + 1);
+            let started = Instant::now();
+            tokenizer.chat_ids_until(&fresh, |ids| ids.len() >= 5 * 16)?;
+            keyed.push(started.elapsed().as_secs_f64() * 1e6);
         }
-        let (c50, c99) = percentiles(&mut cold);
-        let (w50, w99) = percentiles(&mut warm);
-        println!("{counted:>6}  {bytes:>12}  {c50:>11.0}  {c99:>11.0}  {w50:>11.0}  {w99:>11.0}");
+        let [w, a, k] = [&mut whole, &mut again, &mut keyed].map(|s| percentiles(s));
+        println!(
+            "{counted:>6}  {bytes:>12}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}  {:>9.0}",
+            w.0, w.1, a.0, a.1, k.0, k.1
+        );
     }
     Ok(())
 }
@@ -72,7 +78,7 @@ fn chat_of(tokens: usize, seed: usize) -> String {
         "the", "gateway", "routes", "requests", "to", "engines", "holding", "their", "prefix", "in", "memory", "while",
         "load", "stays", "balanced", "across", "every", "backend", "of", "a", "model", "and", "its", "cache",
     ];
-    let mut state = seed as u64 * 0x9E37_79B9_7F4A_7C15 + 1;
+    let mut state = (seed as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut document = String::with_capacity(tokens * 5);
     for i in 0..tokens {
         state ^= state << 13;

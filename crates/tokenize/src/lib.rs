@@ -11,6 +11,7 @@
 //! small cache: a conversation re-sends its system prompt and history at every turn, and only
 //! the new turn is tokenized again.
 
+mod chunks;
 mod conversation;
 mod template;
 
@@ -39,6 +40,9 @@ pub struct PromptTokenizer {
     /// The special tokens' texts, to split rendered prompts at (none when pieces would not
     /// tokenize as the whole does).
     specials: Option<aho_corasick::AhoCorasick>,
+    /// Long pieces may be cut into chunks between words (`chunks.rs`): the tokenizer was found to
+    /// give the same ids either way.
+    chunked: bool,
     pieces: Mutex<HashMap<u64, Vec<u32>>>,
 }
 
@@ -73,10 +77,11 @@ impl PromptTokenizer {
                 bare
             });
             let pieces = Mutex::new(HashMap::new());
-            let plain = PromptTokenizer { tokenizer, ascii, template, specials: None, pieces };
+            let plain = PromptTokenizer { tokenizer, ascii, template, specials: None, chunked: false, pieces };
             (plain.pieces_compose(&specials), plain)
         };
         let (composes, mut loaded) = composes;
+        loaded.chunked = chunks::cuts_compose(|text| loaded.encode(text));
         if composes && !specials.is_empty() {
             let matcher = aho_corasick::AhoCorasick::builder()
                 .match_kind(aho_corasick::MatchKind::LeftmostLongest)
@@ -100,6 +105,11 @@ impl PromptTokenizer {
         })
     }
 
+    /// Whether long text is tokenized chunk by chunk (`chunks.rs`; checked at load).
+    pub fn cuts_long_pieces(&self) -> bool {
+        self.chunked
+    }
+
     /// The rendered prompt of an OpenAI chat request body.
     pub fn render(&self, body: &str) -> Result<String, String> {
         self.template.render(body)
@@ -107,27 +117,52 @@ impl PromptTokenizer {
 
     /// The token ids of an OpenAI chat request body's prompt.
     pub fn chat_ids(&self, body: &str) -> Result<Vec<u32>, String> {
-        let text = self.render(body)?;
-        self.text_ids(&text)
+        Ok(self.chat_ids_until(body, |_| false)?.ids)
     }
 
-    /// The token ids of `text`, special tokens in it recognised, none added: the pieces between
-    /// special tokens each tokenized (or found in the cache), the special tokens themselves too.
+    /// The token ids of a chat request's prompt from its start, produced a piece (or a chunk of
+    /// a long piece) at a time until `enough` says the ids so far are all that is needed: a
+    /// caller looking the prompt up in a cache stops where nothing holds it any more.
+    pub fn chat_ids_until(&self, body: &str, enough: impl FnMut(&[u32]) -> bool) -> Result<Partial, String> {
+        let text = self.render(body)?;
+        self.text_ids_until(&text, enough)
+    }
+
+    /// The token ids of `text`, special tokens in it recognised, none added.
     pub fn text_ids(&self, text: &str) -> Result<Vec<u32>, String> {
-        let Some(specials) = &self.specials else { return self.encode(text) };
+        Ok(self.text_ids_until(text, |_| false)?.ids)
+    }
+
+    /// `text`'s ids up to where `enough` says so: the pieces between special tokens each
+    /// tokenized (or found in the cache) chunk by chunk, the special tokens themselves too.
+    fn text_ids_until(&self, text: &str, mut enough: impl FnMut(&[u32]) -> bool) -> Result<Partial, String> {
         let mut ids = Vec::with_capacity(text.len() / 3);
-        let mut at = 0;
-        for found in specials.find_iter(text) {
-            if found.start() > at {
-                ids.extend(self.piece_ids(&text[at..found.start()])?);
+        for (a, b) in self.pieces_of(text) {
+            ids.extend(self.piece_ids(&text[a..b])?);
+            if b < text.len() && enough(&ids) {
+                return Ok(Partial { ids, rest_bytes: text.len() - b });
             }
-            ids.extend(self.piece_ids(&text[found.start()..found.end()])?);
+        }
+        Ok(Partial { ids, rest_bytes: 0 })
+    }
+
+    /// The ranges `text` is tokenized in, in order: the text between special tokens (cut into
+    /// chunks between words when long and the tokenizer allows), and each special token.
+    fn pieces_of(&self, text: &str) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let plain = |from: usize, to: usize, out: &mut Vec<(usize, usize)>| match (from < to, self.chunked) {
+            (false, _) => {}
+            (true, true) => out.extend(chunks::cut(&text[from..to]).into_iter().map(|(a, b)| (from + a, from + b))),
+            (true, false) => out.push((from, to)),
+        };
+        let mut at = 0;
+        for found in self.specials.iter().flat_map(|s| s.find_iter(text)) {
+            plain(at, found.start(), &mut out);
+            out.push((found.start(), found.end()));
             at = found.end();
         }
-        if at < text.len() {
-            ids.extend(self.piece_ids(&text[at..])?);
-        }
-        Ok(ids)
+        plain(at, text.len(), &mut out);
+        out
     }
 
     fn piece_ids(&self, piece: &str) -> Result<Vec<u32>, String> {
@@ -158,6 +193,14 @@ impl PromptTokenizer {
         let encoding = tokenizer.encode_fast(text, false).map_err(|e| e.to_string())?;
         Ok(encoding.get_ids().to_vec())
     }
+}
+
+/// A prompt's ids from its start, and how much of the rendered text was left untokenized (0:
+/// all of it was tokenized).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Partial {
+    pub ids: Vec<u32>,
+    pub rest_bytes: usize,
 }
 
 /// Whether the tokenizer's normalizer only puts text in a Unicode normal form (NFC, NFKC, NFD,

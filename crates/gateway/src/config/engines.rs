@@ -64,7 +64,8 @@ mod tests {
 
     #[test]
     fn kv_events_take_the_engines_own_endpoints_and_name_what_is_wrong() {
-        let config = load("{endpoint: 'tcp://10.0.0.5:5557', replay_endpoint: 'tcp://10.0.0.5:5558', engine: sglang}").unwrap();
+        let config =
+            load("{endpoint: 'tcp://10.0.0.5:5557', replay_endpoint: 'tcp://10.0.0.5:5558', engine: sglang}").unwrap();
         let feed = config.backends[0].kv_events.clone().unwrap();
         assert_eq!((feed.endpoint.as_str(), feed.block_size, feed.topic.as_str()), ("tcp://10.0.0.5:5557", 16, ""));
         assert_eq!(feed.replay_endpoint.as_deref(), Some("tcp://10.0.0.5:5558"));

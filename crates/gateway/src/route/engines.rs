@@ -28,12 +28,18 @@ pub struct Engines {
     tokenizers: FastMap<String, Arc<PromptTokenizer>>,
 }
 
-/// A prompt keyed for the engines: its block keys at the block size they use.
+/// A prompt keyed for the engines: its block keys at the block size they use, from its start
+/// up to the first block no engine holds (nothing after it can match).
 #[derive(Debug, Clone, Default)]
 pub struct EngineKeys {
     pub block_size: usize,
     pub keys: Vec<BlockKey>,
+    /// The prompt's length in blocks (estimated from its bytes when tokenizing stopped early).
+    pub total_blocks: usize,
 }
+
+/// Bytes per token assumed for the part of a prompt left untokenized.
+const BYTES_PER_TOKEN: usize = 4;
 
 /// What one backend's events say about a prompt.
 #[derive(Debug, Clone, Copy, Default)]
@@ -100,9 +106,29 @@ impl Engines {
         let text = std::str::from_utf8(body).ok()?;
         // A LoRA adapter is served under its own name; blocks stored for it are keyed under it.
         let lora = self.index.knows_lora(model).then(|| model.to_owned());
+        let index = self.index.clone();
         let key = move |text: &str| -> Option<EngineKeys> {
-            let ids = tokenizer.chat_ids(text).map_err(|e| tracing::debug!(model = ?lora, "tokenize: {e}")).ok()?;
-            Some(EngineKeys { block_size, keys: keys::chain(&ids, block_size, lora.as_deref()) })
+            let mut keys = Vec::new();
+            let mut parent = keys::root(lora.as_deref());
+            // Tokenized from the start, a chunk at a time, until a block nobody holds.
+            let mut add_blocks = |ids: &[u32]| -> bool {
+                while ids.len() >= (keys.len() + 1) * block_size {
+                    let at = keys.len() * block_size;
+                    parent = keys::next(parent, &ids[at..at + block_size], None, 0);
+                    keys.push(parent);
+                    if !index.held_anywhere(parent) {
+                        return true;
+                    }
+                }
+                false
+            };
+            let partial = tokenizer.chat_ids_until(text, &mut add_blocks);
+            let partial = partial.map_err(|e| tracing::debug!(model = ?lora, "tokenize: {e}")).ok()?;
+            if partial.rest_bytes == 0 {
+                add_blocks(&partial.ids);
+            }
+            let total_blocks = (partial.ids.len() + partial.rest_bytes / BYTES_PER_TOKEN) / block_size;
+            Some(EngineKeys { block_size, keys, total_blocks: total_blocks.max(1) })
         };
         if text.len() < BLOCKING_BYTES {
             return key(text);
@@ -121,7 +147,7 @@ impl Engines {
     /// backend the events cannot speak for).
     pub fn runs(&self, keys: &EngineKeys, ids: &[usize]) -> Vec<Option<EventRun>> {
         let runs = self.index.runs(&keys.keys, ids);
-        let total = keys.keys.len().max(1) as f64;
+        let total = keys.total_blocks.max(keys.keys.len()).max(1) as f64;
         ids.iter()
             .zip(runs)
             .map(|(&id, run)| {
