@@ -5,9 +5,10 @@
 //! the replay socket is asked for everything after the last batch applied (`[b"", start_seq]`,
 //! answered batch by batch, with or without a topic frame, up to a `-1` end mark); so is every
 //! stretch a skipped `seq` shows was missed. A feed that is not connected and caught up is not
-//! live: routing treats its backend as unknown (the estimate decides), not as empty. A `seq`
-//! going back below what the last catch-up replayed is an engine that restarted: what it held is
-//! gone.
+//! live: routing treats its backend as unknown (the estimate decides), not as empty. An engine
+//! that restarted (its cache gone, its numbering from 0) shows as a `seq` going back below what
+//! the last catch-up replayed, or as a reconnect whose replay no longer has the last batch
+//! applied: what it held is forgotten.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -113,7 +114,18 @@ impl Feed {
             .map_err(|e| format!("connect: {e}"))?;
         sub.subscribe(&self.config.topic).await.map_err(|e| format!("subscribe: {e}"))?;
         self.take_reset();
-        self.catch_up(self.last.map_or(0, |l| l + 1)).await;
+        match self.last {
+            None => {
+                self.catch_up(0).await;
+            }
+            // Asked from the last batch applied: an engine that no longer has it restarted.
+            Some(last) => {
+                if self.catch_up(last).await == Some(false) {
+                    self.restarted();
+                    self.catch_up(0).await;
+                }
+            }
+        }
         self.stats.live.store(true, Relaxed);
         loop {
             tokio::select! {
@@ -149,10 +161,7 @@ impl Feed {
                     return; // Also replayed: applied already.
                 }
                 // The numbering started again: the engine restarted, and its cache with it.
-                self.stats.restarts.fetch_add(1, Relaxed);
-                self.index.clear(self.backend);
-                self.last = None;
-                self.replayed_from = None;
+                self.restarted();
                 self.catch_up(0).await;
                 if self.last.is_none_or(|l| seq > l) {
                     self.apply(seq, payload);
@@ -172,6 +181,14 @@ impl Feed {
             }
             _ => self.apply(seq, payload),
         }
+    }
+
+    /// The engine restarted: what it held is gone, and its numbering starts again.
+    fn restarted(&mut self) {
+        self.stats.restarts.fetch_add(1, Relaxed);
+        self.index.clear(self.backend);
+        self.last = None;
+        self.replayed_from = None;
     }
 
     fn apply(&mut self, seq: u64, payload: &[u8]) {
@@ -194,19 +211,25 @@ impl Feed {
         }
     }
 
-    /// Asks the replay socket for every batch from `from` on and applies those not applied yet.
-    async fn catch_up(&mut self, from: u64) {
-        let Some(endpoint) = self.config.replay_endpoint.clone() else { return };
+    /// Asks the replay socket for every batch from `from` on and applies those not applied yet;
+    /// whether it had any (None: no replay socket, or no answer).
+    async fn catch_up(&mut self, from: u64) -> Option<bool> {
+        let endpoint = self.config.replay_endpoint.clone()?;
         self.stats.replays.fetch_add(1, Relaxed);
         match self.replay(&endpoint, from).await {
-            Ok(first) => self.replayed_from = first.or(self.replayed_from),
+            Ok(first) => {
+                // Live messages from here to `last` were replayed too: duplicates.
+                self.replayed_from = first;
+                Some(first.is_some())
+            }
             Err(why) => {
                 tracing::debug!(backend = self.backend, %endpoint, "kv events: replay: {why}");
+                None
             }
         }
     }
 
-    /// The replay exchange; the first sequence number replayed, if any.
+    /// The replay exchange; the first sequence number it answered with, if any.
     async fn replay(&mut self, endpoint: &str, from: u64) -> Result<Option<u64>, String> {
         let mut dealer = DealerSocket::new();
         tokio::time::timeout(STEP_TIMEOUT, dealer.connect(endpoint))
@@ -231,8 +254,8 @@ impl Feed {
                 self.stats.undecodable.fetch_add(1, Relaxed);
                 continue;
             };
+            first.get_or_insert(seq);
             if self.last.is_none_or(|l| seq > l) {
-                first.get_or_insert(seq);
                 self.apply(seq, payload);
             }
         }

@@ -151,11 +151,13 @@ impl KvIndex {
         inner.blocks.get(&key).is_some_and(|h| h.any() != 0)
     }
 
-    /// Whether other blocks than the prompt's own next one were stored under block `key`: a run
-    /// ending there shares a prefix with other sequences.
-    pub fn is_branch(&self, key: BlockKey) -> bool {
+    /// Whether a run ending at block `key`, where the prompt goes on with block `next`, only
+    /// shares a prefix with another sequence: something other than `next` was stored under
+    /// `key` (a second conversation after a common system prompt), or two different blocks
+    /// were. A continuation ends where its previous turn's blocks end: nothing else under it.
+    pub fn ends_shared(&self, key: BlockKey, next: Option<BlockKey>) -> bool {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.blocks.get(&key).is_some_and(|h| h.branch)
+        inner.blocks.get(&key).is_some_and(|h| h.branch || h.child.is_some_and(|c| Some(c) != next))
     }
 
     /// Whether some engine holds blocks for the LoRA adapter `name`.
@@ -310,8 +312,10 @@ mod tests {
         let system = [9u32, 9, 9, 9];
         index.apply(0, 4, &[stored(&[1, 2], None, &[&system[..], &[1, 1, 1, 1]].concat(), Tier::Gpu)]);
         let keys = keys::chain(&system, 4, None);
-        assert!(!index.is_branch(keys[0]));
+        let first = keys::chain(&[&system[..], &[1, 1, 1, 1]].concat(), 4, None)[1];
+        assert!(!index.ends_shared(keys[0], Some(first)), "the conversation's own continuation");
+        assert!(index.ends_shared(keys[0], Some(404)), "another conversation after the same system prompt");
         index.apply(0, 4, &[stored(&[3], Some(1), &[2, 2, 2, 2], Tier::Gpu)]);
-        assert!(index.is_branch(keys[0]));
+        assert!(index.ends_shared(keys[0], Some(first)));
     }
 }

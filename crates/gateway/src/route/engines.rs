@@ -154,7 +154,8 @@ impl Engines {
                 self.live(id).then(|| EventRun {
                     blocks: run.blocks,
                     fraction: run.score / total,
-                    shared: run.blocks > 0 && self.index.is_branch(keys.keys[run.blocks - 1]),
+                    shared: run.blocks > 0
+                        && self.index.ends_shared(keys.keys[run.blocks - 1], keys.keys.get(run.blocks).copied()),
                 })
             })
             .collect()
@@ -179,7 +180,7 @@ impl Engines {
     pub fn render(&self, names: &[&str], out: &mut String) {
         use std::fmt::Write;
         type Counter = fn(&FeedStats) -> u64;
-        let counters: [(&str, &str, Counter); 7] = [
+        let counters: [(&str, &str, Counter); 8] = [
             ("switchyard_kv_events_received_total", "KV-cache events received from the engine.", |s| {
                 s.received.load(Relaxed)
             }),
@@ -200,6 +201,7 @@ impl Engines {
             ("switchyard_kv_event_unrecovered_total", "Gaps the replay could not fill.", |s| {
                 s.unrecovered.load(Relaxed)
             }),
+            ("switchyard_kv_event_restarts_total", "Engine restarts seen (its numbering went back): its blocks forgotten.", |s| s.restarts.load(Relaxed)),
             ("switchyard_kv_events_undecodable_total", "Messages that could not be decoded.", |s| {
                 s.undecodable.load(Relaxed)
             }),

@@ -32,6 +32,7 @@ mod guardrails_corpus;
 mod guards;
 mod jwt;
 mod key_pools;
+mod kv_events;
 mod keys;
 mod limits;
 mod mcp;
