@@ -94,6 +94,9 @@ pub struct BenchArgs {
     /// the shared system prompt makes a conversation's own context what routing must keep warm.
     #[arg(long, default_value_t = 60)]
     pub user_tokens: usize,
+    /// shared-prefix: leave out the runs through 3 gateway instances.
+    #[arg(long)]
+    pub no_fleet: bool,
     /// shared-prefix: a user waits up to this many milliseconds between turns (varied per turn).
     #[arg(long, default_value_t = 0)]
     pub think_ms: u64,

@@ -43,7 +43,9 @@ pub fn bench(dir: &Path, sizes: &[usize], rounds: usize) -> Result<(), String> {
         let (mut whole, mut again, mut keyed) = (Vec::new(), Vec::new(), Vec::new());
         let (mut bytes, mut counted) = (0, 0);
         for round in 0..rounds {
-            let body = chat_of(tokens, 2 * round);
+            // Seeds of their own per size: a smaller size's text is a prefix of a larger one's.
+            let seed = tokens * 10_000 + 2 * round;
+            let body = chat_of(tokens, seed);
             bytes = body.len();
             let started = Instant::now();
             counted = tokenizer.chat_ids(&body)?.len();
@@ -51,7 +53,7 @@ pub fn bench(dir: &Path, sizes: &[usize], rounds: usize) -> Result<(), String> {
             let started = Instant::now();
             tokenizer.chat_ids(&body)?;
             again.push(started.elapsed().as_secs_f64() * 1e6);
-            let fresh = chat_of(tokens, 2 * round + 1);
+            let fresh = chat_of(tokens, seed + 1);
             let started = Instant::now();
             tokenizer.chat_ids_until(&fresh, |ids| ids.len() >= 5 * 16)?;
             keyed.push(started.elapsed().as_secs_f64() * 1e6);

@@ -327,7 +327,7 @@ fn shared_prefix_runs(args: &BenchArgs, quick: bool) -> Vec<PrefixRun> {
     runs.extend(
         STRATEGIES.iter().filter(|s| wanted(args, s.0)).map(|(n, r, s)| (n.to_string(), Some(*r), *s, 1, false)),
     );
-    if !quick && wanted(args, "cache-aware") {
+    if !quick && !args.no_fleet && wanted(args, "cache-aware") {
         let cache_aware = STRATEGIES.iter().find(|s| s.0 == "cache-aware").map_or("", |s| s.1);
         runs.push(("cache-aware, 3 instances sharing Redis".into(), Some(cache_aware), false, 3, true));
         runs.push(("cache-aware, 3 instances alone".into(), Some(cache_aware), false, 3, false));
