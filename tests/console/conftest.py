@@ -73,6 +73,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
         f"auth: {{master_key: {MASTER}}}\n"
         "aliases: {fast: m}\n"
+        # Cache-aware, so the backends page has cached blocks to show (the gateway's estimate).
+        "routing: {strategy: cache-aware}\n"
         f"prices: {{{MODEL}: {{input_per_million: 3.0, output_per_million: 15.0}}}}\n"
         f"backends:\n  - {{name: b0, url: '{mock.url}'}}\n"
         # A guard no request gets unless its key or team names it (the keys page's guardrails field).

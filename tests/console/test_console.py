@@ -185,6 +185,9 @@ def test_backends_page(page: Page, stack: Stack) -> None:
     page.goto(stack.url + "/ui#/backends")
     card = page.locator("[data-testid=backends-list] [data-backend=b0]")
     expect(card).to_be_visible()
+    # Its KV-cache blocks, and where the figure comes from: the estimate (b0 publishes no events).
+    expect(card).to_contain_text("Cached blocks")
+    expect(card.locator("[data-testid=kv-source]")).to_have_attribute("data-source", "estimate")
     expect(page.locator("[data-testid=models-table]")).to_contain_text("fast")
     shot(page, "backends")
 
