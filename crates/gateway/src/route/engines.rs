@@ -201,7 +201,11 @@ impl Engines {
             ("switchyard_kv_event_unrecovered_total", "Gaps the replay could not fill.", |s| {
                 s.unrecovered.load(Relaxed)
             }),
-            ("switchyard_kv_event_restarts_total", "Engine restarts seen (its numbering went back): its blocks forgotten.", |s| s.restarts.load(Relaxed)),
+            (
+                "switchyard_kv_event_restarts_total",
+                "Engine restarts seen (its numbering went back): its blocks forgotten.",
+                |s| s.restarts.load(Relaxed),
+            ),
             ("switchyard_kv_events_undecodable_total", "Messages that could not be decoded.", |s| {
                 s.undecodable.load(Relaxed)
             }),

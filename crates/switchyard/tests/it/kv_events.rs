@@ -82,9 +82,11 @@ async fn serve_replays(mut router: RouterSocket, buffer: Buffer) {
     while let Ok(request) = router.recv().await {
         let frames = request.into_vec();
         let (id, start) = (frames[0].clone(), u64::from_be_bytes(frames[2][..].try_into().unwrap()));
-        let batches: Vec<(u64, Vec<u8>)> = buffer.lock().unwrap().iter().filter(|(s, _)| *s >= start).cloned().collect();
+        let batches: Vec<(u64, Vec<u8>)> =
+            buffer.lock().unwrap().iter().filter(|(s, _)| *s >= start).cloned().collect();
         for (seq, payload) in batches {
-            let reply = vec![id.clone(), Bytes::new(), Bytes::copy_from_slice(&seq.to_be_bytes()), Bytes::from(payload)];
+            let reply =
+                vec![id.clone(), Bytes::new(), Bytes::copy_from_slice(&seq.to_be_bytes()), Bytes::from(payload)];
             router.send(ZmqMessage::try_from(reply).unwrap()).await.unwrap();
         }
         let end = vec![id, Bytes::new(), Bytes::copy_from_slice(&[0xFF; 8]), Bytes::new()];
@@ -215,7 +217,8 @@ async fn the_engine_that_holds_a_prompt_gets_it_what_it_held_before_the_gateway_
         let hashes: Vec<u64> = (first..first + n as u64).collect();
         let tokens = if k == 0 { &other_ids[..n * BLOCK] } else { &ids[..BLOCK] };
         let parent = (k > 0).then_some(1);
-        let event = if k == 0 { stored(&hashes, None, tokens) } else { stored(&hashes[..1], parent, &ids[BLOCK..2 * BLOCK]) };
+        let event =
+            if k == 0 { stored(&hashes, None, tokens) } else { stored(&hashes[..1], parent, &ids[BLOCK..2 * BLOCK]) };
         engine.publish(vec![event], dropped).await;
     }
     let text = metrics_until(&client, &url, "recovered the dropped batches", |t| {
