@@ -426,13 +426,18 @@ impl Router {
         }
     }
 
-    /// The prompt keyed as `model`'s event-publishing engines key it, when it has such backends
-    /// and a tokenizer (cache-aware only); `body` is an OpenAI chat request.
-    pub async fn engine_keys(&self, model: &str, body: &bytes::Bytes) -> Option<EngineKeys> {
+    /// The block size of `model`'s event-publishing engines, when its prompts are keyed for
+    /// them: cache-aware routing, a backend of the model publishing events, the model's tokenizer.
+    pub fn engine_block_size(&self, model: &str) -> Option<usize> {
         let engines = self.engines.as_ref().filter(|e| self.prefix.is_some() && e.tokenizes(model))?;
         let table = self.table.load();
-        let block_size = engines.block_size_of(table.get(model)?.iter().map(|b| b.id))?;
-        engines.prompt_keys(model, body, block_size).await
+        engines.block_size_of(table.get(model)?.iter().map(|b| b.id))
+    }
+
+    /// The prompt keyed as `model`'s event-publishing engines key it (`engine_block_size`);
+    /// `body` is an OpenAI chat request.
+    pub async fn engine_keys(&self, model: &str, body: &bytes::Bytes, block_size: usize) -> Option<EngineKeys> {
+        self.engines.as_ref()?.prompt_keys(model, body, block_size).await
     }
 
     /// Note that the prompt went to `backend` (cache-aware only); `matched` blocks it already held.

@@ -136,11 +136,26 @@ impl<'f> Failover<'f> {
     }
 
     /// The prompt keyed as the model's event-publishing engines key it (cache-aware routing, a
-    /// model with such backends and a tokenizer; OpenAI chat bodies, what those engines serve).
-    pub async fn key_for_engines(&mut self, call: &Call<'_>, exchange: &Exchange) {
-        if call.endpoint == crate::endpoint::Endpoint::ChatCompletions {
-            self.hints.engine = call.app.router.engine_keys(&exchange.routed.model, &exchange.routed.body).await;
-        }
+    /// model with such backends and a tokenizer). Engines are sent OpenAI chat requests: another
+    /// API's chat request is keyed as translated for them (the translation is kept for the
+    /// attempt, which sends the same bytes).
+    pub async fn key_for_engines(&mut self, call: &Call<'_>, exchange: &mut Exchange) {
+        use crate::endpoint::Endpoint;
+        let router = &call.app.router;
+        let Some(block_size) = router.engine_block_size(&exchange.routed.model) else { return };
+        let body = match call.endpoint {
+            Endpoint::ChatCompletions => exchange.routed.body.clone(),
+            Endpoint::Messages
+            | Endpoint::Responses
+            | Endpoint::OllamaChat
+            | Endpoint::GeminiGenerate
+            | Endpoint::GeminiStream => match exchange.bodies.encode(Wire::OpenAiChat) {
+                Ok(body) => body,
+                Err(_) => return,
+            },
+            _ => return,
+        };
+        self.hints.engine = router.engine_keys(&exchange.routed.model, &body, block_size).await;
     }
 
     /// Every model in turn until one answers; the answer held, or why nothing could.

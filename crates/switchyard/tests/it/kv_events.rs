@@ -208,6 +208,17 @@ async fn the_engine_that_holds_a_prompt_gets_it_what_it_held_before_the_gateway_
         assert!(why.contains(&format!("why=events: {held} blocks on b1")), "{why}");
     }
 
+    // An Anthropic client's continuation is keyed as translated for the engine: the same blocks.
+    let messages = serde_json::json!({"model": "m", "max_tokens": 8, "messages": [
+        {"role": "user", "content": doc}, {"role": "assistant", "content": "w5 w6"},
+        {"role": "user", "content": [{"type": "text", "text": "w7"}]},
+    ]});
+    let r = client.post_json(&format!("{url}/v1/messages"), messages.to_string().as_bytes(), &[]).await.unwrap();
+    let why = r.header("x-switchyard-route").unwrap_or("").to_owned();
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-backend"), Some("b1"), "{why}");
+    assert!(why.contains(&format!("why=events: {held} blocks on b1")), "{why}");
+
     // Three batches lost on the way, then one that arrives: the gap is asked of the replay socket.
     let other = document(100, 48);
     let other_ids = tokenizer.chat_ids(&body(&[("user", &other)])).unwrap();
