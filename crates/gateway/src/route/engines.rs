@@ -107,7 +107,7 @@ impl Engines {
         let text = std::str::from_utf8(body).ok()?;
         // A LoRA adapter is served under its own name; blocks stored for it are keyed under it.
         let lora = self.index.knows_lora(model).then(|| model.to_owned());
-        let index = self.index.clone();
+        let (index, model) = (self.index.clone(), model.to_owned());
         let key = move |text: &str| -> Option<EngineKeys> {
             let mut keys = Vec::new();
             let mut parent = keys::root(lora.as_deref());
@@ -124,7 +124,7 @@ impl Engines {
                 false
             };
             let partial = tokenizer.chat_ids_until(text, &mut add_blocks);
-            let partial = partial.map_err(|e| tracing::debug!(model = ?lora, "tokenize: {e}")).ok()?;
+            let partial = partial.map_err(|e| tracing::debug!(%model, "tokenize: {e}")).ok()?;
             if partial.rest_bytes == 0 {
                 add_blocks(&partial.ids);
             }
