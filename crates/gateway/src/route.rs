@@ -44,6 +44,9 @@ pub struct CachedBlocks {
     pub tiers: [usize; 3],
 }
 
+/// Why a cache-aware pick was made, and whether it holds the longest prefix (nothing given up).
+type Reason = (String, bool);
+
 /// A chosen backend, and why when an affinity rule decided (`x-switchyard-route`).
 pub struct Selected {
     pub backend: Arc<Backend>,
@@ -301,11 +304,11 @@ impl Router {
             }
             let (matched, score) = held.as_ref().map_or((0, 0), |h| (h.estimate[i], h.score[i]));
             let why = match why {
-                Some(why) if candidates.len() < all.len() || !is_longest(&why) => Some(
+                Some((why, longest)) if candidates.len() < all.len() || !longest => Some(
                     self.given_up(all, hints, &chosen, score, now)
                         .map_or_else(|| why.clone(), |left| format!("{why}; {left}")),
                 ),
-                why => why,
+                why => why.map(|(why, _)| why),
             };
             self.remember(&chosen, hints, held.as_ref().map(|_| matched));
             let explain = match (why, repin_why) {
@@ -400,21 +403,22 @@ impl Router {
     }
 
     /// The strategy's pick: index into `candidates`, what each candidate holds of the prompt
-    /// (cache-aware), and the reason when the strategy explains itself.
+    /// (cache-aware), and the reason when the strategy explains itself (with whether the pick
+    /// holds the longest prefix).
     fn choose(
         &self,
         model: &str,
         hints: &RouteHints,
         candidates: &[&Arc<Backend>],
-    ) -> Option<(usize, Option<Holdings>, Option<String>)> {
+    ) -> Option<(usize, Option<Holdings>, Option<Reason>)> {
         if candidates.is_empty() {
             return None;
         }
         let turn = self.turn.fetch_add(1, Relaxed);
         if let Some(held) = Holdings::of(self.prefix.as_ref(), self.engines.as_ref(), hints, candidates) {
             let recent = |id: usize| self.recent.get(id).map_or(0, |r| r.load(Relaxed));
-            let (i, why) = affinity::cache_aware(&self.affinity, model, &held, candidates, &recent, turn);
-            return Some((i, Some(held), Some(why)));
+            let (i, why, longest) = affinity::cache_aware(&self.affinity, model, &held, candidates, &recent, turn);
+            return Some((i, Some(held), Some((why, longest))));
         }
         match self.strategy {
             Strategy::PrefixHash if !hints.chain.is_empty() => {
@@ -514,11 +518,6 @@ impl Router {
     pub fn healthy_count(&self) -> usize {
         self.backends.iter().filter(|b| b.health.is_up()).count()
     }
-}
-
-/// A reason naming the backend that holds the longest prefix (nothing was given up).
-fn is_longest(why: &str) -> bool {
-    why.starts_with("longest") || why.starts_with("events: ") || why.starts_with("estimate: longest")
 }
 
 #[cfg(test)]

@@ -70,19 +70,16 @@ impl PromptTokenizer {
             .map(|t| t.content.clone())
             .collect();
         specials.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        let composes = {
-            let ascii = normal_form_only(&tokenizer).then(|| {
-                let mut bare = tokenizer.clone();
-                bare.with_normalizer(None::<tokenizers::NormalizerWrapper>);
-                bare
-            });
-            let pieces = Mutex::new(HashMap::new());
-            let plain = PromptTokenizer { tokenizer, ascii, template, specials: None, chunked: false, pieces };
-            (plain.pieces_compose(&specials), plain)
-        };
-        let (composes, mut loaded) = composes;
+        let ascii = normal_form_only(&tokenizer).then(|| {
+            let mut bare = tokenizer.clone();
+            bare.with_normalizer(None::<tokenizers::NormalizerWrapper>);
+            bare
+        });
+        let pieces = Mutex::new(HashMap::new());
+        // Whole texts first; splitting and chunking are turned on where they were checked to agree.
+        let mut loaded = PromptTokenizer { tokenizer, ascii, template, specials: None, chunked: false, pieces };
         loaded.chunked = chunks::cuts_compose(|text| loaded.encode(text));
-        if composes && !specials.is_empty() {
+        if !specials.is_empty() && loaded.pieces_compose(&specials) {
             let matcher = aho_corasick::AhoCorasick::builder()
                 .match_kind(aho_corasick::MatchKind::LeftmostLongest)
                 .build(&specials)
@@ -126,11 +123,6 @@ impl PromptTokenizer {
     pub fn chat_ids_until(&self, body: &str, enough: impl FnMut(&[u32]) -> bool) -> Result<Partial, String> {
         let text = self.render(body)?;
         self.text_ids_until(&text, enough)
-    }
-
-    /// The token ids of `text`, special tokens in it recognised, none added.
-    pub fn text_ids(&self, text: &str) -> Result<Vec<u32>, String> {
-        Ok(self.text_ids_until(text, |_| false)?.ids)
     }
 
     /// `text`'s ids up to where `enough` says so: the pieces between special tokens each

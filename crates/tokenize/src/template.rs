@@ -214,11 +214,13 @@ fn write_string(out: &mut String, s: &str) {
 }
 
 /// `strftime_now(format)`: today's UTC date and time for the codes templates use
-/// (`%d %b %Y`, `%Y-%m-%d`, `%B`, `%H:%M`).
+/// (`%d %b %Y`, `%Y-%m-%d`, `%B`, `%H:%M`), read off the HTTP date of now.
 fn strftime_now(format: &str) -> Result<Value, Error> {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil(days);
+    strftime(&httpdate::fmt_http_date(std::time::SystemTime::now()), format)
+}
+
+/// `format` filled from an HTTP date (`Sun, 06 Dec 2026 14:44:11 GMT`).
+fn strftime(http_date: &str, format: &str) -> Result<Value, Error> {
     const MONTHS: [&str; 12] = [
         "January",
         "February",
@@ -233,7 +235,11 @@ fn strftime_now(format: &str) -> Result<Value, Error> {
         "November",
         "December",
     ];
-    let name = MONTHS[(month - 1) as usize];
+    let fields: Vec<&str> = http_date.split([' ', ':']).collect();
+    let [_, day, mon, year, hour, minute, second, ..] = fields[..] else {
+        return Err(Error::new(ErrorKind::InvalidOperation, "strftime_now: no date"));
+    };
+    let month = MONTHS.iter().position(|m| m.starts_with(mon)).unwrap_or(0);
     let mut out = String::new();
     let mut chars = format.chars();
     while let Some(c) = chars.next() {
@@ -242,15 +248,15 @@ fn strftime_now(format: &str) -> Result<Value, Error> {
             continue;
         }
         match chars.next() {
-            Some('d') => out.push_str(&format!("{day:02}")),
-            Some('m') => out.push_str(&format!("{month:02}")),
-            Some('Y') => out.push_str(&year.to_string()),
-            Some('y') => out.push_str(&format!("{:02}", year % 100)),
-            Some('b') => out.push_str(&name[..3]),
-            Some('B') => out.push_str(name),
-            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
-            Some('M') => out.push_str(&format!("{:02}", rem / 60 % 60)),
-            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
+            Some('d') => out.push_str(day),
+            Some('m') => out.push_str(&format!("{:02}", month + 1)),
+            Some('Y') => out.push_str(year),
+            Some('y') => out.push_str(&year[year.len().saturating_sub(2)..]),
+            Some('b') => out.push_str(mon),
+            Some('B') => out.push_str(MONTHS[month]),
+            Some('H') => out.push_str(hour),
+            Some('M') => out.push_str(minute),
+            Some('S') => out.push_str(second),
             Some('%') => out.push('%'),
             Some(other) => {
                 return Err(Error::new(ErrorKind::InvalidOperation, format!("strftime_now: %{other} is not supported")))
@@ -259,19 +265,6 @@ fn strftime_now(format: &str) -> Result<Value, Error> {
         }
     }
     Ok(Value::from(out))
-}
-
-/// Days since 1970-01-01 as (year, month, day), proleptic Gregorian.
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
 }
 
 #[cfg(test)]
@@ -308,8 +301,13 @@ mod tests {
     }
 
     #[test]
-    fn dates_are_civil() {
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(civil(20_794), (2026, 12, 7));
+    fn dates_are_written_as_strftime_writes_them() {
+        let date = "Mon, 07 Dec 2026 06:05:09 GMT";
+        assert_eq!(strftime(date, "%d %b %Y").unwrap().as_str(), Some("07 Dec 2026"));
+        assert_eq!(
+            strftime(date, "%Y-%m-%d %H:%M:%S %B %y %%").unwrap().as_str(),
+            Some("2026-12-07 06:05:09 December 26 %")
+        );
+        assert!(strftime(date, "%j").is_err());
     }
 }

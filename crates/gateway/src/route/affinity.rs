@@ -52,8 +52,9 @@ pub fn overloaded(
     (mine > limit).then_some((mine, least))
 }
 
-/// A cache-aware choice among `candidates`: the index into it, and the reason. `recent[id]` is
-/// how many requests went to backend `id` lately.
+/// A cache-aware choice among `candidates`: the index into it, the reason, and whether it went to
+/// a holder of the longest prefix (nothing was given up). `recent[id]` is how many requests went
+/// to backend `id` lately.
 ///
 /// - A continuation (its longest cached prefix ends inside its own history) goes where that
 ///   prefix is, unless the backend is loaded beyond the balance threshold (then load wins).
@@ -68,7 +69,7 @@ pub fn cache_aware(
     candidates: &[&Arc<Backend>],
     recent: &dyn Fn(usize) -> u64,
     turn: usize,
-) -> (usize, String) {
+) -> (usize, String, bool) {
     let matched = &held.score;
     let best = held.best;
     if best == 0 || held.shared {
@@ -86,7 +87,7 @@ pub fn cache_aware(
                 best as f64 / SCALE as f64
             )
         };
-        return (i, held.label(i, why));
+        return (i, held.label(i, why), false);
     }
     // Among the candidates holding the longest prefix, the least loaded (rotating ties).
     let holders = (0..candidates.len()).filter(|&i| matched[i] == best);
@@ -103,9 +104,9 @@ pub fn cache_aware(
             candidates[preferred].name(),
             held.fraction(preferred)
         );
-        return (i, held.label(preferred, why));
+        return (i, held.label(preferred, why), false);
     }
-    (preferred, held.longest(preferred, candidates[preferred]))
+    (preferred, held.longest(preferred, candidates[preferred]), true)
 }
 
 /// Where a request that must wait (every backend at its cap) should wait: the backend holding
@@ -190,7 +191,7 @@ mod tests {
         let next_turn = chain(&[&[conversation(1), vec![b'x'; 128]].concat()]);
         let no_recent = |_: usize| 0;
         let h = held(&index, next_turn.clone(), &both);
-        let (i, why) = cache_aware(&cfg(), "m", &h, &both, &no_recent, 1);
+        let (i, why, _) = cache_aware(&cfg(), "m", &h, &both, &no_recent, 1);
         assert_eq!((i, h.estimate[0]), (0, one.len()), "{why}");
         assert!(why.starts_with("longest cached prefix"), "{why}");
         // A second conversation branches after the system prompt: now it is a shared prefix, and
@@ -199,12 +200,12 @@ mod tests {
         index.insert(0, &two, index.matches(&two, &[0])[0]);
         let three = chain(&[&conversation(3)]);
         let recent = |id: usize| if id == 0 { 2 } else { 0 };
-        let (i, why) = cache_aware(&cfg(), "m", &held(&index, three, &both), &both, &recent, 0);
+        let (i, why, _) = cache_aware(&cfg(), "m", &held(&index, three, &both), &both, &recent, 0);
         assert_eq!(i, 1, "{why}");
         assert!(why.starts_with("new conversation sharing a cached prefix"), "{why}");
         // The continuation moves only when its backend is beyond the balance threshold.
         a.signals.record(LoadReading { slots: None, waiting: 5, processing: 1, kv_usage: None });
-        let (i, why) = cache_aware(&cfg(), "m", &held(&index, next_turn, &both), &both, &no_recent, 0);
+        let (i, why, _) = cache_aware(&cfg(), "m", &held(&index, next_turn, &both), &both, &no_recent, 0);
         assert_eq!(i, 1);
         assert!(why.starts_with("balance: b0 held"), "{why}");
     }

@@ -33,7 +33,6 @@ pub struct Engines {
 /// up to the first block no engine holds (nothing after it can match).
 #[derive(Debug, Clone, Default)]
 pub struct EngineKeys {
-    pub block_size: usize,
     pub keys: Vec<BlockKey>,
     /// The prompt's length in blocks (estimated from its bytes when tokenizing stopped early).
     pub total_blocks: usize,
@@ -129,7 +128,7 @@ impl Engines {
                 add_blocks(&partial.ids);
             }
             let total_blocks = (partial.ids.len() + partial.rest_bytes / BYTES_PER_TOKEN) / block_size;
-            Some(EngineKeys { block_size, keys, total_blocks: total_blocks.max(1) })
+            Some(EngineKeys { keys, total_blocks: total_blocks.max(1) })
         };
         if text.len() < BLOCKING_BYTES {
             return key(text);
