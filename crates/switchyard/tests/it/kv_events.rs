@@ -42,9 +42,9 @@ impl Publisher {
     async fn start(ports: Option<(u16, u16)>) -> Publisher {
         let (p, r) = ports.unwrap_or((0, 0));
         let mut socket = PubSocket::new();
-        let pub_port = port_of(&socket.bind(&format!("tcp://127.0.0.1:{p}")).await.unwrap());
+        let pub_port = port_of(&bind(&mut socket, p).await);
         let mut router = RouterSocket::new();
-        let replay_port = port_of(&router.bind(&format!("tcp://127.0.0.1:{r}")).await.unwrap());
+        let replay_port = port_of(&bind(&mut router, r).await);
         let buffer: Buffer = Arc::default();
         let replays = tokio::spawn(serve_replays(router, buffer.clone()));
         Publisher { socket, buffer, next_seq: 0, pub_port, replay_port, replays }
@@ -69,6 +69,22 @@ impl Publisher {
         self.replays.abort();
         let _ = self.replays.await;
         drop(self.socket);
+    }
+}
+
+/// Binds `socket` on `port` (0: any). A restarted engine takes its old ports again: the old
+/// sockets' listeners close asynchronously, so the port may still be taken for a moment (for
+/// at most 10 s here).
+async fn bind<S: Socket>(socket: &mut S, port: u16) -> zeromq::Endpoint {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match socket.bind(&format!("tcp://127.0.0.1:{port}")).await {
+            Ok(endpoint) => return endpoint,
+            Err(e) if Instant::now() < deadline && e.to_string().contains("in use") => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("bind 127.0.0.1:{port}: {e}"),
+        }
     }
 }
 
