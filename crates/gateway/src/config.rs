@@ -13,6 +13,7 @@ mod interpolate;
 pub mod jwt;
 mod mcp;
 pub mod oidc;
+pub mod pools;
 mod presets;
 mod prices;
 mod raw;
@@ -168,6 +169,8 @@ pub struct BackendConfig {
     pub aws: Option<AwsKeys>,
     /// Where its engine publishes KV-cache events (`kv_events`), when it does.
     pub kv_events: Option<engines::FeedConfig>,
+    /// The pool this backend is a member of, and its endpoint there (`config/pools.rs`).
+    pub member: Option<pools::PoolMember>,
 }
 
 /// One key of a backend's pool: its name (in records and metrics; the secret never is), the
@@ -357,6 +360,11 @@ pub struct Config {
     pub prices: FastMap<String, Price>,
     pub listen: SocketAddr,
     pub backends: Vec<BackendConfig>,
+    /// Backends that are pools of endpoints (`backends[].endpoints | dns`, `epp.pools`): their
+    /// members are among `backends` (`expand_pools`).
+    pub pools: Vec<pools::PoolSpec>,
+    /// Serve the Endpoint Picker protocol (`epp:`).
+    pub epp: Option<pools::EppConfig>,
     pub strategy: Strategy,
     /// Upper bound on upstream attempts per request (first try included).
     pub max_attempts: u32,

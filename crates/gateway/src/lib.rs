@@ -40,6 +40,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod endpoint;
+pub mod epp;
 pub mod error;
 pub mod glob;
 pub mod guard;

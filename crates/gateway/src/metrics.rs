@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+pub mod epp;
 pub(crate) mod mcp;
 pub mod series;
 
@@ -145,6 +146,8 @@ pub struct Metrics {
     /// The last minutes of the figures above, read every few seconds for the console.
     pub series: series::Series,
     mcp: mcp::McpMetrics,
+    /// The endpoint picker's picks and served endpoints (`epp.rs`), and followed picks.
+    pub epp: epp::EppMetrics,
     /// Requests that fell back from one model to another: (from, to) → count. Labels come from
     /// the configured `fallbacks:`, so their number is bounded by config.
     fallbacks: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
@@ -176,6 +179,7 @@ impl Default for Metrics {
             tokens: AtomicU64::new(0),
             series: series::Series::default(),
             mcp: mcp::McpMetrics::default(),
+            epp: epp::EppMetrics::default(),
             fallbacks: std::sync::Mutex::default(),
             guardrails: std::sync::Mutex::default(),
             guardrail_builtin: Histogram::default(),
@@ -326,6 +330,7 @@ impl Metrics {
             let _ = writeln!(out, "switchyard_errors_total{{kind=\"{kind}\"}} {}", counter.load(Relaxed));
         }
         self.render_guardrails(&mut out);
+        self.epp.render(&mut out);
         let fallbacks = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
         if !fallbacks.is_empty() {
             out.push_str("# HELP switchyard_fallbacks_total Requests that fell back from a model to another.\n");

@@ -16,6 +16,7 @@ mod attempt;
 mod cached;
 mod failover;
 mod fallback;
+mod follow;
 mod headers;
 mod internal;
 mod judge;
@@ -242,10 +243,12 @@ async fn proceed(
     let mut failover = Failover::new(call, key, exchange, session.as_deref());
     settlement.pin(failover.fleet_pin(call, exchange).await);
     failover.key_for_engines(call, exchange).await;
+    failover.follow_picker(call, exchange).await?;
     let reached = failover.run(call, exchange, settlement).await?;
     judged(exchange).await?;
     match reached {
         Reached::Answer(answer) => {
+            failover.report_served(call, &answer);
             let guards = answer_guards(call, identity, exchange);
             let held = judge::hold(call, identity, exchange, settlement);
             let answered = respond::Answered { answer, cached: cached.as_ref(), guards };
@@ -289,6 +292,41 @@ fn answer_guards(call: &Call<'_>, identity: &Identity, exchange: &Exchange) -> O
     }
     call.app.guards.answer(&guarded(call, identity, exchange))
 }
+
+/// Admit (the endpoint picker's): the key's model permission, limits and budgets.
+pub(crate) async fn admit(
+    app: &App,
+    identity: &Identity,
+    routed: &RoutedRequest,
+    deadline: Instant,
+) -> Result<(Option<crate::limit::Permit>, Option<crate::limit::BudgetPermit>), GatewayError> {
+    permits::take(app, identity, routed, deadline).await
+}
+
+/// Route (the endpoint picker's): a backend of `model`, waiting in its fair queue when all are
+/// full, skipping `tried`.
+pub(crate) async fn queue_select(
+    app: &App,
+    model: &str,
+    hints: &crate::route::RouteHints<'_>,
+    tried: &[usize],
+    key: &str,
+    deadline: Instant,
+) -> Result<Result<crate::route::Selected, crate::route::SelectError>, GatewayError> {
+    queue::select(app, model, hints, tried, key, deadline, true).await
+}
+
+/// Parse (the endpoint picker's): what routing needs of a request body.
+pub(crate) fn parse_routed(
+    app: &App,
+    endpoint: Endpoint,
+    path: &str,
+    body: Bytes,
+) -> Result<RoutedRequest, GatewayError> {
+    parse(app, endpoint, path, body).map(|exchange| exchange.routed)
+}
+
+pub(crate) use headers::header_session;
 
 /// Read and parse: only what routing needs (model, stream, hints), and the bodies to send.
 fn parse(app: &App, endpoint: Endpoint, path: &str, body: Bytes) -> Result<Exchange, GatewayError> {

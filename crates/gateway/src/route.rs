@@ -444,6 +444,49 @@ impl Router {
         self.engines.as_ref()?.prompt_keys(model, body, block_size).await
     }
 
+    /// The first backend of `ids`, in their order, not in `tried` that is available and has a
+    /// slot: another endpoint picker's order, followed as given.
+    pub fn select_listed(&self, ids: &[usize], tried: &[usize]) -> Result<Selected, SelectError> {
+        let now = self.clock.mono_ms();
+        let mut full = false;
+        for backend in ids.iter().filter(|id| !tried.contains(id)).filter_map(|&id| self.backends.get(id)) {
+            if !backend.health.available(now) {
+                continue;
+            }
+            match backend.try_start_leaving(0) {
+                Some(slot) if backend.health.claim(now) => {
+                    let explain = Some(format!("backend={}; why=picked by the endpoint picker", backend.name()));
+                    return Ok(Selected { backend: backend.clone(), explain, slot });
+                }
+                Some(_) => {}
+                None => full = true,
+            }
+        }
+        Err(if full { SelectError::Full } else { SelectError::NoneAvailable })
+    }
+
+    /// Up to `n` available backends of `model` besides `tried`, least loaded first (the endpoint
+    /// picker's fallbacks after its pick).
+    pub fn least_loaded(&self, model: &str, tried: &[usize], n: usize) -> Vec<Arc<Backend>> {
+        let table = self.table.load();
+        let now = self.clock.mono_ms();
+        let mut open: Vec<&Arc<Backend>> = table
+            .get(model)
+            .into_iter()
+            .flatten()
+            .filter(|b| !tried.contains(&b.id) && b.health.available(now) && b.has_room())
+            .collect();
+        open.sort_by_key(|b| affinity::load(b, model));
+        open.into_iter().take(n).cloned().collect()
+    }
+
+    /// Note that a prompt (its block chain) went to `backend` after all: the data plane served
+    /// it from a fallback.
+    pub fn remember_at(&self, backend: &Backend, chain: &[u64]) {
+        let hints = RouteHints { chain: chain.to_vec(), ..RouteHints::default() };
+        self.remember(backend, &hints, None);
+    }
+
     /// Note that the prompt went to `backend` (cache-aware only); `matched` blocks it already held.
     fn remember(&self, backend: &Backend, hints: &RouteHints, matched: Option<usize>) {
         if let Some(count) = self.recent.get(backend.id) {

@@ -181,7 +181,14 @@ pub async fn start_guarded(
         Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
         None => None,
     };
-    let reloader = tokio::spawn(reload_loop(current.clone(), probers.clone(), tls.clone(), reloads, guarding));
+    // Pools whose members are discovered are applied through reloads, with the members found.
+    let found = Arc::new(crate::epp::members::Found::default());
+    fleet.extend(crate::epp::members::spawn(&app.config, found.clone(), reload.clone()));
+    if app.config.epp.is_some() {
+        fleet.push(spawn_picker(current.clone()));
+    }
+    let reloading = Reloading { current: current.clone(), probers: probers.clone(), tls: tls.clone(), guarding, found };
+    let reloader = tokio::spawn(reload_loop(reloading, reloads));
     let (stop, stopped) = oneshot::channel::<()>();
     let grace = app.config.shutdown_grace;
     let serving = current.clone();
@@ -314,20 +321,35 @@ fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {
     probers.chain(feeds).collect()
 }
 
-/// Reloads, one at a time: read the file, build the whole new state, probe its backends, then
-/// swap it in and retire the old probers. Any failure leaves the running state as it was.
-async fn reload_loop(
+/// The endpoint picker (`epp:`), served beside the HTTP listener until the gateway stops.
+fn spawn_picker(current: Current) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = crate::epp::serve(current, std::future::pending()).await {
+            tracing::error!(error = %e, "the endpoint picker stopped");
+        }
+    })
+}
+
+/// What the reload task works on: the state serving now, its probers, the TLS acceptor, the
+/// guards, and the pool members discovered.
+struct Reloading {
     current: Current,
     probers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     tls: Tls,
-    mut requests: mpsc::Receiver<ReloadRequest>,
     guarding: Arc<Guarding>,
-) {
+    found: Arc<crate::epp::members::Found>,
+}
+
+/// Reloads, one at a time: read the file, build the whole new state, probe its backends, then
+/// swap it in and retire the old probers. Any failure leaves the running state as it was.
+async fn reload_loop(reloading: Reloading, mut requests: mpsc::Receiver<ReloadRequest>) {
+    let Reloading { current, probers, tls, guarding, found } = reloading;
     while let Some(answer) = requests.recv().await {
         let old = current.load_full();
         let outcome = async {
             let path = old.config.source.clone().ok_or("the gateway was started without a config file")?;
             let mut config = Config::load(&path, &ProcessEnv).map_err(|e| format!("{}: {e}", path.display()))?;
+            config.expand_pools(&found.snapshot());
             if config.listen != old.config.listen {
                 // The listener is bound (and may come from --listen): moving it takes a restart.
                 tracing::warn!(listen = %old.config.listen, "`listen` changes apply at the next start");

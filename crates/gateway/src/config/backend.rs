@@ -11,8 +11,8 @@ use super::{AwsKeys, BackendConfig, BackendKind, ConfigError, PoolKeyConfig};
 #[serde(deny_unknown_fields)]
 pub struct RawBackend {
     name: String,
-    /// Optional with `provider`, which knows the URL.
-    url: Option<String>,
+    /// Optional with `provider`, which knows the URL; none for a pool (`endpoints`, `dns`).
+    pub(super) url: Option<String>,
     /// A hosted API by name (`super::presets`): its URL and type.
     provider: Option<String>,
     #[serde(rename = "type")]
@@ -38,6 +38,50 @@ pub struct RawBackend {
     aws_session_token: Option<String>,
     /// Where the engine publishes its KV-cache events (vLLM's and SGLang's `--kv-events-config`).
     kv_events: Option<super::engines::RawKvEvents>,
+    /// A pool of endpoints instead of one `url` (`config/pools.rs`): listed, or a DNS name's records.
+    pub(super) endpoints: Option<Vec<String>>,
+    pub(super) dns: Option<super::pools::RawDns>,
+    /// The endpoint picker a pool follows.
+    pub(super) epp: Option<super::pools::RawFollow>,
+}
+
+impl RawBackend {
+    /// Whether this entry is a pool of endpoints.
+    pub(super) fn is_pool(&self) -> bool {
+        self.endpoints.is_some() || self.dns.is_some() || self.epp.is_some()
+    }
+
+    /// The template backend of an `epp.pools[]` entry: an OpenAI-compatible engine.
+    pub(super) fn for_pool(
+        name: String,
+        models: Vec<String>,
+        max_concurrency: Option<usize>,
+        cache_tokens: Option<usize>,
+    ) -> RawBackend {
+        RawBackend {
+            name,
+            url: Some("http://pool.invalid".to_owned()),
+            provider: None,
+            kind: None,
+            api_key: None,
+            api_keys: None,
+            models: Some(models),
+            capabilities: None,
+            priority: None,
+            weight: None,
+            cache_tokens,
+            max_concurrency,
+            api_version: None,
+            region: None,
+            aws_access_key_id: None,
+            aws_secret_access_key: None,
+            aws_session_token: None,
+            kv_events: None,
+            endpoints: None,
+            dns: None,
+            epp: None,
+        }
+    }
 }
 
 /// One key of a backend's pool as written.
@@ -145,6 +189,7 @@ pub fn validate_backend(i: usize, b: RawBackend, names: &mut HashSet<String>) ->
         api_version: b.api_version,
         aws,
         kv_events: b.kv_events.map(|k| super::engines::validate_kv_events(k, &at)).transpose()?,
+        member: None,
     })
 }
 

@@ -57,6 +57,7 @@ pub struct RawConfig {
     batches: super::batches::RawBatches,
     #[serde(default)]
     realtime: RawRealtime,
+    epp: Option<super::pools::RawEpp>,
     #[serde(default)] // per-model settings, by the name clients use
     models: HashMap<String, super::guardrails::RawModel>,
 }
@@ -214,9 +215,15 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
 
     let mut names = HashSet::new();
     let mut backends = Vec::with_capacity(raw.backends.len());
+    let mut pools = Vec::new();
     for (i, b) in raw.backends.into_iter().enumerate() {
-        backends.push(super::backend::validate_backend(i, b, &mut names)?);
+        if b.is_pool() {
+            pools.push(super::pools::pool_backend(i, b, &mut names)?);
+        } else {
+            backends.push(super::backend::validate_backend(i, b, &mut names)?);
+        }
     }
+    let epp = raw.epp.map(|e| super::pools::validate_epp(e, &mut pools, &mut names)).transpose()?;
 
     let strategy = validate_strategy(raw.routing.strategy.as_deref())?;
     let affinity = validate_affinity(&raw.routing)?;
@@ -259,6 +266,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         prices: prices.into_iter().collect(),
         listen,
         backends,
+        pools,
+        epp,
         strategy,
         max_attempts,
         retry_backoff: duration("routing.retry_backoff", &raw.routing.retry_backoff, Duration::from_millis(250))?,
@@ -292,6 +301,10 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         realtime_max: nonzero("realtime.max_duration", &raw.realtime.max_duration, Duration::from_secs(3600))?,
         batches: super::batches::validate(raw.batches)?,
         source: None,
+    })
+    .map(|mut config: Config| {
+        config.expand_pools(&HashMap::new());
+        config
     })
 }
 

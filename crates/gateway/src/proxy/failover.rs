@@ -95,6 +95,8 @@ pub(super) struct Failover<'f> {
     refused: bool,
     /// The fallback models not yet tried.
     fallbacks: std::slice::Iter<'f, String>,
+    /// Another endpoint picker's order for this request (`backends[].epp`).
+    follow: Option<super::follow::Following>,
 }
 
 impl<'f> Failover<'f> {
@@ -120,6 +122,22 @@ impl<'f> Failover<'f> {
             cooling: None,
             refused: false,
             fallbacks: app.config.fallbacks_for(&routed.requested, &routed.model).iter(),
+            follow: None,
+        }
+    }
+
+    /// When the model's backends are a pool following another endpoint picker: its pick.
+    pub async fn follow_picker(&mut self, call: &Call<'_>, exchange: &mut Exchange) -> Result<(), GatewayError> {
+        if call.app.config.pools.iter().any(|p| p.follow.is_some()) {
+            self.follow = super::follow::ask(call, exchange).await?;
+        }
+        Ok(())
+    }
+
+    /// Tell the picker that was followed which endpoint answered.
+    pub fn report_served(&mut self, call: &Call<'_>, answer: &Answer) {
+        if let Some(follow) = &mut self.follow {
+            follow.served(answer.guard.backend(), answer.parts.status.as_u16(), &call.app.metrics);
         }
     }
 
@@ -234,6 +252,10 @@ impl<'f> Failover<'f> {
     /// A backend for this attempt, waiting for one in the model's queue or for a cooling one.
     async fn select(&mut self, call: &Call<'_>, model: &str, attempt: u32) -> Result<Pick, GatewayError> {
         let app = call.app;
+        if let Some(follow) = &self.follow {
+            // The picker's endpoints in its order, and no other.
+            return Ok(app.router.select_listed(&follow.order, &self.tried).map_or(Pick::Stop, Pick::Backend));
+        }
         let queued = queue::select(app, model, &self.hints, &self.tried, self.key, call.deadline, attempt == 0).await;
         match queued.inspect_err(|e| app.metrics.count_error(e.kind()))? {
             Ok(selected) => Ok(Pick::Backend(selected)),

@@ -85,6 +85,7 @@ pub(crate) mod test_support {
             api_version: None,
             aws: None,
             kv_events: None,
+            member: None,
         };
         let config = Config::empty().unwrap();
         let admission = Arc::new(crate::route::admission::Admission::new(1, std::time::Duration::from_secs(1), 2));
