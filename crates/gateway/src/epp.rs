@@ -178,22 +178,41 @@ fn refusal(e: &GatewayError, api: Api) -> Refusal {
     Refusal { status, headers, body, details: e.kind().to_owned() }
 }
 
+/// The picker's listeners, bound before serving so that their addresses are known (port 0).
+pub struct Listeners {
+    ext_proc: tokio::net::TcpListener,
+    health: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners {
+    /// Bind `epp.listen` and `epp.health_listen`, when `epp:` is configured.
+    pub async fn bind(config: &crate::config::Config) -> Result<Option<Listeners>, String> {
+        let Some(epp) = &config.epp else { return Ok(None) };
+        let bind = |addr: std::net::SocketAddr| async move {
+            tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr} (epp): {e}"))
+        };
+        let ext_proc = bind(epp.listen).await?;
+        let health = match epp.health_listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Some(Listeners { ext_proc, health }))
+    }
+
+    /// Where ext_proc is served, and gRPC health alone.
+    pub fn addrs(&self) -> (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>) {
+        (self.ext_proc.local_addr().ok(), self.health.as_ref().and_then(|h| h.local_addr().ok()))
+    }
+}
+
 /// Serve the picker protocol until `shutdown`: ext_proc (and gRPC health) on `epp.listen`, gRPC
 /// health on `epp.health_listen`; ready once some pool has a member.
 pub async fn serve(
     current: Arc<ArcSwap<App>>,
+    listeners: Listeners,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let app = current.load_full();
-    let Some(epp) = app.config.epp.clone() else { return Ok(()) };
-    let bind = |addr| async move {
-        tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr} (epp): {e}"))
-    };
-    let listener = bind(epp.listen).await?;
-    let health = match epp.health_listen {
-        Some(addr) => Some(bind(addr).await?),
-        None => None,
-    };
     let (ready, readiness) = watch::channel(false);
     let watched = current.clone();
     tokio::spawn(async move {
@@ -209,6 +228,6 @@ pub async fn serve(
     });
     let limits = switchyard_epp::Limits { max_body_bytes: app.config.max_body_bytes };
     let picker = Arc::new(GatewayPicker { current });
-    tracing::info!(listen = %epp.listen, "serving the endpoint picker protocol (ext_proc)");
-    switchyard_epp::serve(picker, limits, listener, health, readiness, shutdown).await
+    tracing::info!(listen = ?listeners.addrs().0, "serving the endpoint picker protocol (ext_proc)");
+    switchyard_epp::serve(picker, limits, listeners.ext_proc, listeners.health, readiness, shutdown).await
 }

@@ -42,6 +42,9 @@ type Tls = Option<Arc<ArcSwap<tokio_rustls::TlsAcceptor>>>;
 /// A gateway serving on a bound address. Dropping it aborts everything; `shutdown` drains first.
 pub struct RunningGateway {
     pub addr: SocketAddr,
+    /// Where the endpoint picker serves ext_proc, and gRPC health alone (`epp:`).
+    pub epp_addr: Option<SocketAddr>,
+    pub epp_health_addr: Option<SocketAddr>,
     /// The state it started with (`current` after a reload).
     pub app: Arc<App>,
     current: Current,
@@ -131,6 +134,8 @@ pub async fn start_guarded(
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let picking = crate::epp::Listeners::bind(&config).await?;
+    let (epp_addr, epp_health_addr) = picking.as_ref().map_or((None, None), crate::epp::Listeners::addrs);
     let (mut app, writer, exports) = Box::pin(App::open(config)).await?;
     if let Some(store) = &app.store {
         crate::admin::audit_export::spawn(store, &app.config.exports, app.config.timeouts.connect);
@@ -184,8 +189,8 @@ pub async fn start_guarded(
     // Pools whose members are discovered are applied through reloads, with the members found.
     let found = Arc::new(crate::epp::members::Found::default());
     fleet.extend(crate::epp::members::spawn(&app.config, found.clone(), reload.clone()));
-    if app.config.epp.is_some() {
-        fleet.push(spawn_picker(current.clone()));
+    if let Some(listeners) = picking {
+        fleet.push(spawn_picker(current.clone(), listeners));
     }
     let reloading = Reloading { current: current.clone(), probers: probers.clone(), tls: tls.clone(), guarding, found };
     let reloader = tokio::spawn(reload_loop(reloading, reloads));
@@ -226,7 +231,18 @@ pub async fn start_guarded(
             }
         }
     });
-    Ok(RunningGateway { addr, app, current, reload, stop: Some(stop), server: Some(server), probers, fleet })
+    Ok(RunningGateway {
+        addr,
+        epp_addr,
+        epp_health_addr,
+        app,
+        current,
+        reload,
+        stop: Some(stop),
+        server: Some(server),
+        probers,
+        fleet,
+    })
 }
 
 /// Read the gateway's figures every few seconds for the console's live charts (of whichever
@@ -322,9 +338,9 @@ fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {
 }
 
 /// The endpoint picker (`epp:`), served beside the HTTP listener until the gateway stops.
-fn spawn_picker(current: Current) -> JoinHandle<()> {
+fn spawn_picker(current: Current, listeners: crate::epp::Listeners) -> JoinHandle<()> {
     tokio::spawn(async move {
-        if let Err(e) = crate::epp::serve(current, std::future::pending()).await {
+        if let Err(e) = crate::epp::serve(current, listeners, std::future::pending()).await {
             tracing::error!(error = %e, "the endpoint picker stopped");
         }
     })

@@ -22,6 +22,7 @@ mod console;
 mod crash;
 mod drain;
 mod endpoints;
+mod epp;
 mod errors;
 mod exports;
 mod failover;
