@@ -28,7 +28,7 @@ pub struct Follower {
 /// What the picker answered.
 pub enum Answer {
     /// Endpoints, first choice first; the session reports which one served.
-    Picked { endpoints: Vec<String>, session: Session },
+    Picked { endpoints: Vec<String>, session: Box<Session> },
     /// It answered the client itself (503: nothing eligible, 429: shed, ...).
     Refused { status: u16, body: Bytes, headers: Vec<(String, String)> },
 }
@@ -95,7 +95,7 @@ impl Follower {
                         return Err(Unanswered("the picker's answer names no endpoint".to_owned()))
                     }
                     Read::Pick(endpoints) => {
-                        return Ok(Answer::Picked { endpoints, session: Session { requests, responses } })
+                        return Ok(Answer::Picked { endpoints, session: Box::new(Session { requests, responses }) })
                     }
                     Read::Refused(status, body, headers) => return Ok(Answer::Refused { status, body, headers }),
                     Read::Other => continue,
@@ -120,10 +120,7 @@ impl Session {
             Struct { fields: [(message::SERVED.to_owned(), served)].into_iter().collect() },
         );
         let headers = HttpHeaders {
-            headers: Some(HeaderMap {
-                headers: vec![raw(":status", status.to_string().as_bytes())],
-                ..Default::default()
-            }),
+            headers: Some(HeaderMap { headers: vec![raw(":status", status.to_string().as_bytes())] }),
             end_of_stream: true,
             ..Default::default()
         };
@@ -213,10 +210,6 @@ fn request_headers(
             all.push(raw(name.as_str(), value.as_bytes()));
         }
     }
-    let headers = HttpHeaders {
-        headers: Some(HeaderMap { headers: all, ..Default::default() }),
-        end_of_stream: end,
-        ..Default::default()
-    };
+    let headers = HttpHeaders { headers: Some(HeaderMap { headers: all }), end_of_stream: end, ..Default::default() };
     ProcessingRequest { request: Some(processing_request::Request::RequestHeaders(headers)), ..Default::default() }
 }

@@ -112,7 +112,7 @@ enum Phase<T> {
     /// Nothing yet: the request headers come first.
     Start,
     /// Headers in, the body arriving.
-    Body { request: PickRequest, body: BytesMut },
+    Body { request: Box<PickRequest>, body: BytesMut },
     /// Picked (or refused): the rest passes through.
     Picked(Option<T>),
 }
@@ -169,7 +169,7 @@ impl<P: Picker> Exchange<P> {
                 if headers.end_of_stream {
                     return self.pick(request, Bytes::new(), false).await;
                 }
-                self.phase = Phase::Body { request, body: BytesMut::new() };
+                self.phase = Phase::Body { request: Box::new(request), body: BytesMut::new() };
                 Ok(())
             }
             (Request::RequestHeaders(_), _) => Err(Stop::Malformed("request headers sent twice")),
@@ -220,7 +220,7 @@ impl<P: Picker> Exchange<P> {
         let Phase::Body { request, body } = std::mem::replace(&mut self.phase, Phase::Start) else {
             return Err(Stop::Malformed("a request body before its headers"));
         };
-        self.pick(request, body.freeze(), trailers_follow).await
+        self.pick(*request, body.freeze(), trailers_follow).await
     }
 
     async fn pick(&mut self, mut request: PickRequest, body: Bytes, trailers_follow: bool) -> Result<(), Stop> {

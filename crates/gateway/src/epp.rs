@@ -23,9 +23,6 @@ use crate::route::backend::{Backend, InFlight};
 use crate::route::{RouteHints, SelectError};
 use switchyard_protocol::chat::Api;
 
-/// Fallback endpoints named after the pick, for the data plane to go on to.
-const FALLBACKS: usize = 2;
-
 /// The gateway's router behind the picker protocol, over whichever configuration is current.
 pub struct GatewayPicker {
     current: Arc<ArcSwap<App>>,
@@ -115,7 +112,7 @@ async fn pick(
     let mut tried = outside;
     tried.push(selected.backend.id);
     let mut endpoints = vec![first];
-    for b in app.router.least_loaded(&model, &tried, FALLBACKS) {
+    for b in app.router.least_loaded(&model, &tried, epp.fallbacks) {
         endpoints.extend(member_endpoint(&b).map(str::to_owned));
     }
     let headers = selected.explain.map(|why| vec![("x-switchyard-route".to_owned(), why)]).unwrap_or_default();

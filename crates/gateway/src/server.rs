@@ -186,12 +186,8 @@ pub async fn start_guarded(
         Some(config) => Some(Arc::new(ArcSwap::from_pointee(tls::acceptor(config)?))),
         None => None,
     };
-    // Pools whose members are discovered are applied through reloads, with the members found.
     let found = Arc::new(crate::epp::members::Found::default());
-    fleet.extend(crate::epp::members::spawn(&app.config, found.clone(), reload.clone()));
-    if let Some(listeners) = picking {
-        fleet.push(spawn_picker(current.clone(), listeners));
-    }
+    fleet.extend(spawn_pools(&current, &found, &reload, picking));
     let reloading = Reloading { current: current.clone(), probers: probers.clone(), tls: tls.clone(), guarding, found };
     let reloader = tokio::spawn(reload_loop(reloading, reloads));
     let (stop, stopped) = oneshot::channel::<()>();
@@ -231,18 +227,8 @@ pub async fn start_guarded(
             }
         }
     });
-    Ok(RunningGateway {
-        addr,
-        epp_addr,
-        epp_health_addr,
-        app,
-        current,
-        reload,
-        stop: Some(stop),
-        server: Some(server),
-        probers,
-        fleet,
-    })
+    let (stop, server) = (Some(stop), Some(server));
+    Ok(RunningGateway { addr, epp_addr, epp_health_addr, app, current, reload, stop, server, probers, fleet })
 }
 
 /// Read the gateway's figures every few seconds for the console's live charts (of whichever
@@ -335,6 +321,19 @@ fn spawn_probers(app: &App) -> Vec<JoinHandle<()>> {
     });
     let feeds = app.router.engines.iter().flat_map(|e| e.spawn_feeds());
     probers.chain(feeds).collect()
+}
+
+/// Pools whose members are discovered, applied through reloads with the members found; and the
+/// endpoint picker (`epp:`) when configured.
+fn spawn_pools(
+    current: &Current,
+    found: &Arc<crate::epp::members::Found>,
+    reload: &mpsc::Sender<ReloadRequest>,
+    picking: Option<crate::epp::Listeners>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = crate::epp::members::spawn(&current.load().config, found.clone(), reload.clone());
+    tasks.extend(picking.map(|listeners| spawn_picker(current.clone(), listeners)));
+    tasks
 }
 
 /// The endpoint picker (`epp:`), served beside the HTTP listener until the gateway stops.

@@ -40,6 +40,8 @@ pub struct RawFollow {
 pub struct RawEpp {
     listen: String,
     health_listen: Option<String>,
+    /// Endpoints named after the pick for the data plane to go on to (0: the pick alone).
+    fallbacks: Option<usize>,
     pools: Vec<RawEppPool>,
 }
 
@@ -106,6 +108,10 @@ pub struct PoolMember {
 pub struct EppConfig {
     pub listen: SocketAddr,
     pub health_listen: Option<SocketAddr>,
+    /// How many endpoints follow the pick in its answer. 0 by default: Envoy's ORIGINAL_DST
+    /// cluster (the inference extension's own configuration) takes one address, not a list;
+    /// a data plane routing on `envoy.lb` metadata with override_host takes the list.
+    pub fallbacks: usize,
     /// The pools served, by name, with the models each serves (None: any model asked of it).
     pub pools: Vec<(String, Option<Vec<String>>)>,
 }
@@ -215,7 +221,11 @@ pub fn validate_epp(
         served.push((p.name.clone(), p.models));
         pools.push(PoolSpec { name: p.name, template, members, follow: None });
     }
-    Ok(EppConfig { listen, health_listen, pools: served })
+    let fallbacks = raw.fallbacks.unwrap_or(0);
+    if fallbacks > 8 {
+        return Err(ConfigError::at("epp.fallbacks", "at most 8"));
+    }
+    Ok(EppConfig { listen, health_listen, fallbacks, pools: served })
 }
 
 /// A member's backend name: the pool's, then its endpoint (a plain token: metrics and logs).

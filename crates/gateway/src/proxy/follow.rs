@@ -22,7 +22,7 @@ use crate::translate::Wire;
 pub(super) struct Following {
     pool: String,
     pub order: Vec<usize>,
-    session: Option<Session>,
+    session: Option<Box<Session>>,
 }
 
 /// One connection per picker (HTTP/2, multiplexed), kept across reloads.

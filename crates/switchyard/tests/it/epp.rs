@@ -56,11 +56,7 @@ impl Stream {
         all.push(h(":authority", "gateway.test"));
         all.push(h("content-type", "application/json"));
         all.extend(extra.iter().map(|(k, v)| h(k, v)));
-        let headers = HttpHeaders {
-            headers: Some(HeaderMap { headers: all, ..Default::default() }),
-            end_of_stream,
-            ..Default::default()
-        };
+        let headers = HttpHeaders { headers: Some(HeaderMap { headers: all }), end_of_stream, ..Default::default() };
         self.send(processing_request::Request::RequestHeaders(headers), metadata).await;
     }
 
@@ -82,10 +78,8 @@ impl Stream {
         metadata
             .filter_metadata
             .insert("envoy.lb".into(), fields(&[("x-gateway-destination-endpoint-served", s(endpoint))]));
-        let headers = HttpHeaders {
-            headers: Some(HeaderMap { headers: vec![h(":status", "200")], ..Default::default() }),
-            ..Default::default()
-        };
+        let headers =
+            HttpHeaders { headers: Some(HeaderMap { headers: vec![h(":status", "200")] }), ..Default::default() };
         self.send(processing_request::Request::ResponseHeaders(headers), Some(metadata)).await;
         let answer = self.next().await.unwrap();
         assert!(matches!(answer.response, Some(processing_response::Response::ResponseHeaders(_))), "{answer:?}");
@@ -153,7 +147,7 @@ async fn picker(mocks: usize, extra: &str) -> (Vec<MockServer>, switchyard_gatew
     let endpoints: Vec<String> = servers.iter().map(|m| m.url().trim_start_matches("http://").to_owned()).collect();
     let list = endpoints.iter().map(|e| format!("'{e}'")).collect::<Vec<_>>().join(", ");
     let yaml = format!(
-        "listen: 127.0.0.1:0\n{extra}\nepp:\n  listen: 127.0.0.1:0\n  health_listen: 127.0.0.1:0\n  pools:\n    - {{name: pool, models: [m], endpoints: [{list}]}}\n"
+        "listen: 127.0.0.1:0\n{extra}\nepp:\n  listen: 127.0.0.1:0\n  health_listen: 127.0.0.1:0\n  fallbacks: 2\n  pools:\n    - {{name: pool, models: [m], endpoints: [{list}]}}\n"
     );
     let gw = gateway_yaml(&yaml).await;
     (servers, gw, endpoints)
