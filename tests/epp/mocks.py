@@ -51,6 +51,9 @@ def completion_text(address: str) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The head and the body go out in two writes: with Nagle's algorithm on, the second waits for
+    # the peer's delayed ACK (~40 ms on loopback) on a kept-alive connection.
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def log_message(self, fmt: str, *args) -> None:  # quiet

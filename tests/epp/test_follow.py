@@ -1,6 +1,6 @@
 """Switchyard follows an external Endpoint Picker (issue 55): the inference extension's own reference picker.
 
-The picker is the Gateway API Inference Extension's lightweight EPP (lwepp, v1.6.0), built from its Go module by
+The picker is the Gateway API Inference Extension's lightweight EPP (lwepp, v1.6.2), built from its Go module by
 `scripts/refpicker` (tests/epp/refpicker/) and run with the mock pods as its static endpoints. A pool backend with
 `epp: {endpoint, failure_mode}` must, for every request, open an ext_proc stream to it as Envoy would, send the
 request's headers and body, send the request to the endpoint named by the answer's `x-gateway-destination-endpoint`

@@ -1,3 +1,7 @@
+// lwepp v1.6.2, not v1.6.0: v1.6.0 answers each request body chunk at once, before the request headers response it
+// defers until the whole body is in; behind Envoy with FULL_DUPLEX_STREAMED bodies (the inference extension's own
+// Envoy configuration) Envoy calls that answer spurious and fails the request with a 500. v1.6.2 (upstream's fix,
+// pkg/lwepp/handlers/server.go) holds the chunks back and streams the bodies back; nothing else but version.go differs.
 module switchyard.test/refpicker
 
 go 1.26.0
@@ -10,7 +14,7 @@ require (
 	k8s.io/apimachinery v0.36.3
 	k8s.io/client-go v0.36.3
 	sigs.k8s.io/controller-runtime v0.24.1
-	sigs.k8s.io/gateway-api-inference-extension v1.6.0
+	sigs.k8s.io/gateway-api-inference-extension v1.6.2
 )
 
 require (

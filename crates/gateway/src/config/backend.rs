@@ -57,6 +57,7 @@ impl RawBackend {
         models: Vec<String>,
         max_concurrency: Option<usize>,
         cache_tokens: Option<usize>,
+        kv_events: Option<super::engines::RawKvEvents>,
     ) -> RawBackend {
         RawBackend {
             name,
@@ -76,7 +77,7 @@ impl RawBackend {
             aws_access_key_id: None,
             aws_secret_access_key: None,
             aws_session_token: None,
-            kv_events: None,
+            kv_events,
             endpoints: None,
             dns: None,
             epp: None,

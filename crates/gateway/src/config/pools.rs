@@ -55,6 +55,8 @@ struct RawEppPool {
     inference_pool: Option<RawInferencePool>,
     max_concurrency: Option<usize>,
     cache_tokens: Option<usize>,
+    /// Each member's KV-cache events: `{host}` in the endpoints is the member's address.
+    kv_events: Option<super::engines::RawKvEvents>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,7 +217,7 @@ pub fn validate_epp(
         let members = members(&at, p.endpoints, p.dns, p.inference_pool, true)?;
         let mut models = p.models.clone().unwrap_or_default();
         models.push(pool_model(&p.name));
-        let template = RawBackend::for_pool(p.name.clone(), models, p.max_concurrency, p.cache_tokens);
+        let template = RawBackend::for_pool(p.name.clone(), models, p.max_concurrency, p.cache_tokens, p.kv_events);
         let template = super::backend::validate_backend(i, template, names)
             .map_err(|e| ConfigError::at(e.path.replacen("backends", "epp.pools", 1), e.message))?;
         served.push((p.name.clone(), p.models));
@@ -251,6 +253,12 @@ impl Config {
                 member.name = member_name(&pool.name, endpoint);
                 member.url = format!("http://{endpoint}");
                 member.member = Some(PoolMember { pool: pool.name.clone(), endpoint: endpoint.clone() });
+                if let Some(feed) = &mut member.kv_events {
+                    // A pool's engines publish on their own addresses: `{host}` is this member's.
+                    let host = endpoint.rsplit_once(':').map_or(endpoint.as_str(), |(host, _)| host);
+                    feed.endpoint = feed.endpoint.replace("{host}", host);
+                    feed.replay_endpoint = feed.replay_endpoint.as_ref().map(|r| r.replace("{host}", host));
+                }
                 self.backends.push(member);
             }
         }
@@ -259,5 +267,71 @@ impl Config {
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<&PoolSpec> {
         self.pools.iter().find(|p| p.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ProcessEnv};
+
+    fn load(yaml: &str) -> Result<Config, String> {
+        Config::from_yaml(yaml, &ProcessEnv).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_pool_becomes_a_backend_per_member_with_its_events_on_the_members_host() {
+        let c = load(
+            "epp:\n  listen: 127.0.0.1:9002\n  pools:\n    - name: p\n      models: [m]\n      endpoints: ['10.0.0.5:8000', '10.0.0.6:8000']\n      kv_events: {endpoint: 'tcp://{host}:5557', replay_endpoint: 'tcp://{host}:5558'}\n",
+        )
+        .unwrap();
+        let names: Vec<&str> = c.backends.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["p.10.0.0.5_8000", "p.10.0.0.6_8000"]);
+        assert_eq!(c.backends[1].url, "http://10.0.0.6:8000");
+        let feed = c.backends[1].kv_events.as_ref().unwrap();
+        assert_eq!(feed.endpoint, "tcp://10.0.0.6:5557");
+        assert_eq!(feed.replay_endpoint.as_deref(), Some("tcp://10.0.0.6:5558"));
+        assert!(c.backends[0].models.as_ref().unwrap().contains(&"epp:p".to_owned()));
+        assert_eq!(c.epp.as_ref().unwrap().fallbacks, 0);
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_their_place() {
+        let cases = [
+            ("backends: [{name: p, url: 'http://x:1', endpoints: ['10.0.0.1:80']}]", "backends[0].url"),
+            ("backends: [{name: p, endpoints: ['nohost']}]", "backends[0].endpoints[0]"),
+            ("backends: [{name: p, endpoints: []}]", "backends[0].endpoints"),
+            ("backends: [{name: p, endpoints: ['h:1'], dns: {name: x, port: 1}}]", "backends[0].endpoints"),
+            (
+                "backends: [{name: p, endpoints: ['h:1'], epp: {endpoint: 'e:9002', failure_mode: maybe}}]",
+                "backends[0].epp.failure_mode",
+            ),
+            ("backends: [{name: p, endpoints: ['h:1'], epp: {endpoint: 'nope'}}]", "backends[0].epp.endpoint"),
+            ("backends: [{name: p, dns: {name: x, port: 0}}]", "backends[0].dns"),
+            ("backends: [{name: p, dns: {name: x, port: 1, nameserver: here}}]", "backends[0].dns.nameserver"),
+            ("epp: {listen: nowhere, pools: [{name: p, endpoints: ['10.0.0.1:80']}]}", "epp.listen"),
+            ("epp: {listen: '127.0.0.1:1', pools: []}", "epp.pools"),
+            ("epp: {listen: '127.0.0.1:1', pools: [{name: p, endpoints: ['host:80']}]}", "epp.pools[0].endpoints[0]"),
+            (
+                "epp: {listen: '127.0.0.1:1', fallbacks: 9, pools: [{name: p, endpoints: ['10.0.0.1:80']}]}",
+                "epp.fallbacks",
+            ),
+            ("epp: {listen: '127.0.0.1:1', pools: [{name: 'p/q', endpoints: ['10.0.0.1:80']}]}", "epp.pools[0].name"),
+        ];
+        for (yaml, place) in cases {
+            let e = load(yaml).unwrap_err();
+            assert!(e.starts_with(place), "{yaml}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_discovered_pool_has_no_members_until_found() {
+        let mut c = load("backends: [{name: p, models: [m], dns: {name: vllm.local, port: 8000}}]").unwrap();
+        assert!(c.backends.is_empty());
+        let found = [("p".to_owned(), vec!["10.0.0.9:8000".to_owned()])].into_iter().collect();
+        c.expand_pools(&found);
+        assert_eq!(c.backends.len(), 1);
+        assert_eq!(c.backends[0].member.as_ref().unwrap().endpoint, "10.0.0.9:8000");
+        c.expand_pools(&Default::default());
+        assert!(c.backends.is_empty(), "members replaced, not added to");
     }
 }

@@ -408,3 +408,28 @@ async fn grpc_health_serves_liveness_readiness_and_the_service() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pool_past_its_queue_bound_sheds_with_a_429() {
+    let pod = mock(&["m"]).await;
+    let endpoint = pod.url().trim_start_matches("http://").to_owned();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nrouting: {{max_queue: 0}}\nepp:\n  listen: 127.0.0.1:0\n  pools:\n    - {{name: pool, models: [m], max_concurrency: 1, endpoints: ['{endpoint}']}}\n"
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let epp = gw.epp_addr.unwrap();
+    let body = chat_json("hi");
+    // The one slot, held while this request's stream is open.
+    let mut held = Stream::open(epp).await;
+    held.headers("/v1/chat/completions", &[], false, None).await;
+    held.body(body.as_bytes(), true).await;
+    pick_of(&held.next().await.unwrap());
+    let mut shed = Stream::open(epp).await;
+    shed.headers("/v1/chat/completions", &[], false, None).await;
+    shed.body(body.as_bytes(), true).await;
+    let answer = shed.next().await.unwrap();
+    assert_eq!(immediate_status(&answer), 429);
+    let Some(processing_response::Response::ImmediateResponse(i)) = &answer.response else { panic!() };
+    assert!(i.headers.as_ref().unwrap().set_headers.iter().any(|o| o.header.as_ref().unwrap().key == "retry-after"));
+    drop(held);
+}
