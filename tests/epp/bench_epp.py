@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE))
 import mocks  # noqa: E402
 from envoy_proxy import Envoy, envoy_binary  # noqa: E402
 from mocks import MODEL, start_pods  # noqa: E402
-from procs import free_port, log_tail, stop_process, wait_until  # noqa: E402
+from procs import free_port, log_tail, spawn, stop_process, wait_line, wait_until  # noqa: E402
 from stack import DESTINATION, POOL, REPO_ROOT, Switchyard  # noqa: E402
 
 TEMPLATE = HERE / "envoy_bench.yaml.in"
@@ -109,32 +109,6 @@ def resolve_refpicker() -> str:
                           text=True).stdout.strip().splitlines()[-1]
 
 
-def spawn(args: list[str], log_dir: Path, name: str, env: dict[str, str] | None = None,
-          stdin: int | None = subprocess.DEVNULL) -> tuple[subprocess.Popen, Path, Path]:
-    out, err = log_dir / f"{name}.out", log_dir / f"{name}.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen(args, stdin=stdin, stdout=o, stderr=e, cwd=log_dir, env=env,
-                                start_new_session=True)
-    return proc, out, err
-
-
-def wait_line(proc: subprocess.Popen, out: Path, err: Path, prefix: str, what: str) -> str:
-    """The rest of the first line of `out` starting with `prefix`, once the process printed it."""
-    found: list[str] = []
-
-    def printed() -> bool:
-        for line in out.read_text(errors="replace").splitlines():
-            if line.startswith(prefix):
-                found.append(line[len(prefix):].strip())
-                return True
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}\n{log_tail(err)}")
-        return False
-
-    wait_until(printed, STARTUP_S, f"{what} to print {prefix!r}", lambda: log_tail(err))
-    return found[0]
-
-
 @dataclass
 class Running:
     """Everything started, stopped in reverse order."""
@@ -150,7 +124,7 @@ def start_pods_process(n: int, first_ip: int, log_dir: Path, run: Running) -> li
     proc, out, err = spawn([sys.executable, str(Path(__file__).resolve()), "--serve-pods", str(n),
                             "--first-ip", str(first_ip)], log_dir, "pods", stdin=subprocess.PIPE)
     run.procs.append(proc)
-    return wait_line(proc, out, err, "pods: ", "the mock pods").split()
+    return wait_line(proc, out, err, "pods: ", "the mock pods", STARTUP_S).split()
 
 
 def serve_pods(n: int, first_ip: int) -> None:
@@ -202,7 +176,7 @@ def start_reference(binary: str, pods: list[str], log_dir: Path, verbosity: int,
     proc, out, err = spawn([binary, "--listen", f"127.0.0.1:{port}", "--endpoints", ",".join(pods),
                             "--v", str(verbosity)], log_dir, "refpicker")
     run.procs.append(proc)
-    wait_line(proc, out, err, "refpicker: listening on ", "the reference picker")
+    wait_line(proc, out, err, "refpicker: listening on ", "the reference picker", STARTUP_S)
     return port
 
 

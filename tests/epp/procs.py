@@ -61,3 +61,30 @@ def log_tail(path: Path, n: int = 60) -> str:
     except FileNotFoundError:
         return f"({path} not written)"
     return f"--- {path} (last {min(n, len(lines))} lines) ---\n" + "\n".join(lines[-n:])
+
+
+def spawn(args: list[str], log_dir: Path, name: str, env: dict[str, str] | None = None,
+          stdin: int | None = subprocess.DEVNULL) -> tuple[subprocess.Popen, Path, Path]:
+    """Start `args` in its own session, stdout and stderr to `log_dir/name.out` and `.err`."""
+    out, err = log_dir / f"{name}.out", log_dir / f"{name}.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen(args, stdin=stdin, stdout=o, stderr=e, cwd=log_dir, env=env,
+                                start_new_session=True)
+    return proc, out, err
+
+
+def wait_line(proc: subprocess.Popen, out: Path, err: Path, prefix: str, what: str, timeout: float) -> str:
+    """The rest of the first line of `out` starting with `prefix`, once the process printed it."""
+    found: list[str] = []
+
+    def printed() -> bool:
+        for line in out.read_text(errors="replace").splitlines():
+            if line.startswith(prefix):
+                found.append(line[len(prefix):].strip())
+                return True
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}\n{log_tail(err)}")
+        return False
+
+    wait_until(printed, timeout, f"{what} to print {prefix!r}", diag=lambda: log_tail(err))
+    return found[0]

@@ -35,7 +35,7 @@ from typing import Iterator
 import pytest
 
 from mocks import MODEL, MockPod, completion_text, start_pods
-from procs import free_port, log_tail, stop_process, wait_until
+from procs import free_port, log_tail, spawn, stop_process, wait_line, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 STEER = "test-epp-endpoint-selection"  # lwepp's test-only steering header
@@ -66,31 +66,6 @@ def refpicker_bin() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def _spawn(args: list[str], log_dir: Path, name: str, env: dict[str, str] | None = None):
-    out, err = log_dir / f"{name}.out", log_dir / f"{name}.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=o, stderr=e, cwd=log_dir,
-                                env=env, start_new_session=True)
-    return proc, out, err
-
-
-def _wait_line(proc: subprocess.Popen, out: Path, err: Path, prefix: str, what: str) -> str:
-    """The rest of the first stdout line starting with `prefix`, once the process printed it."""
-    found: list[str] = []
-
-    def printed() -> bool:
-        for line in out.read_text(errors="replace").splitlines():
-            if line.startswith(prefix):
-                found.append(line[len(prefix):].strip())
-                return True
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited with {proc.returncode} before it listened\n{log_tail(err)}")
-        return False
-
-    wait_until(printed, STARTUP_TIMEOUT, f"{what} to print {prefix!r}", diag=lambda: log_tail(err))
-    return found[0]
-
-
 class Picker:
     """A running refpicker (lwepp) on 127.0.0.1:port with the given pods as its endpoints."""
 
@@ -98,9 +73,9 @@ class Picker:
         self.port = port
         endpoints = ",".join(p.address for p in pods)
         # --v 4: lwepp logs each pick ("Selected endpoint"), which the tests compare with what was served.
-        self.proc, self.out, self.err = _spawn(
+        self.proc, self.out, self.err = spawn(
             [binary, "--listen", f"127.0.0.1:{port}", "--endpoints", endpoints, "--v", "4"], log_dir, name)
-        _wait_line(self.proc, self.out, self.err, "refpicker: listening on ", "the reference picker")
+        wait_line(self.proc, self.out, self.err, "refpicker: listening on ", "the reference picker", STARTUP_TIMEOUT)
 
     @property
     def endpoint(self) -> str:
@@ -159,9 +134,9 @@ class Gateway:
         env = dict(os.environ, NO_COLOR="1")
         env.setdefault("SWITCHYARD_LOG", "info")
         self.name = name
-        self.proc, self.out, self.err = _spawn(
+        self.proc, self.out, self.err = spawn(
             [str(switchyard_bin()), "serve", "--config", str(self.config)], log_dir, name, env)
-        self.url = _wait_line(self.proc, self.out, self.err, "listening on ", f"switchyard ({name})").rstrip("/")
+        self.url = wait_line(self.proc, self.out, self.err, "listening on ", f"switchyard ({name})", STARTUP_TIMEOUT).rstrip("/")
         wait_until(self._ready, STARTUP_TIMEOUT, f"{name}: /ready to answer 200", diag=self.log)
 
     def _ready(self) -> bool:

@@ -61,8 +61,9 @@ pub trait Picker: Send + Sync + 'static {
 
     fn pick(&self, request: PickRequest) -> impl Future<Output = Result<Picked<Self::Ticket>, Refusal>> + Send;
 
-    /// The data plane says `endpoint` served the request.
-    fn served(&self, ticket: &mut Self::Ticket, endpoint: &str);
+    /// The response's head came back: the endpoint the data plane says served it (where it says
+    /// so), and the status.
+    fn responded(&self, ticket: &mut Self::Ticket, served: Option<&str>, status: Option<u16>);
 
     /// A stream ended badly (a protocol error from the data plane), for the metrics.
     fn malformed(&self, _why: &'static str) {}
@@ -196,11 +197,15 @@ impl<P: Picker> Exchange<P> {
                 self.send(message::trailers(true)).await
             }
             (Request::RequestTrailers(_), _) => self.send(message::trailers(true)).await,
-            (Request::ResponseHeaders(_), Phase::Picked(ticket)) => {
+            (Request::ResponseHeaders(headers), Phase::Picked(ticket)) => {
                 let served =
                     message::endpoints_at(message.metadata_context.as_ref(), message::LB_NAMESPACE, message::SERVED);
-                if let (Some(ticket), Some(endpoint)) = (ticket.as_mut(), served.as_ref().and_then(|s| s.first())) {
-                    self.picker.served(ticket, endpoint);
+                let status = message::headers_of(&headers)
+                    .find(|(name, _)| *name == ":status")
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok());
+                if let Some(ticket) = ticket.as_mut() {
+                    let served = served.as_ref().and_then(|s| s.first()).map(String::as_str);
+                    self.picker.responded(ticket, served, status);
                 }
                 self.send(message::response_headers(Vec::new())).await
             }

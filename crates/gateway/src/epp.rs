@@ -53,20 +53,41 @@ impl Picker for GatewayPicker {
         outcome.map(|(_, picked)| picked).map_err(|e| refusal(&e, api))
     }
 
-    fn served(&self, ticket: &mut Ticket, endpoint: &str) {
-        ticket.app.metrics.epp.served(&ticket.pool, endpoint);
-        if member_endpoint(ticket.slot.backend()) == Some(endpoint) {
-            return;
+    fn responded(&self, ticket: &mut Ticket, served: Option<&str>, status: Option<u16>) {
+        if let Some(endpoint) = served {
+            ticket.app.metrics.epp.served(&ticket.pool, endpoint);
+            ticket.moved_to(endpoint);
         }
-        // Served by a fallback: the load and the prompt's blocks are there now.
-        let router = &ticket.app.router;
-        let Some(backend) = router.backends.iter().find(|b| member_endpoint(b) == Some(endpoint)) else { return };
-        ticket.slot = backend.start();
-        router.remember_at(backend, &ticket.chain);
+        // The answer judges the member as an attempt's does: 5xx toward its breaker, else a success.
+        let (backend, now) = (ticket.slot.backend(), ticket.app.clock.mono_ms());
+        match status {
+            Some(500..=599) => {
+                backend.stats.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if backend.health.on_server_error(now) {
+                    tracing::warn!(backend = backend.name(), "circuit breaker opened (as reported by the data plane)");
+                }
+            }
+            Some(_) => backend.health.on_success(),
+            None => {}
+        }
     }
 
     fn malformed(&self, why: &'static str) {
         self.current.load().metrics.epp.malformed(why);
+    }
+}
+
+impl Ticket {
+    /// Served by another endpoint than picked (a fallback): the load and the prompt's blocks are
+    /// there now.
+    fn moved_to(&mut self, endpoint: &str) {
+        if member_endpoint(self.slot.backend()) == Some(endpoint) {
+            return;
+        }
+        let router = &self.app.router;
+        let Some(backend) = router.backends.iter().find(|b| member_endpoint(b) == Some(endpoint)) else { return };
+        self.slot = backend.start();
+        router.remember_at(backend, &self.chain);
     }
 }
 

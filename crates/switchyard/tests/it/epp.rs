@@ -433,3 +433,32 @@ async fn a_full_pool_past_its_queue_bound_sheds_with_a_429() {
     assert!(i.headers.as_ref().unwrap().set_headers.iter().any(|o| o.header.as_ref().unwrap().key == "retry-after"));
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_the_data_plane_reports_judge_the_member_as_attempts_do() {
+    // Two members; 5xx answers from one open its breaker, and picks go to the other.
+    let (_mocks, gw, endpoints) = picker(2, "health: {failure_threshold: 2, breaker_cooldown: 60s}").await;
+    let epp = gw.epp_addr.unwrap();
+    let body = chat_json("hi");
+    let mut failing = None;
+    for _ in 0..12 {
+        let mut stream = Stream::open(epp).await;
+        stream.headers("/v1/chat/completions", &[], false, None).await;
+        stream.body(body.as_bytes(), true).await;
+        let (header, _) = pick_of(&stream.next().await.unwrap());
+        let pick = header.split(',').next().unwrap().to_owned();
+        body_back(&mut stream).await;
+        let bad = failing.get_or_insert_with(|| pick.clone());
+        let status = if &pick == bad { "503" } else { "200" };
+        stream.responded(None, status).await;
+    }
+    let bad = failing.unwrap();
+    let good = endpoints.iter().find(|e| **e != bad).unwrap();
+    for _ in 0..6 {
+        let mut stream = Stream::open(epp).await;
+        stream.headers("/v1/chat/completions", &[], false, None).await;
+        stream.body(body.as_bytes(), true).await;
+        let (header, _) = pick_of(&stream.next().await.unwrap());
+        assert_eq!(header.split(',').next().unwrap(), good, "the failing member's breaker is open");
+    }
+}
