@@ -12,6 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["server"],
     &["console"],
     &["batch"],
+    &["epp"],
     &["admin", "catalog", "mcp", "proxy"],
     &["app"],
     &["http"],

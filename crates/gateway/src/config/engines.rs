@@ -2,6 +2,8 @@
 //! `--kv-events-config`) and `models.*.tokenizer` (the directory of the model's `tokenizer.json`
 //! and chat template, to key prompts as the engine does).
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
 
 use super::ConfigError;
@@ -51,6 +53,23 @@ pub fn validate_kv_events(raw: RawKvEvents, at: &dyn Fn(&str) -> String) -> Resu
         None => DEFAULT_BLOCK_SIZE,
     };
     Ok(FeedConfig { endpoint, replay_endpoint, topic: raw.topic, block_size })
+}
+
+/// `models.*.tokenizer`: a directory per model (loaded, and so checked, when routing is built).
+pub(super) fn tokenizers(
+    models: &HashMap<String, super::guardrails::RawModel>,
+) -> Result<super::FastMap<String, std::path::PathBuf>, ConfigError> {
+    let mut out = super::FastMap::default();
+    for (model, settings) in models {
+        match settings.tokenizer() {
+            Some("") => return Err(ConfigError::at(format!("models.{model}.tokenizer"), "empty path")),
+            Some(dir) => {
+                out.insert(model.clone(), std::path::PathBuf::from(dir));
+            }
+            None => {}
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

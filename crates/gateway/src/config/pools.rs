@@ -124,6 +124,32 @@ pub fn pool_model(pool: &str) -> String {
     format!("epp:{pool}")
 }
 
+/// `backends:` and `epp:` validated: single backends, pools, the picker.
+pub struct Validated {
+    pub backends: Vec<BackendConfig>,
+    pub pools: Vec<PoolSpec>,
+    pub epp: Option<EppConfig>,
+}
+
+/// `backends:` (pools apart from single backends) and `epp:`.
+pub fn validate_backends(
+    raw: Vec<RawBackend>,
+    epp: Option<RawEpp>,
+    names: &mut HashSet<String>,
+) -> Result<Validated, ConfigError> {
+    let mut backends = Vec::with_capacity(raw.len());
+    let mut pools = Vec::new();
+    for (i, b) in raw.into_iter().enumerate() {
+        if b.is_pool() {
+            pools.push(pool_backend(i, b, names)?);
+        } else {
+            backends.push(super::backend::validate_backend(i, b, names)?);
+        }
+    }
+    let epp = epp.map(|e| validate_epp(e, &mut pools, names)).transpose()?;
+    Ok(Validated { backends, pools, epp })
+}
+
 /// A backend entry with `endpoints` or `dns` is a pool: its template validated as a backend of
 /// its own (its `url` a placeholder, each member's given at expansion).
 pub fn pool_backend(i: usize, mut b: RawBackend, names: &mut HashSet<String>) -> Result<PoolSpec, ConfigError> {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
-    AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, FastMap, HealthConfig, ListenerLimits, RedisConfig,
+    AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, HealthConfig, ListenerLimits, RedisConfig,
     Strategy, Timeouts, TlsConfig,
 };
 
@@ -214,16 +214,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let listen = validate_listen(raw.listen.as_deref())?;
 
     let mut names = HashSet::new();
-    let mut backends = Vec::with_capacity(raw.backends.len());
-    let mut pools = Vec::new();
-    for (i, b) in raw.backends.into_iter().enumerate() {
-        if b.is_pool() {
-            pools.push(super::pools::pool_backend(i, b, &mut names)?);
-        } else {
-            backends.push(super::backend::validate_backend(i, b, &mut names)?);
-        }
-    }
-    let epp = raw.epp.map(|e| super::pools::validate_epp(e, &mut pools, &mut names)).transpose()?;
+    let super::pools::Validated { backends, pools, epp } =
+        super::pools::validate_backends(raw.backends, raw.epp, &mut names)?;
 
     let strategy = validate_strategy(raw.routing.strategy.as_deref())?;
     let affinity = validate_affinity(&raw.routing)?;
@@ -295,7 +287,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         console: super::console::validate(raw.console)?,
         cache: super::cache::validate(raw.cache)?,
         security: super::security::validate(raw.security, listen)?,
-        tokenizers: tokenizers(&raw.models)?,
+        tokenizers: super::engines::tokenizers(&raw.models)?,
         guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
         realtime_idle: nonzero("realtime.idle_timeout", &raw.realtime.idle_timeout, Duration::from_secs(300))?,
         realtime_max: nonzero("realtime.max_duration", &raw.realtime.max_duration, Duration::from_secs(3600))?,
@@ -306,23 +298,6 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         config.expand_pools(&HashMap::new());
         config
     })
-}
-
-/// `models.*.tokenizer`: a directory per model (loaded, and so checked, when routing is built).
-fn tokenizers(
-    models: &HashMap<String, super::guardrails::RawModel>,
-) -> Result<FastMap<String, std::path::PathBuf>, ConfigError> {
-    let mut out = FastMap::default();
-    for (model, settings) in models {
-        match settings.tokenizer() {
-            Some("") => return Err(ConfigError::at(format!("models.{model}.tokenizer"), "empty path")),
-            Some(dir) => {
-                out.insert(model.clone(), std::path::PathBuf::from(dir));
-            }
-            None => {}
-        }
-    }
-    Ok(out)
 }
 
 fn validate_listen(listen: Option<&str>) -> Result<SocketAddr, ConfigError> {

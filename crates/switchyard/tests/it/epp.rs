@@ -74,12 +74,18 @@ impl Stream {
 
     /// The served endpoint reported on the response path, and the answer to it.
     async fn served(&mut self, endpoint: &str) {
+        self.responded(Some(endpoint), "200").await;
+    }
+
+    /// The response's head on the response path (with the served endpoint where given).
+    async fn responded(&mut self, endpoint: Option<&str>, status: &str) {
         let mut metadata = Metadata::default();
-        metadata
-            .filter_metadata
-            .insert("envoy.lb".into(), fields(&[("x-gateway-destination-endpoint-served", s(endpoint))]));
+        if let Some(endpoint) = endpoint {
+            let served = fields(&[("x-gateway-destination-endpoint-served", s(endpoint))]);
+            metadata.filter_metadata.insert("envoy.lb".into(), served);
+        }
         let headers =
-            HttpHeaders { headers: Some(HeaderMap { headers: vec![h(":status", "200")] }), ..Default::default() };
+            HttpHeaders { headers: Some(HeaderMap { headers: vec![h(":status", status)] }), ..Default::default() };
         self.send(processing_request::Request::ResponseHeaders(headers), Some(metadata)).await;
         let answer = self.next().await.unwrap();
         assert!(matches!(answer.response, Some(processing_response::Response::ResponseHeaders(_))), "{answer:?}");
