@@ -52,7 +52,7 @@ import mocks  # noqa: E402
 from envoy_proxy import Envoy, envoy_binary  # noqa: E402
 from mocks import MODEL, start_pods  # noqa: E402
 from procs import free_port, log_tail, spawn, stop_process, wait_line, wait_until  # noqa: E402
-from stack import DESTINATION, POOL, REPO_ROOT, Switchyard  # noqa: E402
+from stack import DESTINATION, POOL, REPO_ROOT, Switchyard, switchyard_config  # noqa: E402
 
 TEMPLATE = HERE / "envoy_bench.yaml.in"
 PATHS = ("baseline", "switchyard", "reference")
@@ -140,22 +140,9 @@ def serve_pods(n: int, first_ip: int) -> None:
 
 def start_switchyard(binary: Path, pods: list[str], log_dir: Path, run: Running) -> Switchyard:
     http_port, epp_port, health_port = free_port(), free_port(), free_port()
-    data = log_dir / "switchyard-data"
-    data.mkdir(parents=True, exist_ok=True)
-    config = log_dir / "switchyard.yaml"
-    eps = ", ".join(f'"{p}"' for p in pods)
     # Defaults everywhere else: routing strategy, health probing, logging level (info).
-    config.write_text(
-        f'listen: "127.0.0.1:{http_port}"\n'
-        f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
-        "epp:\n"
-        f'  listen: "127.0.0.1:{epp_port}"\n'
-        f'  health_listen: "127.0.0.1:{health_port}"\n'
-        "  pools:\n"
-        f"    - name: {POOL}\n"
-        f"      models: [{MODEL}]\n"
-        f"      endpoints: [{eps}]\n"
-    )
+    config = switchyard_config(log_dir / "switchyard.yaml", http_port=http_port, epp_port=epp_port,
+                               health_port=health_port, endpoints=pods, strategy=None, fast_probes=False)
     env = dict(os.environ, NO_COLOR="1")
     env.setdefault("SWITCHYARD_LOG", "info")
     proc, _out, err = spawn([str(binary), "serve", "--config", str(config)], log_dir, "switchyard", env)

@@ -126,17 +126,22 @@ class Switchyard:
 
 
 def switchyard_config(path: Path, *, http_port: int, epp_port: int, health_port: int,
-                      endpoints: Iterable[str], strategy: str = "cache-aware") -> Path:
+                      endpoints: Iterable[str], strategy: str | None = "cache-aware",
+                      fast_probes: bool = True) -> Path:
+    """Switchyard serving the picker over `endpoints`; `strategy=None` and `fast_probes=False`
+    leave the routing strategy and health probing at their defaults (the benchmark's)."""
     data = path.parent / (path.stem + "-data")
     data.mkdir(parents=True, exist_ok=True)
     eps = ", ".join(f'"{e}"' for e in endpoints)
+    routing = f"routing: {{strategy: {strategy}}}\n" if strategy else ""
+    # Probe the pods often, so a stopped pod is seen down within a second.
+    probes = "health: {interval: 200ms, timeout: 500ms, down_backoff_min: 50ms, down_backoff_max: 200ms}\n"
     path.write_text(
         f'listen: "127.0.0.1:{http_port}"\n'
         f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
-        f"routing: {{strategy: {strategy}}}\n"
-        # Probe the pods often, so a stopped pod is seen down within a second.
-        "health: {interval: 200ms, timeout: 500ms, down_backoff_min: 50ms, down_backoff_max: 200ms}\n"
-        "epp:\n"
+        + routing
+        + (probes if fast_probes else "")
+        + "epp:\n"
         f'  listen: "127.0.0.1:{epp_port}"\n'
         f'  health_listen: "127.0.0.1:{health_port}"\n'
         "  pools:\n"

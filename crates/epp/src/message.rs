@@ -101,11 +101,9 @@ fn streamed(body: Vec<u8>, end_of_stream: bool) -> BodyResponse {
     }
 }
 
-/// The response headers, let through (optionally with headers added).
-pub fn response_headers(extra: Vec<HeaderValueOption>) -> ProcessingResponse {
-    let header_mutation =
-        (!extra.is_empty()).then(|| HeaderMutation { set_headers: extra, remove_headers: Vec::new() });
-    let common = CommonResponse { header_mutation, ..Default::default() };
+/// The response headers, let through.
+pub fn response_headers() -> ProcessingResponse {
+    let common = CommonResponse::default();
     ProcessingResponse {
         response: Some(processing_response::Response::ResponseHeaders(HeadersResponse { response: Some(common) })),
         ..Default::default()

@@ -207,7 +207,7 @@ impl<P: Picker> Exchange<P> {
                     let served = served.as_ref().and_then(|s| s.first()).map(String::as_str);
                     self.picker.responded(ticket, served, status);
                 }
-                self.send(message::response_headers(Vec::new())).await
+                self.send(message::response_headers()).await
             }
             (Request::ResponseBody(chunk), Phase::Picked(_)) => {
                 self.send(message::response_body(chunk.body, chunk.end_of_stream)).await

@@ -24,6 +24,13 @@ use crate::usage::{Journal, JournalOptions, UsageWriter, WriterConfig};
 /// A request to re-read the configuration file, answered with what happened.
 pub type ReloadRequest = tokio::sync::oneshot::Sender<Result<String, String>>;
 
+/// Ask the reload task and wait for its answer.
+pub async fn request_reload(reload: &tokio::sync::mpsc::Sender<ReloadRequest>) -> Result<String, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    reload.send(tx).await.map_err(|_| "the gateway is shutting down".to_owned())?;
+    rx.await.map_err(|_| "the gateway is shutting down".to_owned())?
+}
+
 pub struct App {
     pub config: Arc<Config>,
     pub router: Arc<Router>,

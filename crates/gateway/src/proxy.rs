@@ -316,25 +316,29 @@ pub(crate) async fn queue_select(
     queue::select(app, model, hints, tried, key, deadline, true).await
 }
 
-/// Parse (the endpoint picker's): what routing needs of a request body.
+/// Parse (the endpoint picker's): what routing needs of a request body, and nothing for the
+/// attempts (no bodies to translate, no stream usage asked for).
 pub(crate) fn parse_routed(
     app: &App,
     endpoint: Endpoint,
     path: &str,
     body: Bytes,
 ) -> Result<RoutedRequest, GatewayError> {
-    parse(app, endpoint, path, body).map(|exchange| exchange.routed)
+    parse_request_at(endpoint, model_in_path(endpoint, path), body, &app.config)
 }
 
 pub(crate) use headers::header_session;
 
 /// Read and parse: only what routing needs (model, stream, hints), and the bodies to send.
 fn parse(app: &App, endpoint: Endpoint, path: &str, body: Bytes) -> Result<Exchange, GatewayError> {
-    // Gemini names the model in the path; every other API in the body.
-    let in_path = endpoint.spec().model_in == ModelIn::Path;
-    let path_model = in_path.then(|| Endpoint::gemini_model(path)).flatten().map(|(model, _)| model);
-    let routed = parse_request_at(endpoint, path_model, body, &app.config)?;
+    let routed = parse_request_at(endpoint, model_in_path(endpoint, path), body, &app.config)?;
     Ok(Exchange::new(endpoint, routed))
+}
+
+/// Gemini names the model in the path; every other API in the body.
+fn model_in_path(endpoint: Endpoint, path: &str) -> Option<&str> {
+    let in_path = endpoint.spec().model_in == ModelIn::Path;
+    in_path.then(|| Endpoint::gemini_model(path)).flatten().map(|(model, _)| model)
 }
 
 impl Exchange {

@@ -95,12 +95,7 @@ impl RunningGateway {
     }
 }
 
-/// Ask the reload task and wait for its answer.
-pub async fn request_reload(reload: &mpsc::Sender<ReloadRequest>) -> Result<String, String> {
-    let (tx, rx) = oneshot::channel();
-    reload.send(tx).await.map_err(|_| "the gateway is shutting down".to_owned())?;
-    rx.await.map_err(|_| "the gateway is shutting down".to_owned())?
-}
+pub use crate::app::request_reload;
 
 impl Drop for RunningGateway {
     fn drop(&mut self) {

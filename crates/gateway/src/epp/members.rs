@@ -56,12 +56,7 @@ async fn follow(
         let endpoints = members.borrow_and_update().clone();
         if !endpoints.is_empty() || found.snapshot().contains_key(&pool) {
             found.set(&pool, endpoints);
-            let (answer, answered) = tokio::sync::oneshot::channel();
-            let applied = match reload.send(answer).await {
-                Ok(()) => answered.await.unwrap_or_else(|_| Err("the gateway is shutting down".to_owned())),
-                Err(_) => Err("the gateway is shutting down".to_owned()),
-            };
-            match applied {
+            match crate::app::request_reload(&reload).await {
                 Ok(_) => tracing::info!(pool = %pool, "pool members applied"),
                 Err(e) => tracing::warn!(pool = %pool, error = %e, "pool members not applied"),
             }
