@@ -69,7 +69,9 @@ class Envoy:
         if not self.access_log_path.exists():
             return []
         out = []
-        for line in self.access_log_path.read_text().splitlines():
+        text = self.access_log_path.read_text()
+        # Envoy may be writing a line as it is read: only whole lines count.
+        for line in text[: text.rfind("\n") + 1].splitlines():
             line = line.strip()
             if line:
                 out.append(json.loads(line))
