@@ -211,6 +211,33 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     pod: "MockPod"
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.connections: set = set()
+        self.connections_lock = threading.Lock()
+
+    def get_request(self):
+        conn, addr = super().get_request()
+        with self.connections_lock:
+            self.connections.add(conn)
+        return conn, addr
+
+    def shutdown_request(self, request):
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """A stopped pod is gone: kept-alive connections end too (its handler threads outlive
+        `shutdown`, which only stops accepting)."""
+        with self.connections_lock:
+            live = list(self.connections)
+        for conn in live:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
 
 class MockPod:
     """One mock model server on `ip:port`."""
@@ -251,6 +278,7 @@ class MockPod:
         if srv is not None:
             srv.shutdown()
             srv.server_close()
+            srv.close_connections()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

@@ -92,7 +92,9 @@ class Picker:
 
     def _logged(self, message: str) -> list[dict]:
         pattern = re.compile(re.escape(message) + r"\s+(\{.*\})\s*$")
-        return [json.loads(m.group(1)) for line in self.err.read_text(errors="replace").splitlines()
+        text = self.err.read_text(errors="replace")
+        # Only whole lines: the picker may be writing one as it is read.
+        return [json.loads(m.group(1)) for line in text[: text.rfind("\n") + 1].splitlines()
                 if (m := pattern.search(line))]
 
     def picks(self) -> list[str]:
@@ -327,6 +329,9 @@ def test_unsteered_requests_follow_the_round_robin(gateway: Gateway, picker: Pic
 def test_served_endpoint_is_reported_to_the_picker(gateway: Gateway, picker: Picker, pods: list[MockPod]):
     """After the answer, the served endpoint goes back on the same stream (response headers with envoy.lb /
     x-gateway-destination-endpoint-served metadata), which lwepp turns into its conformance result value."""
+    # Earlier tests' reports go out after their answers too: wait until every pick so far has its report.
+    wait_until(lambda: len(picker.served_reports()) >= len(picker.picks()), 10,
+               "earlier requests' served-endpoint reports", diag=lambda: picker.log())
     before = len(picker.served_reports())
     expected = []
     for target in pods:
