@@ -51,7 +51,7 @@ def test_openai_stream_replayed(cached_url: str, model: str) -> None:
     client = OpenAI(base_url=cached_url + "/v1", api_key="unused", max_retries=0, timeout=30.0)
     messages = [{"role": "user", "content": f"openai cache test for {model}"}]
     seen = []
-    for expected in ("miss", "hit"):
+    for expected in ("miss", "exact-hit"):
         raw = client.chat.completions.with_raw_response.create(model=model, messages=messages, stream=True)
         assert raw.headers.get("x-switchyard-cache") == expected
         chunks = list(raw.parse())
@@ -67,7 +67,7 @@ def test_anthropic_stream_replayed(cached_url: str, model: str) -> None:
     client = anthropic.Anthropic(base_url=cached_url, api_key="unused", max_retries=0, timeout=30.0)
     messages = [{"role": "user", "content": f"anthropic cache test for {model}"}]
     seen = []
-    for expected in ("miss", "hit"):
+    for expected in ("miss", "exact-hit"):
         with client.messages.with_streaming_response.create(
             model=model, max_tokens=64, messages=messages, stream=True
         ) as raw:

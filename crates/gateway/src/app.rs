@@ -61,6 +61,8 @@ pub struct App {
     pub redactor: Option<Arc<crate::redact::Redactor>>,
     /// The response cache (`cache:`); None: off.
     pub cache: Option<Arc<crate::cache::ResponseCache>>,
+    /// The response cache's semantic layer (`cache.semantic`), opened by `open`; None: off.
+    pub semantic: Option<Arc<crate::cache::semantic::SemanticCache>>,
     /// Checks on content (`guard.rs`): none by default, and then the request path skips them.
     pub guards: crate::guard::Guards,
 }
@@ -169,6 +171,7 @@ impl App {
             reload: None,
             redactor,
             cache,
+            semantic: None,
             guards: crate::guard::Guards::default(),
         })
     }
@@ -185,6 +188,7 @@ impl App {
             ("redis", old.redis != config.redis),
             ("telemetry", old.telemetry != config.telemetry),
             ("exports", old.exports != config.exports),
+            ("cache.semantic (its store)", semantic_store(&old.cache) != semantic_store(&config.cache)),
             ("auth", old.auth.master_key != config.auth.master_key || old.auth.secret != config.auth.secret),
             ("mcp", format!("{:?}", old.mcp) != format!("{:?}", config.mcp)),
             ("limits (of the listener)", format!("{:?}", old.listener) != format!("{:?}", config.listener)),
@@ -224,6 +228,7 @@ impl App {
             reload: self.reload.clone(),
             redactor,
             cache,
+            semantic: self.semantic.clone(),
             guards: self.guards.clone(),
         })
     }
@@ -247,11 +252,23 @@ impl App {
             tracing::warn!("storage.record_usage is off: no usage is recorded and key budgets are not enforced");
             (None, None, Exports::default())
         };
+        let semantic = match &config.cache.semantic {
+            Some(semantic) if config.cache.enabled => Some(
+                crate::cache::semantic::SemanticCache::open(semantic, &config.storage, crate::clock::unix_ms()).await?,
+            ),
+            _ => None,
+        };
         let mut app = App::new(config, Some(store))?;
+        app.semantic = semantic;
         app.journal = journal;
         app.exports = exports.counters.clone();
         Ok((app, writer, exports))
     }
+}
+
+/// What of `cache.semantic` only a restart changes: whether it is on, and where it keeps entries.
+fn semantic_store(cache: &crate::config::CacheConfig) -> Option<String> {
+    cache.semantic.as_ref().map(|s| format!("{:?} {:?} {:?} {}", s.store, s.path, s.url, s.table))
 }
 
 /// The MCP gateway over the configured servers; its session ids are signed with a key derived

@@ -6,6 +6,7 @@
 //! and stores it only when it ended cleanly and complete.
 
 pub mod key;
+pub mod semantic;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -291,6 +292,8 @@ pub struct Fill {
     body: Vec<u8>,
     /// More than `max` bytes came: not stored.
     over: bool,
+    /// The semantic layer's part: stored too, API-neutral, when the answer is complete.
+    semantic: Option<semantic::Pending>,
 }
 
 impl Fill {
@@ -317,7 +320,14 @@ impl Fill {
             model: model.into(),
             body: Vec::new(),
             over: false,
+            semantic: None,
         }
+    }
+
+    /// Store the answer in the semantic layer too.
+    pub fn with_semantic(mut self, pending: Option<semantic::Pending>) -> Fill {
+        self.semantic = pending;
+        self
     }
 
     /// Bytes on their way to the client.
@@ -336,6 +346,9 @@ impl Fill {
             return;
         }
         let stored_ms = self.cache.now_ms();
+        if let Some(pending) = self.semantic {
+            pending.store(self.endpoint, self.stream, &self.body, &self.model, stored_ms);
+        }
         let entry = Entry {
             stored_ms,
             expires_ms: stored_ms.saturating_add(self.ttl.as_millis() as i64),

@@ -203,6 +203,9 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
     if let Some(cache) = &app.cache {
         cache.render(&mut text);
     }
+    if let Some(semantic) = &app.semantic {
+        semantic.render(&mut text);
+    }
     render_process(app, &mut text);
     let mut resp = Response::new(full(text));
     resp.headers_mut()

@@ -18,6 +18,7 @@ mod presets;
 mod prices;
 mod raw;
 pub mod security;
+mod semantic;
 mod storage;
 mod telemetry;
 
@@ -33,6 +34,7 @@ pub use exports::{ExportConfig, ExportSink, ObjectFormat, S3Target};
 pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
 pub use security::SecurityConfig;
+pub use semantic::{ScopePart, SemanticConfig, SemanticStoreKind, VerifyApi, VerifyConfig};
 pub use telemetry::{Sampler, TelemetryConfig};
 
 /// A map looked up on every request (models, aliases, prices, keys): foldhash, seeded per

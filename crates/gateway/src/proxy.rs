@@ -28,6 +28,7 @@ pub mod realtime;
 mod respond;
 mod resume;
 mod retry;
+mod semantic;
 mod settle;
 mod translation;
 mod upload;
@@ -53,6 +54,7 @@ use cached::Cached;
 use failover::{Failover, Reached};
 pub use headers::BACKEND_HEADER;
 pub use internal::{call_for_guard, call_internal, InternalCall};
+pub use semantic::score_pair;
 use settle::Settlement;
 use translation::Bodies;
 
@@ -221,7 +223,7 @@ async fn proceed(
 ) -> Result<Response<GatewayBody>, GatewayError> {
     guard_request(call, identity, exchange, settlement).await?;
     served(call, exchange)?;
-    let cached = Cached::of(
+    let mut cached = Cached::of(
         call.app,
         call.endpoint,
         call.headers,
@@ -232,11 +234,14 @@ async fn proceed(
     );
     let lookup = futures_util::future::OptionFuture::from(cached.as_ref().map(|c| c.lookup(call.app)));
     if let Some(hit) = lookup.await.flatten() {
-        judged(exchange).await?;
-        let held = judge::hold(call, identity, exchange, settlement);
-        let relayed = settlement.hand_over();
-        let resp = cached::respond_hit(call.app, hit, relayed.meter, relayed.permit, call.started);
-        return judge::judge_answer(call, identity, exchange, held, resp).await;
+        let respond = |meter, permit| cached::respond_hit(call.app, hit, meter, permit, call.started);
+        return from_cache(call, identity, exchange, settlement, respond).await;
+    }
+    if let Some(c) = cached.as_mut().filter(|_| call.app.semantic.is_some()) {
+        if let Some(stored) = Box::pin(semantic::lookup(call, identity, exchange, c)).await {
+            let respond = |meter, permit| cached::respond_stored(call.app, stored, meter, permit, call.started);
+            return from_cache(call, identity, exchange, settlement, respond).await;
+        }
     }
     let session = exchange.routed.session.take();
     let key = identity.key().map_or("", |k| k.id.as_str());
@@ -260,6 +265,22 @@ async fn proceed(
             Ok(*resp)
         }
     }
+}
+
+/// Answer from the cache (either layer): the parallel classifiers and the judge still have
+/// their say; the accounting moves into the answer.
+async fn from_cache(
+    call: &Call<'_>,
+    identity: &Identity,
+    exchange: &mut Exchange,
+    settlement: &mut Settlement,
+    respond: impl FnOnce(Option<Box<crate::http::metering::Meter>>, Option<crate::limit::Permit>) -> Response<GatewayBody>,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    judged(exchange).await?;
+    let held = judge::hold(call, identity, exchange, settlement);
+    let relayed = settlement.hand_over();
+    let resp = respond(relayed.meter, relayed.permit);
+    judge::judge_answer(call, identity, exchange, held, resp).await
 }
 
 /// Route: a model the gateway knows, but whose backends all serve other endpoints (a chat model

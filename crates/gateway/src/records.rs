@@ -288,6 +288,12 @@ pub struct UsageUnits {
     /// Characters of text spoken.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub characters: u64,
+    /// An answer served from the response cache: the tokens it took when first generated, and
+    /// what they cost then (the request itself costs nothing).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub saved_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub saved_usd: f64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -2,6 +2,7 @@
 //! requests (`request.rs`), whole responses (`response.rs`) and streams (`stream.rs`) when the
 //! client's API and the backend's differ. Same API on both sides is passed through untouched.
 
+pub mod replay;
 mod request;
 mod response;
 mod stream;

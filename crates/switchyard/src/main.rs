@@ -4,6 +4,7 @@
 
 mod audit;
 mod bench;
+mod cache;
 mod cli;
 mod demo;
 mod exit;

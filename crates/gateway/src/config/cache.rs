@@ -35,6 +35,8 @@ pub struct CacheConfig {
     pub opt_in: bool,
     /// With `redis:`, instances share stored answers through it (default on).
     pub shared: bool,
+    /// The second layer (`cache.semantic`), consulted on an exact miss.
+    pub semantic: Option<Box<super::semantic::SemanticConfig>>,
 }
 
 impl Default for CacheConfig {
@@ -47,6 +49,7 @@ impl Default for CacheConfig {
             namespace: CacheNamespace::Key,
             opt_in: false,
             shared: true,
+            semantic: None,
         }
     }
 }
@@ -69,6 +72,7 @@ pub struct RawCache {
     namespace: Option<String>,
     opt_in: Option<bool>,
     shared: Option<bool>,
+    semantic: Option<super::semantic::RawSemantic>,
 }
 
 pub fn validate(raw: Option<RawCache>) -> Result<CacheConfig, ConfigError> {
@@ -103,6 +107,7 @@ pub fn validate(raw: Option<RawCache>) -> Result<CacheConfig, ConfigError> {
         namespace,
         opt_in: raw.opt_in.unwrap_or(defaults.opt_in),
         shared: raw.shared.unwrap_or(defaults.shared),
+        semantic: raw.semantic.map(|s| super::semantic::validate(s, ttl)).transpose()?.map(Box::new),
     })
 }
 

@@ -106,6 +106,8 @@ pub struct Meter {
     /// (images: how many, what size and quality).
     units_kind: crate::endpoint::Units,
     units: Option<Box<crate::records::UsageUnits>>,
+    /// A cached answer's first generation: `(prompt, completion)` tokens saved.
+    saved: Option<(u64, u64)>,
     /// An upload's duration from its WAV header (f64 bits; 0: unknown), read as it streams.
     upload_seconds: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// The answer is held for remote guards: when it ends the meter waits here, unrecorded,
@@ -162,6 +164,7 @@ impl Meter {
             earlier: None,
             units_kind: crate::endpoint::Units::Tokens,
             units: None,
+            saved: None,
             upload_seconds: None,
             park: None,
             on_spent: None,
@@ -296,6 +299,15 @@ impl Meter {
     /// This request costs nothing (token counting): record it with zero tokens.
     pub fn uncharged(&mut self) {
         self.uncharged = true;
+    }
+
+    /// Answered from the cache: the answer's first generation took these tokens (recorded as
+    /// saved, with their price); the request is uncharged. Returns what they cost.
+    pub fn saved(&mut self, prompt: u64, completion: u64) -> f64 {
+        self.uncharged = true;
+        self.saved = Some((prompt, completion));
+        let counted = Counted { prompt, cache_read: 0, cache_write: 0, completion };
+        self.config.cost(&self.record.model_served, &counted)
     }
 
     pub fn set_permit(&mut self, permit: Option<Permit>, budget: Option<BudgetPermit>) {
@@ -466,6 +478,12 @@ impl Meter {
         if answered {
             r.units = units;
             r.cost_usd += unit_cost(&self.config, &r.model_served, r.units.as_deref());
+        }
+        if let Some((prompt, completion)) = self.saved {
+            let counted = Counted { prompt, cache_read: 0, cache_write: 0, completion };
+            let units = r.units.get_or_insert_with(Box::default);
+            units.saved_tokens = prompt + completion;
+            units.saved_usd = self.config.cost(&r.model_served, &counted);
         }
         if r.batch_id.is_some() {
             r.cost_usd *= self.config.price(&r.model_served).map_or(1.0, |p| p.batch_discount);

@@ -32,6 +32,10 @@ pub struct Cached {
     store: bool,
     endpoint: Endpoint,
     stream: bool,
+    /// The semantic layer's lookup missed: what stores this request's answer there.
+    pub semantic: std::sync::Mutex<Option<crate::cache::semantic::Pending>>,
+    /// What `x-switchyard-cache` says of a miss (`miss; similarity=…; rejected=…`).
+    pub miss_note: Option<HeaderValue>,
 }
 
 /// What a request says about the cache.
@@ -113,7 +117,18 @@ impl Cached {
         let digest = cache::digest(&parts, body)?;
         let max_age = d.max_age;
         let read = !d.no_cache && max_age != Some(Duration::ZERO);
-        Some(Cached { digest, read, max_age, store: !d.no_store, endpoint, stream })
+        let semantic = std::sync::Mutex::new(None);
+        Some(Cached { digest, read, max_age, store: !d.no_store, endpoint, stream, semantic, miss_note: None })
+    }
+
+    /// Whether a stored answer may be served (not `no-cache`, not `max-age=0`).
+    pub fn reads(&self) -> bool {
+        self.read
+    }
+
+    /// Whether the answer may be stored (not `no-store`).
+    pub fn stores(&self) -> bool {
+        self.store
     }
 
     /// The stored answer, when there is one this request may be given.
@@ -147,12 +162,25 @@ impl Cached {
             .map_or_else(|| Bytes::from_static(b"application/json"), |v| Bytes::copy_from_slice(v.as_bytes()));
         let fill =
             Fill::new(cache.clone(), self.digest, self.endpoint, self.stream, &app.config.cache, content_type, model);
-        Some(Box::new(fill))
+        let pending = self.semantic.lock().ok().and_then(|mut p| p.take());
+        Some(Box::new(fill.with_semantic(pending)))
     }
 }
 
-/// Answer from the cache: the stored bytes as the client first received them, recorded in
-/// usage as served by `cache` with no tokens and no cost.
+/// An answer from the cache, in the form the client gets it.
+pub struct Stored {
+    pub body: Bytes,
+    pub content_type: Option<HeaderValue>,
+    pub model: Box<str>,
+    pub stored_ms: i64,
+    /// `x-switchyard-cache`'s value: `exact-hit`, or `semantic-hit; similarity=…; entry=…`.
+    pub verdict: HeaderValue,
+    pub from_redis: bool,
+    /// The tokens its first generation took, recorded as saved.
+    pub saved: Option<(u64, u64)>,
+}
+
+/// Answer from the exact layer: the stored bytes as the client first received them.
 pub fn respond_hit(
     app: &App,
     (entry, source): (Arc<Entry>, Source),
@@ -160,28 +188,52 @@ pub fn respond_hit(
     permit: Option<Permit>,
     started: Instant,
 ) -> Response<GatewayBody> {
-    let mut resp = Response::new(crate::http::full(entry.body.clone()));
+    let stored = Stored {
+        body: entry.body.clone(),
+        content_type: HeaderValue::from_maybe_shared(entry.content_type.clone()).ok(),
+        model: entry.model.clone(),
+        stored_ms: entry.stored_ms,
+        verdict: HeaderValue::from_static("exact-hit"),
+        from_redis: source == Source::Shared,
+        saved: None,
+    };
+    respond_stored(app, stored, meter, permit, started)
+}
+
+/// Answer from the cache, recorded in usage as served by `cache` with no tokens and no cost
+/// (and, when known, what it saved).
+pub fn respond_stored(
+    app: &App,
+    stored: Stored,
+    meter: Option<Box<Meter>>,
+    permit: Option<Permit>,
+    started: Instant,
+) -> Response<GatewayBody> {
+    let mut resp = Response::new(crate::http::full(stored.body));
     let headers = resp.headers_mut();
-    if let Ok(ct) = HeaderValue::from_maybe_shared(entry.content_type.clone()) {
+    if let Some(ct) = stored.content_type {
         headers.insert(header::CONTENT_TYPE, ct);
     }
-    headers.insert(&CACHE_HEADER, HeaderValue::from_static("hit"));
-    let age = (app.clock.unix_ms() - entry.stored_ms).max(0) / 1000;
+    let age = (app.clock.unix_ms() - stored.stored_ms).max(0) / 1000;
     headers.insert(header::AGE, HeaderValue::from(age));
-    if let Ok(model) = HeaderValue::try_from(&*entry.model) {
+    if let Ok(model) = HeaderValue::try_from(&*stored.model) {
         headers.insert(&MODEL_HEADER, model);
     }
-    if source == Source::Shared {
+    if stored.from_redis {
         headers.insert("x-switchyard-cache-source", HeaderValue::from_static("redis"));
     }
     insert_limit_headers(headers, &meter, &permit);
     if let Some(mut m) = meter {
         m.answered("cache", 200, false, false, false);
-        m.serve(&entry.model);
-        m.route(&ROUTE_CACHE);
-        m.uncharged();
+        m.serve(&stored.model);
+        m.route(if stored.verdict == "exact-hit" { &ROUTE_CACHE } else { &stored.verdict });
+        match stored.saved {
+            Some((prompt, completion)) => _ = m.saved(prompt, completion),
+            None => m.uncharged(),
+        }
         m.record_now();
     }
+    resp.headers_mut().insert(&CACHE_HEADER, stored.verdict);
     if let Some(mut p) = permit {
         p.settle(0);
     }
@@ -193,8 +245,9 @@ pub fn respond_hit(
 }
 
 /// Tell the client its answer came from a backend (a miss).
-pub fn mark_miss(resp: &mut Response<GatewayBody>) {
-    resp.headers_mut().insert(&CACHE_HEADER, HeaderValue::from_static("miss"));
+pub fn mark_miss(resp: &mut Response<GatewayBody>, cached: &Cached) {
+    let note = cached.miss_note.clone().unwrap_or(HeaderValue::from_static("miss"));
+    resp.headers_mut().insert(&CACHE_HEADER, note);
 }
 
 #[cfg(test)]

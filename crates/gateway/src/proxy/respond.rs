@@ -74,8 +74,8 @@ pub(super) async fn respond(
             respond_relayed(call, answer, exchange, settlement, relay)?
         }
     };
-    if cached.is_some() {
-        cached::mark_miss(&mut resp);
+    if let Some(cached) = cached {
+        cached::mark_miss(&mut resp, cached);
     }
     served_by(Ok(resp), &exchange.routed.model)
 }

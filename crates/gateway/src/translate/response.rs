@@ -3,7 +3,7 @@
 
 use switchyard_protocol::chat::{ApiError, ChatResponse, ResponseContext, TranslateError, Usage};
 use switchyard_protocol::embed::EmbedResponse;
-use switchyard_protocol::{anthropic, bedrock, gemini, ollama, openai_chat, openai_embeddings, responses};
+use switchyard_protocol::{anthropic, bedrock, gemini, ollama, openai_chat, openai_embeddings};
 
 use super::{client_api, encode_error, Decoded, Wire};
 use crate::endpoint::Endpoint;
@@ -36,18 +36,7 @@ pub fn translate_response(
         Wire::Bedrock => bedrock::decode_response(body, context)?,
         _ => return Err(TranslateError::Invalid("no translation for this answer".to_owned())),
     };
-    let out = match endpoint {
-        Endpoint::ChatCompletions => openai_chat::encode_response(&response)?,
-        Endpoint::Messages => anthropic::encode_response(&response)?,
-        Endpoint::Responses => {
-            let echo = request.echo().ok_or_else(|| TranslateError::Invalid("not a chat request".to_owned()))?;
-            responses::encode_response(&response, &echo)?
-        }
-        Endpoint::OllamaChat => ollama::encode_response(&response, ollama::Endpoint::Chat)?,
-        Endpoint::OllamaGenerate => ollama::encode_response(&response, ollama::Endpoint::Generate)?,
-        Endpoint::GeminiGenerate => gemini::encode_response(&response)?,
-        _ => return Err(TranslateError::Invalid("no translation for this answer".to_owned())),
-    };
+    let out = super::replay::render_whole(endpoint, &response, request)?;
     Ok((out, response.usage))
 }
 

@@ -169,7 +169,7 @@ pub fn error_event(endpoint: Endpoint, error: ApiError) -> Option<Bytes> {
 /// The encoder of a client of `endpoint`'s stream; `request` gives what the answer repeats of it
 /// (Responses' settings, whether OpenAI Chat usage was asked for). Without one (an error event
 /// alone), the defaults. `None` if the endpoint has no stream, or Responses' settings are unreadable.
-fn client_encoder(endpoint: Endpoint, request: Option<&Decoded>) -> Option<Box<dyn StreamEncoder + Send>> {
+pub(super) fn client_encoder(endpoint: Endpoint, request: Option<&Decoded>) -> Option<Box<dyn StreamEncoder + Send>> {
     Some(match endpoint {
         Endpoint::ChatCompletions => {
             Box::new(openai_chat::SseEncoder::new(request.is_some_and(Decoded::include_usage)))

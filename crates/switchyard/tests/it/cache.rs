@@ -79,7 +79,7 @@ async fn the_same_request_reordered_is_answered_from_the_cache_in_every_api_stre
         assert_eq!((first.status.as_u16(), cache_header(&first)), (200, "miss"), "{what}: {}", first.text());
         let sent = backend.control().request_count();
         let again = post(&client, &url, &reordered(&body), &[]).await;
-        assert_eq!((again.status.as_u16(), cache_header(&again)), (200, "hit"), "{what}");
+        assert_eq!((again.status.as_u16(), cache_header(&again)), (200, "exact-hit"), "{what}");
         assert_eq!(again.text(), first.text(), "{what}: replayed byte for byte");
         assert_eq!(again.header("content-type"), first.header("content-type"), "{what}");
         assert_eq!(again.header("x-switchyard-model"), Some("m"), "{what}");
@@ -124,7 +124,7 @@ async fn cache_control_and_the_switch_header_are_obeyed() {
     let r = post(&client, &url, &body, &[]).await;
     assert_eq!(cache_header(&r), "miss", "a no-store answer was kept");
     let r = post(&client, &url, &body, &[]).await;
-    assert_eq!(cache_header(&r), "hit");
+    assert_eq!(cache_header(&r), "exact-hit");
     // no-cache and max-age=0: a fresh answer, which replaces the stored one.
     let before = sent();
     for cc in ["no-cache", "max-age=0"] {
@@ -134,7 +134,7 @@ async fn cache_control_and_the_switch_header_are_obeyed() {
     assert_eq!(sent(), before + 2);
     // max-age: only an answer at most that old.
     let r = post(&client, &url, &body, &[("cache-control", "max-age=60")]).await;
-    assert_eq!(cache_header(&r), "hit");
+    assert_eq!(cache_header(&r), "exact-hit");
     assert!(r.header("age").unwrap().parse::<u64>().unwrap() <= 60);
     // x-switchyard-cache: off skips the cache both ways.
     let r = post(&client, &url, &body, &[("x-switchyard-cache", "off")]).await;
@@ -156,7 +156,7 @@ async fn cache_control_and_the_switch_header_are_obeyed() {
     let url = format!("{}/v1/chat/completions", gw.url());
     let r = post(&client, &url, &body, &[]).await;
     assert_eq!(r.header("x-switchyard-cache"), None);
-    for expected in ["miss", "hit"] {
+    for expected in ["miss", "exact-hit"] {
         let r = post(&client, &url, &body, &[("x-switchyard-cache", "on")]).await;
         assert_eq!(cache_header(&r), expected);
     }
@@ -189,13 +189,13 @@ async fn keys_keep_their_answers_to_themselves_and_hits_cost_nothing() {
     let url = format!("{}/v1/chat/completions", gw.url());
     let body = chat_body("m", false);
     assert_eq!(cache_header(&post(&client, &url, &body, &[("authorization", &keys[0])]).await), "miss");
-    assert_eq!(cache_header(&post(&client, &url, &body, &[("authorization", &keys[0])]).await), "hit");
+    assert_eq!(cache_header(&post(&client, &url, &body, &[("authorization", &keys[0])]).await), "exact-hit");
     assert_eq!(
         cache_header(&post(&client, &url, &body, &[("authorization", &keys[1])]).await),
         "miss",
         "another key's answer was served"
     );
-    assert_eq!(cache_header(&post(&client, &url, &body, &[("authorization", &keys[1])]).await), "hit");
+    assert_eq!(cache_header(&post(&client, &url, &body, &[("authorization", &keys[1])]).await), "exact-hit");
     // A key tagged `cache:off` does not use it.
     for _ in 0..2 {
         assert_eq!(post(&client, &url, &body, &[("authorization", &keys[2])]).await.header("x-switchyard-cache"), None);
@@ -238,7 +238,7 @@ async fn two_instances_share_hits_through_redis() {
         let hit = loop {
             let r =
                 post(&client, &format!("{}{path}", b.url()), &reordered(&body), &[("cache-control", "no-store")]).await;
-            if cache_header(&r) == "hit" {
+            if cache_header(&r) == "exact-hit" {
                 break r;
             }
             assert!(Instant::now() < deadline, "{what}: instance b never saw a's answer");
