@@ -16,7 +16,15 @@ pub struct Word {
     pub at: usize,
     /// The first word of a sentence (its capital says nothing).
     pub sentence_start: bool,
+    /// A modal verb's word used as a noun (`a will`).
+    pub noun: bool,
 }
+
+/// Words before a noun.
+const ARTICLES: &[&str] =
+    &["a", "an", "the", "my", "your", "his", "her", "their", "our", "this", "that", "last", "next", "in"];
+/// Modal verbs that are also nouns.
+const MODALS: &[&str] = &["will", "can", "must", "may"];
 
 /// The words of `text`, in order.
 pub fn words(text: &str) -> Vec<Word> {
@@ -32,8 +40,15 @@ pub fn words(text: &str) -> Vec<Word> {
             continue;
         }
         let lower = token.to_lowercase().replace('’', "'");
+        let after_article = out.last().is_some_and(|w: &Word| ARTICLES.contains(&w.base.as_str()));
         for part in open_contraction(&lower) {
-            out.push(Word { raw: token.clone(), base: base(&part), stem: stem(&part), at, sentence_start });
+            let (mut base, mut stem) = (base(&part), stem(&part));
+            // `the fall` is autumn; `a will`, `a can` are things, not modal verbs.
+            if after_article && part == "fall" {
+                (base, stem) = ("autumn".to_owned(), "autumn".to_owned());
+            }
+            let noun = after_article && MODALS.contains(&part.as_str());
+            out.push(Word { raw: token.clone(), base, stem, at, sentence_start, noun });
         }
         sentence_start = ends_sentence;
     }
@@ -315,6 +330,14 @@ pub const TIMES: &[&str] = &[
     "fri",
     "am",
     "pm",
+    "eve",
+    "christmas",
+    "easter",
+    "thanksgiving",
+    "halloween",
+    "hanukkah",
+    "ramadan",
+    "diwali",
 ];
 
 /// Units of time: compared only when both questions have some (`per week` / `per month`),
@@ -323,6 +346,19 @@ pub const TIME_UNITS: &[&str] = &[
     "second", "minute", "hour", "day", "week", "month", "year", "decade", "century", "daily", "weekly", "monthly",
     "yearly", "annual", "annually", "hourly", "nightly",
 ];
+
+/// A unit of time by its name: `daily` is `day`, `annual` is `year`.
+pub fn time_unit(word: &str) -> &str {
+    match word {
+        "daily" => "day",
+        "weekly" => "week",
+        "monthly" => "month",
+        "yearly" | "annual" | "annually" => "year",
+        "hourly" => "hour",
+        "nightly" => "night",
+        other => other,
+    }
+}
 
 /// Relative times, by the direction they point: past, present or future. Compared only when
 /// both questions have some.
@@ -612,9 +648,7 @@ pub const FILLER: &[&str] = &[
     "guide",
     "tip",
     "tips",
-    "show",
     "give",
-    "list",
     "describe",
     "define",
     "mean",
@@ -661,9 +695,25 @@ pub const FILLER: &[&str] = &[
     "usually",
     "something",
     "somebody",
-    "kind",
-    "type",
-    "sort",
+    "time",
+    "often",
+    "frequently",
+    "frequency",
+    "number",
+    "necessary",
+    "require",
+    "required",
+    "allow",
+    "allowed",
+    "expect",
+    "expected",
+    "recommendation",
+    "ideal",
+    "trick",
+    "try",
+    "able",
+    "ways",
+    "figure",
 ];
 
 pub fn is_filler(stem: &str) -> bool {

@@ -117,19 +117,20 @@ impl Comparison {
 /// Compare question `a` with question `b` (order does not matter).
 pub fn compare(a: &str, b: &str) -> Comparison {
     let (wa, wb) = (text::words(a), text::words(b));
+    let (ca, cb) = (content(&wa), content(&wb));
+    let only_a: Vec<String> = unmatched(&wa, &ca, &cb);
+    let only_b: Vec<String> = unmatched(&wb, &cb, &ca);
+    let same_words = only_a.is_empty() && only_b.is_empty();
     let failed = [
         (Check::Negation, negations(&wa) != negations(&wb)),
         (Check::Numbers, numbers(&wa) != numbers(&wb)),
         (Check::Times, times_differ(&wa, &wb)),
         (Check::Entities, names_swapped(&wa, &wb)),
-        (Check::Order, order_differs(&wa, &wb)),
+        (Check::Order, order_differs(&wa, &wb, same_words)),
         (Check::Opposites, opposites(&wa, &wb)),
     ]
     .into_iter()
     .find_map(|(check, failed)| failed.then_some(check));
-    let (ca, cb) = (content(&wa), content(&wb));
-    let only_a = unmatched(&wa, &ca, &cb);
-    let only_b = unmatched(&wb, &cb, &ca);
     Comparison {
         failed,
         only_a,
@@ -189,14 +190,15 @@ fn times_differ(a: &[Word], b: &[Word]) -> bool {
         let year = s.len() == 4 && s.chars().all(|c| c.is_ascii_digit());
         (text::is_time(s) || year).then(|| s.to_owned())
     };
-    let unit = |s: &str| text::TIME_UNITS.contains(&s).then(|| s.trim_end_matches("ly").to_owned());
+    let unit = |s: &str| text::TIME_UNITS.contains(&s).then(|| text::time_unit(s).to_owned());
     let relative = |s: &str| text::RELATIVE_TIMES.iter().find(|(w, _)| *w == s).map(|(_, d)| (*d).to_owned());
     let both_and_differ = |x: BTreeSet<String>, y: BTreeSet<String>| !x.is_empty() && !y.is_empty() && x != y;
     // `this weekend` / `next weekend`: where both name a time, one pointing elsewhere differs.
     let timed = |w: &[Word]| !set(w, &point).is_empty() || !set(w, &unit).is_empty();
     let (ra, rb) = (set(a, &relative), set(b, &relative));
+    let (ua, ub) = (set(a, &unit), set(b, &unit));
     set(a, &point) != set(b, &point)
-        || both_and_differ(set(a, &unit), set(b, &unit))
+        || (!ua.is_empty() && !ub.is_empty() && ua.is_disjoint(&ub))
         || (timed(a) && timed(b) && ra != rb)
         || both_and_differ(ra, rb)
 }
@@ -230,6 +232,7 @@ fn names_swapped(a: &[Word], b: &[Word]) -> bool {
 fn is_content(word: &Word) -> bool {
     let s = word.base.as_str();
     is_entity(word)
+        || word.noun
         || (!text::is_filler(s)
             && text::number_value(s).is_none()
             && !text::is_any_time(s)
@@ -264,21 +267,25 @@ fn unmatched(words: &[Word], own: &BTreeSet<String>, other: &BTreeSet<String>) -
         .collect()
 }
 
-/// The content word that follows `anchor` (first occurrence), skipping filler.
-fn after_anchor(words: &[Word], anchor: &str) -> Option<String> {
+/// The run of content words that follows `anchor` (its first occurrence), filler skipped
+/// before it: `for baking powder` → `bak powder`.
+fn after_anchor(words: &[Word], anchor: &str) -> Option<Vec<String>> {
     let at = words.iter().position(|w| w.base == anchor)?;
-    words[at + 1..].iter().find(|w| is_content(w) || text::number_value(&w.base).is_some()).map(|w| w.stem.clone())
+    let counts = |w: &Word| is_content(w) || text::number_value(&w.base).is_some();
+    let start = at + 1 + words[at + 1..].iter().position(counts)?;
+    let run: Vec<String> = words[start..].iter().take_while(|w| counts(w)).map(|w| w.stem.clone()).collect();
+    Some(run)
 }
 
 /// Two questions with the same words in swapped places: what follows `from`, `than`… differs
 /// while both have both words; `X to Y` against `Y to X`; or two runs of shared content words
 /// trade places around a run that stays (`A causes B` / `B causes A`). Neighbours trading places
 /// (`stop my cat` / `my cat to stop`) is how people reword, and passes.
-fn order_differs(a: &[Word], b: &[Word]) -> bool {
+fn order_differs(a: &[Word], b: &[Word], same_words: bool) -> bool {
+    let holds = |words: &[Word], phrase: &[String]| phrase.iter().all(|p| words.iter().any(|w| &w.stem == p));
     for anchor in text::ANCHORS {
         if let (Some(x), Some(y)) = (after_anchor(a, anchor), after_anchor(b, anchor)) {
-            let shared = a.iter().any(|w| w.stem == y) && b.iter().any(|w| w.stem == x);
-            if x != y && shared {
+            if x != y && holds(a, &y) && holds(b, &x) {
                 return true;
             }
         }
@@ -298,7 +305,9 @@ fn order_differs(a: &[Word], b: &[Word]) -> bool {
             .cloned()
             .collect::<Vec<String>>()
     };
-    blocks_swapped(&sequence(a), &sequence(b))
+    // Reworded questions reorder their clauses too: only questions of the same words are
+    // judged by the order of those words.
+    same_words && blocks_swapped(&sequence(a), &sequence(b))
 }
 
 /// Every `X to Y`: the content words on either side of a `to`.
@@ -392,6 +401,16 @@ mod tests {
         assert_eq!(failed("Is it safe to drive?", "Is it unsafe to drive?"), Some(Check::Opposites));
         assert_eq!(failed("Can I substitute butter for oil?", "Can I substitute oil for butter?"), Some(Check::Order));
         assert_eq!(failed("Is Rust faster than Go?", "Is Go faster than Rust?"), Some(Check::Order));
+        assert_eq!(failed("convert a list to a tuple", "convert a tuple to a list"), Some(Check::Order));
+        assert_eq!(failed("Does a will override a trust?", "Does a trust override a will?"), Some(Check::Order));
+        assert_eq!(
+            failed("substitute baking soda for baking powder", "substitute baking powder for baking soda"),
+            Some(Check::Order)
+        );
+        assert_eq!(
+            failed("is the store open on christmas eve", "is the store open on christmas day"),
+            Some(Check::Times)
+        );
         assert_eq!(failed("What is 10 divided by 2?", "What is 2 divided by 10?"), Some(Check::Numbers));
         assert_eq!(failed("how much to save per week", "how much to save per month"), Some(Check::Times));
     }
@@ -410,6 +429,10 @@ mod tests {
             ("How long should I boil an egg?", "how many minutes to boil an egg"),
             ("Who won the 2018 FIFA World Cup?", "which country won the world cup in 2018"),
             ("How many ounces are in a pound?", "how many oz in 1 lb"),
+            ("How much water should I drink per day?", "daily water intake"),
+            ("Why do leaves change color in autumn?", "why do leaves turn colors in the fall"),
+            ("How much sleep does a 2 year old need?", "How many hours should a two-year-old sleep"),
+            ("How do I fix a running toilet?", "toilet keeps running, how to fix it"),
             ("Can I return an online order to the store?", "is it possible to return it to the store"),
         ] {
             let c = compare(a, b);

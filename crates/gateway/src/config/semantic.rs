@@ -35,7 +35,7 @@ pub struct VerifyConfig {
     /// Negation, numbers, times, names, word order, opposites (default on).
     pub lexical: bool,
     /// A content word one question has and the other lacks must have a word embedding this close
-    /// to one of the other question's (default 0.70).
+    /// to one of the other question's (default 0.65).
     pub terms: f32,
     /// … unless the word carries little of its question: the question without it is at least this
     /// similar to the question with it (default 0.94).
@@ -202,7 +202,7 @@ fn verify(raw: RawVerify) -> Result<VerifyConfig, ConfigError> {
             return Err(ConfigError::at(format!("{AT}.verify.api"), format!("`{other}`: expected rerank or chat")))
         }
     };
-    let (terms, salience) = (raw.terms.unwrap_or(0.70), raw.salience.unwrap_or(0.94));
+    let (terms, salience) = (raw.terms.unwrap_or(0.65), raw.salience.unwrap_or(0.94));
     for (name, value) in [("terms", terms), ("salience", salience)] {
         if !(0.0..=1.0).contains(&value) {
             return Err(ConfigError::at(format!("{AT}.verify.{name}"), "must be from 0 to 1"));
