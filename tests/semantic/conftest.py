@@ -45,7 +45,7 @@ MASTER_KEY = "sy-master-semantic-tests"
 CHAT_MODEL = "chat"
 EMBEDDING_MODEL = "minilm"
 THRESHOLD = os.environ.get("SEMANTIC_THRESHOLD", "0.80")
-TERMS = os.environ.get("SEMANTIC_TERMS", "0.75")
+TERMS = os.environ.get("SEMANTIC_TERMS", "0.65")
 
 STARTUP_TIMEOUT_S = float(os.environ.get("SWITCHYARD_STARTUP_TIMEOUT", "30"))
 BACKENDS_STARTUP_TIMEOUT_S = float(os.environ.get("SEMANTIC_BACKENDS_STARTUP_TIMEOUT", "60"))

@@ -11,6 +11,7 @@ so every test waits for `switchyard_semantic_cache_stores_total` on /metrics bef
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,11 +25,20 @@ from openai import OpenAI
 
 from conftest import (
     CHAT_MODEL, ENTRIES, HITS, MASTER_KEY, MISSES, REPO_ROOT, TERMS, THRESHOLD, Backends, Gateway,
-    GatewayFactory, unique,
+    GatewayFactory, switchyard_bin, unique,
 )
 
 HERE = Path(__file__).resolve().parent
-PAIRS = [json.loads(line) for line in (HERE / "pairs.jsonl").read_text().splitlines() if line.strip()]
+# pairs.jsonl: the labelled set (split tune: what the checks were tuned on; holdout: kept out of
+# the tuning of thresholds, though looked at once to mend three bugs). pairs_blind.jsonl (split
+# blind) and pairs_final.jsonl (split final) were written afterwards by authors who never saw the
+# checks; blind was then looked at (its failures mended), final never was.
+PAIR_FILES = ("pairs.jsonl", "pairs_blind.jsonl", "pairs_final.jsonl")
+PAIRS = [json.loads(line) for name in PAIR_FILES for line in (HERE / name).read_text().splitlines() if line.strip()]
+SPLITS = ("tune", "holdout", "blind", "final")
+# The issue's bars: false hits ≤ 1% on every set; paraphrase hits ≥ 40% on the labelled set's
+# splits. The later sets' paraphrase hit rates are reported, not asserted (see BENCHMARKS.md).
+RECALL_SPLITS = ("tune", "holdout")
 RESULTS = REPO_ROOT / "target" / "semantic-results.json"
 CACHE_HEADER = "x-switchyard-cache"
 THRESHOLD_HEADER = "x-switchyard-cache-threshold"
@@ -146,7 +156,7 @@ def test_labelled_pairs_through_the_gateway(gateway: Gateway, backends: Backends
                      "a": p["a"], "b": p["b"], "hit": hit, "verdict": v,
                      "similarity": float(sim) if sim is not None else None, "rejected": fields.get("rejected")})
 
-    summaries = {split: _summary([r for r in rows if r["split"] == split]) for split in ("tune", "holdout")}
+    summaries = {split: _summary([r for r in rows if r["split"] == split]) for split in SPLITS}
     summaries["all"] = _summary(rows)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"threshold": float(THRESHOLD), "terms": float(TERMS), "splits": summaries,
@@ -156,15 +166,37 @@ def test_labelled_pairs_through_the_gateway(gateway: Gateway, backends: Backends
 
     assert not problems, "answers that do not match their verdict:\n" + "\n".join(problems[:20])
     failures = []
-    for split in ("tune", "holdout"):
+    for split in SPLITS:
         s = summaries[split]
         if s["false_hit_rate"] > MAX_FALSE_HIT_RATE:
             wrong = [f"  {r['id']} {r['kind']}: {r['a']!r} ~ {r['b']!r} ({r['verdict']})"
                      for r in rows if r["split"] == split and r["hit"] and not r["same"]]
             failures.append(f"{split}: false-hit rate {s['false_hit_rate']:.1%} > {MAX_FALSE_HIT_RATE:.0%}\n" + "\n".join(wrong))
-        if s["paraphrase_hit_rate"] < MIN_PARAPHRASE_HIT_RATE:
+        if split in RECALL_SPLITS and s["paraphrase_hit_rate"] < MIN_PARAPHRASE_HIT_RATE:
             failures.append(f"{split}: paraphrase hit rate {s['paraphrase_hit_rate']:.1%} < {MIN_PARAPHRASE_HIT_RATE:.0%}")
     assert not failures, table + "\n" + "\n".join(failures)
+
+
+def test_calibrate_reports_what_the_gateway_does(gateway: Gateway, tmp_path: Path) -> None:
+    """`switchyard cache calibrate` with the same config scores every pair as the gateway served it:
+    at the configured threshold, the same false-hit and paraphrase hit rates per split."""
+    assert RESULTS.exists(), "run after test_labelled_pairs_through_the_gateway (it writes the gateway's figures)"
+    served = json.loads(RESULTS.read_text())["splits"]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    for split in SPLITS:
+        report = tmp_path / f"calibration-{split}.json"
+        run = subprocess.run(
+            [str(switchyard_bin()), "cache", "calibrate", "--config", str(gateway.config), "--pairs", str(pairs),
+             "--split", split, "--write", str(report)],
+            capture_output=True, timeout=300)
+        assert run.returncode == 0, run.stderr.decode()[-2000:]
+        print(f"\n{split}:\n" + run.stdout.decode())
+        configured = json.loads(report.read_text())["configured"]
+        s = served[split]
+        assert configured["false_hit_rate"] == pytest.approx(s["false_hit_rate"], abs=1e-9), split
+        assert configured["hit_rate"] == pytest.approx(s["paraphrase_hit_rate"], abs=1e-9), split
+        assert "similarity alone" in run.stdout.decode()
 
 
 # ------------------------------------------------------------------ 2. partitions

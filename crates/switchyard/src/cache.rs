@@ -55,6 +55,15 @@ pub async fn run(args: CacheArgs) -> Result<(), String> {
     let mut config = Config::load(&config, &ProcessEnv).map_err(|e| e.to_string())?;
     let threshold = config.cache.semantic.as_ref().ok_or("the config has no cache.semantic")?.threshold;
     config.listen = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
+    // A gateway of its own, beside any serving one with this config: nothing shared with it on
+    // disk (no database, journal or semantic store), nothing recorded, no picker listening.
+    config.storage.url = "sqlite::memory:".to_owned();
+    config.storage.record_usage = false;
+    config.epp = None;
+    if let Some(semantic) = config.cache.semantic.as_mut() {
+        semantic.store = switchyard_gateway::config::SemanticStoreKind::Embedded;
+        semantic.path = None;
+    }
     let text = std::fs::read_to_string(&pairs).map_err(|e| format!("cannot read {}: {e}", pairs.display()))?;
     let mut labelled = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
