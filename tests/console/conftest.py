@@ -68,6 +68,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data = logs / "data"
     data.mkdir()
     config = logs / "gateway.yaml"
+    # A calibration as `switchyard cache calibrate --write` leaves it (its figures are the cache
+    # page's to show; tests/semantic checks the command itself).
+    calibration = logs / "calibration.json"
+    calibration.write_text(json.dumps({
+        "pairs": 482, "same": 214, "target": 0.01, "configured_threshold": 0.8, "calibrated_ms": 1796000000000,
+        "rows": [
+            {"threshold": 0.75, "false_hit_rate": 0.0112, "hit_rate": 0.47, "plain_false_hit_rate": 0.74, "plain_hit_rate": 0.97},
+            {"threshold": 0.8, "false_hit_rate": 0.0056, "hit_rate": 0.462, "plain_false_hit_rate": 0.715, "plain_hit_rate": 0.93},
+        ],
+        "recommended": {"threshold": 0.8, "false_hit_rate": 0.0056, "hit_rate": 0.462},
+    }))
     config.write_text(
         "listen: 127.0.0.1:0\n"
         f"storage: {{url: 'sqlite://{data}/switchyard.db', usage_journal_dir: '{data}/usage'}}\n"
@@ -81,6 +92,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "guardrails: {blocker: {type: keywords, keywords: [nightingale], action: block}}\n"
         # A stdio MCP server, so the MCP page has servers, tools and calls to show.
         f"mcp: {{servers: [{{name: files, command: ['{sys.executable}', '{Path(__file__).with_name('mock_mcp.py')}']}}]}}\n"
+        # The cache only for requests that ask for it (the other tests count their requests), with
+        # its semantic layer on the mock's embeddings, so the cache page has both layers to show.
+        f"cache: {{opt_in: true, semantic: {{embedding_model: {MODEL}, threshold: 0.8, threshold_header: true, calibration: '{calibration}'}}}}\n"
     )
     gateway = start("gateway", ["serve", "--config", str(config)], logs)
     yield Stack(mock, gateway)

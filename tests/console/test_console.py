@@ -221,6 +221,31 @@ def test_the_mcp_page_shows_servers_tools_and_the_tool_call_log(page: Page, stac
     shot(page, "mcp")
 
 
+def test_the_cache_page_shows_both_layers_and_the_calibration(page: Page, stack: Stack) -> None:
+    on = {"x-switchyard-cache": "on"}
+    ask = lambda q, extra=None: stack.call(  # noqa: E731
+        "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": q}]}, headers={**on, **(extra or {})})
+    status, headers, _ = ask("What is the Rust borrow checker?")
+    assert status == 200 and headers.get("x-switchyard-cache") == "miss", headers
+    assert ask("What is the Rust borrow checker?")[1].get("x-switchyard-cache") == "exact-hit"
+    deadline = time.monotonic() + 10
+    while page.request.get(stack.url + "/ui/api/cache").json()["semantic"]["stores"] < 1:
+        assert time.monotonic() < deadline, "the answer was never stored in the semantic layer"
+        time.sleep(0.05)
+    # The mock's embeddings are no model's: with the threshold lowered, the checks alone decide.
+    status, headers, _ = ask("what is the rust borrow checker", {"x-switchyard-cache-threshold": "-1"})
+    assert status == 200 and headers.get("x-switchyard-cache", "").startswith("semantic-hit"), headers
+
+    page.goto(stack.url + "/ui#/cache")
+    expect(page.locator("[data-testid=exact-hits] .v")).to_have_text("1")
+    expect(page.locator("[data-testid=semantic-hits] .v")).to_have_text("1")
+    expect(page.locator("[data-testid=semantic-saved] .v")).to_contain_text("$")
+    expect(page.locator("[data-testid=semantic-saved] .v")).to_contain_text("tokens")
+    expect(page.locator("[data-testid=calibration-false-hits] .v")).to_have_text("0.56%")
+    expect(page.locator("[data-testid=calibration-hits] .v")).to_have_text("46.2%")
+    shot(page, "cache")
+
+
 def test_logging_out_ends_the_session(page: Page, stack: Stack) -> None:
     page.click("[data-testid=logout]")
     expect(page).to_have_url(re.compile(r"/ui/login"))

@@ -17,10 +17,11 @@ import { teams } from './pages/teams.js';
 import { users } from './pages/users.js';
 import { backends } from './pages/backends.js';
 import { mcp } from './pages/mcp.js';
+import { cache } from './pages/cache.js';
 import { playground } from './pages/playground.js';
 import { audit } from './pages/audit.js';
 
-const PAGES = { overview, usage, requests, keys, teams, users, backends, mcp, playground, audit };
+const PAGES = { overview, usage, requests, keys, teams, users, backends, mcp, cache, playground, audit };
 
 // uPlot comes from a classic script that index.html runs before any module.
 if (typeof globalThis.uPlot === 'undefined') {

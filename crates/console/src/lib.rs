@@ -82,6 +82,7 @@ assets! {
     "pages/users.js" => "text/javascript; charset=utf-8",
     "pages/backends.js" => "text/javascript; charset=utf-8",
     "pages/mcp.js" => "text/javascript; charset=utf-8",
+    "pages/cache.js" => "text/javascript; charset=utf-8",
     "pages/playground.js" => "text/javascript; charset=utf-8",
     "pages/audit.js" => "text/javascript; charset=utf-8",
     "app.css" => "text/css; charset=utf-8",

@@ -226,6 +226,24 @@ impl ResponseCache {
         }
     }
 
+    /// The exact layer's counters, for the console's cache page.
+    pub fn stats(&self) -> serde_json::Value {
+        let c = &self.counters;
+        let (entries, bytes) = {
+            let memory = self.memory();
+            (memory.entries.len(), memory.bytes)
+        };
+        serde_json::json!({
+            "hits": c.hits_memory.load(Relaxed) + c.hits_shared.load(Relaxed),
+            "hits_redis": c.hits_shared.load(Relaxed),
+            "misses": c.misses.load(Relaxed),
+            "stores": c.stores.load(Relaxed),
+            "entries": entries,
+            "bytes": bytes,
+            "max_bytes": self.max_bytes,
+        })
+    }
+
     /// `switchyard_cache_*` series for `/metrics`.
     pub fn render(&self, out: &mut String) {
         let c = &self.counters;

@@ -11,6 +11,7 @@
 //! master key or as the signed-in user.
 
 mod api;
+mod cache;
 mod mcp;
 mod oidc;
 
@@ -151,11 +152,12 @@ async fn api_route(
         (&Method::GET, "/backends") => Ok(api::backends(app)),
         (&Method::GET, "/models") => Ok(crate::catalog::openai_models(app)),
         (&Method::GET, "/mcp") => Ok(mcp::mcp(app).await),
+        (&Method::GET, "/cache") => Ok(cache::cache(app)),
         (&Method::POST, "/chat/completions") => Box::pin(playground(app, req, operator, started, rid, trace)).await,
         (
             _,
             "/me" | "/overview" | "/usage" | "/usage.csv" | "/requests" | "/requests/bodies" | "/backends" | "/models"
-            | "/mcp" | "/chat/completions",
+            | "/mcp" | "/cache" | "/chat/completions",
         ) => Err(GatewayError::MethodNotAllowed),
         _ => Err(GatewayError::RouteNotFound),
     }

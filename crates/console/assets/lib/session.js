@@ -9,7 +9,7 @@ export const me = { role: 'admin', master: true, user: null, teams: [] };
 
 /** The pages each role may open, in nav order (admin: every page). */
 const PAGES = {
-  viewer: ['overview', 'usage', 'requests', 'keys', 'teams', 'backends', 'mcp'],
+  viewer: ['overview', 'usage', 'requests', 'keys', 'teams', 'backends', 'mcp', 'cache'],
   team_admin: ['usage', 'requests', 'keys', 'teams', 'users', 'playground'],
   member: ['usage', 'requests', 'keys', 'teams', 'playground'],
 };

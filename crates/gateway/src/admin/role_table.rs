@@ -45,6 +45,7 @@ pub const ROLE_TABLE: &[(&str, &str, May)] = &[
     ("GET", "/ui/api/overview", May::Viewers),
     ("GET", "/ui/api/backends", May::Viewers),
     ("GET", "/ui/api/mcp", May::Viewers),
+    ("GET", "/ui/api/cache", May::Viewers),
     ("POST", "/ui/api/chat/completions", May::Writers),
 ];
 

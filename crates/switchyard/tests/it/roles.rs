@@ -210,6 +210,7 @@ async fn every_admin_endpoint_answers_each_role_as_the_role_table_says() {
         (Method::GET, "/ui/api/overview".into(), String::new(), "viewer admin master"),
         (Method::GET, "/ui/api/backends".into(), String::new(), "viewer admin master"),
         (Method::GET, "/ui/api/mcp".into(), String::new(), "viewer admin master"),
+        (Method::GET, "/ui/api/cache".into(), String::new(), "viewer admin master"),
         (Method::POST, "/ui/api/chat/completions".into(), CHAT.into(), writers),
     ];
     for (method, path, body, may) in &table {
