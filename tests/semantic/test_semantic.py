@@ -24,8 +24,8 @@ import pytest
 from openai import OpenAI
 
 from conftest import (
-    CHAT_MODEL, ENTRIES, HITS, MASTER_KEY, MISSES, REPO_ROOT, TERMS, THRESHOLD, Backends, Gateway,
-    GatewayFactory, switchyard_bin, unique,
+    CHAT_MODEL, EMBEDDING_MODEL, ENTRIES, HITS, MASTER_KEY, MISSES, REPO_ROOT, TERMS, THRESHOLD, Backends, Gateway,
+    GatewayFactory, switchyard_bin, unique, write_config,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -683,3 +683,27 @@ def test_fleet_shares_hits_through_pgvector(postgres, gateway_factory: GatewayFa
     assert content(r) == answer(question)
     assert backends.chat_count() == chats, "instance B asked the backend"
     assert b.metric(HITS) == 1
+
+
+def test_an_embedding_model_that_fails_leaves_requests_served(backends: Backends, tmp_path: Path, http: httpx.Client) -> None:
+    """The embedding backend down: every request is still answered by its model (a `miss`), the
+    failure counted in `switchyard_semantic_cache_errors_total`, nothing stored."""
+    config = write_config(tmp_path / "dead.yaml", backends.url, tmp_path / "dead-data")
+    text = config.read_text().replace(f"embedding_model: {EMBEDDING_MODEL}", "embedding_model: dead-embed")
+    # Port 1 on loopback: nothing listens there, so every connection is refused at once.
+    text = text.replace("backends:\n", "backends:\n  - {name: dead, url: 'http://127.0.0.1:1', type: openai, models: [dead-embed]}\n", 1)
+    config.write_text(text)
+    gw = Gateway("dead", config, tmp_path)
+    gw.start()
+    try:
+        for question in ("How do I renew a passport?", "how do i renew a passport"):
+            chats = backends.chat_count()
+            r = gw.chat(http, question)
+            assert r.status_code == 200, r.text
+            assert verdict(r) == "miss"
+            assert content(r) == answer(question)
+            assert backends.chat_count() == chats + 1
+        assert gw.metric("switchyard_semantic_cache_errors_total") >= 2
+        assert gw.stores() == 0
+    finally:
+        gw.stop()

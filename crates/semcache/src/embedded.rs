@@ -20,6 +20,8 @@ pub struct EmbeddedStore {
     max_entries: usize,
     db: Option<SqlitePool>,
     held: AtomicUsize,
+    /// Set once the entries read at `open` are indexed.
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -37,15 +39,21 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS semantic_cache (id INTEGER PRIM
 
 impl EmbeddedStore {
     /// In memory only (`path` None), or persisted to the SQLite file at `path`, whose living
-    /// entries are loaded now.
-    pub async fn open(path: Option<&Path>, max_entries: usize, now_ms: i64) -> Result<EmbeddedStore, StoreError> {
+    /// entries are read now and indexed in the background (a graph of 100k entries takes about
+    /// a minute to build: the gateway serves meanwhile, those entries not yet found).
+    pub async fn open(path: Option<&Path>, max_entries: usize, now_ms: i64) -> Result<Arc<EmbeddedStore>, StoreError> {
+        let (loaded, _) = tokio::sync::watch::channel(false);
         let store = EmbeddedStore {
             inner: RwLock::new(Inner::default()),
             max_entries: max_entries.max(1),
             db: None,
             held: AtomicUsize::new(0),
+            loaded,
         };
-        let Some(path) = path else { return Ok(store) };
+        let Some(path) = path else {
+            store.loaded.send_replace(true);
+            return Ok(Arc::new(store));
+        };
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -59,14 +67,24 @@ impl EmbeddedStore {
         )
         .fetch_all(&db)
         .await?;
-        let mut loaded = 0usize;
-        for row in rows {
-            let Some(entry) = entry_of(&row) else { continue };
-            store.hold(entry);
-            loaded += 1;
-        }
-        tracing::info!(entries = loaded, path = %path.display(), "semantic cache loaded");
-        Ok(EmbeddedStore { db: Some(db), ..store })
+        let entries: Vec<Entry> = rows.iter().filter_map(entry_of).collect();
+        let store = Arc::new(EmbeddedStore { db: Some(db), ..store });
+        let (loading, shown) = (store.clone(), path.display().to_string());
+        tokio::task::spawn_blocking(move || {
+            let count = entries.len();
+            for entry in entries {
+                loading.hold(entry);
+            }
+            loading.loaded.send_replace(true);
+            tracing::info!(entries = count, path = %shown, "semantic cache loaded");
+        });
+        Ok(store)
+    }
+
+    /// Wait until the entries found at `open` are indexed.
+    pub async fn loaded(&self) {
+        let mut watch = self.loaded.subscribe();
+        let _ = watch.wait_for(|done| *done).await;
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
@@ -253,6 +271,7 @@ mod tests {
             store.insert(entry(2, partition("a"), vec![0.0, 1.0], 5000)).await.unwrap();
         }
         let store = EmbeddedStore::open(Some(&path), 100, 2000).await.unwrap();
+        store.loaded().await;
         assert_eq!(store.len(), 1, "the entry that expired is not loaded");
         let found = store.search(&partition("a"), &[0.0, 1.0], 4, 0.5, 2000).await.unwrap();
         assert_eq!(found[0].entry.question, "q2");

@@ -100,12 +100,16 @@ impl PartitionIndex {
         }
         let mut found: Vec<(u64, f32)> = match &self.graph {
             Some(graph) => {
-                let alive = |slot: &usize| !self.dead.get(*slot).copied().unwrap_or(true);
-                graph
-                    .search_filter(query, k, EF_SEARCH.max(k), Some(&alive))
-                    .into_iter()
-                    .map(|n| (self.ids[n.d_id], 1.0 - n.distance))
-                    .collect()
+                let ef = EF_SEARCH.max(k);
+                // hnsw_rs's filtered search costs about three times its plain one: filter only
+                // while there are tombstones.
+                let found = if self.dead_count == 0 {
+                    graph.search(query, k, ef)
+                } else {
+                    let alive = |slot: &usize| !self.dead.get(*slot).copied().unwrap_or(true);
+                    graph.search_filter(query, k, ef, Some(&alive))
+                };
+                found.into_iter().map(|n| (self.ids[n.d_id], 1.0 - n.distance)).collect()
             }
             None => self.scan(query, k),
         };
