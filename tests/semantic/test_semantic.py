@@ -21,6 +21,8 @@ import anthropic
 import httpx
 import ollama
 import pytest
+from google import genai
+from google.genai import types as genai_types
 from openai import OpenAI
 
 from conftest import (
@@ -419,6 +421,34 @@ def ask_ollama_generate(gw: Gateway, system: str, q: str) -> tuple[str, str]:
     return seen[-1], r.response
 
 
+def _gemini(gw: Gateway) -> genai.Client:
+    # The gateway's Gemini routes take the key as the SDK sends it (x-goog-api-key).
+    return genai.Client(api_key=MASTER_KEY, http_options=genai_types.HttpOptions(base_url=gw.url))
+
+
+def _gemini_config(system: str) -> genai_types.GenerateContentConfig:
+    return genai_types.GenerateContentConfig(system_instruction=system, max_output_tokens=MAX_TOKENS)
+
+
+def ask_gemini_stream(gw: Gateway, system: str, q: str) -> tuple[str, str]:
+    client = _gemini(gw)  # held: the SDK closes its HTTP client when the Client is collected
+    chunks = list(client.models.generate_content_stream(model=CHAT_MODEL, contents=q, config=_gemini_config(system)))
+    assert chunks and chunks[-1].candidates[0].finish_reason == genai_types.FinishReason.STOP
+    return _header(chunks[0].sdk_http_response), "".join(c.text or "" for c in chunks)
+
+
+def ask_gemini(gw: Gateway, system: str, q: str) -> tuple[str, str]:
+    client = _gemini(gw)
+    r = client.models.generate_content(model=CHAT_MODEL, contents=q, config=_gemini_config(system))
+    assert r.candidates[0].finish_reason == genai_types.FinishReason.STOP
+    return _header(r.sdk_http_response), r.text
+
+
+def _header(response) -> str:
+    headers = (response.headers if response else None) or {}
+    return {k.lower(): v for k, v in headers.items()}.get(CACHE_HEADER, "")
+
+
 CLIENTS: dict[str, Callable[[Gateway, str, str], tuple[str, str]]] = {
     "openai-chat-stream": ask_openai_chat_stream,
     "openai-chat": ask_openai_chat,
@@ -430,6 +460,8 @@ CLIENTS: dict[str, Callable[[Gateway, str, str], tuple[str, str]]] = {
     "ollama-chat": ask_ollama_chat,
     "ollama-generate-stream": ask_ollama_generate_stream,
     "ollama-generate": ask_ollama_generate,
+    "gemini-stream": ask_gemini_stream,
+    "gemini": ask_gemini,
 }
 
 

@@ -259,6 +259,11 @@ impl App {
             _ => None,
         };
         let mut app = App::new(config, Some(store))?;
+        if let Some(model) = app.config.cache.semantic.as_ref().map(|s| &s.embedding_model) {
+            if !app.router.knows_model(model) {
+                tracing::warn!(model = %model, "cache.semantic.embedding_model is not a model any backend serves (yet): lookups miss until one does");
+            }
+        }
         app.semantic = semantic;
         app.journal = journal;
         app.exports = exports.counters.clone();

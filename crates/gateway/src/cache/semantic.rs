@@ -57,7 +57,7 @@ impl SemanticCache {
             SemanticStoreKind::Embedded => {
                 let path = config.path.clone().or_else(|| beside_database(&storage.url));
                 let opened = EmbeddedStore::open(path.as_deref(), config.max_entries, now_ms).await;
-                Arc::new(opened.map_err(|e| format!("cache.semantic: cannot open the embedded store: {e}"))?)
+                opened.map_err(|e| format!("cache.semantic: cannot open the embedded store: {e}"))?
             }
             SemanticStoreKind::PgVector => {
                 let url =

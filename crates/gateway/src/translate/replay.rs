@@ -192,6 +192,12 @@ data: [DONE]
                 assert_eq!(back.text(), "Hello world", "{endpoint:?} {stream}");
             }
         }
+        let gemini = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+        for (endpoint, stream) in [(Endpoint::GeminiGenerate, false), (Endpoint::GeminiStream, true)] {
+            let rendered = render(endpoint, stream, &answer, &request(endpoint, gemini)).unwrap();
+            let back = read_answer(endpoint, stream, &rendered).unwrap_or_else(|| panic!("{endpoint:?}"));
+            assert_eq!(back.text(), "Hello world", "{endpoint:?}");
+        }
         assert!(read_answer(Endpoint::ChatCompletions, true, &chat[..200]).is_none(), "a cut stream");
     }
 
