@@ -498,8 +498,10 @@ def test_a_hit_is_recorded_as_served_by_the_cache(gateway: Gateway, backends: Ba
     assert record["cost_usd"] == 0, record
     assert record["route"] == verdict(hit), record
     assert (record.get("units") or {}).get("saved_tokens") == usage["prompt_tokens"] + usage["completion_tokens"], record
+    assert (record.get("units") or {}).get("cache") == verdict(hit), record
     missed = gateway.request_record(first.headers["x-request-id"])
     assert missed["backend"] == "semantic-backends" and missed["total_tokens"] == usage["total_tokens"], missed
+    assert (missed.get("units") or {}).get("cache") == "miss", missed
 
 
 # ------------------------------------------------------------------ 4., 5. what is not stored, what is not looked up

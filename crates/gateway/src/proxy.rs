@@ -243,6 +243,9 @@ async fn proceed(
             return from_cache(call, identity, exchange, settlement, respond).await;
         }
     }
+    if let (Some(c), Some(meter)) = (&cached, settlement.meter()) {
+        meter.cache_verdict(&cached::miss_verdict(c));
+    }
     let session = exchange.routed.session.take();
     let key = identity.key().map_or("", |k| k.id.as_str());
     let mut failover = Failover::new(call, key, exchange, session.as_deref());

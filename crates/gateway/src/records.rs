@@ -294,6 +294,9 @@ pub struct UsageUnits {
     pub saved_tokens: u64,
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub saved_usd: f64,
+    /// What the response cache said (`x-switchyard-cache`), for a request that used it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -178,7 +178,8 @@ export const requests = {
       return box;
     }
 
-    // What a request used besides tokens: images (size, quality), search units, audio, characters.
+    // What a request used besides tokens: images (size, quality), search units, audio, characters;
+    // and what the response cache said, with what a hit saved.
     function unitsText(u) {
       if (!u) return null;
       const parts = [];
@@ -186,6 +187,8 @@ export const requests = {
       if (u.search_units) parts.push(`${fmt.int(u.search_units)} search unit${u.search_units === 1 ? '' : 's'}`);
       if (u.audio_seconds) parts.push(`${fmt.num(u.audio_seconds, 1)} s of audio`);
       if (u.characters) parts.push(`${fmt.int(u.characters)} characters`);
+      if (u.cache) parts.push(`cache: ${u.cache}`);
+      if (u.saved_tokens) parts.push(`saved ${fmt.int(u.saved_tokens)} tokens (${fmt.usd(u.saved_usd)})`);
       return parts.join(' · ') || null;
     }
 

@@ -108,6 +108,8 @@ pub struct Meter {
     units: Option<Box<crate::records::UsageUnits>>,
     /// A cached answer's first generation: `(prompt, completion)` tokens saved.
     saved: Option<(u64, u64)>,
+    /// The response cache's verdict (`x-switchyard-cache`), kept with the record.
+    cache_verdict: Option<Box<str>>,
     /// An upload's duration from its WAV header (f64 bits; 0: unknown), read as it streams.
     upload_seconds: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// The answer is held for remote guards: when it ends the meter waits here, unrecorded,
@@ -165,6 +167,7 @@ impl Meter {
             units_kind: crate::endpoint::Units::Tokens,
             units: None,
             saved: None,
+            cache_verdict: None,
             upload_seconds: None,
             park: None,
             on_spent: None,
@@ -299,6 +302,11 @@ impl Meter {
     /// This request costs nothing (token counting): record it with zero tokens.
     pub fn uncharged(&mut self) {
         self.uncharged = true;
+    }
+
+    /// What the response cache said of this request (`exact-hit`, `semantic-hit; …`, `miss; …`).
+    pub fn cache_verdict(&mut self, verdict: &http::HeaderValue) {
+        self.cache_verdict = verdict.to_str().ok().map(Into::into);
     }
 
     /// Answered from the cache: the answer's first generation took these tokens (recorded as
@@ -484,6 +492,9 @@ impl Meter {
             let units = r.units.get_or_insert_with(Box::default);
             units.saved_tokens = prompt + completion;
             units.saved_usd = self.config.cost(&r.model_served, &counted);
+        }
+        if let Some(verdict) = self.cache_verdict.take() {
+            r.units.get_or_insert_with(Box::default).cache = Some(verdict.into());
         }
         if r.batch_id.is_some() {
             r.cost_usd *= self.config.price(&r.model_served).map_or(1.0, |p| p.batch_discount);

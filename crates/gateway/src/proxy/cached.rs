@@ -224,6 +224,7 @@ pub fn respond_stored(
     }
     insert_limit_headers(headers, &meter, &permit);
     if let Some(mut m) = meter {
+        m.cache_verdict(&stored.verdict);
         m.answered("cache", 200, false, false, false);
         m.serve(&stored.model);
         m.route(if stored.verdict == "exact-hit" { &ROUTE_CACHE } else { &stored.verdict });
@@ -244,10 +245,14 @@ pub fn respond_stored(
     resp
 }
 
+/// What `x-switchyard-cache` says of a miss: `miss`, or why the nearest candidate was refused.
+pub fn miss_verdict(cached: &Cached) -> HeaderValue {
+    cached.miss_note.clone().unwrap_or(HeaderValue::from_static("miss"))
+}
+
 /// Tell the client its answer came from a backend (a miss).
 pub fn mark_miss(resp: &mut Response<GatewayBody>, cached: &Cached) {
-    let note = cached.miss_note.clone().unwrap_or(HeaderValue::from_static("miss"));
-    resp.headers_mut().insert(&CACHE_HEADER, note);
+    resp.headers_mut().insert(&CACHE_HEADER, miss_verdict(cached));
 }
 
 #[cfg(test)]
