@@ -304,6 +304,20 @@ impl Meter {
         self.uncharged = true;
     }
 
+    /// The response cache's part of the record: its verdict, and what a hit saved.
+    fn cache_units(&mut self) {
+        let r = &mut self.record;
+        if let Some((prompt, completion)) = self.saved {
+            let counted = Counted { prompt, cache_read: 0, cache_write: 0, completion };
+            let units = r.units.get_or_insert_with(Box::default);
+            units.saved_tokens = prompt + completion;
+            units.saved_usd = self.config.cost(&r.model_served, &counted);
+        }
+        if let Some(verdict) = self.cache_verdict.take() {
+            r.units.get_or_insert_with(Box::default).cache = Some(verdict.into());
+        }
+    }
+
     /// What the response cache said of this request (`exact-hit`, `semantic-hit; …`, `miss; …`).
     pub fn cache_verdict(&mut self, verdict: &http::HeaderValue) {
         self.cache_verdict = verdict.to_str().ok().map(Into::into);
@@ -487,18 +501,11 @@ impl Meter {
             r.units = units;
             r.cost_usd += unit_cost(&self.config, &r.model_served, r.units.as_deref());
         }
-        if let Some((prompt, completion)) = self.saved {
-            let counted = Counted { prompt, cache_read: 0, cache_write: 0, completion };
-            let units = r.units.get_or_insert_with(Box::default);
-            units.saved_tokens = prompt + completion;
-            units.saved_usd = self.config.cost(&r.model_served, &counted);
-        }
-        if let Some(verdict) = self.cache_verdict.take() {
-            r.units.get_or_insert_with(Box::default).cache = Some(verdict.into());
-        }
         if r.batch_id.is_some() {
             r.cost_usd *= self.config.price(&r.model_served).map_or(1.0, |p| p.batch_discount);
         }
+        self.cache_units();
+        let r = &mut self.record;
         if let Some(p) = self.permit.as_mut() {
             p.settle(r.total_tokens);
         }
