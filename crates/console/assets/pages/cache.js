@@ -57,11 +57,11 @@ export const cache = {
             fact('Saved', `${fmt.usd(s.saved_usd)} · ${fmt.int(s.saved_tokens)} tokens`, 'semantic-saved'),
             fact('Entries', fmt.int(s.entries)),
             fact('Errors', fmt.int(s.errors))),
-          h('h3', { text: 'Candidates refused, by check' }),
+          h('h3.cache-section', { text: 'Candidates refused, by check' }),
           refused.length
             ? h('div.facts', { 'data-testid': 'semantic-refused' }, refused.map(([check, n]) => fact(check, fmt.int(n))))
             : h('div.empty', { text: 'None refused yet.' }),
-          h('h3', { text: 'Calibration' }),
+          h('h3.cache-section', { text: 'Calibration' }),
           calibrationFacts(s.calibration)));
     }
 
