@@ -101,11 +101,8 @@ fn secret_path(config: &Config) -> Result<Option<std::path::PathBuf>, String> {
     if url.contains(":memory:") {
         return Ok(None);
     }
-    match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
-        Some(path) => {
-            let path = std::path::Path::new(path.split('?').next().unwrap_or(path));
-            Ok(Some(path.with_file_name("switchyard.secret")))
-        }
+    match crate::config::sqlite_file(url) {
+        Some(path) => Ok(Some(path.with_file_name("switchyard.secret"))),
         None => Err("storage on PostgreSQL needs auth.secret (or SWITCHYARD_SECRET), so that every instance \
                      hashes keys alike"
             .to_owned()),

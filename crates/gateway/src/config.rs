@@ -302,6 +302,13 @@ impl fmt::Debug for AuthConfig {
     }
 }
 
+/// The path part of a SQLite `storage.url` (`sqlite://./switchyard.db?mode=rwc` → `./switchyard.db`);
+/// None for another database. (`sqlite::memory:` gives `:memory:`: the caller decides.)
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    Some(path.split('?').next().unwrap_or(path).into())
+}
+
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
     /// `sqlite://PATH` or `postgres://...`.

@@ -126,9 +126,8 @@ impl SemanticCache {
 
 /// `sqlite://./switchyard.db` → `./switchyard.db.semantic`; none for another database.
 fn beside_database(url: &str) -> Option<PathBuf> {
-    let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
-    let path = path.split('?').next().unwrap_or(path);
-    (!path.is_empty() && !path.contains(":memory:")).then(|| PathBuf::from(format!("{path}.semantic")))
+    let path = crate::config::sqlite_file(url).filter(|p| !p.as_os_str().is_empty() && !url.contains(":memory:"))?;
+    Some(PathBuf::from(format!("{}.semantic", path.display())))
 }
 
 /// What a request looks up and, on a miss, stores under.
