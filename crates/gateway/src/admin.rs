@@ -5,6 +5,7 @@
 pub mod access;
 pub mod audit;
 pub mod audit_export;
+mod experiments;
 mod orgs;
 pub mod role_table;
 
@@ -206,6 +207,10 @@ pub async fn handle(
     // Boxed: the organisations' handlers would otherwise grow every admin request's future.
     let orgs = orgs::handle(app, op, store, method, path.trim_end_matches('/'), &body, now);
     if let Some(answer) = Box::pin(orgs).await {
+        return answer;
+    }
+    if let Some(answer) = Box::pin(experiments::handle(app, op, store, method, path.trim_end_matches('/'), &body)).await
+    {
         return answer;
     }
     match (method, path.trim_end_matches('/')) {

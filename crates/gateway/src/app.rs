@@ -65,6 +65,8 @@ pub struct App {
     pub semantic: Option<Arc<crate::cache::semantic::SemanticCache>>,
     /// Checks on content (`guard.rs`): none by default, and then the request path skips them.
     pub guards: crate::guard::Guards,
+    /// Experiments on live traffic (`experiments:` and the admin API's); lives across reloads.
+    pub experiments: Arc<crate::experiments::Experiments>,
 }
 
 /// Keys are looked up in the store.
@@ -117,6 +119,8 @@ impl App {
     /// The state with `clock` as its time source (virtual time in tests).
     pub fn with_clock(config: Config, store: Option<Store>, clock: Clock) -> Result<App, String> {
         let router = Router::with_clock(&config, clock.clone())?;
+        let experiments = Arc::new(crate::experiments::Experiments::default());
+        experiments.configure(&config.experiments);
         let client = upstream::build(config.timeouts.connect)?;
         let secret = match &config.auth.secret {
             Some(s) => key::server_secret(Some(s), std::path::Path::new(""))?,
@@ -170,6 +174,7 @@ impl App {
             cache,
             semantic: None,
             guards: crate::guard::Guards::default(),
+            experiments,
         })
     }
 
@@ -206,6 +211,7 @@ impl App {
             Some(cache) if old.cache == config.cache => Some(cache.clone()),
             _ => ResponseCache::new(&config.cache, self.shared.clone(), self.clock.clone()),
         };
+        self.experiments.configure(&config.experiments);
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -227,6 +233,7 @@ impl App {
             cache,
             semantic: self.semantic.clone(),
             guards: self.guards.clone(),
+            experiments: self.experiments.clone(),
         })
     }
 

@@ -7,6 +7,7 @@ mod cache;
 mod console;
 mod duration;
 pub mod engines;
+mod experiments;
 mod exports;
 pub mod guardrails;
 mod interpolate;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 pub use cache::{CacheConfig, CacheNamespace};
 pub use duration::parse_duration;
+pub use experiments::model_known;
 pub use exports::{ExportConfig, ExportSink, ObjectFormat, S3Target};
 pub use interpolate::{Env, ProcessEnv};
 pub use mcp::{McpConfig, McpServerConfig, McpTransport};
@@ -390,6 +392,9 @@ pub struct Config {
     /// Sticky sessions and cache-aware balance.
     pub affinity: AffinityConfig,
     pub aliases: FastMap<String, String>,
+    /// Experiments on live traffic (`experiments:`), checked; those made through the admin API
+    /// are not here (`experiments.rs` holds both).
+    pub experiments: Vec<std::sync::Arc<switchyard_experiments::Experiment>>,
     /// `fallbacks:` the models to try, in order, when a model's own backends cannot answer (keyed
     /// by the name the client sends, alias or not).
     pub fallbacks: FastMap<String, Vec<String>>,

@@ -42,6 +42,7 @@ pub mod console;
 pub mod endpoint;
 pub mod epp;
 pub mod error;
+pub mod experiments;
 pub mod glob;
 pub mod guard;
 pub mod http;

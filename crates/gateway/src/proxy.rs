@@ -14,8 +14,10 @@
 
 mod attempt;
 mod cached;
+mod experiment;
 mod failover;
 mod fallback;
+pub mod feedback;
 mod follow;
 mod headers;
 mod internal;
@@ -28,6 +30,7 @@ pub mod realtime;
 mod respond;
 mod resume;
 mod retry;
+mod scorers;
 mod semantic;
 mod settle;
 mod translation;
@@ -73,6 +76,9 @@ pub(crate) struct Call<'a> {
     pub guard_call: Option<&'a str>,
     /// A line of batch `ID`: its record is marked and priced at the batch discount.
     pub batch: Option<&'a str>,
+    /// An experiment's own call (`(NAME, "shadow" | "judge")`): recorded as the experiment's,
+    /// never waiting for a slot.
+    pub experiment: Option<(&'a str, &'static str)>,
 }
 
 /// Where a request came from, as the phases after reading its body need it.
@@ -85,6 +91,7 @@ struct Inbound<'a> {
     deadline: Instant,
     guard_call: Option<&'a str>,
     batch: Option<&'a str>,
+    experiment: Option<(&'a str, &'static str)>,
 }
 
 /// The request's bodies as the phases change them (a guard's mask, a fallback's model).
@@ -103,6 +110,8 @@ pub(crate) struct Exchange {
     pub parallel: Option<crate::guard::remote::Parallel>,
     /// A multipart upload streaming through (audio): what attempts send instead of `routed.body`.
     pub upload: Option<upload::Upload>,
+    /// What reads the answer for an experiment (a shadow pair, a scorer), with the cache's fill.
+    pub tap: Option<Box<dyn crate::http::relay::AnswerSink>>,
 }
 
 pub async fn forward(
@@ -119,10 +128,12 @@ pub async fn forward(
         Some(identity) => identity.clone(),
         None => app.auth.authenticate(&parts.headers, app.clock.unix_secs()).await?,
     };
+    feedback::from_header(app, &identity, &parts.headers);
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let deadline = started + app.config.timeouts.request;
     let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None };
+    let inbound =
+        Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None, experiment: None };
     forward_body(app, &inbound, &identity, body, trace).await
 }
 
@@ -163,11 +174,13 @@ pub async fn forward_upload(
     exchange.upload = Some(upload::Upload::new(head, grew, &parts.headers, limit));
     let deadline = started + app.config.timeouts.request;
     let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound = Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None };
-    forward_exchange(app, &inbound, &identity, exchange, trace).await
+    let inbound =
+        Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None, experiment: None };
+    forward_exchange(app, &inbound, &identity, (exchange, None), trace).await
 }
 
-/// The phases from parsing on, for a body that has been read.
+/// The phases from parsing on, for a body that has been read: parse only what routing needs,
+/// and give a request an experiment covers its variant.
 async fn forward_body(
     app: &Arc<App>,
     inbound: &Inbound<'_>,
@@ -175,8 +188,10 @@ async fn forward_body(
     body: Bytes,
     trace: &mut Option<Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    let exchange = parse(app, inbound.endpoint, inbound.path, body)?;
-    forward_exchange(app, inbound, identity, exchange, trace).await
+    let mut routed = parse_routed(app, inbound.endpoint, inbound.path, body)?;
+    let assignment = experiment::assign(app, inbound, identity, &mut routed);
+    let exchange = Exchange::new(inbound.endpoint, routed);
+    forward_exchange(app, inbound, identity, (exchange, assignment), trace).await
 }
 
 /// The phases from admission on, for a request that has been parsed.
@@ -184,7 +199,7 @@ async fn forward_exchange(
     app: &Arc<App>,
     inbound: &Inbound<'_>,
     identity: &Identity,
-    mut exchange: Exchange,
+    (mut exchange, assignment): (Exchange, Option<crate::experiments::Assignment>),
     trace: &mut Option<Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let (endpoint, deadline) = (inbound.endpoint, inbound.deadline);
@@ -201,15 +216,20 @@ async fn forward_exchange(
         stream: exchange.routed.stream,
         guard_call: inbound.guard_call,
         batch: inbound.batch,
+        experiment: inbound.experiment,
     };
     let mut settlement = Settlement::open(&call, identity, &exchange.routed, admitted, trace);
     if let (Some(upload), Some(meter)) = (&exchange.upload, settlement.meter()) {
         meter.upload_seconds(upload.seconds());
         meter.form_units(upload.images());
     }
-    let result = Box::pin(proceed(&call, identity, &mut exchange, &mut settlement)).await;
+    let watch = assignment.map(|a| experiment::Watch::open(a, &call, &mut exchange, &mut settlement));
+    let mut result = Box::pin(proceed(&call, identity, &mut exchange, &mut settlement)).await;
     if let Err(e) = &result {
         settlement.fail(e.status().as_u16());
+    }
+    if let Some(watch) = watch {
+        watch.answered(&call, &mut result, exchange.client_body.clone());
     }
     result
 }
@@ -353,12 +373,6 @@ pub(crate) fn parse_routed(
 
 pub(crate) use headers::header_session;
 
-/// Read and parse: only what routing needs (model, stream, hints), and the bodies to send.
-fn parse(app: &App, endpoint: Endpoint, path: &str, body: Bytes) -> Result<Exchange, GatewayError> {
-    let routed = parse_request_at(endpoint, model_in_path(endpoint, path), body, &app.config)?;
-    Ok(Exchange::new(endpoint, routed))
-}
-
 /// Gemini names the model in the path; every other API in the body.
 fn model_in_path(endpoint: Endpoint, path: &str) -> Option<&str> {
     let in_path = endpoint.spec().model_in == ModelIn::Path;
@@ -370,8 +384,8 @@ impl Exchange {
         let client_body = routed.body.clone();
         let bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
         let strip_usage_chunk = ask_stream_usage(endpoint, &mut routed);
-        let (verdicts, pseudonyms, parallel, upload) = (None, None, None, None);
-        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts, pseudonyms, parallel, upload }
+        let (verdicts, pseudonyms, parallel, upload, tap) = (None, None, None, None, None);
+        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts, pseudonyms, parallel, upload, tap }
     }
 
     /// The client's body changed (a guard masked it): what is sent upstream follows.

@@ -231,6 +231,12 @@ pub struct UsageRecord {
     /// The batch a line of which this request was (`/v1/batches`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_id: Option<String>,
+    /// The experiment that assigned this request (`experiments:`), and its variant (`shadow`
+    /// for a shadow's own call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
 }
 
 impl UsageRecord {
@@ -265,6 +271,8 @@ impl UsageRecord {
             guard_call: None,
             units: None,
             batch_id: None,
+            experiment: None,
+            variant: None,
         }
     }
 }

@@ -167,8 +167,11 @@ pub async fn start_guarded(
     let mut fleet = spawn_fleet(&app);
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
     guarding.serve(&current);
-    if app.store.is_some() {
+    if let Some(store) = app.store.clone() {
         crate::batch::runner::spawn(Arc::downgrade(&current));
+        let weak = Arc::downgrade(&current);
+        let config = move || weak.upgrade().map(|c| c.load_full()).map(|app| (app.config.clone(), app.clock.unix_ms()));
+        tokio::spawn(crate::experiments::refresh::run(app.experiments.clone(), store, config));
     }
     if let Some(shared) = &app.shared {
         fleet.extend(spawn_health_sharing(current.clone(), shared.clone()));

@@ -37,6 +37,7 @@ macro_rules! with_pool {
 mod audit;
 mod batches;
 mod error;
+mod experiments;
 mod keys;
 mod migrations;
 mod orgs;
@@ -50,6 +51,7 @@ pub use usage::ALL as ALL_KEYS;
 pub use audit::{verify_run, AuditRow, Break, NewAudit, GENESIS};
 pub use batches::{BatchRow, FileRow, LineRow};
 pub use error::StoreError;
+pub use experiments::{EventRow, PairRow, ScoreRow, StoredExperiment, Sums, UsageSums};
 pub use report::{Bucket, GroupBy, GroupScope, UsageBucket, UsageGroup, UsageQuery, UsageReport, UsageTotals};
 pub use requests::{RequestQuery, RequestRow, StatusFilter};
 

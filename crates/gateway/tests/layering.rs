@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["admin", "catalog", "mcp", "proxy"],
     &["app"],
     &["http"],
+    &["experiments"],
     &["auth", "cache", "guard", "limit", "metrics", "store", "telemetry"],
     &["route", "usage", "error", "shared"],
     &["translate", "upstream"],

@@ -56,6 +56,8 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             guard_call: None,
             units: None,
             batch_id: None,
+            experiment: None,
+            variant: None,
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

@@ -142,6 +142,17 @@ impl Operator {
         self.scoped().is_none_or(|u| u.teams.iter().any(|t| t.team.id == team_id))
     }
 
+    /// Whether the operator administers the team named `name` (everyone unscoped does).
+    pub fn admins_team_named(&self, name: &str) -> bool {
+        self.scoped().is_none_or(|u| u.teams.iter().any(|t| t.admin && t.team.name == name))
+    }
+
+    /// Whether the operator reads everything (an admin, a viewer, the master key), or is in
+    /// the team named `name`.
+    pub fn sees_team_named(&self, name: Option<&str>) -> bool {
+        self.is_viewer() || self.scoped().is_none_or(|u| name.is_some_and(|n| u.teams.iter().any(|t| t.team.name == n)))
+    }
+
     fn admins_any_team(&self) -> bool {
         self.scoped().is_none_or(|u| u.teams.iter().any(|t| t.admin))
     }

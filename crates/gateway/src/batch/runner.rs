@@ -279,6 +279,7 @@ async fn run_line(app: &Arc<App>, batch: &str, identity: Identity, endpoint: End
             request_id: HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("batch_req")),
             guard_call: None,
             batch: Some(batch),
+            experiment: None,
         };
         answer = call_internal(app, call).await;
         let transient = answer.0.as_u16() == 429 || answer.0.is_server_error();

@@ -60,6 +60,8 @@ pub struct RawConfig {
     epp: Option<super::pools::RawEpp>,
     #[serde(default)] // per-model settings, by the name clients use
     models: HashMap<String, super::guardrails::RawModel>,
+    #[serde(default)]
+    experiments: super::experiments::RawExperiments,
 }
 
 /// `realtime:` — how long a WebSocket session may sit idle, and last at most.
@@ -252,6 +254,9 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         return Err(ConfigError::at("exports", "exports read the usage journal: storage.record_usage must be on"));
     }
 
+    let aliases: super::FastMap<String, String> = raw.aliases.into_iter().collect();
+    let experiments = super::experiments::validate(raw.experiments, &backends, &aliases)?;
+
     Ok(Config {
         auth,
         storage,
@@ -268,7 +273,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         max_queue: raw.routing.max_queue.unwrap_or(1000),
         queue_timeout: duration("routing.queue_timeout", &raw.routing.queue_timeout, Duration::from_secs(30))?,
         affinity,
-        aliases: raw.aliases.into_iter().collect(),
+        aliases,
+        experiments,
         fallbacks: fallbacks.into_iter().collect(),
         context_window_fallbacks: context_window_fallbacks.into_iter().collect(),
         fallback_statuses,

@@ -229,6 +229,12 @@ impl Meter {
         self.record.guard_call = Some(guard.to_owned());
     }
 
+    /// The experiment that assigned the request, and its variant.
+    pub fn experiment(&mut self, experiment: &str, variant: &str) {
+        self.record.experiment = Some(experiment.to_owned());
+        self.record.variant = Some(variant.to_owned());
+    }
+
     /// Where the guards note their verdicts on this request; they go into its record.
     pub fn guard_verdicts(&mut self, tally: Arc<crate::records::VerdictTally>) {
         self.verdicts = Some(tally);

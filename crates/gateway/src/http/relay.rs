@@ -39,8 +39,47 @@ pub struct Completion {
     pub permit: Option<crate::limit::Permit>,
     /// Usage accounting; records on the clean end of the body, or on drop.
     pub meter: Option<Box<Meter>>,
-    /// The answer as the client receives it, stored in the response cache if it ends whole.
-    pub cache: Option<Box<crate::cache::Fill>>,
+    /// What reads the answer as the client receives it and acts when it ends whole: the
+    /// response cache's `Fill`, an experiment's tap.
+    pub cache: Option<Box<dyn AnswerSink>>,
+}
+
+/// Reads an answer as the client receives it; `finish` only when it ended cleanly.
+pub trait AnswerSink: Send + Sync {
+    fn push(&mut self, data: &[u8]);
+    fn finish(self: Box<Self>);
+}
+
+impl AnswerSink for crate::cache::Fill {
+    fn push(&mut self, data: &[u8]) {
+        crate::cache::Fill::push(self, data);
+    }
+    fn finish(self: Box<Self>) {
+        crate::cache::Fill::finish(*self);
+    }
+}
+
+/// Two sinks reading one answer.
+pub struct BothSinks(pub Box<dyn AnswerSink>, pub Box<dyn AnswerSink>);
+
+impl AnswerSink for BothSinks {
+    fn push(&mut self, data: &[u8]) {
+        self.0.push(data);
+        self.1.push(data);
+    }
+    fn finish(self: Box<Self>) {
+        let BothSinks(a, b) = *self;
+        a.finish();
+        b.finish();
+    }
+}
+
+/// `a`, `b`, both or neither.
+pub fn sinks(a: Option<Box<dyn AnswerSink>>, b: Option<Box<dyn AnswerSink>>) -> Option<Box<dyn AnswerSink>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(Box::new(BothSinks(a, b))),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Completion {

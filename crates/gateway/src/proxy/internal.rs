@@ -27,6 +27,8 @@ pub struct InternalCall<'a> {
     pub request_id: HeaderValue,
     pub guard_call: Option<&'a str>,
     pub batch: Option<&'a str>,
+    /// An experiment's own call (a shadow, a judge): the experiment and the record's variant.
+    pub experiment: Option<(&'a str, &'static str)>,
 }
 
 /// Send `call`: the answer's status and body, or an error's own status and body (in OpenAI's
@@ -45,6 +47,7 @@ pub async fn call_internal(app: &Arc<App>, call: InternalCall<'_>) -> (StatusCod
         deadline: call.deadline.min(started + app.config.timeouts.request),
         guard_call: call.guard_call,
         batch: call.batch,
+        experiment: call.experiment,
     };
     let answered = Box::pin(forward_body(app, &inbound, &call.identity, call.body, &mut None)).await;
     let status = answered.as_ref().map_or_else(|e| e.status(), |r| r.status());
@@ -79,6 +82,7 @@ pub async fn call_for_guard(
         request_id: crate::http::request_id::generate(),
         guard_call: Some(guard),
         batch: None,
+        experiment: None,
     };
     match call_internal(app, call).await {
         (status, body) if status.is_success() => Ok(body),

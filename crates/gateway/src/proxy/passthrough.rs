@@ -58,6 +58,7 @@ pub async fn forward(
         stream: false,
         guard_call: None,
         batch: None,
+        experiment: None,
     };
     let mut settlement = Settlement::open(&call, &identity, &routed, admitted, trace);
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();

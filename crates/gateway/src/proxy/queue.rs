@@ -71,7 +71,7 @@ async fn spare_slot(
                 other => return Ok(other),
             }
         }
-        if Instant::now() + SPARE_POLL >= deadline {
+        if hints.never_wait || Instant::now() + SPARE_POLL >= deadline {
             return Err(GatewayError::Overloaded { model: model.to_owned(), retry_after_secs: RETRY_AFTER_SECS });
         }
         tokio::time::sleep(SPARE_POLL).await;

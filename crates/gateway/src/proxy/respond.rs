@@ -20,7 +20,7 @@ use crate::app::App;
 use crate::error::GatewayError;
 use crate::guard::{self, AnswerGuards};
 use crate::http::parse::collect_whole;
-use crate::http::relay::{Completion, RelayBody};
+use crate::http::relay::{AnswerSink, Completion, RelayBody};
 use crate::http::GatewayBody;
 use crate::translate::{Plan, StreamTranslator, Wire};
 use crate::usage::Tokens;
@@ -42,13 +42,15 @@ pub(super) async fn respond(
     failover: &Failover<'_>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let Answered { answer, cached, guards } = answered;
-    let fill = cached.and_then(|c| {
+    let fill: Option<Box<dyn AnswerSink>> = cached.and_then(|c| {
         // A translated answer reaches the client in its own API's content type.
         let translated = matches!(answer.plan, Plan::Translate(_));
         let content_type = translated.then(|| translation::content_type(call.endpoint, call.stream));
         let content_type = content_type.as_ref().or(answer.parts.headers.get(header::CONTENT_TYPE));
-        c.fill(call.app, answer.parts.status, &answer.parts.headers, content_type, &exchange.routed.model)
+        let fill = c.fill(call.app, answer.parts.status, &answer.parts.headers, content_type, &exchange.routed.model);
+        fill.map(|f| f as Box<dyn AnswerSink>)
     });
+    let fill = crate::http::relay::sinks(fill, exchange.tap.take());
     // Only a translated answer that is not a stream, and one its guards judge whole, are waited
     // for here (read whole). That wait is boxed so the relayed path, every stream and every
     // pass-through answer, keeps this future small.
@@ -169,7 +171,7 @@ fn respond_whole(
     whole: Whole,
     settlement: &mut Settlement,
     guards: Option<Box<AnswerGuards>>,
-    fill: Option<Box<crate::cache::Fill>>,
+    fill: Option<Box<dyn AnswerSink>>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let Whole { mut answer, parts, slot, ttfb, route, upstream_wait, passed } = whole;
     let sse = passed.as_ref().is_some_and(|p| p.sse);
@@ -239,7 +241,7 @@ struct Relay {
     upstream_wait: Duration,
     resumable: Option<crate::http::resume::Resumable>,
     guards: Option<Box<AnswerGuards>>,
-    fill: Option<Box<crate::cache::Fill>>,
+    fill: Option<Box<dyn AnswerSink>>,
 }
 
 /// An answer relayed as it arrives: passed through, observed for usage, or translated event by

@@ -250,6 +250,7 @@ async fn own_call(app: &Arc<App>, endpoint: Endpoint, body: Value, deadline: Ins
         request_id: crate::http::request_id::generate(),
         guard_call: Some(OWN_CALLS),
         batch: None,
+        experiment: None,
     };
     match call_internal(app, call).await {
         (status, body) if status.is_success() => serde_json::from_slice(&body).map_err(|e| e.to_string()),

@@ -79,6 +79,9 @@ impl Settlement {
         if let Some(batch) = call.batch {
             meter.batch(batch);
         }
+        if let Some((experiment, variant)) = call.experiment {
+            meter.experiment(experiment, variant);
+        }
         let units = call.endpoint.spec().units;
         if units != crate::endpoint::Units::Tokens {
             meter.units(units, &routed.body);

@@ -26,6 +26,9 @@ pub struct RouteHints<'a> {
     /// Slots the request leaves free on a capped backend: 0 for interactive requests, 1 for a
     /// batch's lines, which never take a backend's last slot.
     pub spare: usize,
+    /// Refused at once when no backend has a slot to spare (an experiment's shadow or judge),
+    /// rather than looking again until one frees.
+    pub never_wait: bool,
 }
 
 /// The load a backend is judged by for `model`: requests in flight through this gateway, plus

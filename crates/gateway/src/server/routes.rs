@@ -59,6 +59,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
         (ep, &Method::POST, _) if ep.is_proxied() => {
             Box::pin(proxy::forward(&app, endpoint, req, started, &rid, &mut trace)).await
         }
+        (Endpoint::Other, &Method::POST, "/feedback") => Box::pin(proxy::feedback::post(&app, req)).await,
         (Endpoint::Models, &Method::GET, _) => Ok(catalog::models(&app, req.headers(), req.uri().query())),
         (Endpoint::Other, &Method::GET, "/api/tags" | "/api/ps" | "/api/version") => {
             catalog::ollama(&app, req.headers(), path).await

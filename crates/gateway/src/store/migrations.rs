@@ -42,6 +42,7 @@ const SQLITE: Embedded = &[
         "0018_prompt_cache_and_key_pools.sql",
         include_str!("../../../../migrations/sqlite/0018_prompt_cache_and_key_pools.sql"),
     ),
+    (19, "0019_experiments.sql", include_str!("../../../../migrations/sqlite/0019_experiments.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -71,6 +72,7 @@ const POSTGRES: Embedded = &[
         "0018_prompt_cache_and_key_pools.sql",
         include_str!("../../../../migrations/postgres/0018_prompt_cache_and_key_pools.sql"),
     ),
+    (19, "0019_experiments.sql", include_str!("../../../../migrations/postgres/0019_experiments.sql")),
 ];
 
 #[derive(Debug)]

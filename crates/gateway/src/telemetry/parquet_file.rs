@@ -184,6 +184,8 @@ mod tests {
             guard_call: None,
             units: None,
             batch_id: None,
+            experiment: None,
+            variant: None,
         }
     }
 

@@ -61,6 +61,8 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         guard_call: None,
         units: None,
         batch_id: None,
+        experiment: None,
+        variant: None,
     }
 }
 

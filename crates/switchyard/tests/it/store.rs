@@ -166,6 +166,8 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         guard_call: None,
         units: None,
         batch_id: None,
+        experiment: None,
+        variant: None,
     }
 }
 
