@@ -180,7 +180,11 @@ async fn delete(
     store: &Store,
     name: &str,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    let live = visible(app, op, name)?;
+    // Not `visible`: a team admin is told they may not remove another team's (403).
+    let live = app
+        .experiments
+        .get(name)
+        .ok_or_else(|| GatewayError::NotFound { message: format!("no experiment `{name}`") })?;
     if live.source == Source::Config {
         return Err(GatewayError::Conflict {
             message: format!("experiment `{name}` is in the configuration file; remove it there"),

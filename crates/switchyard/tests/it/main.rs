@@ -24,6 +24,7 @@ mod drain;
 mod endpoints;
 mod epp;
 mod errors;
+mod experiments;
 mod exports;
 mod failover;
 mod fallback;

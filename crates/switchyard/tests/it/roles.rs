@@ -59,6 +59,9 @@ const CHAT: &str = r#"{"model": "m", "messages": [{"role": "user", "content": "h
 
 /// Who calls, in the order the table runs them (refusals first, so nothing they are refused
 /// could have been changed by an earlier caller).
+const EXPERIMENT_A: &str = r#"{"name": "exp-a", "team": "a", "model": "m", "shadow": {"model": "m"}}"#;
+const EXPERIMENT_B: &str = r#"{"name": "exp-b", "team": "b", "model": "m", "shadow": {"model": "m"}}"#;
+
 const CALLERS: [&str; 5] = ["viewer", "member", "lead", "admin", "master"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,6 +196,13 @@ async fn every_admin_endpoint_answers_each_role_as_the_role_table_says() {
         (Method::GET, format!("/admin/users/{}", users["member"]), String::new(), "member lead admin master"),
         (Method::PATCH, format!("/admin/users/{spare}"), r#"{"name": "Spare"}"#.into(), admins),
         (Method::DELETE, "/admin/users/u_none".into(), String::new(), admins),
+        // Experiments: team admins make and remove their own team's, only over models the team
+        // may use; everyone reads those of their teams.
+        (Method::GET, "/admin/experiments".into(), String::new(), all),
+        (Method::POST, "/admin/experiments".into(), EXPERIMENT_A.into(), leads),
+        (Method::POST, "/admin/experiments".into(), EXPERIMENT_B.into(), admins),
+        (Method::GET, "/admin/experiments/exp-a".into(), String::new(), all),
+        (Method::DELETE, "/admin/experiments/exp-b".into(), String::new(), admins),
         // The console's own routes: a team admin reads its team's usage and requests (named by
         // id or by name), never another team's.
         (Method::GET, "/ui/api/me".into(), String::new(), all),
