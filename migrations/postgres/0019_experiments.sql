@@ -2,7 +2,7 @@
 -- variant (`shadow` for a shadow's own call); NULL for every other request.
 ALTER TABLE usage_records ADD COLUMN experiment TEXT;
 ALTER TABLE usage_records ADD COLUMN variant TEXT;
-CREATE INDEX usage_records_by_experiment ON usage_records (experiment, variant) WHERE experiment IS NOT NULL;
+CREATE INDEX usage_records_by_experiment ON usage_records (experiment, ts_ms) WHERE experiment IS NOT NULL;
 
 -- Experiments made through /admin/experiments (those in the configuration file are not here):
 -- the spec as JSON, in the shape the configuration takes.

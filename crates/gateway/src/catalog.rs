@@ -206,6 +206,7 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
     if let Some(semantic) = &app.semantic {
         semantic.render(&mut text);
     }
+    app.experiments.render(&mut text);
     render_process(app, &mut text);
     let mut resp = Response::new(full(text));
     resp.headers_mut()

@@ -8,6 +8,9 @@ pub mod refresh;
 pub mod results;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -31,6 +34,10 @@ pub struct Live {
     pub spec: Arc<Experiment>,
     pub source: Source,
     state: Mutex<State>,
+    /// Requests assigned per variant (since this spec went live), for `/metrics`.
+    assigned: Vec<AtomicU64>,
+    /// Shadow calls by outcome: answered, failed, refused (no slot to spare).
+    shadows: [AtomicU64; 3],
 }
 
 /// What changes while an experiment runs.
@@ -58,7 +65,8 @@ impl Live {
             winner: None,
             arms: vec![Arm::default(); k],
         };
-        Live { spec, source, state: Mutex::new(state) }
+        let assigned = (0..k).map(|_| AtomicU64::new(0)).collect();
+        Live { spec, source, state: Mutex::new(state), assigned, shadows: Default::default() }
     }
 
     pub fn state(&self) -> State {
@@ -77,6 +85,16 @@ impl Live {
             return (0..state.shares.len()).map(|i| if i == winner { 1.0 } else { 0.0 }).collect();
         }
         state.shares.iter().zip(&state.stopped).map(|(s, stopped)| if stopped.is_some() { 0.0 } else { *s }).collect()
+    }
+
+    /// A shadow call ended with `status` (429 and 503: refused, the backend had no slot to spare).
+    pub fn count_shadow(&self, status: u16) {
+        let outcome = match status {
+            200..=299 => 0,
+            429 | 503 => 2,
+            _ => 1,
+        };
+        self.shadows[outcome].fetch_add(1, Relaxed);
     }
 
     fn shadow_running(&self) -> bool {
@@ -233,6 +251,7 @@ impl Experiments {
                 && allowed(&s.model)
                 && live.shadow_running()
         });
+        live.assigned[variant].fetch_add(1, Relaxed);
         let assignment = Assignment { live: live.clone(), variant, shadow };
         self.remember(units.request_id, &assignment, units.key);
         Some(assignment)
@@ -269,5 +288,47 @@ impl Experiments {
     /// Adaptive experiments (for the refresh task).
     pub fn adaptive(&self) -> Vec<Arc<Live>> {
         self.all().into_iter().filter(|l| l.spec.allocation == Allocation::Adaptive).collect()
+    }
+
+    /// The experiments' lines of `/metrics`.
+    pub fn render(&self, out: &mut String) {
+        let all = self.all();
+        if all.is_empty() {
+            return;
+        }
+        out.push_str(
+            "# HELP switchyard_experiment_requests_total Requests an experiment assigned, by variant.\n\
+             # TYPE switchyard_experiment_requests_total counter\n",
+        );
+        for live in &all {
+            for (v, n) in live.spec.variants.iter().zip(&live.assigned) {
+                let (e, v, n) = (&live.spec.name, &v.name, n.load(Relaxed));
+                let _ = writeln!(out, "switchyard_experiment_requests_total{{experiment=\"{e}\",variant=\"{v}\"}} {n}");
+            }
+        }
+        out.push_str(
+            "# HELP switchyard_experiment_variant_share The share of units a variant gets now (adaptive allocation moves it; 0 once stopped or another won).\n\
+             # TYPE switchyard_experiment_variant_share gauge\n",
+        );
+        for live in &all {
+            for (v, share) in live.spec.variants.iter().zip(live.effective_shares()) {
+                let (e, v) = (&live.spec.name, &v.name);
+                let _ =
+                    writeln!(out, "switchyard_experiment_variant_share{{experiment=\"{e}\",variant=\"{v}\"}} {share}");
+            }
+        }
+        out.push_str(
+            "# HELP switchyard_experiment_shadows_total Shadow calls, by outcome (refused: no slot to spare).\n\
+             # TYPE switchyard_experiment_shadows_total counter\n",
+        );
+        for live in all.iter().filter(|l| l.spec.shadow.is_some()) {
+            for (outcome, n) in ["ok", "failed", "refused"].iter().zip(&live.shadows) {
+                let (e, n) = (&live.spec.name, n.load(Relaxed));
+                let _ = writeln!(
+                    out,
+                    "switchyard_experiment_shadows_total{{experiment=\"{e}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
+        }
     }
 }

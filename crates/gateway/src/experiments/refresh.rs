@@ -14,6 +14,13 @@ use super::{Experiments, Live};
 use crate::config::Config;
 use crate::store::{Store, StoreError, StoredExperiment};
 
+/// The error rate that stops a variant is its rate over this long (what it does now, and a
+/// bounded read however long the experiment has run).
+pub const ERROR_WINDOW: Duration = Duration::from_secs(300);
+
+/// Shadow pairs kept per experiment (the newest).
+pub const MAX_PAIRS: usize = 1000;
+
 /// How often experiments are refreshed.
 pub const EVERY: Duration = Duration::from_secs(1);
 
@@ -85,17 +92,21 @@ async fn step(live: &Live, store: &Store, now_ms: i64, rng: &mut impl rand::Rng)
         }
     });
     stop_failing(live, store, now_ms).await?;
+    if spec.shadow.is_some() {
+        store.trim_pairs(&spec.name, MAX_PAIRS).await?;
+    }
     if spec.allocation == Allocation::Adaptive && live.state().winner.is_none() {
         adapt(live, store, now_ms, rng).await?;
     }
     Ok(())
 }
 
-/// Stop each variant (and the shadow) whose error rate passed the threshold.
+/// Stop each variant (and the shadow) whose error rate over the last `ERROR_WINDOW` passed the
+/// threshold.
 async fn stop_failing(live: &Live, store: &Store, now_ms: i64) -> Result<(), StoreError> {
     let spec = &live.spec;
     let state = live.state();
-    for u in store.usage_sums(&spec.name).await? {
+    for u in store.usage_sums(&spec.name, now_ms - ERROR_WINDOW.as_millis() as i64).await? {
         let index = spec.variants.iter().position(|v| v.name == u.variant);
         let already = match index {
             Some(i) => state.stopped[i].is_some(),

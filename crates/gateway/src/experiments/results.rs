@@ -40,7 +40,7 @@ pub async fn results(store: &Store, live: &Live) -> Result<Value, StoreError> {
     let state = live.state();
     let mut table = Table::new();
     let mut requests = BTreeMap::new();
-    for u in store.usage_sums(&spec.name).await? {
+    for u in store.usage_sums(&spec.name, i64::MIN).await? {
         requests.insert(u.variant.clone(), u.requests);
         let row = table.entry(u.variant.clone()).or_default();
         for (name, sums) in usage_metrics(&u) {

@@ -27,8 +27,6 @@ pub static VARIANT_HEADER: HeaderName = HeaderName::from_static("x-switchyard-va
 
 /// The most of an answer kept to compare and score.
 const MAX_KEPT: usize = 1 << 20;
-/// Pairs kept per experiment (the newest).
-const MAX_PAIRS: usize = 1000;
 
 /// Assign: the request's variant, its model put in place of the one asked for. None for a
 /// request no experiment covers, the gateway's own calls, and a variant the key may not use
@@ -122,7 +120,7 @@ impl Watch {
         if let Ok(variant) = HeaderValue::from_str(self.assignment.variant_name()) {
             resp.headers_mut().insert(&VARIANT_HEADER, variant);
         }
-        self.spawn(call.app, call.endpoint, call.request_id, client_body);
+        self.spawn(call, client_body);
     }
 
     /// Decide what this request gets (shadow, judge, webhook, by their samples) and make the tap
@@ -145,10 +143,11 @@ impl Watch {
     }
 
     /// The answer is under way: send the shadow, keep the pair, score — on a task of its own.
-    fn spawn(self, app: &Arc<App>, endpoint: Endpoint, request_id: &HeaderValue, client_body: Bytes) {
+    fn spawn(self, call: &Call<'_>, client_body: Bytes) {
         let Some(answer) = self.answer else { return };
-        let (app, request_id) = (app.clone(), request_id.to_str().unwrap_or("").to_owned());
-        let ctx = Context { app, endpoint, request_id, client_body, assignment: self.assignment };
+        let (app, request_id) = (call.app.clone(), call.request_id.to_str().unwrap_or("").to_owned());
+        let (endpoint, stream) = (call.endpoint, call.stream);
+        let ctx = Context { app, endpoint, stream, request_id, client_body, assignment: self.assignment };
         let (judge, webhook) = (self.judge, self.webhook);
         tokio::spawn(async move {
             let shadow = match ctx.assignment.shadow_model() {
@@ -193,6 +192,8 @@ impl AnswerSink for Tap {
 pub(super) struct Context {
     pub app: Arc<App>,
     pub endpoint: Endpoint,
+    /// The client asked for a stream (the answers read back are streams).
+    pub stream: bool,
     pub request_id: String,
     pub client_body: Bytes,
     pub assignment: Assignment,
@@ -236,13 +237,12 @@ impl Context {
             experiment: Some((self.assignment.experiment(), SHADOW)),
         };
         let (status, body) = call_internal(&self.app, call).await;
+        self.assignment.live.count_shadow(status.as_u16());
         ShadowAnswer { model: model.to_owned(), status: status.as_u16(), body, latency: started.elapsed() }
     }
 
     fn compare(&self, primary: Option<&[u8]>, shadow: Option<&ShadowAnswer>) -> Compared {
-        let stream = crate::http::parse::parse_request(self.endpoint, self.client_body.clone(), &self.app.config)
-            .map(|r| r.stream)
-            .unwrap_or(false);
+        let stream = self.stream;
         let text = |body: &[u8]| crate::translate::replay::read_answer(self.endpoint, stream, body).map(|a| a.text());
         Compared {
             request: request_text(self.endpoint, &self.client_body),
@@ -282,7 +282,7 @@ impl Context {
             shadow_latency_ms: shadow.latency.as_secs_f64() * 1000.0,
             ts_ms: self.app.clock.unix_ms(),
         };
-        if let Err(e) = store.put_pair(&pair, MAX_PAIRS).await {
+        if let Err(e) = store.put_pair(&pair).await {
             tracing::warn!(error = %e, experiment = %pair.experiment, "a shadow pair could not be kept");
         }
     }

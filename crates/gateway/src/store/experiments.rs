@@ -156,8 +156,8 @@ impl Store {
         Ok(rows.into_iter().map(|(n, v, count, sum, sum_sq)| (n, v, Sums { count, sum, sum_sq })).collect())
     }
 
-    /// Per variant: the usage records' metrics as sums.
-    pub async fn usage_sums(&self, experiment: &str) -> Result<Vec<UsageSums>, StoreError> {
+    /// Per variant: the usage records' metrics as sums, of the records since `since_ms`.
+    pub async fn usage_sums(&self, experiment: &str, since_ms: i64) -> Result<Vec<UsageSums>, StoreError> {
         let sums = |x: &str| {
             format!(
                 "CAST(COUNT({x}) AS DOUBLE PRECISION), CAST(COALESCE(SUM({x}), 0) AS DOUBLE PRECISION), \
@@ -173,11 +173,11 @@ impl Store {
              CAST(SUM(prompt_tokens) AS DOUBLE PRECISION), CAST(SUM(CAST(prompt_tokens AS DOUBLE PRECISION) * prompt_tokens) AS DOUBLE PRECISION), \
              CAST(SUM(completion_tokens) AS DOUBLE PRECISION), \
              CAST(SUM(CAST(completion_tokens AS DOUBLE PRECISION) * completion_tokens) AS DOUBLE PRECISION) \
-             FROM usage_records WHERE experiment = $1 AND variant IS NOT NULL GROUP BY variant ORDER BY variant",
+             FROM usage_records WHERE experiment = $1 AND ts_ms >= $2 AND variant IS NOT NULL GROUP BY variant ORDER BY variant",
             sums("ttft_ms")
         );
         let rows: Vec<UsageTuple> =
-            with_pool!(self, |pool| sqlx::query_as(&sql).bind(experiment).fetch_all(pool).await?);
+            with_pool!(self, |pool| sqlx::query_as(&sql).bind(experiment).bind(since_ms).fetch_all(pool).await?);
         Ok(rows.into_iter().map(usage_row).collect())
     }
 
@@ -192,8 +192,8 @@ impl Store {
         Ok(row.and_then(|(e, v, k)| Some((e, v?, k))))
     }
 
-    /// Store a pair, keeping at most `keep` per experiment (the newest).
-    pub async fn put_pair(&self, p: &PairRow, keep: usize) -> Result<(), StoreError> {
+    /// Store a pair (`trim_pairs` bounds them).
+    pub async fn put_pair(&self, p: &PairRow) -> Result<(), StoreError> {
         let sql =
             "INSERT INTO experiment_pairs (request_id, experiment, variant, primary_model, shadow_model, request, \
                    primary_answer, shadow_answer, shadow_status, shadow_latency_ms, ts_ms) \
@@ -214,6 +214,11 @@ impl Store {
                 .execute(pool)
                 .await?;
         });
+        Ok(())
+    }
+
+    /// Keep the newest `keep` pairs of an experiment.
+    pub async fn trim_pairs(&self, experiment: &str, keep: usize) -> Result<(), StoreError> {
         let trim = "DELETE FROM experiment_pairs WHERE experiment = $1 AND request_id IN (SELECT request_id FROM \
                     experiment_pairs WHERE experiment = $1 ORDER BY ts_ms DESC, request_id DESC LIMIT -1 OFFSET $2)";
         let trim_pg = "DELETE FROM experiment_pairs WHERE experiment = $1 AND request_id IN (SELECT request_id FROM \
@@ -221,10 +226,10 @@ impl Store {
         let keep = keep as i64;
         match &self.inner {
             super::Inner::Sqlite(pool) => {
-                sqlx::query(trim).bind(&p.experiment).bind(keep).execute(pool).await?;
+                sqlx::query(trim).bind(experiment).bind(keep).execute(pool).await?;
             }
             super::Inner::Postgres(pool) => {
-                sqlx::query(trim_pg).bind(&p.experiment).bind(keep).execute(pool).await?;
+                sqlx::query(trim_pg).bind(experiment).bind(keep).execute(pool).await?;
             }
         }
         Ok(())

@@ -90,7 +90,7 @@ fn request_id(r: &TestResponse) -> String {
     r.header("x-request-id").unwrap().to_owned()
 }
 
-fn metric<'a>(results: &'a Value, variant: &str, metric: &str) -> &'a Value {
+fn stat<'a>(results: &'a Value, variant: &str, metric: &str) -> &'a Value {
     &results["variants"][variant]["metrics"][metric]
 }
 
@@ -196,38 +196,41 @@ async fn feedback_by_api_and_by_header_lands_on_the_request_and_its_variant_with
     let (na, nb) = (by_variant["a"].len() as u64, by_variant["b"].len() as u64);
     let results = s
         .results_when("fb", |r| {
-            metric(r, "a", "thumbs")["count"] == na
-                && metric(r, "b", "thumbs")["count"] == nb
-                && metric(r, "a", "latency")["count"].as_u64() == Some(na)
+            stat(r, "a", "thumbs")["count"] == na
+                && stat(r, "b", "thumbs")["count"] == nb
+                && stat(r, "a", "latency")["count"].as_u64() == Some(na)
         })
         .await;
-    assert_eq!(metric(&results, "b", "thumbs")["mean"], 1.0);
-    assert_eq!(metric(&results, "a", "thumbs")["mean"], 0.0);
-    assert_eq!(metric(&results, "b", "thumbs")["difference"]["mean"], 1.0, "b against the control a");
+    assert_eq!(stat(&results, "b", "thumbs")["mean"], 1.0);
+    assert_eq!(stat(&results, "a", "thumbs")["mean"], 0.0);
+    assert_eq!(stat(&results, "b", "thumbs")["difference"]["mean"], 1.0, "b against the control a");
     for v in ["a", "b"] {
         for m in ["latency", "cost", "errors", "tokens"] {
-            let ci = metric(&results, v, m)["ci95"].as_array().unwrap().clone();
-            let mean = metric(&results, v, m)["mean"].as_f64().unwrap();
+            let ci = stat(&results, v, m)["ci95"].as_array().unwrap().clone();
+            let mean = stat(&results, v, m)["mean"].as_f64().unwrap();
             assert!(ci[0].as_f64().unwrap() <= mean && mean <= ci[1].as_f64().unwrap(), "{v} {m}: {results:#}");
         }
     }
-    assert!(metric(&results, "b", "latency")["difference"]["ci95"].is_array());
+    assert!(stat(&results, "b", "latency")["difference"]["ci95"].is_array());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadows_go_after_the_answer_are_billed_apart_never_fail_it_and_are_kept_as_pairs() {
-    let primary = mock(&["m", "mq"]).await;
-    let slow = mock_with(&["m3"], MockConfig { latency: Duration::from_secs(2), ..MockConfig::default() }).await;
+    let primary = mock(&["m", "mq", "mb"]).await;
+    let slow_config = || MockConfig { latency: Duration::from_secs(2), ..MockConfig::default() };
+    let slow = mock_with(&["m3"], slow_config()).await;
+    let busy = mock_with(&["m5"], slow_config()).await;
     // A shadow backend that is down: nothing listens on its port.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let backends = format!(
-        "  - {{name: b0, url: '{}', models: [m, mq]}}\n  - {{name: slow, url: '{}', models: [m3]}}\n  - {{name: down, url: 'http://{closed}', models: [m4]}}\n",
+        "  - {{name: b0, url: '{}', models: [m, mq, mb]}}\n  - {{name: slow, url: '{}', models: [m3]}}\n  - {{name: down, url: 'http://{closed}', models: [m4]}}\n  - {{name: busy, url: '{}', models: [m5], max_concurrency: 2}}\n",
         primary.url(),
-        slow.url()
+        slow.url(),
+        busy.url()
     );
     let s = stack(
         &backends,
-        "  mirror: {model: m, shadow: {model: m3, sample: 1.0}}\n  dead: {model: mq, shadow: {model: m4, sample: 1.0}}",
+        "  mirror: {model: m, shadow: {model: m3, sample: 1.0}}\n  dead: {model: mq, shadow: {model: m4, sample: 1.0}}\n  crowded: {model: mb, shadow: {model: m5}}",
     )
     .await;
     let (key_id, key) = s.key(r#"{"name": "app", "rpm": 1000, "budget_usd": 10}"#).await;
@@ -288,8 +291,35 @@ async fn shadows_go_after_the_answer_are_billed_apart_never_fail_it_and_are_kept
     };
     assert!(pair["shadow_status"].as_u64().unwrap() >= 500, "{pair}");
     assert!(pair["shadow_answer"].is_null() && pair["primary_answer"].is_string(), "{pair}");
-    let results = s.results_when("dead", |r| metric(r, "shadow", "errors")["count"] == 1).await;
-    assert_eq!(metric(&results, "shadow", "errors")["mean"], 1.0);
+    let results = s.results_when("dead", |r| stat(r, "shadow", "errors")["count"] == 1).await;
+    assert_eq!(stat(&results, "shadow", "errors")["mean"], 1.0);
+
+    // Shadows never take a backend's last slot: with two, the first shadow (2 s) takes one and
+    // the next two are refused at once, while the primaries are all answered.
+    for _ in 0..3 {
+        let body = json!({"model": "mb", "messages": [{"role": "user", "content": "hi"}]});
+        assert_eq!(s.post("/v1/chat/completions", &key, &body, &[]).await.status, 200);
+    }
+    let pairs = loop {
+        let r = s.admin(Method::GET, "/admin/experiments/crowded/pairs", "").await;
+        let pairs = r.json()["data"].as_array().unwrap().clone();
+        if pairs.len() == 3 {
+            break pairs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let statuses: Vec<u64> = pairs.iter().map(|p| p["shadow_status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    let text = s.client.get(&format!("{}/metrics", s.gw.url())).await.unwrap().text();
+    assert_eq!(
+        metric(&text, "switchyard_experiment_shadows_total{experiment=\"crowded\",outcome=\"refused\"} "),
+        Some(2),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "switchyard_experiment_requests_total{experiment=\"crowded\",variant=\"control\"} "),
+        Some(3)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,15 +349,14 @@ async fn a_judge_model_and_a_webhook_score_answers_and_pairs_off_the_request_pat
             assert!(judged.lock().unwrap().len() < 6);
         }
     }
-    let lone = s
-        .results_when("lone", |r| metric(r, "a", "judge")["count"] == 3 && metric(r, "a", "webhook")["count"] == 3)
-        .await;
-    let mean = |r: &Value, v: &str, m: &str| metric(r, v, m)["mean"].as_f64().unwrap();
+    let lone =
+        s.results_when("lone", |r| stat(r, "a", "judge")["count"] == 3 && stat(r, "a", "webhook")["count"] == 3).await;
+    let mean = |r: &Value, v: &str, m: &str| stat(r, v, m)["mean"].as_f64().unwrap();
     let near = |x: f64, y: f64| (x - y).abs() < 1e-9;
     assert!(near(mean(&lone, "a", "judge"), 0.9) && near(mean(&lone, "a", "webhook"), 0.7), "{lone:#}");
     let paired = s
         .results_when("paired", |r| {
-            metric(r, "shadow", "judge")["count"] == 3 && metric(r, "shadow", "webhook")["count"] == 3
+            stat(r, "shadow", "judge")["count"] == 3 && stat(r, "shadow", "webhook")["count"] == 3
         })
         .await;
     assert!(near(mean(&paired, "control", "judge"), 0.8), "{paired:#}");
