@@ -95,6 +95,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # The cache only for requests that ask for it (the other tests count their requests), with
         # its semantic layer on the mock's embeddings, so the cache page has both layers to show.
         f"cache: {{opt_in: true, semantic: {{embedding_model: {MODEL}, threshold: 0.8, threshold_header: true, calibration: '{calibration}'}}}}\n"
+        # An experiment on a name only its own test asks for (the others count their requests).
+        f"experiments: {{trial: {{model: trial, unit: user, metrics: [thumbs], variants: {{a: {{model: {MODEL}}}, b: {{model: fast}}}}}}}}\n"
     )
     gateway = start("gateway", ["serve", "--config", str(config)], logs)
     yield Stack(mock, gateway)

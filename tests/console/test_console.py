@@ -253,3 +253,31 @@ def test_logging_out_ends_the_session(page: Page, stack: Stack) -> None:
     assert status == 401, body
     page.goto(stack.url + "/ui")
     expect(page).to_have_url(re.compile(r"/ui/login"))
+
+
+def test_the_experiments_page_shows_variants_results_and_intervals(page: Page, stack: Stack) -> None:
+    seen: dict[str, int] = {}
+    for user in range(12):
+        body = {"model": "trial", "user": f"user-{user}", "messages": [{"role": "user", "content": "hi"}]}
+        status, headers, _ = stack.call("/v1/chat/completions", body)
+        assert status == 200, headers
+        variant = headers["x-switchyard-variant"]
+        seen[variant] = seen.get(variant, 0) + 1
+        feedback = {"request_id": headers["x-request-id"], "name": "thumbs", "value": 1 if variant == "b" else 0}
+        assert stack.call("/v1/feedback", feedback)[0] == 200
+    assert set(seen) == {"a", "b"}, seen
+    deadline = time.monotonic() + 10
+    while True:  # the usage records land a moment after the answers
+        results = page.request.get(stack.url + "/ui/api/experiments/trial").json()
+        if sum(v["metrics"].get("latency", {}).get("count", 0) for v in results["variants"].values()) >= 12:
+            break
+        assert time.monotonic() < deadline, results
+        time.sleep(0.05)
+    page.goto(stack.url + "/ui#/experiments")
+    card = page.locator("[data-testid=experiment-trial]")
+    expect(card).to_contain_text("model trial")
+    expect(card.locator("[data-testid=result-row]").first).to_be_visible()
+    expect(card.locator("[data-testid=interval-chart-thumbs] circle")).to_have_count(2)
+    expect(card.locator("[data-testid=interval-chart-latency]")).to_be_visible()
+    expect(card).to_contain_text("a (control)")
+    shot(page, "experiments")

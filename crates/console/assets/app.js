@@ -18,10 +18,11 @@ import { users } from './pages/users.js';
 import { backends } from './pages/backends.js';
 import { mcp } from './pages/mcp.js';
 import { cache } from './pages/cache.js';
+import { experiments } from './pages/experiments.js';
 import { playground } from './pages/playground.js';
 import { audit } from './pages/audit.js';
 
-const PAGES = { overview, usage, requests, keys, teams, users, backends, mcp, cache, playground, audit };
+const PAGES = { overview, usage, requests, keys, teams, users, backends, mcp, cache, experiments, playground, audit };
 
 // uPlot comes from a classic script that index.html runs before any module.
 if (typeof globalThis.uPlot === 'undefined') {

@@ -83,6 +83,7 @@ assets! {
     "pages/backends.js" => "text/javascript; charset=utf-8",
     "pages/mcp.js" => "text/javascript; charset=utf-8",
     "pages/cache.js" => "text/javascript; charset=utf-8",
+    "pages/experiments.js" => "text/javascript; charset=utf-8",
     "pages/playground.js" => "text/javascript; charset=utf-8",
     "pages/audit.js" => "text/javascript; charset=utf-8",
     "app.css" => "text/css; charset=utf-8",

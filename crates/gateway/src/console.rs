@@ -132,7 +132,7 @@ async fn api_route(
     let route = &path["/ui/api".len()..];
     let query = req.uri().query().map(str::to_owned);
     let query = query.as_deref();
-    let mirrored = ["/keys", "/teams", "/users", "/audit"]
+    let mirrored = ["/keys", "/teams", "/users", "/audit", "/experiments"]
         .iter()
         .any(|m| route == *m || route.strip_prefix(m).is_some_and(|r| r.starts_with('/')));
     if mirrored {

@@ -77,7 +77,11 @@ impl Stack {
     }
 
     async fn rows(&self, sql: &str) -> Vec<(Option<String>, Option<String>, Option<String>)> {
-        let pool = sqlx::SqlitePool::connect(&self.db).await.unwrap();
+        if self.db.starts_with("sqlite:") {
+            let pool = sqlx::SqlitePool::connect(&self.db).await.unwrap();
+            return sqlx::query_as(sql).fetch_all(&pool).await.unwrap();
+        }
+        let pool = sqlx::PgPool::connect(&self.db).await.unwrap();
         sqlx::query_as(sql).fetch_all(&pool).await.unwrap()
     }
 }

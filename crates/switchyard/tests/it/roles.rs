@@ -53,7 +53,7 @@ async fn master(client: &TestClient, gw: &RunningGateway, m: Method, path: &str,
 }
 
 /// The admin API's routes the console serves under `/ui/api` too.
-const MIRRORED: [&str; 4] = ["/keys", "/teams", "/users", "/audit"];
+const MIRRORED: [&str; 5] = ["/keys", "/teams", "/users", "/audit", "/experiments"];
 const FORM: &str = "application/x-www-form-urlencoded";
 const CHAT: &str = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
 
