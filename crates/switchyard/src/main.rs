@@ -8,6 +8,7 @@ mod cache;
 mod cli;
 mod demo;
 mod exit;
+mod experiments;
 mod fd_limit;
 mod keys;
 mod orgs;

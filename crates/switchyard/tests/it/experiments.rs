@@ -479,3 +479,33 @@ async fn bad_experiments_are_refused_naming_the_field_and_keys_never_reach_a_mod
     let r = s.chat(&narrow, "m", "u").await;
     assert_eq!((r.status.as_u16(), variant(&r), r.json()["model"].as_str()), (200, "-".to_owned(), Some("m")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_creates_shows_and_deletes_experiments_and_runs_the_simulation() {
+    let (a, b, c) = mocks().await;
+    let s = stack(&three(&a, &b, &c), "  {}").await;
+    let url = s.gw.url();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(args)
+            .args(["--url", &url, "--master-key", MASTER])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let spec = scratch_dir().join("spec.yaml");
+    std::fs::write(&spec, "model: m\nunit: request\nvariants: {a: {model: m1}, b: {model: m2, weight: 30}}\n").unwrap();
+    let made: Value =
+        serde_json::from_str(&run(&["experiments", "create", "cli", "--file", spec.to_str().unwrap()])).unwrap();
+    assert_eq!(made["variants"][1]["weight"], 30.0);
+    assert_eq!(variant(&s.chat(MASTER, "m", "u").await).len(), 1);
+    let shown: Value = serde_json::from_str(&run(&["experiments", "show", "cli"])).unwrap();
+    assert_eq!(shown["control"], "a");
+    let listed: Value = serde_json::from_str(&run(&["experiments", "list"])).unwrap();
+    assert_eq!(listed["data"][0]["name"], "cli");
+    run(&["experiments", "delete", "cli"]);
+    assert_eq!(variant(&s.chat(MASTER, "m", "u").await), "-");
+    let simulated = run(&["experiments", "simulate", "--runs", "3"]);
+    assert!(simulated.contains("the best declared 3 times"), "{simulated}");
+}
