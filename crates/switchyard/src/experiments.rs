@@ -86,7 +86,7 @@ fn simulate(rates: Vec<f64>, runs: u64, floor: f64, alpha: f64) -> Result<(), St
     if rates.len() < 2 || rates.iter().any(|r| !(0.0..=1.0).contains(r)) {
         return Err("--rates: two success rates or more, each between 0 and 1".to_owned());
     }
-    if !(alpha > 0.0 && alpha < 0.5) || !(0.0..=1.0 / rates.len() as f64).contains(&floor) {
+    if !(alpha > 0.0 && alpha < 0.5 && (0.0..=1.0 / rates.len() as f64).contains(&floor)) {
         return Err("--alpha is above 0 and below 0.5; --floor times the variants is at most 1".to_owned());
     }
     let settings = AdaptiveSettings { alpha, floor, ..AdaptiveSettings::default() };
