@@ -19,6 +19,8 @@
 //!    request ends. docs/ARCHITECTURE.md has the table of phases.
 //! 5. `app` — the shared state all of the above read: built once, never imports a handler.
 //! 6. `http` — response bodies, JSON and error responses, body reading, relay, metering.
+//!    `experiments` — experiments on live traffic (issue 57): the live set, assignment, state,
+//!    results and the refresh task; it reads the store, below it.
 //! 7. `auth`, `limit` (across a fleet through `shared`, the Redis connection), `route` (health probes and discovery run beside the pipeline, one task
 //!    per backend: `route/health.rs`), `translate`, `usage`, `store`, `metrics`, `error`, `telemetry`
 //!    (OpenTelemetry spans, built and exported off the request path).
