@@ -6,11 +6,13 @@
 
 pub mod refresh;
 pub mod results;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -162,6 +164,8 @@ struct Table {
 /// Every live experiment.
 #[derive(Default)]
 pub struct Experiments {
+    /// Whether any experiment is live: what a request checks first (one atomic load).
+    any: AtomicBool,
     table: ArcSwap<Table>,
     /// Those made through the admin API (the configuration's come with each config).
     api: Mutex<Vec<Arc<Experiment>>>,
@@ -205,11 +209,12 @@ impl Experiments {
             table.by_model.entry(spec.model.clone()).or_default().push(live.clone());
             table.by_name.insert(spec.name.clone(), live);
         }
+        self.any.store(!table.by_name.is_empty(), Relaxed);
         self.table.store(Arc::new(table));
     }
 
     pub fn is_empty(&self) -> bool {
-        self.table.load().by_name.is_empty()
+        !self.any.load(Relaxed)
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Live>> {

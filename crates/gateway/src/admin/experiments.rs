@@ -148,21 +148,21 @@ async fn put(
     Ok(json_value(status, &summary(&live)))
 }
 
-/// A scoped operator (a team admin) manages only their team's experiments, over models the
-/// team may use.
+/// An experiment for a team uses only models the team may use (whoever makes it), and a scoped
+/// operator (a team admin) manages only experiments of teams they administer.
 async fn team_may(op: &Operator, store: &Store, e: &switchyard_experiments::Experiment) -> Result<(), GatewayError> {
-    if op.is_admin() {
-        return Ok(());
-    }
     let forbidden = |message: String| GatewayError::Forbidden { message, code: "forbidden" };
-    let Some(team) = e.team.as_deref().filter(|t| op.admins_team_named(t)) else {
-        return Err(forbidden("a team admin's experiment names a `team` they administer".to_owned()));
+    let Some(team) = e.team.as_deref() else {
+        return match op.is_admin() {
+            true => Ok(()),
+            false => Err(forbidden("a team admin's experiment names a `team` they administer".to_owned())),
+        };
     };
-    let record = store
-        .team_by_name(team)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| bad(format!("no team `{team}`"), Some("team")))?;
+    if !op.admins_team_named(team) {
+        return Err(forbidden(format!("only an administrator of team `{team}` manages its experiments")));
+    }
+    let record = store.team_by_name(team).await.map_err(internal)?;
+    let record = record.ok_or_else(|| bad(format!("experiments.{}.team: no team `{team}`", e.name), Some("team")))?;
     let allowed = |m: &str| record.models.is_empty() || crate::glob::any(&record.models, m);
     let models = e.variants.iter().map(|v| (format!("variants.{}.model", v.name), &v.model));
     let shadow = e.shadow.iter().map(|s| ("shadow.model".to_owned(), &s.model));

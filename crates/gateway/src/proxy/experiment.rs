@@ -251,13 +251,15 @@ impl Context {
         }
     }
 
-    /// Redacted (when request logging redacts) and cut, as request logging keeps bodies.
+    /// Redacted and cut, as request logging keeps bodies.
     fn kept(&self, text: Option<&String>) -> Option<String> {
         let max = self.app.config.console.max_stored_body_bytes;
         let text = text?;
+        // Without `console.store_bodies` there is no redactor of the deployment's own secrets,
+        // but the patterns every redactor knows (API keys, private keys) still apply.
         let text = match &self.app.redactor {
             Some(redactor) => redactor.redact(text),
-            None => text.clone(),
+            None => crate::redact::Redactor::default().redact(text),
         };
         let mut cut = max.min(text.len());
         while !text.is_char_boundary(cut) {

@@ -105,6 +105,10 @@ async fn record(
 /// Feedback in a follow-up request's header: recorded off the request path; a bad one is
 /// logged and never fails the request it rides on.
 pub fn from_header(app: &Arc<App>, identity: &Identity, headers: &HeaderMap) {
+    // No experiment, no metric to score: a gateway without experiments does not look.
+    if app.experiments.is_empty() {
+        return;
+    }
     let Some(value) = headers.get(&FEEDBACK_HEADER) else { return };
     let Some((request_id, scores)) = value.to_str().ok().and_then(parse_header) else {
         tracing::debug!("x-switchyard-feedback is `request_id=ID; NAME=VALUE`");

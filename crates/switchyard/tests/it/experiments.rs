@@ -282,8 +282,10 @@ async fn shadows_go_after_the_answer_are_billed_apart_never_fail_it_and_are_kept
     let usage = s.admin(Method::GET, &format!("/admin/usage?key_id={key_id}"), "").await;
     assert_eq!(usage.json()["totals"]["requests"], ids.len(), "{}", usage.text());
 
-    // A shadow whose backend is down costs the client nothing, and its pair says so.
-    let body = json!({"model": "mq", "messages": [{"role": "user", "content": "hi"}]});
+    // A shadow whose backend is down costs the client nothing, and its pair says so; what it
+    // keeps is redacted as the request log is.
+    let secret = "sk-live-0123456789abcdefghij";
+    let body = json!({"model": "mq", "messages": [{"role": "user", "content": format!("my key is {secret}")}]});
     let r = s.post("/v1/chat/completions", &key, &body, &[]).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let pair = loop {
@@ -295,6 +297,8 @@ async fn shadows_go_after_the_answer_are_billed_apart_never_fail_it_and_are_kept
     };
     assert!(pair["shadow_status"].as_u64().unwrap() >= 500, "{pair}");
     assert!(pair["shadow_answer"].is_null() && pair["primary_answer"].is_string(), "{pair}");
+    let kept = pair["request"].as_str().unwrap();
+    assert!(kept.contains("my key is") && !kept.contains(secret), "{pair}");
     let results = s.results_when("dead", |r| stat(r, "shadow", "errors")["count"] == 1).await;
     assert_eq!(stat(&results, "shadow", "errors")["mean"], 1.0);
 
@@ -474,6 +478,14 @@ async fn bad_experiments_are_refused_naming_the_field_and_keys_never_reach_a_mod
     assert_eq!(listed["data"].as_array().unwrap().len(), 2);
     assert_eq!(s.admin(Method::DELETE, "/admin/experiments/api", "").await.status, 200);
     assert_eq!(variant(&s.chat(MASTER, "m3", "u").await), "-");
+    // A team's experiment uses only models the team may use, whoever makes it.
+    let r = s.admin(Method::POST, "/admin/teams", r#"{"name": "t1", "models": ["m", "m1"]}"#).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let spec =
+        r#"{"name": "t1x", "team": "t1", "model": "m", "variants": {"a": {"model": "m1"}, "b": {"model": "m2"}}}"#;
+    let r = s.admin(Method::POST, "/admin/experiments", spec).await;
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("experiments.t1x.variants.b.model: team `t1` may not use `m2`"), "{}", r.text());
     // A key allowed only `m` never reaches the variant's m2: it is answered by m, unassigned.
     let (_, narrow) = s.key(r#"{"models": ["m"]}"#).await;
     let r = s.chat(&narrow, "m", "u").await;
