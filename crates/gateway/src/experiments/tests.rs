@@ -69,7 +69,7 @@ fn a_stopped_variant_gets_nobody_and_a_winner_everybody() {
 fn state_outlives_a_reload_that_keeps_the_spec() {
     let set = Experiments::default();
     let spec = experiment("model: m\nvariants: {a: {model: m1}, b: {model: m2}}");
-    set.configure(&[spec.clone()]);
+    set.configure(std::slice::from_ref(&spec));
     set.get("e").expect("live").update(|s| s.winner = Some(1));
     set.configure(&[spec]);
     assert_eq!(set.get("e").map(|l| l.state().winner), Some(Some(1)));
