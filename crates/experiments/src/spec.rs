@@ -107,6 +107,9 @@ pub struct WebhookSpec {
     /// How long one call may take (default 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// Headers sent with each call (`authorization: "Bearer ${EVAL_TOKEN}"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -339,6 +342,14 @@ impl RawExperiment {
                 return Err(at(".webhook.url", format!("`{}` is not an http(s) URL", hook.url)));
             }
             sample(hook.sample).map_err(|m| at(".webhook.sample", m))?;
+            for (name, value) in &hook.headers {
+                let valid = !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+                    && value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+                if !valid {
+                    return Err(at(&format!(".webhook.headers.{name}"), "not a valid header".into()));
+                }
+            }
             if let Some(timeout) = &hook.timeout {
                 humantime::parse_duration(timeout).map_err(|e| at(".webhook.timeout", format!("`{timeout}`: {e}")))?;
             }

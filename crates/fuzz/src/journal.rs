@@ -39,6 +39,8 @@ fn record(i: usize) -> UsageRecord {
         guard_call: None,
         units: None,
         batch_id: None,
+        experiment: None,
+        variant: None,
     }
 }
 

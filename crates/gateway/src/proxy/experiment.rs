@@ -75,13 +75,19 @@ pub(super) fn assign(
     Some(assignment)
 }
 
-/// The body's OpenAI `user` field, read only for experiments.
+/// The body's OpenAI `user` field (or Anthropic's `metadata.user_id`), read only for experiments.
 fn body_user(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        user_id: Option<String>,
+    }
     #[derive(serde::Deserialize)]
     struct User {
         user: Option<String>,
+        metadata: Option<Metadata>,
     }
-    serde_json::from_slice::<User>(body).ok()?.user.filter(|u| !u.is_empty())
+    let found = serde_json::from_slice::<User>(body).ok()?;
+    found.user.or(found.metadata.and_then(|m| m.user_id)).filter(|u| !u.is_empty())
 }
 
 /// What watches an assigned request's answer: its tap, and what is done with the answer.

@@ -56,6 +56,10 @@ async fn record(
     name: &str,
     value: f64,
 ) -> Result<Assigned, GatewayError> {
+    if switchyard_experiments::USAGE_METRICS.contains(&name) {
+        let message = format!("`{name}` comes from the usage records, not from feedback");
+        return Err(GatewayError::bad_request(message, Some("name")));
+    }
     if !app.experiments.knows_metric(name) {
         return Err(GatewayError::bad_request(format!("`{name}` is not a metric of any experiment"), Some("name")));
     }

@@ -141,10 +141,11 @@ async fn ask_webhook(
     if let Some(model) = a.shadow_model() {
         payload["shadow"] = json!({"model": model, "answer": compared.shadow});
     }
-    let req = http::Request::post(hook.url.as_str())
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(payload.to_string())))
-        .map_err(|e| e.to_string())?;
+    let mut req = http::Request::post(hook.url.as_str()).header(http::header::CONTENT_TYPE, "application/json");
+    for (name, value) in &hook.headers {
+        req = req.header(name.as_str(), value.as_str());
+    }
+    let req = req.body(Full::new(Bytes::from(payload.to_string()))).map_err(|e| e.to_string())?;
     let wait =
         hook.timeout.as_deref().and_then(|t| humantime::parse_duration(t).ok()).unwrap_or(Duration::from_secs(10));
     let asked = async {

@@ -345,7 +345,7 @@ async fn a_judge_model_and_a_webhook_score_answers_and_pairs_off_the_request_pat
     let (hook, hooked) = json_service(Duration::ZERO, |_| json!({"score": 0.7, "shadow": {"score": 0.4}})).await;
     let backends = format!("{}  - {{name: judge, url: 'http://{judge}', models: [judge]}}\n", three(&a, &b, &c));
     let experiments = format!(
-        "  lone: {{model: m, variants: {{a: {{model: m1}}}}, metrics: [judge], judge: {{model: judge, rubric: 'Is it right?'}}, webhook: {{url: 'http://{hook}'}}}}\n\
+        "  lone: {{model: m, variants: {{a: {{model: m1}}}}, metrics: [judge], judge: {{model: judge, rubric: 'Is it right?'}}, webhook: {{url: 'http://{hook}', headers: {{authorization: 'Bearer eval-token'}}}}}}\n\
          \x20 paired: {{model: m2, shadow: {{model: m3}}, metrics: [judge], judge: {{model: judge, rubric: 'Which is better?'}}, webhook: {{url: 'http://{hook}'}}}}"
     );
     let s = stack(&backends, &experiments).await;
@@ -520,4 +520,48 @@ async fn the_cli_creates_shows_and_deletes_experiments_and_runs_the_simulation()
     assert_eq!(variant(&s.chat(MASTER, "m", "u").await), "-");
     let simulated = run(&["experiments", "simulate", "--runs", "3"]);
     assert!(simulated.contains("the best declared 3 times"), "{simulated}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guardrails_apply_to_every_variant_and_the_shadow_is_sent_the_guarded_request() {
+    let (a, b, c) = mocks().await;
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nauth: {{master_key: {MASTER}}}\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\n\
+         guardrails:\n  default: [pii, blocker]\n  pii: {{type: pii, action: mask}}\n  blocker: {{type: keywords, keywords: [nightingale], action: block}}\n\
+         experiments:\n  g: {{model: m, unit: request, variants: {{a: {{model: m1}}, b: {{model: m2}}}}, shadow: {{model: m3}}}}\n\
+         backends:\n{}",
+        dir.display(),
+        three(&a, &b, &c)
+    );
+    let s = Stack { gw: gateway_yaml(&yaml).await, db, client: TestClient::new() };
+    let ask = |text: &str| json!({"model": "m", "messages": [{"role": "user", "content": text}]});
+    let mut variants = std::collections::HashSet::new();
+    for i in 0..20 {
+        let r = s.post("/v1/chat/completions", MASTER, &ask(&format!("about nightingale {i}")), &[]).await;
+        assert_eq!(r.status, 400, "every variant's requests pass the guards: {}", r.text());
+        let ok = s.post("/v1/chat/completions", MASTER, &ask(&format!("plain question {i}")), &[]).await;
+        variants.insert(variant(&ok));
+    }
+    assert_eq!(variants.len(), 2, "both variants served the allowed requests: {variants:?}");
+    let r = s.post("/v1/chat/completions", MASTER, &ask("mail jane.doe@example.com please"), &[]).await;
+    assert_eq!(r.status, 200);
+    let id = request_id(&r);
+    let pair = loop {
+        let r = s.admin(Method::GET, "/admin/experiments/g/pairs", "").await;
+        let pairs = r.json()["data"].as_array().unwrap().clone();
+        if let Some(pair) = pairs.into_iter().find(|p| p["request_id"] == id.as_str()) {
+            break pair;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let kept = pair["request"].as_str().unwrap();
+    assert!(
+        kept.contains("mail") && !kept.contains("jane.doe@example.com"),
+        "the shadow got the masked request: {pair}"
+    );
+    // Blocked requests sent no shadow: 20 allowed and 1 masked request have pairs, nothing else.
+    let all = s.admin(Method::GET, "/admin/experiments/g/pairs", "").await.json();
+    assert!(all["data"].as_array().unwrap().len() <= 21, "{all}");
 }
