@@ -1,0 +1,197 @@
+//! A rule's condition, compiled and checked once, evaluated against one request's attributes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
+use cel::{Context, Env, Program, Value};
+
+use crate::attributes::{Phase, Type};
+use crate::check::{CheckError, Checker};
+
+/// A checked CEL condition.
+pub struct Condition {
+    program: Program,
+    pub source: String,
+    pub phase: Phase,
+    /// The attributes it reads (the gateway provides only these).
+    pub reads: Vec<&'static str>,
+    /// Their roots (`request`, `key`…): the variables bound for it.
+    roots: Vec<&'static str>,
+}
+
+impl std::fmt::Debug for Condition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Condition").field("source", &self.source).field("phase", &self.phase).finish()
+    }
+}
+
+/// The standard environment, built once: a context per evaluation shares it.
+fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
+}
+
+impl Condition {
+    /// Parse and check `source` for a rule of `phase`: it must be a bool (or only known when
+    /// evaluated) and read only attributes known by then.
+    pub fn compile(source: &str, phase: Phase) -> Result<Condition, CheckError> {
+        let program = Program::compile(source).map_err(|errors| {
+            let first = errors.errors.first();
+            CheckError {
+                message: first.map_or_else(|| "not a CEL expression".to_owned(), |e| format!("syntax: {}", e.msg)),
+                at: first.map(|e| (e.pos.1.max(0) as u32, e.pos.1.max(0) as u32 + 1)),
+            }
+        })?;
+        let mut checker = Checker::new(phase, program.source_info());
+        let ty = checker.infer(program.expression())?;
+        if !matches!(ty, Type::Bool | Type::Dyn) {
+            let message = format!("a condition is a bool; this is {}", ty.name());
+            return Err(CheckError { message, at: None });
+        }
+        let reads = checker.read;
+        let mut roots: Vec<&'static str> = reads.iter().map(|p| p.split('.').next().unwrap_or(p)).collect();
+        roots.dedup();
+        roots.sort_unstable();
+        roots.dedup();
+        Ok(Condition { program, source: source.to_owned(), phase, reads, roots })
+    }
+
+    /// Whether it holds for `values`; an evaluation error (a claim of the wrong type at run time)
+    /// is the error's text, for the caller to treat as not holding and to log.
+    pub fn holds(&self, values: &Bound) -> Result<bool, String> {
+        let mut context = Context::with_env(env());
+        context.set_variable_resolver(values);
+        match self.program.execute(&context) {
+            Ok(Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("`{}` gave {other:?}, not a bool", self.source)),
+            Err(e) => Err(format!("`{}`: {e}", self.source)),
+        }
+    }
+
+    /// The roots it reads (`request`, `key`…).
+    pub fn roots(&self) -> &[&'static str] {
+        &self.roots
+    }
+}
+
+/// One request's attributes, by path (`request.model`), as they are gathered.
+#[derive(Debug, Clone, Default)]
+pub struct Values {
+    roots: HashMap<&'static str, HashMap<String, Value>>,
+}
+
+impl Values {
+    /// Set the attribute at `path` (`root.field`).
+    pub fn set(&mut self, path: &'static str, value: impl Into<Value>) -> &mut Values {
+        let (root, field) = path.split_once('.').unwrap_or((path, ""));
+        self.roots.entry(root).or_default().insert(field.to_owned(), value.into());
+        self
+    }
+
+    /// Converted once into what the interpreter reads, for every rule of the request to borrow.
+    pub fn bind(self) -> Bound {
+        let roots = self
+            .roots
+            .into_iter()
+            .filter_map(|(root, fields)| Some((root, Box::<dyn Val>::try_from(Value::from(fields)).ok()?)))
+            .collect();
+        Bound { roots }
+    }
+}
+
+/// A request's attributes in the interpreter's own form; its rules borrow them (no copy per rule).
+#[derive(Debug, Default)]
+pub struct Bound {
+    roots: HashMap<&'static str, Box<dyn Val>>,
+}
+
+impl VariableResolver for Bound {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        // A root the request has none of is an empty map: `has(key.name)` is false, not an error.
+        // The interpreter asks for qualified names too (`key.tags` before `key`): only a root
+        // answers.
+        let known_root = crate::attributes::ATTRIBUTES.iter().any(|a| a.path.split('.').next() == Some(variable));
+        let value: &dyn Val = match self.roots.get(variable) {
+            Some(value) => &**value,
+            None if known_root => empty_map(),
+            None => return None,
+        };
+        Some(CowVal::Borrowed(value))
+    }
+}
+
+fn empty_map() -> &'static dyn Val {
+    static EMPTY: OnceLock<Box<dyn Val>> = OnceLock::new();
+    &**EMPTY.get_or_init(|| {
+        let empty: HashMap<String, Value> = HashMap::new();
+        Box::<dyn Val>::try_from(Value::from(empty)).unwrap_or_else(|_| Box::new(cel::common::types::CelNull))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Bound {
+        let mut v = Values::default();
+        let headers: HashMap<String, Value> = [("x-data-class".to_owned(), Value::from("restricted"))].into();
+        let claims: HashMap<String, Value> = [("admin".to_owned(), Value::Bool(true))].into();
+        v.set("request.model", "gpt-4o")
+            .set("request.stream", true)
+            .set("request.size", 512i64)
+            .set("request.headers", headers)
+            .set("key.tags", vec![Value::from("intern")])
+            .set("key.team", "research")
+            .set("jwt.claims", claims)
+            .set("time.hour", 14i64);
+        v.bind()
+    }
+
+    #[test]
+    fn typical_rules_evaluate() {
+        let cases = [
+            ("'intern' in key.tags && request.model.startsWith('gpt-4')", true),
+            ("request.headers['x-data-class'] == 'restricted'", true),
+            ("has(request.headers.authorization)", false),
+            ("jwt.claims.admin == true && time.hour >= 9 && time.hour < 17", true),
+            ("request.size > 1024 || !request.stream", false),
+            ("key.tags.exists(t, t == 'intern')", true),
+            ("key.team in ['research', 'ops']", true),
+        ];
+        for (source, expected) in cases {
+            let c = Condition::compile(source, Phase::Request).unwrap_or_else(|e| panic!("{source}: {e}"));
+            assert_eq!(c.holds(&request()), Ok(expected), "{source}");
+        }
+    }
+
+    #[test]
+    fn a_root_the_request_lacks_is_empty() {
+        let c = Condition::compile("!has(key.name) && !has(jwt.claims)", Phase::Request).expect("valid");
+        assert_eq!(c.holds(&Values::default().bind()), Ok(true));
+    }
+
+    #[test]
+    fn load_time_errors_name_what_and_where() {
+        let cases = [
+            ("request.modle == 'x'", "unknown attribute `request.modle`"),
+            ("user.name == 'x'", "unknown attribute `user.name`"),
+            ("request.size == 'big'", "compares int with string"),
+            ("request.model", "a condition is a bool"),
+            ("request.model > 3", "compares string with int"),
+            ("mcp.tool == 'delete'", "known only in the mcp phase"),
+            ("key.tags['x'] == 'y'", "an index of list(string) is an int"),
+            ("request == 'x'", "`request` is not a value"),
+            ("lowerAscii(request.model) == 'x'", "unknown function `lowerAscii`"),
+            ("request.model ==", "syntax"),
+        ];
+        for (source, expected) in cases {
+            let e = Condition::compile(source, Phase::Request).expect_err(source);
+            assert!(e.message.contains(expected), "{source}: {e}");
+        }
+        let e = Condition::compile("request.size == 'big'", Phase::Request).expect_err("type");
+        assert!(e.at.is_some(), "a check error says where: {e}");
+        assert!(Condition::compile("mcp.tool.startsWith('github__delete')", Phase::Mcp).is_ok());
+    }
+}
