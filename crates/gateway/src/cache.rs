@@ -358,6 +358,15 @@ impl Fill {
         self.body.extend_from_slice(data);
     }
 
+    /// The client went away before the backend's end was read. A stream that already passed its
+    /// terminal event is whole all the same (clients stop reading at `[DONE]` and may close
+    /// before the backend's last chunk arrives); a plain body is not known to be.
+    pub fn abandoned(self) {
+        if self.stream && stream_complete(self.endpoint, &self.body) {
+            self.finish();
+        }
+    }
+
     /// The answer reached its clean end: store it if it is whole and not an error.
     pub fn finish(self) {
         if self.over || self.body.is_empty() || !complete(self.endpoint, self.stream, &self.body) {
@@ -376,6 +385,12 @@ impl Fill {
         };
         self.cache.put(self.digest, entry);
     }
+}
+
+/// Whether a stream a client closed is whole all the same: it passed its terminal event, and
+/// stopped at an event's (or NDJSON line's) end, never a terminal event cut in two.
+pub(crate) fn stream_complete(endpoint: Endpoint, body: &[u8]) -> bool {
+    body.ends_with(b"\n") && complete(endpoint, true, body)
 }
 
 /// Whether a relayed answer is whole: a stream that reached its API's last event, with no error

@@ -48,6 +48,9 @@ pub struct Completion {
 pub trait AnswerSink: Send + Sync {
     fn push(&mut self, data: &[u8]);
     fn finish(self: Box<Self>);
+    /// The body was dropped before the backend's end was read: a client that stops reading at
+    /// a stream's terminal event (`[DONE]`) may close before it. By default nothing is kept.
+    fn abandoned(self: Box<Self>) {}
 }
 
 impl AnswerSink for crate::cache::Fill {
@@ -56,6 +59,9 @@ impl AnswerSink for crate::cache::Fill {
     }
     fn finish(self: Box<Self>) {
         crate::cache::Fill::finish(*self);
+    }
+    fn abandoned(self: Box<Self>) {
+        crate::cache::Fill::abandoned(*self);
     }
 }
 
@@ -71,6 +77,11 @@ impl AnswerSink for BothSinks {
         let BothSinks(a, b) = *self;
         a.finish();
         b.finish();
+    }
+    fn abandoned(self: Box<Self>) {
+        let BothSinks(a, b) = *self;
+        a.abandoned();
+        b.abandoned();
     }
 }
 
@@ -92,6 +103,9 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         self.metrics.duration.observe(self.started.elapsed());
+        if let Some(sink) = self.cache.take() {
+            sink.abandoned();
+        }
     }
 }
 

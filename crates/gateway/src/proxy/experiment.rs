@@ -110,7 +110,7 @@ impl Watch {
         if let Some(meter) = settlement.meter() {
             meter.experiment(assignment.experiment(), assignment.variant_name());
         }
-        let (watch, tap) = Watch::new(assignment, call.request_id.to_str().unwrap_or(""));
+        let (watch, tap) = Watch::new(assignment, call);
         exchange.tap = tap;
         watch
     }
@@ -131,8 +131,9 @@ impl Watch {
 
     /// Decide what this request gets (shadow, judge, webhook, by their samples) and make the tap
     /// when any needs the answer.
-    fn new(assignment: Assignment, request_id: &str) -> (Watch, Option<Box<dyn AnswerSink>>) {
+    fn new(assignment: Assignment, call: &Call<'_>) -> (Watch, Option<Box<dyn AnswerSink>>) {
         use switchyard_experiments::assign::point;
+        let request_id = call.request_id.to_str().unwrap_or("");
         let spec = &assignment.live.spec;
         let sampled = |what: &str, share: f64| point(&format!("{}#{what}", spec.name), request_id) < share;
         let judge = spec.judge.as_ref().is_some_and(|j| sampled("judge", j.sample));
@@ -141,7 +142,8 @@ impl Watch {
         let (tap, answer) = match watched {
             true => {
                 let (tx, rx) = oneshot::channel();
-                (Some(Box::new(Tap { body: Vec::new(), over: false, tx }) as Box<dyn AnswerSink>), Some(rx))
+                let tap = Tap { body: Vec::new(), over: false, tx, endpoint: call.endpoint, stream: call.stream };
+                (Some(Box::new(tap) as Box<dyn AnswerSink>), Some(rx))
             }
             false => (None, None),
         };
@@ -177,6 +179,8 @@ struct Tap {
     body: Vec<u8>,
     over: bool,
     tx: oneshot::Sender<Vec<u8>>,
+    endpoint: Endpoint,
+    stream: bool,
 }
 
 impl AnswerSink for Tap {
@@ -190,6 +194,12 @@ impl AnswerSink for Tap {
     fn finish(self: Box<Self>) {
         if !self.over {
             let _ = self.tx.send(self.body);
+        }
+    }
+    /// A stream its client closed after the terminal event is whole all the same.
+    fn abandoned(self: Box<Self>) {
+        if self.stream && crate::cache::stream_complete(self.endpoint, &self.body) {
+            self.finish();
         }
     }
 }

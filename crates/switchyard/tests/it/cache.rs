@@ -250,3 +250,84 @@ async fn two_instances_share_hits_through_redis() {
     let stored = redis.command(&["EVAL", "return #redis.call('KEYS', 'switchyard:cache:*')", "0"]);
     assert_eq!(stored.as_deref(), Some(":8"), "one entry per request, stored once");
 }
+
+/// A backend that streams one chat answer through `[DONE]` and then holds its body open (the
+/// chunked body's end never comes); probes get a model list. One request per connection.
+async fn backend_that_lingers_after_done() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let n = socket.read(&mut buf).await.unwrap_or(0);
+                if !buf[..n].starts_with(b"POST") {
+                    let list = r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#;
+                    let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", list.len());
+                    let _ = socket.write_all(format!("{head}{list}").as_bytes()).await;
+                    return;
+                }
+                let events = [
+                    r#"data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"kept"},"finish_reason":null}]}"#,
+                    r#"data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                    "data: [DONE]",
+                ];
+                let mut out = String::from(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+                );
+                for event in events {
+                    let event = format!("{event}\n\n");
+                    out.push_str(&format!("{:x}\r\n{event}\r\n", event.len()));
+                }
+                let _ = socket.write_all(out.as_bytes()).await;
+                // Never the terminating chunk: hold the connection until the gateway drops it.
+                let _ = socket.read(&mut buf).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A client that stops reading at `[DONE]` and closes, before the backend's body has ended (as
+/// the OpenAI SDKs do): the stream passed its terminal event whole, so it is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_read_to_its_terminal_event_is_stored_when_the_client_closes_first() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = backend_that_lingers_after_done().await;
+    let gw = gateway_yaml(&format!(
+        "listen: 127.0.0.1:0\ncache: {{}}\nbackends:\n  - {{name: b, url: 'http://{backend}', models: [m]}}\n"
+    ))
+    .await;
+    let body = chat_body("m", true);
+    let addr = gw.url().trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let mut chunk = [0u8; 8192];
+    while !String::from_utf8_lossy(&read).contains("data: [DONE]\n\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), socket.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(n > 0, "the gateway closed before [DONE]: {}", String::from_utf8_lossy(&read));
+        read.extend_from_slice(&chunk[..n]);
+    }
+    drop(socket);
+
+    let client = TestClient::new();
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = tokio::time::timeout(Duration::from_secs(2), post(&client, &url, &body, &[])).await;
+        if let Ok(r) = r.as_ref().map(cache_header) {
+            if r == "exact-hit" {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the stream read to [DONE] was never stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
