@@ -31,6 +31,7 @@ pub enum Type {
     /// String keys.
     Map(Box<Type>),
     Null,
+    Timestamp,
     /// Not known until it is evaluated (a JWT claim, a comprehension's variable).
     Dyn,
     /// A prefix of attribute paths (`request`, `key`): only its fields are values.
@@ -47,6 +48,7 @@ impl Type {
             Type::List(t) => format!("list({})", t.name()),
             Type::Map(t) => format!("map(string, {})", t.name()),
             Type::Null => "null".into(),
+            Type::Timestamp => "timestamp".into(),
             Type::Dyn => "dyn".into(),
             Type::Object(path) => format!("`{path}`"),
         }
@@ -75,6 +77,9 @@ fn strings() -> Type {
 }
 fn string_map() -> Type {
     Type::Map(Box::new(Type::String))
+}
+fn timestamp() -> Type {
+    Type::Timestamp
 }
 fn any_map() -> Type {
     Type::Map(Box::new(Type::Dyn))
@@ -108,9 +113,10 @@ attributes! {
     "user.email": string, Request, "the user's email";
     "jwt.claims": any_map, Request, "a signed-in caller's token claims";
     "source.ip": string, Request, "the client's address";
-    "time.hour": int, Request, "the hour (0–23) in the policies' time zone";
-    "time.weekday": int, Request, "the day of the week, 0 = Sunday";
+    "time.hour": int, Request, "the hour (0–23), UTC";
+    "time.weekday": int, Request, "the day of the week, 0 = Sunday, UTC";
     "time.unix": int, Request, "seconds since 1970";
+    "time.now": timestamp, Request, "now, a CEL timestamp: `time.now.getHours('Europe/Paris')`, `getDayOfWeek(tz)`…";
     "mcp.server": string, Mcp, "the MCP server called";
     "mcp.tool": string, Mcp, "the tool called";
     "mcp.arguments": any_map, Mcp, "the tool call's arguments";

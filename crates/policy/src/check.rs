@@ -182,6 +182,10 @@ impl<'a> Checker<'a> {
             },
             op::SUBSTRACT | op::MULTIPLY | op::DIVIDE | op::MODULO | op::NEGATE => {
                 args.iter().try_for_each(|t| expect(t, &numbers, "arithmetic"))?;
+                if args.contains(&Type::Int) && args.contains(&Type::Double) {
+                    let message = "arithmetic of an int and a double (CEL converts neither: use double(…))";
+                    return Err(self.error(e, message.into()));
+                }
                 Ok(args.iter().find(|t| **t != Type::Dyn).cloned().unwrap_or(Type::Dyn))
             }
             "size" => Ok(Type::Int),
@@ -189,6 +193,14 @@ impl<'a> Checker<'a> {
                 all().try_for_each(|t| expect(t, &[Type::String], &format!("`{name}`")))?;
                 Ok(Type::Bool)
             }
+            "getHours" | "getMinutes" | "getSeconds" | "getDayOfWeek" | "getDayOfMonth" | "getDayOfYear"
+            | "getMonth" | "getFullYear" => {
+                let on = target.as_ref().ok_or_else(|| self.error(e, format!("`{name}` is called on a timestamp")))?;
+                expect(on, &[Type::Timestamp], &format!("`{name}`"))?;
+                args.iter().try_for_each(|t| expect(t, &[Type::String], &format!("`{name}`'s time zone")))?;
+                Ok(Type::Int)
+            }
+            "timestamp" => Ok(Type::Timestamp),
             "int" => Ok(Type::Int),
             "double" => Ok(Type::Double),
             "string" => Ok(Type::String),

@@ -37,13 +37,7 @@ impl Condition {
     /// Parse and check `source` for a rule of `phase`: it must be a bool (or only known when
     /// evaluated) and read only attributes known by then.
     pub fn compile(source: &str, phase: Phase) -> Result<Condition, CheckError> {
-        let program = Program::compile(source).map_err(|errors| {
-            let first = errors.errors.first();
-            CheckError {
-                message: first.map_or_else(|| "not a CEL expression".to_owned(), |e| format!("syntax: {}", e.msg)),
-                at: first.map(|e| (e.pos.1.max(0) as u32, e.pos.1.max(0) as u32 + 1)),
-            }
-        })?;
+        let program = parse(source)?;
         let mut checker = Checker::new(phase, program.source_info());
         let ty = checker.infer(program.expression())?;
         if !matches!(ty, Type::Bool | Type::Dyn) {
@@ -74,6 +68,67 @@ impl Condition {
     pub fn roots(&self) -> &[&'static str] {
         &self.roots
     }
+
+    /// The latest phase of the attributes it reads (`request` when it reads none of a later one).
+    pub fn phase_read(&self) -> Phase {
+        let phase = |path: &&str| crate::attributes::attribute(path).map_or(Phase::Request, |a| a.phase);
+        self.reads.iter().map(phase).max().unwrap_or(Phase::Request)
+    }
+}
+
+/// A checked CEL expression of a number (a `cost:`), evaluated against one request's attributes.
+pub struct Expression {
+    program: Program,
+    pub source: String,
+    pub reads: Vec<&'static str>,
+}
+
+impl std::fmt::Debug for Expression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expression").field("source", &self.source).finish()
+    }
+}
+
+impl Expression {
+    /// Parse and check `source` for `phase`: its value must be one of `types` (or known only when
+    /// evaluated).
+    pub fn compile(source: &str, phase: Phase, types: &[Type]) -> Result<Expression, CheckError> {
+        let program = parse(source)?;
+        let mut checker = Checker::new(phase, program.source_info());
+        let ty = checker.infer(program.expression())?;
+        if ty != Type::Dyn && !types.contains(&ty) {
+            let want: Vec<String> = types.iter().map(Type::name).collect();
+            return Err(CheckError {
+                message: format!("this is a {}; it must be {}", ty.name(), want.join(" or ")),
+                at: None,
+            });
+        }
+        let reads = checker.read;
+        Ok(Expression { program, source: source.to_owned(), reads })
+    }
+
+    /// Its value as a number.
+    pub fn number(&self, values: &Bound) -> Result<f64, String> {
+        let mut context = Context::with_env(env());
+        context.set_variable_resolver(values);
+        match self.program.execute(&context) {
+            Ok(Value::Int(n)) => Ok(n as f64),
+            Ok(Value::UInt(n)) => Ok(n as f64),
+            Ok(Value::Float(x)) if x.is_finite() => Ok(x),
+            Ok(other) => Err(format!("`{}` gave {other:?}, not a number", self.source)),
+            Err(e) => Err(format!("`{}`: {e}", self.source)),
+        }
+    }
+}
+
+fn parse(source: &str) -> Result<Program, CheckError> {
+    Program::compile(source).map_err(|errors| {
+        let first = errors.errors.first();
+        CheckError {
+            message: first.map_or_else(|| "not a CEL expression".to_owned(), |e| format!("syntax: {}", e.msg)),
+            at: first.map(|e| (e.pos.1.max(0) as u32, e.pos.1.max(0) as u32 + 1)),
+        }
+    })
 }
 
 /// One request's attributes, by path (`request.model`), as they are gathered.
@@ -88,6 +143,17 @@ impl Values {
         let (root, field) = path.split_once('.').unwrap_or((path, ""));
         self.roots.entry(root).or_default().insert(field.to_owned(), value.into());
         self
+    }
+
+    /// The `time.*` attributes for `unix_ms` (hour and weekday in UTC; `time.now` for CEL's
+    /// time-zone functions).
+    pub fn set_time(&mut self, unix_ms: i64) -> &mut Values {
+        use chrono::{Datelike, Timelike};
+        let Some(now) = chrono::DateTime::from_timestamp_millis(unix_ms) else { return self };
+        self.set("time.unix", unix_ms.div_euclid(1000))
+            .set("time.hour", i64::from(now.hour()))
+            .set("time.weekday", i64::from(now.weekday().num_days_from_sunday()))
+            .set("time.now", Value::Timestamp(now.fixed_offset()))
     }
 
     /// Converted once into what the interpreter reads, for every rule of the request to borrow.
@@ -164,6 +230,31 @@ mod tests {
             let c = Condition::compile(source, Phase::Request).unwrap_or_else(|e| panic!("{source}: {e}"));
             assert_eq!(c.holds(&request()), Ok(expected), "{source}");
         }
+    }
+
+    #[test]
+    fn time_zones_are_cel_functions() {
+        let mut v = Values::default();
+        v.set_time(1_780_000_000_000); // 2026-05-28T20:26:40Z, a Thursday
+        let v = v.bind();
+        let cases = [
+            ("time.hour == 20 && time.weekday == 4", true),
+            ("time.now.getHours('Europe/Paris') == 22", true),
+            ("time.now.getHours('Asia/Tokyo') == 5 && time.now.getDayOfWeek('Asia/Tokyo') == 5", true),
+            ("time.now.getHours('America/New_York') >= 9 && time.now.getHours('America/New_York') < 17", true),
+        ];
+        for (source, expected) in cases {
+            let c = Condition::compile(source, Phase::Request).unwrap_or_else(|e| panic!("{source}: {e}"));
+            assert_eq!(c.holds(&v), Ok(expected), "{source}");
+        }
+        let e = Condition::compile("time.hour.getHours() == 1", Phase::Request).expect_err("not a timestamp");
+        assert!(e.message.contains("takes timestamp"), "{e}");
+        let e = Expression::compile("request.estimated_tokens * 0.5", Phase::Request, &[Type::Int, Type::Double]);
+        assert!(e.expect_err("mixed").message.contains("use double"));
+        let cost = Expression::compile("double(request.size) * 0.5", Phase::Request, &[Type::Int, Type::Double]);
+        let mut v = Values::default();
+        v.set("request.size", 10i64);
+        assert_eq!(cost.expect("valid").number(&v.bind()), Ok(5.0));
     }
 
     #[test]

@@ -7,7 +7,11 @@
 pub mod attributes;
 pub mod check;
 pub mod condition;
+pub mod decide;
+pub mod rule;
 
 pub use attributes::{Phase, Type};
 pub use check::CheckError;
-pub use condition::{Bound, Condition, Values};
+pub use condition::{Bound, Condition, Expression, Values};
+pub use decide::{decide, Decision, RuleSet};
+pub use rule::{Action, RawRule, Rule, RuleError, Then};
