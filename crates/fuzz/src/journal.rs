@@ -41,6 +41,8 @@ fn record(i: usize) -> UsageRecord {
         batch_id: None,
         experiment: None,
         variant: None,
+        policy: None,
+        tags: Vec::new(),
     }
 }
 

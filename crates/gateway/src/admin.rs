@@ -7,6 +7,7 @@ pub mod audit;
 pub mod audit_export;
 mod experiments;
 mod orgs;
+mod policies;
 pub mod role_table;
 
 use std::sync::Arc;
@@ -62,6 +63,8 @@ pub struct KeyFields {
     guardrails: Option<Vec<String>>,
     /// Backends (globs over names) the key may reach through `/passthrough/{backend}/...`.
     passthrough: Option<Vec<String>>,
+    /// The key's own policy rules (checked by `policies::check_key`).
+    policies: Option<Vec<switchyard_policy::RawRule>>,
 }
 
 /// A present field, `null` included (`Some(None)`), as opposed to an absent one (`None`).
@@ -95,7 +98,7 @@ fn key_json(k: &KeyRecord) -> Value {
         "revoked_at": ts(k.revoked_at), "created_at": rfc3339(k.created_at),
         "metadata": {"user": k.user, "team": k.team, "tags": k.tags},
         "mcp_servers": k.mcp_servers, "mcp_tools": k.mcp_tools, "team_id": k.team_id, "user_id": k.user_id,
-        "guardrails": k.guardrails, "passthrough": k.passthrough,
+        "guardrails": k.guardrails, "passthrough": k.passthrough, "policies": k.policies.raw,
     })
 }
 
@@ -146,6 +149,9 @@ fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> 
     }
     if let Some(guardrails) = f.guardrails {
         k.guardrails = guardrails;
+    }
+    if let Some(policies) = f.policies {
+        k.policies = crate::records::OwnRules { raw: policies, compiled: None };
     }
     if let Some(passthrough) = f.passthrough {
         if passthrough.iter().any(|b| b.trim().is_empty()) {
@@ -214,6 +220,7 @@ pub async fn handle(
         return answer;
     }
     match (method, path.trim_end_matches('/')) {
+        (_, "/admin/policies") => Box::pin(policies::handle(app, store, method)).await,
         (&Method::GET, "/admin/openapi.json") => {
             let mut resp = Response::new(full(Bytes::from_static(OPENAPI.as_bytes())));
             resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -231,6 +238,7 @@ pub async fn handle(
             op.own_new_key(&mut record);
             op.check_key(&record)?;
             owners_exist(store, &record).await?;
+            policies::check_key(app, store, &mut record).await?;
             store.insert_key(&record).await.map_err(internal)?;
             let mut out = key_json(&record);
             audit::record(app, actor, "key.create", &record.id, None, Some(&out)).await;
@@ -293,6 +301,7 @@ async fn key_by_id(
             orgs::known_guardrails(app, &record.guardrails)?;
             op.check_key(&record)?;
             owners_exist(store, &record).await?;
+            policies::check_key(app, store, &mut record).await?;
             store.update_key(&record).await.map_err(internal)?;
             app.auth.evict(id);
             announce(app, id).await;

@@ -67,6 +67,8 @@ pub struct App {
     pub guards: crate::guard::Guards,
     /// Experiments on live traffic (`experiments:` and the admin API's); lives across reloads.
     pub experiments: Arc<crate::experiments::Experiments>,
+    /// The counters of `quotas:` (policy `cost` rules); they live across reloads.
+    pub quotas: Arc<crate::limit::quotas::QuotaCounters>,
 }
 
 /// Keys are looked up in the store.
@@ -175,6 +177,7 @@ impl App {
             semantic: None,
             guards: crate::guard::Guards::default(),
             experiments,
+            quotas: Arc::default(),
         })
     }
 
@@ -234,6 +237,7 @@ impl App {
             semantic: self.semantic.clone(),
             guards: self.guards.clone(),
             experiments: self.experiments.clone(),
+            quotas: self.quotas.clone(),
         })
     }
 

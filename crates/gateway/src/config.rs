@@ -14,6 +14,7 @@ mod interpolate;
 pub mod jwt;
 mod mcp;
 pub mod oidc;
+pub mod policies;
 pub mod pools;
 mod presets;
 mod prices;
@@ -395,6 +396,11 @@ pub struct Config {
     /// Experiments on live traffic (`experiments:`), checked; those made through the admin API
     /// are not here (`experiments.rs` holds both).
     pub experiments: Vec<std::sync::Arc<switchyard_experiments::Experiment>>,
+    /// The organisation's rules (`policies:`), compiled and checked; a team's and a key's are
+    /// on their records.
+    pub policies: std::sync::Arc<switchyard_policy::RuleSet>,
+    /// `quotas:` that `cost` rules charge, by name.
+    pub quotas: FastMap<String, policies::Quota>,
     /// `fallbacks:` the models to try, in order, when a model's own backends cannot answer (keyed
     /// by the name the client sends, alias or not).
     pub fallbacks: FastMap<String, Vec<String>>,

@@ -187,8 +187,15 @@ async fn playground(
         }
     }
     // Boxed, as the API routes box it: the pipeline's future is large.
-    Box::pin(proxy::forward(app, Endpoint::ChatCompletions, Request::from_parts(parts, body), started, rid, trace))
-        .await
+    Box::pin(proxy::forward(
+        app,
+        (Endpoint::ChatCompletions, None),
+        Request::from_parts(parts, body),
+        started,
+        rid,
+        trace,
+    ))
+    .await
 }
 
 /// `POST /ui/login` (a form with `key`): a session cookie and the console, or the form again.

@@ -91,6 +91,11 @@ pub enum GatewayError {
         message: String,
         code: &'static str,
     },
+    /// A policy rule (`policies:`, a team's or a key's) denied the request.
+    PolicyDenied {
+        rule: String,
+        message: String,
+    },
     /// A rate limit or budget refused the request; headers say when to retry.
     RateLimited {
         message: String,
@@ -133,6 +138,7 @@ impl GatewayError {
             GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             GatewayError::Forbidden { .. } => StatusCode::FORBIDDEN,
             GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            GatewayError::PolicyDenied { .. } => StatusCode::FORBIDDEN,
             GatewayError::MisdirectedHost => StatusCode::MISDIRECTED_REQUEST,
             GatewayError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             GatewayError::BadGateway { .. } => StatusCode::BAD_GATEWAY,
@@ -164,6 +170,7 @@ impl GatewayError {
             GatewayError::Unauthorized { .. } => "unauthorized",
             GatewayError::Forbidden { .. } => "forbidden",
             GatewayError::RateLimited { .. } => "rate_limited",
+            GatewayError::PolicyDenied { .. } => "policy_denied",
             GatewayError::MisdirectedHost => "misdirected_host",
             GatewayError::Internal => "internal",
             GatewayError::BadGateway { .. } => "bad_gateway",
@@ -276,6 +283,9 @@ impl GatewayError {
             }
             GatewayError::Forbidden { message, code } => (message.clone(), "permission_error", None, Some(*code)),
             GatewayError::RateLimited { message, code, .. } => (message.clone(), "rate_limit_error", None, Some(*code)),
+            GatewayError::PolicyDenied { rule, message } => {
+                (format!("{message} (policy `{rule}`)"), "permission_error", None, Some("policy_denied"))
+            }
             GatewayError::MisdirectedHost => {
                 (MISDIRECTED.to_owned(), "invalid_request_error", None, Some("misdirected_host"))
             }

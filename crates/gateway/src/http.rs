@@ -46,6 +46,9 @@ pub fn json_value(status: StatusCode, value: &serde_json::Value) -> Response<Gat
     json_response(status, serde_json::to_vec(value).unwrap_or_default())
 }
 
+/// The policy rules that decided a request or routed it (`proxy/policy.rs`).
+pub static POLICY_HEADER: http::HeaderName = http::HeaderName::from_static("x-switchyard-policy");
+
 /// An error in OpenAI's shape (the admin API's and the default).
 pub fn error_response(e: &GatewayError) -> Response<GatewayBody> {
     error_response_in(e, Api::OpenAiChat)
@@ -72,6 +75,11 @@ pub fn error_response_in(e: &GatewayError, api: Api) -> Response<GatewayBody> {
     | GatewayError::GuardrailUnavailable = e
     {
         h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if let GatewayError::PolicyDenied { rule, .. } = e {
+        if let Ok(v) = HeaderValue::from_str(rule) {
+            h.insert(POLICY_HEADER.clone(), v);
+        }
     }
     if let GatewayError::Unauthorized { .. } = e {
         h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

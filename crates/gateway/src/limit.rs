@@ -5,6 +5,7 @@
 mod budget;
 mod lease;
 mod memory;
+pub mod quotas;
 mod shared;
 mod shared_budget;
 mod shared_scripts;

@@ -13,12 +13,13 @@ use crate::endpoint::Endpoint;
 use crate::route::backend::Backend;
 
 /// Everything that can go wrong, as metric labels. Gateway error kinds plus upstream-side kinds.
-const ERROR_KINDS: [&str; 26] = [
+const ERROR_KINDS: [&str; 27] = [
     "not_found",
     "content_blocked",
     "guardrail_unavailable",
     "unauthorized",
     "forbidden",
+    "policy_denied",
     "rate_limited",
     "internal",
     "bad_request",
@@ -151,6 +152,9 @@ pub struct Metrics {
     /// Requests that fell back from one model to another: (from, to) → count. Labels come from
     /// the configured `fallbacks:`, so their number is bounded by config.
     fallbacks: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
+    /// Policy decisions by (rule, decision): rules are named in config or by an admin, so their
+    /// number is bounded by them.
+    policies: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), u64>>,
     /// Guardrail findings: guard → (kind, action) → count. Guards come from config, kinds from a
     /// fixed list (or a guard's own pattern names), so the labels are bounded. Keyed by guard
     /// first so counting a finding looks it up by `&str` (no allocation per finding).
@@ -181,6 +185,7 @@ impl Default for Metrics {
             mcp: mcp::McpMetrics::default(),
             epp: epp::EppMetrics::default(),
             fallbacks: std::sync::Mutex::default(),
+            policies: std::sync::Mutex::default(),
             guardrails: std::sync::Mutex::default(),
             guardrail_builtin: Histogram::default(),
             guardrail_latency: std::sync::Mutex::default(),
@@ -266,6 +271,13 @@ impl Metrics {
         *counts.entry((from.to_owned(), to.to_owned())).or_default() += 1;
     }
 
+    /// A policy rule decided (`allow`, `deny`), routed, spent a quota, or (rule "") failed to
+    /// evaluate (`error`).
+    pub fn count_policy(&self, rule: &str, decision: &'static str) {
+        let mut counts = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+        *counts.entry((rule.to_owned(), decision)).or_default() += 1;
+    }
+
     pub fn count_error(&self, kind: &str) {
         if let Some(i) = ERROR_KINDS.iter().position(|k| *k == kind) {
             self.errors[i].fetch_add(1, Relaxed);
@@ -331,6 +343,19 @@ impl Metrics {
         }
         self.render_guardrails(&mut out);
         self.epp.render(&mut out);
+        let policies = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+        if !policies.is_empty() {
+            out.push_str(
+                "# HELP switchyard_policy_decisions_total Requests a policy rule decided, routed or refused.\n",
+            );
+            out.push_str("# TYPE switchyard_policy_decisions_total counter\n");
+            for ((rule, decision), n) in policies.iter() {
+                let rule = mcp::escape(rule);
+                let _ =
+                    writeln!(out, "switchyard_policy_decisions_total{{rule=\"{rule}\",decision=\"{decision}\"}} {n}");
+            }
+        }
+        drop(policies);
         let fallbacks = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
         if !fallbacks.is_empty() {
             out.push_str("# HELP switchyard_fallbacks_total Requests that fell back from a model to another.\n");

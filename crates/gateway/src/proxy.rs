@@ -25,6 +25,7 @@ mod judge;
 mod keys;
 pub mod passthrough;
 mod permits;
+pub(crate) mod policy;
 mod queue;
 pub mod realtime;
 mod respond;
@@ -92,6 +93,8 @@ struct Inbound<'a> {
     guard_call: Option<&'a str>,
     batch: Option<&'a str>,
     experiment: Option<(&'a str, &'static str)>,
+    /// The client's address (`source.ip` for policies); None for the gateway's own calls.
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// The request's bodies as the phases change them (a guard's mask, a fallback's model).
@@ -112,11 +115,13 @@ pub(crate) struct Exchange {
     pub upload: Option<upload::Upload>,
     /// What reads the answer for an experiment (a shadow pair, a scorer), with the cache's fill.
     pub tap: Option<Box<dyn crate::http::relay::AnswerSink>>,
+    /// What the policy rules made of the request (None: no rule applied).
+    pub policy: Option<Box<policy::Applied>>,
 }
 
 pub async fn forward(
     app: &Arc<App>,
-    endpoint: Endpoint,
+    (endpoint, peer): (Endpoint, Option<std::net::SocketAddr>),
     req: Request<Incoming>,
     started: Instant,
     request_id: &HeaderValue,
@@ -132,8 +137,18 @@ pub async fn forward(
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
     let deadline = started + app.config.timeouts.request;
     let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound =
-        Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None, experiment: None };
+    let inbound = Inbound {
+        endpoint,
+        path,
+        headers,
+        request_id,
+        started,
+        deadline,
+        guard_call,
+        batch: None,
+        experiment: None,
+        peer,
+    };
     forward_body(app, &inbound, &identity, body, trace).await
 }
 
@@ -142,7 +157,7 @@ pub async fn forward(
 /// rest streams to the backend as it arrives (`proxy/upload.rs`).
 pub async fn forward_upload(
     app: &Arc<App>,
-    endpoint: Endpoint,
+    (endpoint, peer): (Endpoint, Option<std::net::SocketAddr>),
     req: Request<Incoming>,
     started: Instant,
     request_id: &HeaderValue,
@@ -170,12 +185,25 @@ pub async fn forward_upload(
         chain: Vec::new(),
         root: None,
     };
-    let mut exchange = Exchange::new(endpoint, routed);
-    exchange.upload = Some(upload::Upload::new(head, grew, &parts.headers, limit));
     let deadline = started + app.config.timeouts.request;
     let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound =
-        Inbound { endpoint, path, headers, request_id, started, deadline, guard_call, batch: None, experiment: None };
+    let inbound = Inbound {
+        endpoint,
+        path,
+        headers,
+        request_id,
+        started,
+        deadline,
+        guard_call,
+        batch: None,
+        experiment: None,
+        peer,
+    };
+    let mut routed = routed;
+    let applied = policy::apply(app, &inbound, &identity, &mut routed).await?;
+    let mut exchange = Exchange::new(endpoint, routed);
+    exchange.upload = Some(upload::Upload::new(head, grew, &parts.headers, limit));
+    exchange.policy = applied;
     forward_exchange(app, &inbound, &identity, (exchange, None), trace).await
 }
 
@@ -189,8 +217,10 @@ async fn forward_body(
     trace: &mut Option<Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let mut routed = parse_routed(app, inbound.endpoint, inbound.path, body)?;
+    let applied = policy::apply(app, inbound, identity, &mut routed).await?;
     let assignment = experiment::assign(app, inbound, identity, &mut routed);
-    let exchange = Exchange::new(inbound.endpoint, routed);
+    let mut exchange = Exchange::new(inbound.endpoint, routed);
+    exchange.policy = applied;
     forward_exchange(app, inbound, identity, (exchange, assignment), trace).await
 }
 
@@ -223,10 +253,16 @@ async fn forward_exchange(
         meter.upload_seconds(upload.seconds());
         meter.form_units(upload.images());
     }
+    if let (Some(applied), Some(meter)) = (&exchange.policy, settlement.meter()) {
+        meter.policy(applied.named.as_deref(), &applied.tags);
+    }
     let watch = assignment.map(|a| experiment::Watch::open(a, &call, &mut exchange, &mut settlement));
     let mut result = Box::pin(proceed(&call, identity, &mut exchange, &mut settlement)).await;
     if let Err(e) = &result {
         settlement.fail(e.status().as_u16());
+    }
+    if let (Ok(resp), Some(named)) = (&mut result, policy::named_header(exchange.policy.as_deref())) {
+        resp.headers_mut().insert(&crate::http::POLICY_HEADER, named);
     }
     if let Some(watch) = watch {
         watch.answered(&call, &mut result, exchange.client_body.clone());
@@ -384,8 +420,8 @@ impl Exchange {
         let client_body = routed.body.clone();
         let bodies = Bodies::new(endpoint, client_body.clone(), routed.model.clone());
         let strip_usage_chunk = ask_stream_usage(endpoint, &mut routed);
-        let (verdicts, pseudonyms, parallel, upload, tap) = (None, None, None, None, None);
-        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts, pseudonyms, parallel, upload, tap }
+        let (verdicts, pseudonyms, parallel, upload, tap, policy) = (None, None, None, None, None, None);
+        Exchange { routed, client_body, bodies, strip_usage_chunk, verdicts, pseudonyms, parallel, upload, tap, policy }
     }
 
     /// The client's body changed (a guard masked it): what is sent upstream follows.

@@ -47,9 +47,66 @@ pub struct KeyRecord {
     /// Backends (globs over their names) this key may reach through `/passthrough/{backend}/…`.
     #[serde(default)]
     pub passthrough: Vec<String>,
+    /// The key's own policy rules (`policies`), which may only narrow its team's and the
+    /// organisation's.
+    #[serde(default, skip_serializing_if = "OwnRules::is_empty")]
+    pub policies: OwnRules,
     /// The key's team and user as they were when the key was looked up (not stored with it).
     #[serde(skip)]
     pub owners: Owners,
+}
+
+/// A team's or a key's own policy rules: as written (stored and shown) and compiled once, when
+/// the record is read (evaluated per request).
+#[derive(Debug, Clone, Default)]
+pub struct OwnRules {
+    pub raw: Vec<switchyard_policy::RawRule>,
+    pub compiled: Option<Arc<switchyard_policy::RuleSet>>,
+}
+
+impl OwnRules {
+    /// Compile `raw` (checked when it was stored; a rule that no longer compiles is left out
+    /// with a warning rather than failing the key).
+    pub fn compile(raw: Vec<switchyard_policy::RawRule>) -> OwnRules {
+        if raw.is_empty() {
+            return OwnRules::default();
+        }
+        let mut rules = Vec::with_capacity(raw.len());
+        for r in &raw {
+            match switchyard_policy::Rule::compile(r.clone(), &|_| true) {
+                Ok(rule) => rules.push(rule),
+                Err(e) => tracing::warn!(error = %e, "a stored policy rule does not compile: left out"),
+            }
+        }
+        let compiled = switchyard_policy::RuleSet::new(rules).ok().map(Arc::new);
+        OwnRules { raw, compiled }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    pub fn as_deref(&self) -> Option<&switchyard_policy::RuleSet> {
+        self.compiled.as_deref()
+    }
+}
+
+impl PartialEq for OwnRules {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl Serialize for OwnRules {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.raw.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for OwnRules {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<switchyard_policy::RawRule>::deserialize(d).map(OwnRules::compile)
+    }
 }
 
 /// A key's team and user records, loaded with the key (and cached with it).
@@ -86,6 +143,9 @@ pub struct TeamRecord {
     /// Guards (by name) every request of the team's keys gets on top of the configured ones.
     #[serde(default)]
     pub guardrails: Vec<String>,
+    /// The team's own policy rules (`policies`): they may only narrow the organisation's.
+    #[serde(default, skip_serializing_if = "OwnRules::is_empty")]
+    pub policies: OwnRules,
 }
 
 /// A person (or service) the gateway knows: a role, memberships, and optional limits of their own.
@@ -152,6 +212,7 @@ impl KeyRecord {
         KeyRecord {
             id,
             secret_hash,
+            policies: OwnRules::default(),
             name: None,
             models: Vec::new(),
             rpm: None,
@@ -237,6 +298,12 @@ pub struct UsageRecord {
     pub experiment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
+    /// The policy rules that decided or routed this request (`policies:`), comma-separated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Tags a policy's `set` gave the request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 impl UsageRecord {
@@ -273,6 +340,8 @@ impl UsageRecord {
             batch_id: None,
             experiment: None,
             variant: None,
+            policy: None,
+            tags: Vec::new(),
         }
     }
 }

@@ -145,6 +145,14 @@ impl Values {
         self
     }
 
+    /// Set the attribute at `path` from JSON text (a token's claims); unreadable text sets nothing.
+    pub fn set_json(&mut self, path: &'static str, json: &str) -> &mut Values {
+        match serde_json::from_str::<serde_json::Value>(json).ok().and_then(|v| cel::to_value(v).ok()) {
+            Some(value) => self.set(path, value),
+            None => self,
+        }
+    }
+
     /// The `time.*` attributes for `unix_ms` (hour and weekday in UTC; `time.now` for CEL's
     /// time-zone functions).
     pub fn set_time(&mut self, unix_ms: i64) -> &mut Values {

@@ -11,6 +11,8 @@ pub mod decide;
 pub mod rule;
 
 pub use attributes::{Phase, Type};
+/// CEL's values, for callers that set attributes of their own types.
+pub use cel::Value;
 pub use check::CheckError;
 pub use condition::{Bound, Condition, Expression, Values};
 pub use decide::{decide, Decision, RuleSet};

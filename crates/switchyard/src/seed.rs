@@ -58,6 +58,8 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             batch_id: None,
             experiment: None,
             variant: None,
+            policy: None,
+            tags: Vec::new(),
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

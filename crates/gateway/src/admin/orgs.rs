@@ -87,6 +87,8 @@ struct TeamFields {
     mcp_tools: Option<Option<Vec<String>>>,
     /// Guards every request of the team's keys gets on top of the configured ones.
     guardrails: Option<Vec<String>>,
+    /// The team's own policy rules (checked by `policies::check_team`).
+    policies: Option<Vec<switchyard_policy::RawRule>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,7 +144,8 @@ fn merged(mut head: Value, more: Value) -> Value {
 fn team_json(t: &TeamRecord) -> Value {
     merged(
         json!({"id": t.id, "name": t.name, "models": t.models, "mcp_servers": t.mcp_servers,
-               "mcp_tools": t.mcp_tools, "guardrails": t.guardrails, "created_at": rfc3339(t.created_at)}),
+               "mcp_tools": t.mcp_tools, "guardrails": t.guardrails, "policies": t.policies.raw,
+               "created_at": rfc3339(t.created_at)}),
         limits_json(&t.limits),
     )
 }
@@ -204,6 +207,9 @@ fn apply_team(t: &mut TeamRecord, f: TeamFields) -> Result<(), GatewayError> {
     }
     if let Some(guardrails) = f.guardrails {
         t.guardrails = guardrails;
+    }
+    if let Some(policies) = f.policies {
+        t.policies = crate::records::OwnRules { raw: policies, compiled: None };
     }
     Ok(())
 }
@@ -281,6 +287,21 @@ impl Call<'_> {
     }
 }
 
+/// A new team with nothing set but its id and time.
+fn empty_team(now: i64) -> Result<TeamRecord, GatewayError> {
+    Ok(TeamRecord {
+        id: new_id("t_")?,
+        name: String::new(),
+        models: Vec::new(),
+        limits: LevelLimits::default(),
+        mcp_servers: None,
+        mcp_tools: None,
+        created_at: now,
+        guardrails: Vec::new(),
+        policies: Default::default(),
+    })
+}
+
 async fn teams(
     call: &Call<'_>,
     method: &Method,
@@ -295,18 +316,10 @@ async fn teams(
                 if fields.name.is_none() {
                     return Err(bad("a team needs a `name`", Some("name")));
                 }
-                let mut team = TeamRecord {
-                    id: new_id("t_")?,
-                    name: String::new(),
-                    models: Vec::new(),
-                    limits: LevelLimits::default(),
-                    mcp_servers: None,
-                    mcp_tools: None,
-                    created_at: now,
-                    guardrails: Vec::new(),
-                };
+                let mut team = empty_team(now)?;
                 apply_team(&mut team, fields)?;
                 known_guardrails(app, &team.guardrails)?;
+                super::policies::check_team(app, &mut team)?;
                 store.insert_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
                 let after = team_json(&team);
                 call.audit("team.create", &team.id, None, Some(&after)).await;
@@ -338,6 +351,7 @@ async fn teams(
         (&Method::PATCH, None) => {
             apply_team(&mut team, parse(body, "team")?)?;
             known_guardrails(app, &team.guardrails)?;
+            super::policies::check_team(app, &mut team)?;
             store.update_team(&team).await.map_err(conflict_or_internal("a team with this name"))?;
             keys_changed(app).await;
             let after = team_json(&team);

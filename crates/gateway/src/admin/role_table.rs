@@ -37,6 +37,7 @@ pub const ROLE_TABLE: &[(&str, &str, May)] = &[
     ("DELETE", "/admin/teams/{team}/members/{user}", May::TeamAdmins),
     ("GET", "/admin/users", May::AnyTeamAdmin),
     ("GET", "/admin/users/{user}", May::SelfOrTeamAdmin),
+    ("GET", "/admin/policies", May::Viewers),
     ("GET", "/admin/experiments", May::Everyone),
     ("GET", "/admin/experiments/{name}", May::Everyone),
     ("GET", "/admin/experiments/{name}/pairs", May::Everyone),

@@ -62,6 +62,10 @@ pub struct RawConfig {
     models: HashMap<String, super::guardrails::RawModel>,
     #[serde(default)]
     experiments: super::experiments::RawExperiments,
+    #[serde(default)]
+    policies: super::policies::RawPolicies,
+    #[serde(default)]
+    quotas: super::policies::RawQuotas,
 }
 
 /// `realtime:` — how long a WebSocket session may sit idle, and last at most.
@@ -256,6 +260,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
 
     let aliases: super::FastMap<String, String> = raw.aliases.into_iter().collect();
     let experiments = super::experiments::validate(raw.experiments, &backends, &aliases)?;
+    let quotas = super::policies::quotas(raw.quotas)?;
+    let policies = super::policies::validate(raw.policies, &quotas, &backends, &aliases)?;
 
     Ok(Config {
         auth,
@@ -275,6 +281,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         affinity,
         aliases,
         experiments,
+        policies,
+        quotas,
         fallbacks: fallbacks.into_iter().collect(),
         context_window_fallbacks: context_window_fallbacks.into_iter().collect(),
         fallback_statuses,

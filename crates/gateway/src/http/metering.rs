@@ -229,6 +229,12 @@ impl Meter {
         self.record.guard_call = Some(guard.to_owned());
     }
 
+    /// The policy rules that decided or routed the request, and the tags a `set` rule gave it.
+    pub fn policy(&mut self, named: Option<&str>, tags: &[String]) {
+        self.record.policy = named.map(str::to_owned);
+        self.record.tags.extend_from_slice(tags);
+    }
+
     /// The experiment that assigned the request, and its variant.
     pub fn experiment(&mut self, experiment: &str, variant: &str) {
         self.record.experiment = Some(experiment.to_owned());

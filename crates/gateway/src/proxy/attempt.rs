@@ -40,6 +40,8 @@ pub struct Headers<'a> {
     pub trace: Option<(HeaderValue, Option<HeaderValue>)>,
     /// The credentials to send instead of the backend's own: a key of its pool.
     pub credentials: Option<&'a [(HeaderName, HeaderValue)]>,
+    /// Headers a policy's `set` rule sends the backend.
+    pub extra: &'a [(HeaderName, HeaderValue)],
 }
 
 pub async fn attempt_once(
@@ -102,6 +104,9 @@ pub fn request_head(
         if let Some(state) = tracestate {
             req = req.header(&TRACESTATE, state.clone());
         }
+    }
+    for (name, value) in headers.extra {
+        req = req.header(name, value.clone());
     }
     for (name, value) in headers.credentials.unwrap_or(&backend.auth_headers) {
         req = req.header(name, value.clone());

@@ -80,8 +80,11 @@ pub(super) struct Failover<'f> {
     hints: RouteHints<'f>,
     /// The key's id, for the admission queue's fairness ("" without a key).
     key: &'f str,
-    /// Backends that already failed this request (for the current model).
+    /// Backends that already failed this request (for the current model), and those a policy's
+    /// `route: {backends}` left out.
     pub tried: Vec<usize>,
+    /// Backends a policy left out: never tried, for any model.
+    excluded: Vec<usize>,
     /// Time spent waiting on upstreams, for `Server-Timing` and the overhead histogram.
     pub upstream_wait: Duration,
     failure: Option<GatewayError>,
@@ -114,7 +117,8 @@ impl<'f> Failover<'f> {
                 never_wait: call.experiment.is_some(),
             },
             key,
-            tried: Vec::new(),
+            tried: exchange.policy.as_ref().map(|p| p.excluded.clone()).unwrap_or_default(),
+            excluded: exchange.policy.as_ref().map(|p| p.excluded.clone()).unwrap_or_default(),
             upstream_wait: Duration::ZERO,
             failure: None,
             held: None,
@@ -291,7 +295,7 @@ impl<'f> Failover<'f> {
     /// After a wait: the same attempt again, over every backend.
     fn again(&mut self, attempt: u32) -> Pick {
         (self.waits, self.next_attempt) = (self.waits + 1, attempt);
-        self.tried.clear();
+        self.tried.clone_from(&self.excluded);
         Pick::Again
     }
 
@@ -349,6 +353,7 @@ impl<'f> Failover<'f> {
             request_id: call.request_id,
             trace,
             credentials: None,
+            extra: exchange.policy.as_ref().map_or(&[][..], |p| &p.headers),
         };
         let outcome = match &exchange.upload {
             // An upload streams for as long as the client sends: the request's deadline bounds it.
@@ -466,7 +471,7 @@ impl<'f> Failover<'f> {
         settlement.serve(&to);
         exchange.routed.model = to;
         (self.next_attempt, self.waits, self.cooling, self.failure) = (0, 0, None, None);
-        self.tried.clear();
+        self.tried.clone_from(&self.excluded);
         // This request's fleet pin names a backend of the first model, and its engine keys
         // were made with the first model's tokenizer.
         self.hints.pinned = None;

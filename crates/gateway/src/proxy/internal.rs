@@ -48,6 +48,7 @@ pub async fn call_internal(app: &Arc<App>, call: InternalCall<'_>) -> (StatusCod
         guard_call: call.guard_call,
         batch: call.batch,
         experiment: call.experiment,
+        peer: None,
     };
     let answered = Box::pin(forward_body(app, &inbound, &call.identity, call.body, &mut None)).await;
     let status = answered.as_ref().map_or_else(|e| e.status(), |r| r.status());

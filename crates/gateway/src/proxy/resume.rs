@@ -124,6 +124,7 @@ impl Resumer {
                 request_id: &self.request_id,
                 trace: None,
                 credentials: None,
+                extra: &[],
             };
             match super::keys::attempt(&app, &backend, wire, body, headers, limit).await.0 {
                 Ok((parts, body, first)) if parts.status.is_success() => {

@@ -54,10 +54,10 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
             Box::pin(proxy::passthrough::forward(&app, req, started, &rid, &mut trace)).await
         }
         (ep, &Method::POST, _) if ep.is_upload() => {
-            Box::pin(proxy::forward_upload(&app, endpoint, req, started, &rid, &mut trace)).await
+            Box::pin(proxy::forward_upload(&app, (endpoint, Some(peer)), req, started, &rid, &mut trace)).await
         }
         (ep, &Method::POST, _) if ep.is_proxied() => {
-            Box::pin(proxy::forward(&app, endpoint, req, started, &rid, &mut trace)).await
+            Box::pin(proxy::forward(&app, (endpoint, Some(peer)), req, started, &rid, &mut trace)).await
         }
         (Endpoint::Other, &Method::POST, "/feedback") => Box::pin(proxy::feedback::post(&app, req)).await,
         (Endpoint::Models, &Method::GET, _) => Ok(catalog::models(&app, req.headers(), req.uri().query())),

@@ -5,7 +5,7 @@ use super::{to_i64, Store, StoreError};
 use crate::records::KeyRecord;
 
 const COLUMNS: &str = "id, secret_hash, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, \
-                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id, guardrails, passthrough";
+                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id, guardrails, passthrough, policies";
 
 /// One `api_keys` row as both drivers decode it (columns in `COLUMNS` order; more than sqlx's
 /// tuples reach, hence by hand).
@@ -30,6 +30,7 @@ struct KeyRow {
     user_id: Option<String>,
     guardrails: Option<String>,
     passthrough: Option<String>,
+    policies: Option<String>,
 }
 
 macro_rules! key_row_from {
@@ -58,6 +59,7 @@ macro_rules! key_row_from {
                     user_id: r.try_get(17)?,
                     guardrails: r.try_get(18)?,
                     passthrough: r.try_get(19)?,
+                    policies: r.try_get(20)?,
                 })
             }
         }
@@ -77,6 +79,7 @@ struct KeyParams {
     mcp: Option<String>,
     guardrails: Option<String>,
     passthrough: Option<String>,
+    policies: Option<String>,
 }
 
 impl KeyParams {
@@ -90,6 +93,7 @@ impl KeyParams {
             mcp: mcp_column(&k.mcp_servers, &k.mcp_tools)?,
             guardrails: guardrails_column(&k.guardrails)?,
             passthrough: guardrails_column(&k.passthrough)?,
+            policies: policies_column(&k.policies)?,
         })
     }
 }
@@ -99,7 +103,7 @@ impl Store {
     pub async fn insert_key(&self, k: &KeyRecord) -> Result<(), StoreError> {
         let p = KeyParams::new(k)?;
         let sql = format!(
-            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
         );
         with_pool!(self, |pool| {
             sqlx::query(&sql)
@@ -123,6 +127,7 @@ impl Store {
                 .bind(&k.user_id)
                 .bind(&p.guardrails)
                 .bind(&p.passthrough)
+                .bind(&p.policies)
                 .execute(pool)
                 .await?;
         });
@@ -168,7 +173,7 @@ impl Store {
         let sql = "UPDATE api_keys SET secret_hash = $2, name = $3, models = $4, rpm = $5, tpm = $6, \
                    max_parallel = $7, budget_usd = $8, budget_period = $9, expires_at = $10, revoked_at = $11, \
                    user_name = $12, team = $13, tags = $14, created_at = $15, mcp = $16, team_id = $17, \
-                   user_id = $18, guardrails = $19, passthrough = $20 WHERE id = $1";
+                   user_id = $18, guardrails = $19, passthrough = $20, policies = $21 WHERE id = $1";
         let affected = with_pool!(self, |pool| {
             sqlx::query(sql)
                 .bind(&k.id)
@@ -191,6 +196,7 @@ impl Store {
                 .bind(&k.user_id)
                 .bind(&p.guardrails)
                 .bind(&p.passthrough)
+                .bind(&p.policies)
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -254,8 +260,23 @@ fn from_row(row: KeyRow) -> Result<KeyRecord, StoreError> {
         user_id: row.user_id,
         guardrails: parse_guardrails(row.guardrails.as_deref())?,
         passthrough: row.passthrough.as_deref().map_or(Ok(Vec::new()), |t| parse_list(t, "passthrough"))?,
+        policies: parse_policies(row.policies.as_deref())?,
         owners: Default::default(),
     })
+}
+
+/// A team's or key's own policy rules: a JSON list of rules, NULL for none.
+pub(super) fn policies_column(rules: &crate::records::OwnRules) -> Result<Option<String>, StoreError> {
+    if rules.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(&rules.raw).map(Some).map_err(|e| StoreError::Invalid(format!("policies: {e}")))
+}
+
+pub(super) fn parse_policies(column: Option<&str>) -> Result<crate::records::OwnRules, StoreError> {
+    let Some(text) = column else { return Ok(crate::records::OwnRules::default()) };
+    let raw = serde_json::from_str(text).map_err(|_| StoreError::Corrupt("policies are not a list of rules".into()))?;
+    Ok(crate::records::OwnRules::compile(raw))
 }
 
 /// MCP allow-lists: servers and tools (globs), None for all.

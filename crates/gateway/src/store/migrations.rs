@@ -43,6 +43,7 @@ const SQLITE: Embedded = &[
         include_str!("../../../../migrations/sqlite/0018_prompt_cache_and_key_pools.sql"),
     ),
     (19, "0019_experiments.sql", include_str!("../../../../migrations/sqlite/0019_experiments.sql")),
+    (20, "0020_policies.sql", include_str!("../../../../migrations/sqlite/0020_policies.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -73,6 +74,7 @@ const POSTGRES: Embedded = &[
         include_str!("../../../../migrations/postgres/0018_prompt_cache_and_key_pools.sql"),
     ),
     (19, "0019_experiments.sql", include_str!("../../../../migrations/postgres/0019_experiments.sql")),
+    (20, "0020_policies.sql", include_str!("../../../../migrations/postgres/0020_policies.sql")),
 ];
 
 #[derive(Debug)]

@@ -1,12 +1,15 @@
 //! Teams, users and memberships (`teams`, `users`, `team_members`, migration 0009). Lists are
 //! JSON arrays in TEXT columns, a team's MCP allow-lists the same `mcp` JSON as a key's.
 
-use super::keys::{guardrails_column, json_list, mcp_column, narrow, parse_guardrails, parse_list, parse_mcp};
+use super::keys::{
+    guardrails_column, json_list, mcp_column, narrow, parse_guardrails, parse_list, parse_mcp, parse_policies,
+    policies_column,
+};
 use super::{to_i64, Store, StoreError};
 use crate::records::{LevelLimits, Membership, TeamRecord, UserRecord};
 
 const TEAM_COLUMNS: &str =
-    "id, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, mcp, created_at, guardrails";
+    "id, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, mcp, created_at, guardrails, policies";
 const USER_COLUMNS: &str =
     "id, email, name, role, rpm, tpm, max_parallel, budget_usd, budget_period, created_at, sessions_after";
 
@@ -21,6 +24,7 @@ type TeamRow = (
     Option<String>,
     Option<String>,
     i64,
+    Option<String>,
     Option<String>,
 );
 type UserRow = (
@@ -60,7 +64,8 @@ fn limits(
 }
 
 fn team(row: TeamRow) -> Result<TeamRecord, StoreError> {
-    let (id, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, mcp, created_at, guardrails) = row;
+    let (id, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, mcp, created_at, guardrails, policies) =
+        row;
     let (mcp_servers, mcp_tools) = parse_mcp(mcp.as_deref())?;
     Ok(TeamRecord {
         id,
@@ -71,6 +76,7 @@ fn team(row: TeamRow) -> Result<TeamRecord, StoreError> {
         mcp_tools,
         created_at,
         guardrails: parse_guardrails(guardrails.as_deref())?,
+        policies: parse_policies(policies.as_deref())?,
     })
 }
 
@@ -101,12 +107,12 @@ impl Store {
     async fn write_team(&self, t: &TeamRecord, insert: bool) -> Result<bool, StoreError> {
         let (rpm, tpm, max_parallel) = stored(&t.limits)?;
         let (models, mcp) = (json_list(&t.models)?, mcp_column(&t.mcp_servers, &t.mcp_tools)?);
-        let guardrails = guardrails_column(&t.guardrails)?;
+        let (guardrails, policies) = (guardrails_column(&t.guardrails)?, policies_column(&t.policies)?);
         let sql = if insert {
-            format!("INSERT INTO teams ({TEAM_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+            format!("INSERT INTO teams ({TEAM_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
         } else {
             "UPDATE teams SET name = $2, models = $3, rpm = $4, tpm = $5, max_parallel = $6, budget_usd = $7, \
-             budget_period = $8, mcp = $9, created_at = $10, guardrails = $11 WHERE id = $1"
+             budget_period = $8, mcp = $9, created_at = $10, guardrails = $11, policies = $12 WHERE id = $1"
                 .to_owned()
         };
         let affected = with_pool!(self, |pool| {
@@ -122,6 +128,7 @@ impl Store {
                 .bind(&mcp)
                 .bind(t.created_at)
                 .bind(&guardrails)
+                .bind(&policies)
                 .execute(pool)
                 .await?
                 .rows_affected()

@@ -59,6 +59,11 @@ pub struct RequestRow {
     /// The key of the backend's pool it went with (its name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_key: Option<String>,
+    /// The policy rules that decided or routed it, and the tags a `set` rule gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
     pub cost_usd: f64,
@@ -141,7 +146,7 @@ fn build(q: &RequestQuery) -> (String, Vec<Param<'_>>) {
         "SELECT r.id, r.ts_ms, r.key_id, k.name, r.user_name, r.team, r.model_requested, r.model_served, r.backend, \
          r.status, r.prompt_tokens, r.completion_tokens, r.total_tokens, r.latency_ms, r.ttft_ms, r.cost_usd, \
          r.estimated, r.route_reason, r.tool, r.response_bytes, b.id IS NOT NULL, r.guardrails, r.guard_call, r.units, r.batch_id, \
-         r.cache_read_tokens, r.cache_write_tokens, r.backend_key \
+         r.cache_read_tokens, r.cache_write_tokens, r.backend_key, r.policy, r.tags \
          FROM usage_records r LEFT JOIN api_keys k ON k.id = r.key_id \
          LEFT JOIN request_bodies b ON b.id = r.id{filter} \
          ORDER BY r.ts_ms DESC, r.id DESC LIMIT {}",
@@ -191,6 +196,8 @@ macro_rules! decode {
             cache_read_tokens: to_u64(row.try_get(25)?, "cache_read_tokens")?,
             cache_write_tokens: to_u64(row.try_get(26)?, "cache_write_tokens")?,
             backend_key: row.try_get(27)?,
+            policy: row.try_get(28)?,
+            tags: row.try_get::<Option<String>, _>(29)?.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
         }
     }};
 }

@@ -15,10 +15,10 @@ pub const HOUR_MS: i64 = 3_600_000;
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
                               response_bytes, route_reason, guardrails, guard_call, units, batch_id, \
-                              cache_read_tokens, cache_write_tokens, backend_key, experiment, variant";
-const RECORD_COLS: usize = 28;
+                              cache_read_tokens, cache_write_tokens, backend_key, experiment, variant, policy, tags";
+const RECORD_COLS: usize = 30;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement at most: 28 columns x 512 = 14,336 parameters, well under SQLite's 32,766 and
+/// Rows per multi-row statement at most: 30 columns x 512 = 15,360 parameters, well under SQLite's 32,766 and
 /// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
 const CHUNK_ROWS: usize = 512;
 
@@ -54,6 +54,7 @@ struct Row<'a> {
     guardrails: Option<String>,
     /// What it used besides tokens, as JSON.
     units: Option<String>,
+    tags: Option<String>,
 }
 
 impl<'a> Row<'a> {
@@ -69,6 +70,7 @@ impl<'a> Row<'a> {
             response_bytes: r.response_bytes.map(|b| to_i64(b, "response_bytes")).transpose()?,
             guardrails: (!r.guardrails.is_empty()).then(|| serde_json::to_string(&r.guardrails).unwrap_or_default()),
             units: r.units.as_ref().map(|u| serde_json::to_string(u).unwrap_or_default()),
+            tags: (!r.tags.is_empty()).then(|| serde_json::to_string(&r.tags).unwrap_or_default()),
         })
     }
 }
@@ -213,6 +215,8 @@ where
         .bind(&r.backend_key)
         .bind(&r.experiment)
         .bind(&r.variant)
+        .bind(&r.policy)
+        .bind(&row.tags)
 }
 
 /// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.

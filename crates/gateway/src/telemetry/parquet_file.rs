@@ -186,6 +186,8 @@ mod tests {
             batch_id: None,
             experiment: None,
             variant: None,
+            policy: None,
+            tags: Vec::new(),
         }
     }
 

@@ -63,6 +63,8 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         batch_id: None,
         experiment: None,
         variant: None,
+        policy: None,
+        tags: Vec::new(),
     }
 }
 

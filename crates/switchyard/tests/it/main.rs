@@ -43,6 +43,7 @@ mod model_guards;
 mod orgs;
 mod origin;
 mod passthrough;
+mod policies;
 mod prompt_cache;
 mod providers;
 mod pseudonymize;

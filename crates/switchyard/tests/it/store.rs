@@ -133,6 +133,7 @@ fn key(id: &str, created_at: i64) -> KeyRecord {
         user_id: None,
         guardrails: Vec::new(),
         passthrough: vec!["vllm-*".into()],
+        policies: Default::default(),
         owners: Default::default(),
     }
 }
@@ -168,6 +169,8 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         batch_id: None,
         experiment: None,
         variant: None,
+        policy: None,
+        tags: Vec::new(),
     }
 }
 

@@ -1,0 +1,209 @@
+//! The policy phase (issue 58), after parsing and before experiments and admission: the
+//! organisation's rules, then the key's team's, then the key's, over the request's attributes.
+//! A deny is a 403 naming its rule; a `route` puts another model in place (decided again, so a
+//! route never reaches what a deny covers) or narrows the backends; `set` adds record tags and
+//! headers for the backend; `cost` charges its quota (a 429 naming the rule when spent). Without
+//! rules for the request's phase this is one check of an empty list.
+
+use std::collections::HashMap;
+
+use http::{HeaderName, HeaderValue};
+use switchyard_policy::{Action, Phase, RuleSet, Values};
+
+use super::Inbound;
+use crate::app::App;
+use crate::auth::Identity;
+use crate::endpoint::ModelIn;
+use crate::error::GatewayError;
+use crate::http::parse::{with_model, RoutedRequest};
+
+/// Headers a rule never reads: credentials.
+const UNREAD_HEADERS: [&str; 5] = ["authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"];
+
+/// What the rules made of a request, as the later phases use it.
+pub(crate) struct Applied {
+    /// The rules that decided or routed (`x-switchyard-policy`, the record's `policy`).
+    pub named: Option<String>,
+    /// Backends a `route: {backends}` rule left out (ids): never tried.
+    pub excluded: Vec<usize>,
+    /// Headers sent to the backend.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Tags added to the request's record.
+    pub tags: Vec<String>,
+}
+
+/// The rule sets that apply to `identity`'s requests, in order.
+pub(crate) fn levels<'a>(app: &'a App, identity: &'a Identity) -> Vec<&'a RuleSet> {
+    let key = identity.key();
+    let team = key.and_then(|k| k.owners.team.as_ref()).and_then(|t| t.policies.as_deref());
+    [Some(&*app.config.policies), team, key.and_then(|k| k.policies.as_deref())].into_iter().flatten().collect()
+}
+
+/// Apply the rules to a parsed request. None when no rule applies.
+pub(super) async fn apply(
+    app: &App,
+    inbound: &Inbound<'_>,
+    identity: &Identity,
+    routed: &mut RoutedRequest,
+) -> Result<Option<Box<Applied>>, GatewayError> {
+    // The gateway's own calls (a guard's classifier, a shadow, a judge) were decided as the
+    // request they serve.
+    if inbound.guard_call.is_some() || inbound.experiment.is_some() {
+        return Ok(None);
+    }
+    let levels = levels(app, identity);
+    if !levels.iter().any(|l| l.any_in(Phase::Request)) {
+        return Ok(None);
+    }
+    let now_ms = app.clock.unix_ms();
+    let decision = decide(app, &levels, inbound, identity, routed, now_ms);
+    if let Some((rule, message)) = decision.denied() {
+        return Err(denied(app, rule, message));
+    }
+    if let Some(model) = decision.model.as_deref().filter(|m| *m != routed.requested) {
+        route_to(app, inbound, routed, model)?;
+        // A route never takes a request where a deny stands: decide again for the new model.
+        let again = decide(app, &levels, inbound, identity, routed, now_ms);
+        if let Some((rule, message)) = again.denied() {
+            return Err(denied(app, rule, message));
+        }
+    }
+    for (rule, amount) in &decision.costs {
+        charge(app, rule, *amount, now_ms).await?;
+    }
+    let excluded = match &decision.backends {
+        Some(names) => {
+            app.router.backends.iter().filter(|b| !names.iter().any(|n| n == b.name())).map(|b| b.id).collect()
+        }
+        None => Vec::new(),
+    };
+    let headers = decision
+        .headers
+        .iter()
+        .filter_map(|(n, v)| Some((HeaderName::from_bytes(n.as_bytes()).ok()?, HeaderValue::from_str(v).ok()?)))
+        .collect();
+    let named = decision.named();
+    for rule in decision.decided.iter().chain(&decision.routed) {
+        app.metrics.count_policy(&rule.name, rule.raw.then.name());
+    }
+    Ok(Some(Box::new(Applied { named, excluded, headers, tags: decision.tags })))
+}
+
+fn decide(
+    app: &App,
+    levels: &[&RuleSet],
+    inbound: &Inbound<'_>,
+    identity: &Identity,
+    routed: &RoutedRequest,
+    now_ms: i64,
+) -> switchyard_policy::Decision {
+    let reads_tokens = levels.iter().any(|l| l.reads().any(|a| a == "request.estimated_tokens"));
+    let values = values(inbound, identity, routed, reads_tokens, now_ms).bind();
+    let decision = switchyard_policy::decide(levels, Phase::Request, &values);
+    for error in &decision.errors {
+        app.metrics.count_policy("", "error");
+        tracing::warn!(error = %error, "a policy condition could not be evaluated: it did not hold");
+    }
+    decision
+}
+
+fn denied(app: &App, rule: &str, message: &str) -> GatewayError {
+    app.metrics.count_policy(rule, "deny");
+    GatewayError::PolicyDenied { rule: rule.to_owned(), message: message.to_owned() }
+}
+
+/// Put `model` in place of the one asked for (its own fallbacks, cache entries and permission
+/// then apply: a key that may not use it is refused by admission, never let through).
+fn route_to(app: &App, inbound: &Inbound<'_>, routed: &mut RoutedRequest, model: &str) -> Result<(), GatewayError> {
+    let resolved = app.config.resolve_alias(model).to_owned();
+    if inbound.endpoint.spec().model_in != ModelIn::Path {
+        routed.body = with_model(&routed.body, &resolved)?;
+    }
+    routed.requested = model.to_owned();
+    routed.model = resolved;
+    Ok(())
+}
+
+/// Charge `rule`'s amount against its quota: a 429 naming the rule when it is spent.
+async fn charge(app: &App, rule: &switchyard_policy::Rule, amount: f64, now_ms: i64) -> Result<(), GatewayError> {
+    let Action::Cost { quota: name, .. } = &rule.action else { return Ok(()) };
+    let Some(quota) = app.config.quotas.get(name) else { return Ok(()) };
+    let now = u64::try_from(now_ms).unwrap_or(0);
+    if app.quotas.charge(app.shared.as_deref(), name, quota, amount, now).await {
+        return Ok(());
+    }
+    app.metrics.count_policy(&rule.name, "quota_exceeded");
+    let period_ms = (quota.period.as_millis() as u64).max(1);
+    let retry_after_secs = (period_ms - now % period_ms).div_ceil(1000);
+    let mut headers = http::HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&rule.name) {
+        headers.insert(crate::http::POLICY_HEADER.clone(), v);
+    }
+    Err(GatewayError::RateLimited {
+        message: format!("quota `{name}` is spent for this period (policy `{}`)", rule.name),
+        code: "quota_exceeded",
+        retry_after_secs,
+        headers: Box::new(headers),
+    })
+}
+
+/// The request's attributes (`switchyard_policy::attributes`).
+fn values(
+    inbound: &Inbound<'_>,
+    identity: &Identity,
+    routed: &RoutedRequest,
+    reads_tokens: bool,
+    now_ms: i64,
+) -> Values {
+    let mut v = Values::default();
+    let headers: HashMap<String, switchyard_policy::Value> = inbound
+        .headers
+        .iter()
+        .filter(|(name, _)| !UNREAD_HEADERS.contains(&name.as_str()))
+        .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned().into()))
+        .collect();
+    v.set("request.method", "POST")
+        .set("request.path", inbound.path.to_owned())
+        .set("request.endpoint", inbound.endpoint.as_str())
+        .set("request.headers", headers)
+        .set("request.model", routed.requested.clone())
+        .set("request.resolved_model", routed.model.clone())
+        .set("request.stream", routed.stream)
+        .set("request.size", routed.body.len() as i64)
+        .set_time(now_ms);
+    if reads_tokens {
+        v.set("request.estimated_tokens", crate::usage::estimate_tokens(routed.body.len()) as i64);
+    }
+    if let Some(peer) = inbound.peer {
+        v.set("source.ip", peer.ip().to_string());
+    }
+    if let Some(key) = identity.key() {
+        let tags: Vec<switchyard_policy::Value> =
+            key.tags.iter().map(|t| switchyard_policy::Value::from(t.as_str())).collect();
+        v.set("key.id", key.id.clone()).set("key.tags", tags);
+        if let Some(name) = &key.name {
+            v.set("key.name", name.clone());
+        }
+        if let Some(team) = key.team_name() {
+            v.set("key.team", team.to_owned());
+        }
+        if let Some(user) = key.user_name() {
+            v.set("key.user", user.to_owned());
+        }
+    }
+    if let Some(team) = identity.team() {
+        v.set("team.name", team.to_owned());
+    }
+    if let Some(user) = identity.user() {
+        v.set("user.email", user.to_owned());
+    }
+    if let Some(claims) = identity.subject.as_ref().and_then(|s| s.claims.as_deref()) {
+        v.set_json("jwt.claims", claims);
+    }
+    v
+}
+
+/// The rules' names for `x-switchyard-policy`, when any decided or routed the request.
+pub(crate) fn named_header(applied: Option<&Applied>) -> Option<HeaderValue> {
+    HeaderValue::from_str(applied?.named.as_deref()?).ok()
+}

@@ -1,0 +1,263 @@
+//! Policies as code (issue 58) through the real gateway: a table of rules × requests (keys with
+//! tags and teams, headers, the day, models) with the decision each must give and the rule named
+//! on every answer; routing by rule (the backend that answered); a quota spent by a cost rule;
+//! load-time errors naming the rule and where; team and key rules on the admin API that may only
+//! narrow; the deciding rule in the request's record.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::time::{Duration, Instant};
+
+use http::Method;
+use serde_json::{json, Value};
+use switchyard_gateway::{Config, RunningGateway};
+use switchyard_testkit::{TestClient, TestResponse};
+
+use crate::common::*;
+
+const MASTER: &str = "policies-master";
+
+struct Stack {
+    gw: RunningGateway,
+    db: String,
+    client: TestClient,
+}
+
+async fn stack(backends: &str, policies: &str) -> Stack {
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nauth: {{master_key: {MASTER}}}\nstorage: {{url: '{db}', usage_journal_dir: '{}/usage'}}\n\
+         {policies}\nbackends:\n{backends}",
+        dir.display()
+    );
+    Stack { gw: gateway_yaml(&yaml).await, db, client: TestClient::new() }
+}
+
+impl Stack {
+    async fn admin(&self, method: Method, path: &str, body: &str) -> TestResponse {
+        admin_as(&self.client, &self.gw, MASTER, method, path, body).await
+    }
+
+    async fn key(&self, body: Value) -> String {
+        let r = self.admin(Method::POST, "/admin/keys", &body.to_string()).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        r.json()["key"].as_str().unwrap().to_owned()
+    }
+
+    async fn chat(&self, key: &str, model: &str, headers: &[(&str, &str)]) -> TestResponse {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]});
+        let auth = format!("Bearer {key}");
+        let mut all = vec![("authorization", auth.as_str())];
+        all.extend_from_slice(headers);
+        let url = format!("{}/v1/chat/completions", self.gw.url());
+        self.client.post_json(&url, body.to_string().as_bytes(), &all).await.unwrap()
+    }
+
+    async fn records(&self) -> Vec<(String, Option<String>, Option<String>)> {
+        let sql = "SELECT model_served, policy, tags FROM usage_records ORDER BY ts_ms";
+        if self.db.starts_with("sqlite:") {
+            let pool = sqlx::SqlitePool::connect(&self.db).await.unwrap();
+            return sqlx::query_as(sql).fetch_all(&pool).await.unwrap();
+        }
+        let pool = sqlx::PgPool::connect(&self.db).await.unwrap();
+        sqlx::query_as(sql).fetch_all(&pool).await.unwrap()
+    }
+}
+
+/// (who, model, headers, status, the named rule, the model that answered)
+type Row<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], u16, &'a str, &'a str);
+
+fn policy(r: &TestResponse) -> &str {
+    r.header("x-switchyard-policy").unwrap_or("-")
+}
+
+fn backend(r: &TestResponse) -> &str {
+    r.header("x-switchyard-backend").unwrap_or("-")
+}
+
+/// Today's weekday as `time.weekday` counts it (0 = Sunday), from the Unix epoch (a Thursday).
+fn weekday_now() -> u64 {
+    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 86_400;
+    (days + 4) % 7
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decision_table_holds_with_the_deciding_rule_named() {
+    let (cloud, onprem) = (mock(&["small", "big", "secret"]).await, mock(&["small", "big"]).await);
+    let backends = format!(
+        "  - {{name: cloud, url: '{}', models: [small, big, secret]}}\n  - {{name: onprem, url: '{}', models: [small, big]}}\n",
+        cloud.url(),
+        onprem.url()
+    );
+    let today = weekday_now();
+    let policies = format!(
+        r#"quotas: {{metered: {{limit: 3, period: hour}}}}
+policies:
+  - {{name: admins, when: "'admin' in key.tags", then: allow}}
+  - {{name: no-secret, when: "request.model == 'secret'", then: deny, message: "secret is closed"}}
+  - {{name: interns-small, when: "'intern' in key.tags && request.model != 'small'", then: route, route: {{model: small}}}}
+  - {{name: restricted-onprem, when: "request.headers['x-data-class'] == 'restricted'", then: route, route: {{backends: [onprem]}}}}
+  - {{name: closed-today, when: "'weekday-blocked' in key.tags && time.weekday == {today}", then: deny}}
+  - {{name: research-tags, when: "key.team == 'research'", then: set, set: {{tags: [research], headers: {{x-cost-centre: r-42}}}}}}
+  - {{name: metered, when: "'metered' in key.tags", then: cost, cost: "1", quota: metered}}
+"#
+    );
+    let s = stack(&backends, &policies).await;
+    let admin = s.key(json!({"name": "a", "metadata": {"tags": ["admin"]}})).await;
+    let intern = s.key(json!({"name": "i", "metadata": {"tags": ["intern"]}})).await;
+    let plain = s.key(json!({"name": "p"})).await;
+    let blocked = s.key(json!({"name": "b", "metadata": {"tags": ["weekday-blocked"]}})).await;
+    let research = s.key(json!({"name": "r", "metadata": {"team": "research"}})).await;
+    let metered = s.key(json!({"name": "m", "metadata": {"tags": ["metered"]}})).await;
+    let restricted = [("x-data-class", "restricted")];
+
+    let table: Vec<Row> = vec![
+        (&admin, "secret", &[], 200, "admins", "secret"),
+        (&plain, "secret", &[], 403, "no-secret", "-"),
+        (&intern, "secret", &[], 403, "no-secret", "-"),
+        (&intern, "big", &[], 200, "interns-small", "small"),
+        (&intern, "small", &[], 200, "-", "small"),
+        (&plain, "big", &[], 200, "-", "big"),
+        (&plain, "big", &restricted, 200, "restricted-onprem", "big"),
+        (&blocked, "small", &[], 403, "closed-today", "-"),
+        (&research, "small", &[], 200, "-", "small"),
+    ];
+    for (who, model, headers, status, rule, served) in table {
+        let r = s.chat(who, model, headers).await;
+        let what = format!("{model} {headers:?} -> {} {}", r.status, r.text());
+        assert_eq!((r.status.as_u16(), policy(&r)), (status, rule), "{what}");
+        if status == 200 {
+            assert_eq!(r.header("x-switchyard-model"), Some(served), "{what}");
+        } else {
+            let body = r.json();
+            assert_eq!(body["error"]["code"], "policy_denied", "{what}");
+            assert!(body["error"]["message"].as_str().unwrap().contains(rule), "{what}");
+        }
+        if !headers.is_empty() {
+            assert_eq!(backend(&r), "onprem", "a restricted request goes only on premises: {what}");
+        }
+    }
+    // Restricted requests never leave the premises, whatever the balance would pick.
+    for _ in 0..6 {
+        assert_eq!(backend(&s.chat(&plain, "small", &restricted).await), "onprem");
+    }
+    let r = s.chat(&plain, "secret", &[]).await;
+    assert!(r.text().contains("secret is closed"), "the rule's message: {}", r.text());
+
+    // A quota of 3 per hour: the fourth metered request is a 429 naming the rule.
+    for _ in 0..3 {
+        assert_eq!(s.chat(&metered, "small", &[]).await.status, 200);
+    }
+    let r = s.chat(&metered, "small", &[]).await;
+    assert_eq!((r.status.as_u16(), policy(&r)), (429, "metered"), "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "quota_exceeded");
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(s.chat(&plain, "small", &[]).await.status, 200, "the quota charges only metered keys");
+
+    // The decision is in the record: the deciding rule, and the tags a `set` rule gave.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = s.records().await;
+        let routed = rows.iter().any(|r| r.1.as_deref() == Some("interns-small") && r.0 == "small");
+        let tagged = rows.iter().any(|r| r.2.as_deref() == Some(r#"["research"]"#));
+        if routed && tagged {
+            break;
+        }
+        assert!(Instant::now() < deadline, "records: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = s.client.get(&format!("{}/metrics", s.gw.url())).await.unwrap().text();
+    assert!(metrics.contains(r#"switchyard_policy_decisions_total{rule="no-secret",decision="deny"} 3"#), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_that_cannot_hold_never_load() {
+    let base = "listen: 127.0.0.1:0\nbackends:\n  - {name: b, url: 'http://127.0.0.1:9', models: [m]}\nquotas: {q: {limit: 1, period: 1h}}\n";
+    let cases = [
+        (
+            r#"{name: typo, when: "request.modle == 'm'", then: deny}"#,
+            "policies.typo.when",
+            "unknown attribute `request.modle` (at characters",
+        ),
+        (
+            r#"{name: types, when: "request.size == 'big'", then: deny}"#,
+            "policies.types.when",
+            "compares int with string",
+        ),
+        (
+            r#"{name: later, when: "mcp.tool == 'x'", then: route, route: {model: m}}"#,
+            "policies.later.when",
+            "known only in the mcp phase",
+        ),
+        (r#"{name: nowhere, then: route, route: {model: gone}}"#, "policies.nowhere.route", "no backend serves `gone`"),
+        (r#"{name: spend, then: cost, cost: "1", quota: nope}"#, "policies.spend.quota", "no quota `nope`"),
+        (r#"{name: mixed, then: cost, cost: "request.size * 0.5", quota: q}"#, "policies.mixed.cost", "use double"),
+    ];
+    for (rule, path, expected) in cases {
+        let yaml = format!("{base}policies:\n  - {rule}\n");
+        let e = Config::from_yaml(&yaml, &test_env(&yaml)).expect_err(rule).to_string();
+        assert!(e.contains(path) && e.contains(expected), "{rule}: {e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn team_and_key_rules_may_only_narrow() {
+    let m = mock(&["small", "big"]).await;
+    let backends = format!("  - {{name: b, url: '{}', models: [small, big]}}\n", m.url());
+    let org = r#"policies:
+  - {name: no-big, when: "request.model == 'big' && !('trusted' in key.tags)", then: deny}
+"#;
+    let s = stack(&backends, org).await;
+    // A team rule that would allow what the organisation denies is refused, naming it.
+    let widen = json!({"name": "t1", "policies": [{"name": "let-big", "when": "true", "then": "allow"}]});
+    let r = s.admin(Method::POST, "/admin/teams", &widen.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("let-big") && r.text().contains("no-big"), "{}", r.text());
+    // A rule that does not type-check is refused with where.
+    let typo = json!({"name": "t1", "policies": [{"name": "typo", "when": "key.tagz == 1", "then": "deny"}]});
+    let r = s.admin(Method::POST, "/admin/teams", &typo.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("typo") && r.text().contains("unknown attribute `key.tagz`"), "{}", r.text());
+    // A team that narrows: no streams; its key narrows further: no `small` for it.
+    let narrow = json!({"name": "t1", "policies": [{"name": "no-streams", "when": "request.stream", "then": "deny"}]});
+    let r = s.admin(Method::POST, "/admin/teams", &narrow.to_string()).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let team = r.json()["id"].as_str().unwrap().to_owned();
+    let key_rules =
+        json!([{"name": "not-small", "when": "request.model == 'small'", "then": "deny", "message": "use big"}]);
+    let key =
+        s.key(json!({"name": "k", "team_id": team, "metadata": {"tags": ["trusted"]}, "policies": key_rules})).await;
+    let r = s.chat(&key, "small", &[]).await;
+    assert_eq!((r.status.as_u16(), policy(&r)), (403, "not-small"), "{}", r.text());
+    let r = s.chat(&key, "big", &[]).await;
+    assert_eq!(r.status, 200, "trusted: the organisation's rule does not hold; {}", r.text());
+    let body = json!({"model": "big", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let r = s
+        .client
+        .post_json(
+            &format!("{}/v1/chat/completions", s.gw.url()),
+            body.to_string().as_bytes(),
+            &[("authorization", &format!("Bearer {key}"))],
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.status.as_u16(), policy(&r)), (403, "no-streams"), "the team's rule: {}", r.text());
+    // A key's allow under the organisation's deny is refused too.
+    let r = s
+        .admin(
+            Method::POST,
+            "/admin/keys",
+            &json!({"name": "w", "policies": [{"name": "mine", "then": "allow"}]}).to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("mine"), "{}", r.text());
+    // Every level is listed.
+    let r = s.admin(Method::GET, "/admin/policies", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let all = r.json();
+    assert_eq!(all["organisation"][0]["name"], "no-big");
+    assert_eq!(all["teams"][0]["policies"][0]["name"], "no-streams");
+    assert_eq!(all["keys"][0]["policies"][0]["name"], "not-small");
+}
