@@ -93,7 +93,7 @@ fn tool_call_admission(app: &App, key: Option<&crate::records::KeyRecord>) -> sw
 pub async fn handle(
     app: &App,
     req: Request<Incoming>,
-    path: &str,
+    (path, peer): (&str, std::net::SocketAddr),
     request_id: &HeaderValue,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let Some(front) = &app.mcp else { return Err(GatewayError::RouteNotFound) };
@@ -122,6 +122,8 @@ pub async fn handle(
         None => Arc::new(|_: &str, _: &str| true),
     };
     let admit = tool_call_admission(app, principal.key());
+    let policy = crate::policy::on_tool_calls(app, &principal, &parts.headers, Some(peer))
+        .unwrap_or_else(switchyard_mcp::no_policy);
     // A key's and its team's own guards apply to its tool calls too (with the defaults).
     let tool_guard = key.as_ref().and_then(|k| {
         let team = k.owners.team.as_ref().map_or(&[][..], |t| &t.guardrails[..]);
@@ -139,6 +141,7 @@ pub async fn handle(
             scope,
             permits,
             admit,
+            policy,
             on_call,
             tool_guard,
             body: &body,

@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["batch"],
     &["epp"],
     &["admin", "catalog", "mcp", "proxy"],
+    &["policy"],
     &["app"],
     &["http"],
     &["experiments"],

@@ -15,7 +15,7 @@ use switchyard_sandbox::{Failure, Sandbox, ToolAnswer, ToolHost};
 use tokio::sync::OnceCell;
 
 use crate::declarations;
-use crate::front::{CallRecord, OnCall, SharedAdmit, SharedPermits};
+use crate::front::{CallRecord, OnCall, SharedAdmit, SharedPermits, SharedPolicy};
 use crate::hub::Hub;
 
 /// The alias Code Mode is served under, in records, metrics and key permissions (`mcp_servers`).
@@ -84,6 +84,7 @@ pub struct CodeCall {
     pub hub: Arc<Hub>,
     pub permits: SharedPermits,
     pub admit: SharedAdmit,
+    pub policy: SharedPolicy,
     pub on_call: OnCall,
     pub key: Option<String>,
     /// The caller's own tool guards (`Request::tool_guard`); None: the hub's.
@@ -221,7 +222,7 @@ impl ToolHost for CodeCall {
     fn call(&self, server: String, tool: String, args: String) -> Pin<Box<dyn Future<Output = ToolAnswer> + Send>> {
         let (hub, permits, admit, on_call, key) =
             (self.hub.clone(), self.permits.clone(), self.admit.clone(), self.on_call.clone(), self.key.clone());
-        let tool_guard = self.tool_guard.clone();
+        let (tool_guard, policy) = (self.tool_guard.clone(), self.policy.clone());
         Box::pin(async move {
             let started = Instant::now();
             let request_bytes = args.len();
@@ -248,11 +249,15 @@ impl ToolHost for CodeCall {
                 report("forbidden", 0);
                 return Err(format!("tool {server}.{tool} is not permitted for this key"));
             }
+            let arguments: Value = serde_json::from_str(&args).map_err(|e| e.to_string())?;
+            if let Err((rule, message)) = policy(&server, &tool, &arguments) {
+                report("policy_denied", 0);
+                return Err(format!("{message} (policy `{rule}`)"));
+            }
             if let Err(message) = admit() {
                 report("rate_limited", 0);
                 return Err(message);
             }
-            let arguments: Value = serde_json::from_str(&args).map_err(|e| e.to_string())?;
             let Some(upstream) = hub.upstream(&server) else { return Err(format!("no MCP server {server}")) };
             let id = upstream.next_id();
             let params = json!({"name": tool, "arguments": arguments});

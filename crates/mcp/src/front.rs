@@ -41,6 +41,15 @@ pub type SharedPermits = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 /// Admission of one tool call under the key's limits: `Err(message)` refuses it.
 pub type SharedAdmit = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// The gateway's policy rules on one tool call (server, tool, arguments): `Err((rule, message))`
+/// when a rule denies it.
+pub type SharedPolicy = Arc<dyn Fn(&str, &str, &Value) -> Result<(), (String, String)> + Send + Sync>;
+
+/// A policy that allows every call.
+pub fn no_policy() -> SharedPolicy {
+    Arc::new(|_: &str, _: &str, _: &Value| Ok(()))
+}
+
 /// One HTTP request to an MCP endpoint, as the gateway read it.
 pub struct Request<'a> {
     pub method: &'a http::Method,
@@ -54,6 +63,8 @@ pub struct Request<'a> {
     pub permits: SharedPermits,
     /// Admission of one tool call under the key's limits (Code Mode's programs' calls included).
     pub admit: SharedAdmit,
+    /// The policy rules on tool calls (Code Mode's programs' calls included).
+    pub policy: SharedPolicy,
     /// Where this request's tool call is reported.
     pub on_call: OnCall,
     /// The caller's own guards on tool calls and results (its key's and team's added ones, with
@@ -575,6 +586,13 @@ impl Front {
             let e = RpcError::invalid_params(format!("tool `{name}` is not permitted for this key"));
             return refused(&id, e, "forbidden");
         }
+        let arguments = params.get("arguments").unwrap_or(&Value::Null);
+        if let Err((rule, message)) = (req.policy)(&server, &tool, arguments) {
+            (req.on_call)(record(&server, &tool, "policy_denied", 0));
+            let mut e = RpcError::invalid_params(format!("{message} (policy `{rule}`)"));
+            e.data = Some(json!({"reason": "policy_denied", "policy": rule}));
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        }
         if let Err(message) = (req.admit)() {
             (req.on_call)(record(&server, &tool, "rate_limited", 0));
             return refused(&id, RpcError::new(RATE_LIMITED, message), "rate_limited");
@@ -671,6 +689,7 @@ impl Front {
             hub: self.hub.clone(),
             permits: req.permits.clone(),
             admit: req.admit.clone(),
+            policy: req.policy.clone(),
             on_call: req.on_call.clone(),
             key: req.key.map(str::to_owned),
             tool_guard: req.tool_guard.clone(),

@@ -19,7 +19,10 @@ pub mod tool_guard;
 pub mod upstream;
 pub mod version;
 
-pub use front::{Answer, Body, CallRecord, Front, OnCall, Request, Scope, SharedAdmit, SharedPermits, SharedToolGuard};
+pub use front::{
+    no_policy, Answer, Body, CallRecord, Front, OnCall, Request, Scope, SharedAdmit, SharedPermits, SharedPolicy,
+    SharedToolGuard,
+};
 pub use hub::{Hub, ServerSpec, Tool};
 pub use upstream::{Upstream, UpstreamError};
 

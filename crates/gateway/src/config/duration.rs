@@ -20,6 +20,22 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// `raw` at `path` as a duration, `default` when absent.
+pub(super) fn duration(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, super::ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(text) => parse_duration(text).map_err(|m| super::ConfigError::at(path, m)),
+    }
+}
+
+/// As `duration`, and more than zero.
+pub(super) fn nonzero(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, super::ConfigError> {
+    match duration(path, raw, default)? {
+        d if d.is_zero() => Err(super::ConfigError::at(path, "must be greater than zero")),
+        d => Ok(d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::duration::parse_duration;
 use super::interpolate::{interpolate, Env};
 use super::{
     AffinityConfig, AuthConfig, Config, ConfigError, FailurePolicy, HealthConfig, ListenerLimits, RedisConfig,
@@ -202,19 +201,7 @@ fn interpolate_tree(value: &mut yaml_serde::Value, path: String, env: &dyn Env) 
 }
 
 /// `duration`, refusing zero (a zero timeout would end every session at once).
-pub(super) fn nonzero(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
-    match duration(path, raw, default)? {
-        d if d.is_zero() => Err(ConfigError::at(path, "must be greater than zero")),
-        d => Ok(d),
-    }
-}
-
-pub(super) fn duration(path: &str, raw: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
-    match raw {
-        None => Ok(default),
-        Some(text) => parse_duration(text).map_err(|m| ConfigError::at(path, m)),
-    }
-}
+pub(super) use super::duration::{duration, nonzero};
 
 pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let listen = validate_listen(raw.listen.as_deref())?;

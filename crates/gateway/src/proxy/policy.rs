@@ -5,8 +5,6 @@
 //! headers for the backend; `cost` charges its quota (a 429 naming the rule when spent). Without
 //! rules for the request's phase this is one check of an empty list.
 
-use std::collections::HashMap;
-
 use http::{HeaderName, HeaderValue};
 use switchyard_policy::{Action, Phase, RuleSet, Values};
 
@@ -16,9 +14,6 @@ use crate::auth::Identity;
 use crate::endpoint::ModelIn;
 use crate::error::GatewayError;
 use crate::http::parse::{with_model, RoutedRequest};
-
-/// Headers a rule never reads: credentials.
-const UNREAD_HEADERS: [&str; 5] = ["authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"];
 
 /// What the rules made of a request, as the later phases use it.
 pub(crate) struct Applied {
@@ -30,13 +25,6 @@ pub(crate) struct Applied {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Tags added to the request's record.
     pub tags: Vec<String>,
-}
-
-/// The rule sets that apply to `identity`'s requests, in order.
-pub(crate) fn levels<'a>(app: &'a App, identity: &'a Identity) -> Vec<&'a RuleSet> {
-    let key = identity.key();
-    let team = key.and_then(|k| k.owners.team.as_ref()).and_then(|t| t.policies.as_deref());
-    [Some(&*app.config.policies), team, key.and_then(|k| k.policies.as_deref())].into_iter().flatten().collect()
 }
 
 /// Apply the rules to a parsed request. None when no rule applies.
@@ -51,7 +39,7 @@ pub(super) async fn apply(
     if inbound.guard_call.is_some() || inbound.experiment.is_some() {
         return Ok(None);
     }
-    let levels = levels(app, identity);
+    let levels = crate::policy::levels(app, identity);
     if !levels.iter().any(|l| l.any_in(Phase::Request)) {
         return Ok(None);
     }
@@ -155,50 +143,16 @@ fn values(
     reads_tokens: bool,
     now_ms: i64,
 ) -> Values {
-    let mut v = Values::default();
-    let headers: HashMap<String, switchyard_policy::Value> = inbound
-        .headers
-        .iter()
-        .filter(|(name, _)| !UNREAD_HEADERS.contains(&name.as_str()))
-        .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned().into()))
-        .collect();
+    let mut v = crate::policy::caller_values(identity, inbound.headers, inbound.peer, now_ms);
     v.set("request.method", "POST")
         .set("request.path", inbound.path.to_owned())
         .set("request.endpoint", inbound.endpoint.as_str())
-        .set("request.headers", headers)
         .set("request.model", routed.requested.clone())
         .set("request.resolved_model", routed.model.clone())
         .set("request.stream", routed.stream)
-        .set("request.size", routed.body.len() as i64)
-        .set_time(now_ms);
+        .set("request.size", routed.body.len() as i64);
     if reads_tokens {
         v.set("request.estimated_tokens", crate::usage::estimate_tokens(routed.body.len()) as i64);
-    }
-    if let Some(peer) = inbound.peer {
-        v.set("source.ip", peer.ip().to_string());
-    }
-    if let Some(key) = identity.key() {
-        let tags: Vec<switchyard_policy::Value> =
-            key.tags.iter().map(|t| switchyard_policy::Value::from(t.as_str())).collect();
-        v.set("key.id", key.id.clone()).set("key.tags", tags);
-        if let Some(name) = &key.name {
-            v.set("key.name", name.clone());
-        }
-        if let Some(team) = key.team_name() {
-            v.set("key.team", team.to_owned());
-        }
-        if let Some(user) = key.user_name() {
-            v.set("key.user", user.to_owned());
-        }
-    }
-    if let Some(team) = identity.team() {
-        v.set("team.name", team.to_owned());
-    }
-    if let Some(user) = identity.user() {
-        v.set("user.email", user.to_owned());
-    }
-    if let Some(claims) = identity.subject.as_ref().and_then(|s| s.claims.as_deref()) {
-        v.set_json("jwt.claims", claims);
     }
     v
 }

@@ -129,7 +129,7 @@ async fn browser_reachable(
         BrowserReachable::Console => Box::pin(console::handle(app, req, started, rid, trace, peer)).await,
         BrowserReachable::Mcp => {
             let path = req.uri().path().to_owned();
-            mcp::handle(app, req, &path, rid).await
+            mcp::handle(app, req, (&path, peer), rid).await
         }
     }
 }

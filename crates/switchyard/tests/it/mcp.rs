@@ -728,3 +728,55 @@ async fn a_keys_and_its_teams_guardrails_apply_to_its_tool_calls() {
     let r = open.call(2, "tools/call", echo("mail jane.doe@example.com")).await;
     assert_eq!(r["result"]["content"][0]["text"], "mail jane.doe@example.com", "{r}");
 }
+
+/// Policy rules on tool calls (issue 58): `mcp.server`, `mcp.tool` and `mcp.arguments` with the
+/// caller's attributes; a denied call never reaches the upstream and names its rule.
+#[tokio::test]
+async fn policy_rules_decide_tool_calls_by_server_tool_and_arguments() {
+    let m = mcp_mock(McpMockConfig::default()).await;
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let yaml = format!(
+        r#"listen: 127.0.0.1:0
+storage: {{url: '{db}', usage_journal_dir: '{}/usage'}}
+auth: {{master_key: {MASTER}}}
+mcp:
+  servers:
+    - {{name: files, url: '{}'}}
+policies:
+  - {{name: writers, when: "mcp.tool.startsWith('write') && !('admin' in key.tags)", then: deny, message: "writing needs the admin tag"}}
+  - {{name: small-sums, when: "mcp.server == 'files' && mcp.tool == 'add' && mcp.arguments.a > 100", then: deny}}
+  - {{name: no-models-here, when: "request.model == 'x'", then: deny}}
+"#,
+        dir.display(),
+        m.url()
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let auth = format!("Bearer {MASTER}");
+    let mut keys = Vec::new();
+    for tags in [json!([]), json!(["admin"])] {
+        let body = json!({"metadata": {"tags": tags}}).to_string();
+        let created = client
+            .post_json(&format!("{}/admin/keys", gw.url()), body.as_bytes(), &[("authorization", &auth)])
+            .await
+            .unwrap();
+        assert_eq!(created.status, 201, "{}", created.text());
+        keys.push(created.json()["key"].as_str().unwrap().to_owned());
+    }
+    let mut plain = Session::new(&gw, "/mcp", &keys[0]);
+    plain.initialize().await;
+    let r = plain.call(1, "tools/call", json!({"name": "files__write_file", "arguments": {"path": "/x"}})).await;
+    assert_eq!(r["error"]["data"]["reason"], "policy_denied", "{r}");
+    assert_eq!(r["error"]["data"]["policy"], "writers", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("writing needs the admin tag"), "{r}");
+    assert_eq!(m.stats().calls.get("write_file"), None, "a denied call never reaches the upstream");
+    let r = plain.call(2, "tools/call", json!({"name": "files__add", "arguments": {"a": 101, "b": 1}})).await;
+    assert_eq!(r["error"]["data"]["policy"], "small-sums", "{r}");
+    let r = plain.call(3, "tools/call", json!({"name": "files__add", "arguments": {"a": 2, "b": 3}})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let mut admin = Session::new(&gw, "/mcp", &keys[1]);
+    admin.initialize().await;
+    let r = admin.call(4, "tools/call", json!({"name": "files__write_file", "arguments": {"path": "/x"}})).await;
+    assert!(r.get("result").is_some(), "the admin tag writes: {r}");
+}
