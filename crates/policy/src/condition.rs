@@ -153,6 +153,28 @@ impl Values {
         }
     }
 
+    /// Every attribute `json` gives, by the attribute table's paths (`{"request": {"model": "m"},
+    /// "key": {"tags": ["intern"]}}`); others are refused, naming them.
+    pub fn from_json(json: &serde_json::Value) -> Result<Values, String> {
+        let mut v = Values::default();
+        let Some(roots) = json.as_object() else { return Err("the attributes are a JSON object".into()) };
+        let unix = json.pointer("/time/unix").map(|t| t.as_i64().ok_or("`time.unix` is an integer (seconds)"));
+        if let Some(unix) = unix {
+            v.set_time(unix?.saturating_mul(1000));
+        }
+        for (root, fields) in roots.iter().filter(|(root, _)| *root != "time") {
+            let fields = fields.as_object().ok_or_else(|| format!("`{root}` is an object of attributes"))?;
+            for (field, value) in fields {
+                let path = format!("{root}.{field}");
+                let attribute =
+                    crate::attributes::attribute(&path).ok_or_else(|| format!("unknown attribute `{path}`"))?;
+                let value = cel::to_value(value.clone()).map_err(|e| format!("`{path}`: {e}"))?;
+                v.set(attribute.path, value);
+            }
+        }
+        Ok(v)
+    }
+
     /// The `time.*` attributes for `unix_ms` (hour and weekday in UTC; `time.now` for CEL's
     /// time-zone functions).
     pub fn set_time(&mut self, unix_ms: i64) -> &mut Values {

@@ -135,6 +135,8 @@ enum Command {
     /// Experiments on live traffic through a running gateway's admin API; `simulate` runs the
     /// adaptive allocation's seeded simulation.
     Experiments(crate::experiments::ExperimentsArgs),
+    /// Policies as code: `test` evaluates the configured rules against a request without serving it.
+    Policy(crate::policy::PolicyArgs),
     /// The response cache: `calibrate` measures the semantic layer's false hits on labelled pairs.
     Cache(crate::cache::CacheArgs),
     /// Benchmark the gateway against direct calls: overhead, throughput, streaming, failover, memory
@@ -249,6 +251,7 @@ pub fn main() -> ExitCode {
             Command::Audit(args) => crate::audit::run(args).await,
             Command::Cache(args) => crate::cache::run(args).await,
             Command::Experiments(args) => crate::experiments::run(args).await,
+            Command::Policy(args) => crate::policy::run(args).await,
             Command::Demo { listen, requests, no_wait } => crate::demo::run(listen, requests, no_wait).await,
             Command::SeedUsage { storage, records, end_ms } => {
                 crate::seed::run(&storage, records, end_ms.unwrap_or(crate::seed::END_MS)).await

@@ -12,6 +12,7 @@ mod experiments;
 mod fd_limit;
 mod keys;
 mod orgs;
+mod policy;
 mod seed;
 mod tokenize;
 

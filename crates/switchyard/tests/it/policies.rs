@@ -261,3 +261,65 @@ async fn team_and_key_rules_may_only_narrow() {
     assert_eq!(all["teams"][0]["policies"][0]["name"], "no-streams");
     assert_eq!(all["keys"][0]["policies"][0]["name"], "not-small");
 }
+
+/// `switchyard policy test` evaluates the rules against a request without serving it: the same
+/// decision the gateway gives, the rule named, routes, tags, costs; a tool call by its `mcp`.
+#[test]
+fn policy_test_explains_a_request_without_serving_it() {
+    let dir = scratch_dir();
+    let config = dir.join("gateway.yaml");
+    std::fs::write(
+        &config,
+        r#"listen: 127.0.0.1:0
+backends:
+  - {name: cloud, url: 'http://127.0.0.1:9', models: [small, big]}
+quotas: {tokens: {limit: 100000, period: day}}
+policies:
+  - {name: interns-small, when: "'intern' in key.tags && request.model != 'small'", then: route, route: {model: small}}
+  - {name: night, when: "request.model == 'big' && time.now.getHours('Europe/Paris') >= 22", then: deny, message: "big sleeps"}
+  - {name: research, when: "key.team == 'research'", then: set, set: {tags: [r], headers: {x-centre: r42}}}
+  - {name: charge, then: cost, cost: "double(request.estimated_tokens) * 0.5", quota: tokens}
+  - {name: writers, when: "mcp.tool.startsWith('write') && !('admin' in key.tags)", then: deny}
+"#,
+    )
+    .unwrap();
+    let run = |request: Value| -> Value {
+        let file = dir.join("request.json");
+        std::fs::write(&file, request.to_string()).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["policy", "test", "--config"])
+            .arg(&config)
+            .arg("--request")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // 2026-05-28T20:26:40Z: 22:26 in Paris.
+    let night = run(json!({"request": {"model": "big", "estimated_tokens": 40}, "time": {"unix": 1_780_000_000}}));
+    assert_eq!(
+        (night["status"].as_u64(), night["x-switchyard-policy"].as_str()),
+        (Some(403), Some("night")),
+        "{night}"
+    );
+    let day = run(
+        json!({"request": {"model": "big", "estimated_tokens": 40}, "key": {"tags": ["intern"], "team": "research"},
+                         "time": {"unix": 1_779_960_000}}),
+    );
+    assert_eq!(day["status"], 200, "{day}");
+    assert_eq!(day["x-switchyard-policy"], "interns-small", "{day}");
+    assert_eq!(day["route"]["model"], "small");
+    assert_eq!(day["set"]["tags"], json!(["r"]));
+    assert_eq!(day["set"]["headers"]["x-centre"], "r42");
+    assert_eq!(day["costs"][0], json!({"rule": "charge", "quota": "tokens", "amount": 20.0}));
+    let tool = run(json!({"mcp": {"server": "files", "tool": "write_file", "arguments": {}}, "key": {"tags": []}}));
+    assert_eq!(
+        (tool["phase"].as_str(), tool["x-switchyard-policy"].as_str()),
+        (Some("mcp"), Some("writers")),
+        "{tool}"
+    );
+    let key_rule = run(json!({"request": {"model": "small", "stream": true}, "time": {"unix": 1_779_960_000},
+                              "key_policies": [{"name": "no-streams", "when": "request.stream", "then": "deny"}]}));
+    assert_eq!(key_rule["x-switchyard-policy"], "no-streams", "{key_rule}");
+}

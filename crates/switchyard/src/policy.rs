@@ -1,0 +1,92 @@
+//! `switchyard policy test --config F --request req.json`: evaluate a configuration's policy
+//! rules (and a team's and a key's, when the request gives them) against one request's
+//! attributes without serving it, and print what they decide as JSON. The request file mirrors
+//! the attribute table: `{"request": {"model": "big", "headers": {"x-data-class": "restricted"}},
+//! "key": {"tags": ["intern"]}, "time": {"unix": 1780000000}, "team_policies": [...],
+//! "key_policies": [...]}`; with `"mcp": {...}` the tool-call rules are evaluated instead.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use switchyard_policy::{decide, Action, Phase, RawRule, Rule, RuleSet, Values};
+
+#[derive(Args, Debug)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    action: PolicyAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum PolicyAction {
+    /// Evaluate the rules against a request (a JSON file of its attributes) and print the decision.
+    Test {
+        /// The gateway's config file (its `policies:` and `quotas:`).
+        #[arg(long, short, env = "SWITCHYARD_CONFIG")]
+        config: PathBuf,
+        /// The request's attributes as JSON (`-` for stdin).
+        #[arg(long)]
+        request: PathBuf,
+    },
+}
+
+pub async fn run(args: PolicyArgs) -> Result<(), String> {
+    let PolicyAction::Test { config, request } = args.action;
+    let config = crate::cli::load(&config)?;
+    let text = match request.to_str() {
+        Some("-") => std::io::read_to_string(std::io::stdin()).map_err(|e| format!("stdin: {e}"))?,
+        _ => std::fs::read_to_string(&request).map_err(|e| format!("{}: {e}", request.display()))?,
+    };
+    let mut given: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", request.display()))?;
+    let decision = evaluate(&config, &mut given)?;
+    println!("{}", serde_json::to_string_pretty(&decision).unwrap_or_default());
+    Ok(())
+}
+
+/// The decision the rules give `given` (its `team_policies` and `key_policies` taken out of it).
+fn evaluate(config: &switchyard_gateway::config::Config, given: &mut Value) -> Result<Value, String> {
+    let own = |given: &mut Value, field: &str| -> Result<RuleSet, String> {
+        let raw: Vec<RawRule> = match given.as_object_mut().and_then(|o| o.remove(field)) {
+            Some(v) => serde_json::from_value(v).map_err(|e| format!("`{field}`: {e}"))?,
+            None => Vec::new(),
+        };
+        let rules = raw.into_iter().map(|r| Rule::compile(r, &|q| config.quotas.contains_key(q)));
+        let rules = rules.collect::<Result<Vec<_>, _>>().map_err(|e| format!("`{field}`: {e}"))?;
+        RuleSet::new(rules).map_err(|e| format!("`{field}`: {e}"))
+    };
+    let (team, key) = (own(given, "team_policies")?, own(given, "key_policies")?);
+    let phase = if given.get("mcp").is_some() { Phase::Mcp } else { Phase::Request };
+    let mut values = Values::from_json(given)?;
+    if given.pointer("/time/unix").is_none() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        values.set_time(i64::try_from(now).unwrap_or(0));
+    }
+    let d = decide(&[&config.policies, &team, &key], phase, &values.bind());
+    let (status, decision) = match (d.denied(), &d.decided) {
+        (Some(_), _) => (403, "deny"),
+        (None, Some(_)) => (200, "allow"),
+        (None, None) => (200, "allowed (no rule decided)"),
+    };
+    let costs: Vec<Value> = d
+        .costs
+        .iter()
+        .map(|(rule, amount)| {
+            let quota = match &rule.action {
+                Action::Cost { quota, .. } => quota.as_str(),
+                _ => "",
+            };
+            json!({"rule": rule.name, "quota": quota, "amount": amount})
+        })
+        .collect();
+    Ok(json!({
+        "phase": phase.name(),
+        "status": status,
+        "decision": decision,
+        "x-switchyard-policy": d.denied().map(|(rule, _)| rule.to_owned()).or_else(|| d.named()),
+        "message": d.denied().map(|(_, m)| m),
+        "route": {"model": d.model, "backends": d.backends},
+        "set": {"tags": d.tags, "headers": d.headers.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()},
+        "costs": costs,
+        "errors": d.errors,
+    }))
+}
