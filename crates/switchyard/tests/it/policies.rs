@@ -323,3 +323,30 @@ policies:
                               "key_policies": [{"name": "no-streams", "when": "request.stream", "then": "deny"}]}));
     assert_eq!(key_rule["x-switchyard-policy"], "no-streams", "{key_rule}");
 }
+
+/// A cost rule's quota is one counter for the whole fleet: three instances sharing a real
+/// `redis-server`, 60 requests at once spread over them, charging 0.1 each against 2.5: exactly
+/// 25 are served, the rest are 429s naming the rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_is_exact_across_a_three_instance_fleet() {
+    let redis = crate::common::redis::RedisServer::start();
+    let backend = mock(&["m"]).await;
+    let extra = format!(
+        "redis: {{url: '{}'}}\nquotas: {{tenths: {{limit: 2.5, period: day}}}}\npolicies:\n  - {{name: tenth, then: cost, cost: \"0.1\", quota: tenths}}\n",
+        redis.url()
+    );
+    let fleet =
+        [gateway(&[&backend], &extra).await, gateway(&[&backend], &extra).await, gateway(&[&backend], &extra).await];
+    let client = TestClient::new();
+    let sends = (0..60).map(|i| {
+        let url = format!("{}/v1/chat/completions", fleet[i % 3].url());
+        let client = client.clone();
+        async move { client.post_json(&url, chat_body("m", false).as_bytes(), &[]).await.unwrap() }
+    });
+    let answers = futures_util::future::join_all(sends).await;
+    let served = answers.iter().filter(|r| r.status == 200).count();
+    let refused: Vec<_> = answers.iter().filter(|r| r.status == 429).collect();
+    assert_eq!((served, refused.len()), (25, 35), "exactly 2.5 / 0.1 served");
+    assert!(refused.iter().all(|r| r.header("x-switchyard-policy") == Some("tenth")));
+    assert_eq!(backend.control().request_count(), 25, "a refused request never reaches a backend");
+}

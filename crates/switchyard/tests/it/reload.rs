@@ -172,3 +172,46 @@ async fn a_reload_applies_new_guardrails() {
     assert_eq!(reload(&gw.base).await.status, 200);
     assert_eq!(status("falcon").await.0, 200);
 }
+
+/// Policies reload as one snapshot (issue 58): a stream in flight, decided under the old rules,
+/// finishes under them; every request after the reload is decided by the new rules; a file whose
+/// rule does not check is refused, naming the rule, and the running rules stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_swaps_policies_while_a_request_in_flight_keeps_its_own() {
+    let chunk_delay = Duration::from_millis(20);
+    let a = mock_with(&["m"], MockConfig { stream_chunks: 30, chunk_delay, ..MockConfig::default() }).await;
+    let dir = scratch_dir();
+    let file = dir.join("switchyard.yaml");
+    let with = |rules: &str| format!("{}policies:\n{rules}", config_text(&dir, &[("a", &a, 1)], ""));
+    let v1 = "  - {name: v1-tags, when: \"request.model == 'm'\", then: set, set: {tags: [v1]}}\n  - {name: v1-allow, when: \"true\", then: allow}\n";
+    std::fs::write(&file, with(v1)).unwrap();
+    let gw = serve(&file);
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+    let resp = TestClient::new()
+        .send(http::Method::POST, &format!("{}/v1/chat/completions", gw.base), body.into(), &[])
+        .await
+        .unwrap();
+    assert_eq!(resp.headers().get("x-switchyard-policy").unwrap(), "v1-allow");
+    let mut stream = resp.into_body();
+    stream.frame().await.unwrap().unwrap();
+
+    let v2 = "  - {name: v2-deny, when: \"request.model == 'm'\", then: deny, message: closed}\n";
+    std::fs::write(&file, with(v2)).unwrap();
+    assert_eq!(reload(&gw.base).await.status, 200);
+    let client = TestClient::new();
+    let url = format!("{}/v1/chat/completions", gw.base);
+    for _ in 0..5 {
+        let r = client.post_json(&url, chat_body("m", false).as_bytes(), &[]).await.unwrap();
+        assert_eq!((r.status.as_u16(), r.header("x-switchyard-policy")), (403, Some("v2-deny")), "{}", r.text());
+    }
+    let rest = stream.collect().await.expect("the request in flight is not cut").to_bytes();
+    assert!(rest.ends_with(b"data: [DONE]\n\n"), "it finished under the rules it was decided by");
+
+    // A rule that does not check: refused with its name and where; the running rules stay.
+    std::fs::write(&file, with("  - {name: broken, when: \"request.modle == 'm'\", then: deny}\n")).unwrap();
+    let r = reload(&gw.base).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("policies.broken.when") && r.text().contains("request.modle"), "{}", r.text());
+    let r = client.post_json(&url, chat_body("m", false).as_bytes(), &[]).await.unwrap();
+    assert_eq!(r.header("x-switchyard-policy"), Some("v2-deny"));
+}
