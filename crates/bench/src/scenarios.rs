@@ -12,6 +12,7 @@ mod fleet;
 mod floor;
 mod guardrails;
 mod mcp;
+mod policy;
 mod shadow;
 mod soak;
 mod telemetry;
@@ -475,6 +476,8 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         "cache" => cache::run(args, pin, &mut report).await?,
         // A gateway mirroring every request to a shadow model beside one that does not.
         "shadow" => shadow::run(args, pin, &mut report).await?,
+        // Gateways with no, five and twenty policy rules, side by side.
+        "policy" => policy::run(args, pin, &mut report).await?,
         // The same gateway with guardrails off and on.
         "guardrails" => guardrails::run(args, pin, &mut report).await?,
         // A batch beside interactive traffic.
@@ -501,7 +504,7 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, shadow, floor, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, shadow, policy, floor, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }

@@ -154,7 +154,7 @@ pub struct Metrics {
     fallbacks: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
     /// Policy decisions by (rule, decision): rules are named in config or by an admin, so their
     /// number is bounded by them.
-    policies: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), u64>>,
+    policies: std::sync::Mutex<std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>>,
     /// Guardrail findings: guard → (kind, action) → count. Guards come from config, kinds from a
     /// fixed list (or a guard's own pattern names), so the labels are bounded. Keyed by guard
     /// first so counting a finding looks it up by `&str` (no allocation per finding).
@@ -271,11 +271,16 @@ impl Metrics {
         *counts.entry((from.to_owned(), to.to_owned())).or_default() += 1;
     }
 
-    /// A policy rule decided (`allow`, `deny`), routed, spent a quota, or (rule "") failed to
-    /// evaluate (`error`).
+    /// A policy rule decided (`allow`, `deny`), routed, set, spent a quota, or could not be
+    /// evaluated for a request (`unevaluated`: an attribute it lacks). No allocation once a
+    /// rule has been counted.
     pub fn count_policy(&self, rule: &str, decision: &'static str) {
         let mut counts = self.policies.lock().unwrap_or_else(|p| p.into_inner());
-        *counts.entry((rule.to_owned(), decision)).or_default() += 1;
+        let per_rule = match counts.get_mut(rule) {
+            Some(per_rule) => per_rule,
+            None => counts.entry(rule.to_owned()).or_default(),
+        };
+        *per_rule.entry(decision).or_default() += 1;
     }
 
     pub fn count_error(&self, kind: &str) {
@@ -349,10 +354,14 @@ impl Metrics {
                 "# HELP switchyard_policy_decisions_total Requests a policy rule decided, routed or refused.\n",
             );
             out.push_str("# TYPE switchyard_policy_decisions_total counter\n");
-            for ((rule, decision), n) in policies.iter() {
+            for (rule, decisions) in policies.iter() {
                 let rule = mcp::escape(rule);
-                let _ =
-                    writeln!(out, "switchyard_policy_decisions_total{{rule=\"{rule}\",decision=\"{decision}\"}} {n}");
+                for (decision, n) in decisions {
+                    let _ = writeln!(
+                        out,
+                        "switchyard_policy_decisions_total{{rule=\"{rule}\",decision=\"{decision}\"}} {n}"
+                    );
+                }
             }
         }
         drop(policies);

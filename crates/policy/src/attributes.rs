@@ -136,3 +136,22 @@ pub fn child(prefix: &str, field: &str) -> Option<&'static str> {
         (first == field).then(|| &a.path[..a.path.len() - rest.len() + first.len()])
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/POLICIES.md's table lists every attribute with its type and phase, and no other.
+    #[test]
+    fn the_documented_table_is_the_table() {
+        let doc = include_str!("../../../docs/POLICIES.md");
+        let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+        assert_eq!(rows.len(), ATTRIBUTES.len(), "one row per attribute");
+        for a in ATTRIBUTES {
+            let row = rows.iter().find(|r| r.starts_with(&format!("| `{}` |", a.path)));
+            let row = row.unwrap_or_else(|| panic!("docs/POLICIES.md has no row for `{}`", a.path));
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            assert_eq!((cells[2], cells[3]), ((a.ty)().name().as_str(), a.phase.name()), "{}", a.path);
+        }
+    }
+}

@@ -52,6 +52,17 @@ impl Condition {
         Ok(Condition { program, source: source.to_owned(), phase, reads, roots })
     }
 
+    /// Whether it holds for `values`; None when it cannot be evaluated (an attribute the request
+    /// lacks, a claim of the wrong type). Nothing is formatted: this is the request path's.
+    pub fn check(&self, values: &Bound) -> Option<bool> {
+        let mut context = Context::with_env(env());
+        context.set_variable_resolver(values);
+        match self.program.execute(&context) {
+            Ok(Value::Bool(b)) => Some(b),
+            _ => None,
+        }
+    }
+
     /// Whether it holds for `values`; an evaluation error (a claim of the wrong type at run time)
     /// is the error's text, for the caller to treat as not holding and to log.
     pub fn holds(&self, values: &Bound) -> Result<bool, String> {
@@ -107,7 +118,12 @@ impl Expression {
         Ok(Expression { program, source: source.to_owned(), reads })
     }
 
-    /// Its value as a number.
+    /// Its value as a number; None when it cannot be evaluated.
+    pub fn value(&self, values: &Bound) -> Option<f64> {
+        self.number(values).ok()
+    }
+
+    /// Its value as a number, or why not.
     pub fn number(&self, values: &Bound) -> Result<f64, String> {
         let mut context = Context::with_env(env());
         context.set_variable_resolver(values);

@@ -13,6 +13,8 @@ use crate::rule::{Action, Rule, RuleError, Then};
 #[derive(Debug, Default, Clone)]
 pub struct RuleSet {
     pub rules: Vec<Arc<Rule>>,
+    /// Every attribute its rules read, sorted: what a request must provide.
+    read: Vec<&'static str>,
 }
 
 impl RuleSet {
@@ -23,7 +25,17 @@ impl RuleSet {
                 return Err(RuleError { rule: rule.name.clone(), field: "name", message, at: None });
             }
         }
-        Ok(RuleSet { rules: rules.into_iter().map(Arc::new).collect() })
+        let mut set = RuleSet { rules: rules.into_iter().map(Arc::new).collect(), read: Vec::new() };
+        let mut read: Vec<&'static str> = set.reads().collect();
+        read.sort_unstable();
+        read.dedup();
+        set.read = read;
+        Ok(set)
+    }
+
+    /// Whether a rule reads `attribute`, or (with a trailing `.`) any attribute under it.
+    pub fn reads_any(&self, attribute: &str) -> bool {
+        self.read.iter().any(|a| a.starts_with(attribute))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -79,8 +91,9 @@ pub struct Decision {
     pub headers: Vec<(String, String)>,
     /// Amounts charged: (rule, quota, amount).
     pub costs: Vec<(Arc<Rule>, f64)>,
-    /// Conditions (or costs) that could not be evaluated.
-    pub errors: Vec<String>,
+    /// Rules whose condition (or cost) could not be evaluated for this request (an attribute it
+    /// lacks: a key without a team): they did not apply. `explain` says why.
+    pub unevaluated: Vec<Arc<Rule>>,
 }
 
 impl Decision {
@@ -109,6 +122,19 @@ impl Decision {
     }
 }
 
+/// Why `rule` could not be evaluated for `values` (for logs and `switchyard policy test`).
+pub fn explain(rule: &Rule, values: &Bound) -> String {
+    let why = match (rule.when.holds(values), &rule.action) {
+        (Err(e), _) => e,
+        (Ok(_), Action::Cost { amount, .. }) => match amount.number(values) {
+            Ok(n) => format!("a cost of {n} is below zero"),
+            Err(e) => e,
+        },
+        (Ok(_), _) => "it evaluates now".to_owned(),
+    };
+    format!("policy `{}`: {why}", rule.name)
+}
+
 /// Apply `levels`' rules of `phase`, in order, to `values`.
 pub fn decide(levels: &[&RuleSet], phase: Phase, values: &Bound) -> Decision {
     let mut decision = Decision::default();
@@ -116,11 +142,11 @@ pub fn decide(levels: &[&RuleSet], phase: Phase, values: &Bound) -> Decision {
         if rule.decides() && decision.decided.is_some() {
             continue;
         }
-        match rule.when.holds(values) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                decision.errors.push(format!("policy `{}`: {e}", rule.name));
+        match rule.when.check(values) {
+            Some(true) => {}
+            Some(false) => continue,
+            None => {
+                decision.unevaluated.push(rule.clone());
                 continue;
             }
         }
@@ -155,10 +181,9 @@ fn apply(rule: &Arc<Rule>, values: &Bound, decision: &mut Decision) -> bool {
             decision.tags.extend(tags.iter().cloned());
             decision.headers.extend(headers.iter().map(|(n, v)| (n.clone(), v.clone())));
         }
-        Action::Cost { amount, .. } => match amount.number(values) {
-            Ok(n) if n >= 0.0 => decision.costs.push((rule.clone(), n)),
-            Ok(n) => decision.errors.push(format!("policy `{}`: a cost of {n} is below zero", rule.name)),
-            Err(e) => decision.errors.push(format!("policy `{}`: {e}", rule.name)),
+        Action::Cost { amount, .. } => match amount.value(values) {
+            Some(n) if n >= 0.0 => decision.costs.push((rule.clone(), n)),
+            _ => decision.unevaluated.push(rule.clone()),
         },
     }
     false

@@ -61,7 +61,10 @@ fn evaluate(config: &switchyard_gateway::config::Config, given: &mut Value) -> R
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         values.set_time(i64::try_from(now).unwrap_or(0));
     }
-    let d = decide(&[&config.policies, &team, &key], phase, &values.bind());
+    let bound = values.bind();
+    let d = decide(&[&config.policies, &team, &key], phase, &bound);
+    let unevaluated: Vec<String> =
+        d.unevaluated.iter().map(|r| switchyard_policy::decide::explain(r, &bound)).collect();
     let (status, decision) = match (d.denied(), &d.decided) {
         (Some(_), _) => (403, "deny"),
         (None, Some(_)) => (200, "allow"),
@@ -87,6 +90,6 @@ fn evaluate(config: &switchyard_gateway::config::Config, given: &mut Value) -> R
         "route": {"model": d.model, "backends": d.backends},
         "set": {"tags": d.tags, "headers": d.headers.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()},
         "costs": costs,
-        "errors": d.errors,
+        "unevaluated": unevaluated,
     }))
 }

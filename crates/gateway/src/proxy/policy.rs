@@ -36,7 +36,7 @@ pub(super) async fn apply(
 ) -> Result<Option<Box<Applied>>, GatewayError> {
     // The gateway's own calls (a guard's classifier, a shadow, a judge) were decided as the
     // request they serve.
-    if inbound.guard_call.is_some() || inbound.experiment.is_some() {
+    if inbound.guard_call.is_some() || inbound.experiment.is_some() || !crate::policy::any(app, identity) {
         return Ok(None);
     }
     let levels = crate::policy::levels(app, identity);
@@ -85,12 +85,11 @@ fn decide(
     routed: &RoutedRequest,
     now_ms: i64,
 ) -> switchyard_policy::Decision {
-    let reads_tokens = levels.iter().any(|l| l.reads().any(|a| a == "request.estimated_tokens"));
-    let values = values(inbound, identity, routed, reads_tokens, now_ms).bind();
+    let values = values(levels, inbound, identity, routed, now_ms).bind();
     let decision = switchyard_policy::decide(levels, Phase::Request, &values);
-    for error in &decision.errors {
-        app.metrics.count_policy("", "error");
-        tracing::warn!(error = %error, "a policy condition could not be evaluated: it did not hold");
+    for rule in &decision.unevaluated {
+        app.metrics.count_policy(&rule.name, "unevaluated");
+        tracing::debug!(error = %switchyard_policy::decide::explain(rule, &values), "a policy rule did not apply");
     }
     decision
 }
@@ -137,13 +136,13 @@ async fn charge(app: &App, rule: &switchyard_policy::Rule, amount: f64, now_ms: 
 
 /// The request's attributes (`switchyard_policy::attributes`).
 fn values(
+    levels: &[&RuleSet],
     inbound: &Inbound<'_>,
     identity: &Identity,
     routed: &RoutedRequest,
-    reads_tokens: bool,
     now_ms: i64,
 ) -> Values {
-    let mut v = crate::policy::caller_values(identity, inbound.headers, inbound.peer, now_ms);
+    let mut v = crate::policy::caller_values(levels, identity, inbound.headers, inbound.peer, now_ms);
     v.set("request.method", "POST")
         .set("request.path", inbound.path.to_owned())
         .set("request.endpoint", inbound.endpoint.as_str())
@@ -151,7 +150,7 @@ fn values(
         .set("request.resolved_model", routed.model.clone())
         .set("request.stream", routed.stream)
         .set("request.size", routed.body.len() as i64);
-    if reads_tokens {
+    if crate::policy::reads(levels, "request.estimated_tokens") {
         v.set("request.estimated_tokens", crate::usage::estimate_tokens(routed.body.len()) as i64);
     }
     v
