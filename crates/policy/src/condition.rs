@@ -150,14 +150,17 @@ fn parse(source: &str) -> Result<Program, CheckError> {
 /// One request's attributes, by path (`request.model`), as they are gathered.
 #[derive(Debug, Clone, Default)]
 pub struct Values {
-    roots: HashMap<&'static str, HashMap<String, Value>>,
+    set: Vec<(&'static str, Value)>,
 }
 
 impl Values {
     /// Set the attribute at `path` (`root.field`).
     pub fn set(&mut self, path: &'static str, value: impl Into<Value>) -> &mut Values {
-        let (root, field) = path.split_once('.').unwrap_or((path, ""));
-        self.roots.entry(root).or_default().insert(field.to_owned(), value.into());
+        let value = value.into();
+        match self.set.iter_mut().find(|(p, _)| *p == path) {
+            Some(slot) => slot.1 = value,
+            None => self.set.push((path, value)),
+        }
         self
     }
 
@@ -202,35 +205,45 @@ impl Values {
             .set("time.now", Value::Timestamp(now.fixed_offset()))
     }
 
-    /// Converted once into what the interpreter reads, for every rule of the request to borrow.
+    /// Converted once into what the interpreter reads, for every rule of the request to borrow:
+    /// each attribute by its own path (the interpreter asks for `request.model` before
+    /// `request`, so a rule never converts a whole root).
     pub fn bind(self) -> Bound {
-        let roots = self
-            .roots
-            .into_iter()
-            .filter_map(|(root, fields)| Some((root, Box::<dyn Val>::try_from(Value::from(fields)).ok()?)))
-            .collect();
-        Bound { roots }
+        let leaves =
+            self.set.into_iter().filter_map(|(path, value)| Some((path, Box::<dyn Val>::try_from(value).ok()?)));
+        Bound { leaves: leaves.collect() }
     }
 }
 
 /// A request's attributes in the interpreter's own form; its rules borrow them (no copy per rule).
 #[derive(Debug, Default)]
 pub struct Bound {
-    roots: HashMap<&'static str, Box<dyn Val>>,
+    leaves: Vec<(&'static str, Box<dyn Val>)>,
 }
+
+/// Every attribute's root (`request`, `key`…).
+const ROOTS: [&str; 8] = ["request", "key", "team", "user", "jwt", "source", "time", "mcp"];
 
 impl VariableResolver for Bound {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        // A root the request has none of is an empty map: `has(key.name)` is false, not an error.
-        // The interpreter asks for qualified names too (`key.tags` before `key`): only a root
-        // answers.
-        let known_root = crate::attributes::ATTRIBUTES.iter().any(|a| a.path.split('.').next() == Some(variable));
-        let value: &dyn Val = match self.roots.get(variable) {
-            Some(value) => &**value,
-            None if known_root => empty_map(),
-            None => return None,
-        };
-        Some(CowVal::Borrowed(value))
+        if let Some((_, value)) = self.leaves.iter().find(|(p, _)| *p == variable) {
+            return Some(CowVal::Borrowed(&**value));
+        }
+        if !ROOTS.contains(&variable) {
+            return None;
+        }
+        // A root is asked for only by `has()` and for a field the request lacks: made then, as
+        // a map of the fields present (placeholders); a root the request has none of is empty.
+        let fields: HashMap<String, Value> = self
+            .leaves
+            .iter()
+            .filter_map(|(path, _)| path.strip_prefix(variable)?.strip_prefix('.'))
+            .map(|field| (field.to_owned(), Value::Null))
+            .collect();
+        if fields.is_empty() {
+            return Some(CowVal::Borrowed(empty_map()));
+        }
+        Box::<dyn Val>::try_from(Value::from(fields)).ok().map(CowVal::Owned)
     }
 }
 
@@ -271,6 +284,7 @@ mod tests {
             ("request.size > 1024 || !request.stream", false),
             ("key.tags.exists(t, t == 'intern')", true),
             ("key.team in ['research', 'ops']", true),
+            ("has(key.team) && !has(key.name)", true),
         ];
         for (source, expected) in cases {
             let c = Condition::compile(source, Phase::Request).unwrap_or_else(|e| panic!("{source}: {e}"));
