@@ -297,7 +297,7 @@ impl Auth {
             user: Some(claims.user.clone()),
             teams: claims.team.iter().cloned().collect(),
             roles,
-            claims: None,
+            claims: Some(claims.raw.clone()),
         };
         Ok(Identity { principal: Principal::Key(Arc::new(record)), subject: Some(Arc::new(subject)) })
     }

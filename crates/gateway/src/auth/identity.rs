@@ -26,7 +26,7 @@ pub struct Subject {
     pub teams: Vec<String>,
     pub roles: Vec<Role>,
     /// A verified token's claims as they came (JSON), for policies that read them.
-    pub claims: Option<Box<str>>,
+    pub claims: Option<Arc<str>>,
 }
 
 /// What a subject may administer.

@@ -97,6 +97,8 @@ pub struct TokenClaims {
     pub roles: Vec<String>,
     /// Unix seconds.
     pub expires: i64,
+    /// Every claim as the token carried it (JSON), for policies that read `jwt.claims`.
+    pub raw: std::sync::Arc<str>,
 }
 
 struct Issuer {
@@ -344,5 +346,6 @@ fn claims_of(issuer: &JwtIssuer, claims: &Value) -> Result<TokenClaims, JwtError
         _ => Vec::new(),
     };
     let expires = claims["exp"].as_i64().ok_or_else(|| JwtError::Invalid("`exp` is not a number".to_owned()))?;
-    Ok(TokenClaims { issuer: issuer.issuer.clone(), user, team, roles, expires })
+    let raw = claims.to_string().into();
+    Ok(TokenClaims { issuer: issuer.issuer.clone(), user, team, roles, expires, raw })
 }

@@ -381,3 +381,39 @@ async fn mcp_is_an_oauth_protected_resource_and_a_token_sees_only_its_teams_tool
     let r = client.request(Method::POST, &url, call.to_string().into(), &with_session).await.unwrap().json();
     assert_eq!(r["error"]["data"]["reason"], "rate_limited", "{r}");
 }
+
+/// Policy rules read a verified token's claims (`jwt.claims`) and the client's address
+/// (`source.ip`), and name the rule that decided (issue 58).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_rules_decide_by_token_claims_and_the_client_address() {
+    let issuer = Issuer::start().await;
+    let backend = mock(&["m"]).await;
+    let dir = scratch_dir();
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nstorage: {{url: '{}', usage_journal_dir: '{}/usage'}}\n\
+         auth: {{master_key: {MASTER}, jwt: [{{issuer: '{}', audiences: [switchyard], team_claim: groups}}]}}\n\
+         policies:\n\
+         \x20 - {{name: admins, when: \"has(jwt.claims.role) && jwt.claims.role == 'admin'\", then: allow}}\n\
+         \x20 - {{name: no-contractors, when: \"jwt.claims.contract == true\", then: deny, message: \"contractors use the other gateway\"}}\n\
+         \x20 - {{name: loopback-testers, when: \"source.ip == '127.0.0.1' && jwt.claims.role == 'tester'\", then: allow}}\n\
+         \x20 - {{name: elsewhere, when: \"!source.ip.startsWith('127.')\", then: deny}}\n\
+         backends:\n{}",
+        db_url(&dir),
+        dir.display(),
+        issuer.url,
+        backends_yaml(&[&backend])
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let client = TestClient::new();
+    let token = |extra: Value| issuer.token(Algorithm::RS256, "rsa-1", "rsa1.pem", issuer.claims("svc-p", None, extra));
+    let rows = [
+        (json!({"role": "admin", "contract": true}), 200, Some("admins")),
+        (json!({"contract": true}), 403, Some("no-contractors")),
+        (json!({"role": "tester"}), 200, Some("loopback-testers")),
+        (json!({}), 200, None),
+    ];
+    for (claims, status, rule) in rows {
+        let r = chat_with(&client, &gw, &token(claims.clone())).await;
+        assert_eq!((r.status.as_u16(), r.header("x-switchyard-policy")), (status, rule), "{claims}: {}", r.text());
+    }
+}
