@@ -219,7 +219,7 @@ fn http_status(status: &str) -> u16 {
         "ok" => 200,
         "tool_error" => 200,
         "unknown_tool" => 404,
-        "forbidden" => 403,
+        "forbidden" | "policy_denied" => 403,
         "rate_limited" => 429,
         "cancelled" => 499,
         "timeout" => 504,

@@ -38,20 +38,28 @@ pub struct QuotaCounters {
 }
 
 impl QuotaCounters {
-    /// Charge `amount` against quota `name` at `now_ms`: false when it does not fit.
-    pub async fn charge(&self, shared: Option<&Shared>, name: &str, quota: &Quota, amount: f64, now_ms: u64) -> bool {
+    /// Charge `amount` against quota `name` at `now_ms`: false when it does not fit. The fleet's
+    /// answer is waited for past `redis.timeout` (until `until`, the request's deadline): a slow
+    /// answer is still the answer, and counting here instead would let the fleet overshoot.
+    pub async fn charge(
+        &self,
+        shared: Option<&Shared>,
+        (name, quota): (&str, &Quota),
+        amount: f64,
+        now_ms: u64,
+        until: std::time::Instant,
+    ) -> bool {
         let period_ms = (quota.period.as_millis() as u64).max(1);
         let window = now_ms / period_ms;
         let (charge, limit) = (micro(amount), micro(quota.limit));
         if let Some(shared) = shared {
             let key = format!("{PREFIX}quota:{name}:{window}");
-            let charged = shared
-                .call(|mut c| {
-                    let mut call = CHARGE.prepare_invoke();
-                    call.key(&key).arg(charge).arg(limit).arg(period_ms * 2);
-                    async move { call.invoke_async::<i64>(&mut c).await }
-                })
-                .await;
+            let invoke = |mut c: redis::aio::ConnectionManager| {
+                let mut call = CHARGE.prepare_invoke();
+                call.key(&key).arg(charge).arg(limit).arg(period_ms * 2);
+                async move { call.invoke_async::<i64>(&mut c).await }
+            };
+            let charged = shared.call_held(invoke, until).await;
             match charged {
                 Ok(n) => return n == 1,
                 Err(e) => {

@@ -14,6 +14,7 @@ use crate::auth::Identity;
 use crate::endpoint::ModelIn;
 use crate::error::GatewayError;
 use crate::http::parse::{with_model, RoutedRequest};
+use crate::records::UsageRecord;
 
 /// What the rules made of a request, as the later phases use it.
 pub(crate) struct Applied {
@@ -44,20 +45,38 @@ pub(super) async fn apply(
         return Ok(None);
     }
     let now_ms = app.clock.unix_ms();
-    let decision = decide(app, &levels, inbound, identity, routed, now_ms);
+    match applied(app, &levels, (inbound, identity), routed, now_ms).await {
+        Ok(applied) => Ok(Some(applied)),
+        Err((rule, e)) => {
+            record_refusal(app, (inbound, identity), routed, (&rule, e.status().as_u16()), now_ms);
+            Err(e)
+        }
+    }
+}
+
+/// What the rules made of the request, or the rule that refused it and why.
+async fn applied(
+    app: &App,
+    levels: &[&RuleSet],
+    (inbound, identity): (&Inbound<'_>, &Identity),
+    routed: &mut RoutedRequest,
+    now_ms: i64,
+) -> Result<Box<Applied>, (String, GatewayError)> {
+    let decision = decide(app, levels, inbound, identity, routed, now_ms);
     if let Some((rule, message)) = decision.denied() {
-        return Err(denied(app, rule, message));
+        return Err((rule.to_owned(), denied(app, rule, message)));
     }
     if let Some(model) = decision.model.as_deref().filter(|m| *m != routed.requested) {
-        route_to(app, inbound, routed, model)?;
+        let routed_by = decision.routed.last().map_or("", |r| r.name.as_str()).to_owned();
+        route_to(app, inbound, routed, model).map_err(|e| (routed_by, e))?;
         // A route never takes a request where a deny stands: decide again for the new model.
-        let again = decide(app, &levels, inbound, identity, routed, now_ms);
+        let again = decide(app, levels, inbound, identity, routed, now_ms);
         if let Some((rule, message)) = again.denied() {
-            return Err(denied(app, rule, message));
+            return Err((rule.to_owned(), denied(app, rule, message)));
         }
     }
     for (rule, amount) in &decision.costs {
-        charge(app, rule, *amount, now_ms).await?;
+        charge(app, rule, *amount, (now_ms, inbound.deadline)).await.map_err(|e| (rule.name.clone(), e))?;
     }
     let excluded = match &decision.backends {
         Some(names) => {
@@ -74,7 +93,24 @@ pub(super) async fn apply(
     for rule in decision.decided.iter().chain(&decision.routed) {
         app.metrics.count_policy(&rule.name, rule.raw.then.name());
     }
-    Ok(Some(Box::new(Applied { named, excluded, headers, tags: decision.tags })))
+    Ok(Box::new(Applied { named, excluded, headers, tags: decision.tags }))
+}
+
+/// A request a rule refused still has its record: who, which model, the status and the rule.
+fn record_refusal(
+    app: &App,
+    (inbound, identity): (&Inbound<'_>, &Identity),
+    routed: &RoutedRequest,
+    (rule, status): (&str, u16),
+    now_ms: i64,
+) {
+    let Some(journal) = &app.journal else { return };
+    let id = inbound.request_id.to_str().unwrap_or_default().to_owned();
+    let started = UsageRecord::started(id, now_ms, identity.key(), &routed.requested, &routed.model);
+    let record = UsageRecord { status, policy: Some(rule.to_owned()), ..started };
+    if let Err(e) = journal.append(record) {
+        tracing::error!(error = %e, "could not journal a refused request's record");
+    }
 }
 
 fn decide(
@@ -112,11 +148,16 @@ fn route_to(app: &App, inbound: &Inbound<'_>, routed: &mut RoutedRequest, model:
 }
 
 /// Charge `rule`'s amount against its quota: a 429 naming the rule when it is spent.
-async fn charge(app: &App, rule: &switchyard_policy::Rule, amount: f64, now_ms: i64) -> Result<(), GatewayError> {
+async fn charge(
+    app: &App,
+    rule: &switchyard_policy::Rule,
+    amount: f64,
+    (now_ms, until): (i64, std::time::Instant),
+) -> Result<(), GatewayError> {
     let Action::Cost { quota: name, .. } = &rule.action else { return Ok(()) };
     let Some(quota) = app.config.quotas.get(name) else { return Ok(()) };
     let now = u64::try_from(now_ms).unwrap_or(0);
-    if app.quotas.charge(app.shared.as_deref(), name, quota, amount, now).await {
+    if app.quotas.charge(app.shared.as_deref(), (name, quota), amount, now, until).await {
         return Ok(());
     }
     app.metrics.count_policy(&rule.name, "quota_exceeded");

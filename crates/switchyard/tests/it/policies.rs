@@ -161,7 +161,9 @@ policies:
         let rows = s.records().await;
         let routed = rows.iter().any(|r| r.1.as_deref() == Some("interns-small") && r.0 == "small");
         let tagged = rows.iter().any(|r| r.2.as_deref() == Some(r#"["research"]"#));
-        if routed && tagged {
+        let refused = rows.iter().filter(|r| r.1.as_deref() == Some("no-secret")).count() == 3;
+        let spent = rows.iter().any(|r| r.1.as_deref() == Some("metered"));
+        if routed && tagged && refused && spent {
             break;
         }
         assert!(Instant::now() < deadline, "records: {rows:?}");
