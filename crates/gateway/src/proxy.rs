@@ -97,6 +97,31 @@ struct Inbound<'a> {
     peer: Option<std::net::SocketAddr>,
 }
 
+impl<'a> Inbound<'a> {
+    /// A client's request: none of the gateway's own marks, due `timeout` after `started`.
+    fn client(
+        (endpoint, peer): (Endpoint, Option<std::net::SocketAddr>),
+        parts: &'a http::request::Parts,
+        request_id: &'a HeaderValue,
+        started: Instant,
+        timeout: std::time::Duration,
+    ) -> Inbound<'a> {
+        let (path, headers, deadline) = (parts.uri.path(), &parts.headers, started + timeout);
+        Inbound {
+            endpoint,
+            path,
+            headers,
+            request_id,
+            started,
+            deadline,
+            guard_call: None,
+            batch: None,
+            experiment: None,
+            peer,
+        }
+    }
+}
+
 /// The request's bodies as the phases change them (a guard's mask, a fallback's model).
 pub(crate) struct Exchange {
     pub routed: RoutedRequest,
@@ -135,20 +160,7 @@ pub async fn forward(
     };
     feedback::from_header(app, &identity, &parts.headers);
     let body = read_body(&parts.headers, body, app.config.max_body_bytes, app.config.timeouts.body_read).await?;
-    let deadline = started + app.config.timeouts.request;
-    let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound = Inbound {
-        endpoint,
-        path,
-        headers,
-        request_id,
-        started,
-        deadline,
-        guard_call,
-        batch: None,
-        experiment: None,
-        peer,
-    };
+    let inbound = Inbound::client((endpoint, peer), &parts, request_id, started, app.config.timeouts.request);
     forward_body(app, &inbound, &identity, body, trace).await
 }
 
@@ -175,7 +187,7 @@ pub async fn forward_upload(
     let requested = head.model.clone();
     let (head, grew) = head.with_model(app.config.resolve_alias(&requested));
     let stream = head.stream;
-    let routed = RoutedRequest {
+    let mut routed = RoutedRequest {
         model: head.model.clone(),
         requested,
         max_tokens: None,
@@ -185,21 +197,7 @@ pub async fn forward_upload(
         chain: Vec::new(),
         root: None,
     };
-    let deadline = started + app.config.timeouts.request;
-    let (path, headers, guard_call) = (parts.uri.path(), &parts.headers, None);
-    let inbound = Inbound {
-        endpoint,
-        path,
-        headers,
-        request_id,
-        started,
-        deadline,
-        guard_call,
-        batch: None,
-        experiment: None,
-        peer,
-    };
-    let mut routed = routed;
+    let inbound = Inbound::client((endpoint, peer), &parts, request_id, started, app.config.timeouts.request);
     let applied = policy::apply(app, &inbound, &identity, &mut routed).await?;
     let mut exchange = Exchange::new(endpoint, routed);
     exchange.upload = Some(upload::Upload::new(head, grew, &parts.headers, limit));
