@@ -219,8 +219,10 @@ pub async fn handle(
     {
         return answer;
     }
+    if let Some(answer) = Box::pin(policies::handle(app, op, store, method, path.trim_end_matches('/'), &body)).await {
+        return answer;
+    }
     match (method, path.trim_end_matches('/')) {
-        (_, "/admin/policies") => Box::pin(policies::handle(app, store, method)).await,
         (&Method::GET, "/admin/openapi.json") => {
             let mut resp = Response::new(full(Bytes::from_static(OPENAPI.as_bytes())));
             resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::config::{Config, McpTransport};
 use crate::limit::{Budgets, Limiter, MemoryLimiter, SharedBudgets, SharedLimiter};
 use crate::metrics::Metrics;
+use crate::org_rules::Organisation;
 use crate::records::KeyRecord;
 use crate::route::Router;
 use crate::shared::Shared;
@@ -69,6 +70,8 @@ pub struct App {
     pub experiments: Arc<crate::experiments::Experiments>,
     /// The counters of `quotas:` (policy `cost` rules); they live across reloads.
     pub quotas: Arc<crate::limit::quotas::QuotaCounters>,
+    /// The organisation's policy rules: the configuration's and the admin API's.
+    pub organisation: Arc<Organisation>,
 }
 
 /// Keys are looked up in the store.
@@ -155,6 +158,7 @@ impl App {
         };
         let redactor = redactor(&config);
         let cache = ResponseCache::new(&config.cache, shared.clone(), clock.clone());
+        let organisation = Arc::new(Organisation::new(&config, Vec::new()));
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -178,6 +182,7 @@ impl App {
             guards: crate::guard::Guards::default(),
             experiments,
             quotas: Arc::default(),
+            organisation,
         })
     }
 
@@ -215,6 +220,7 @@ impl App {
             _ => ResponseCache::new(&config.cache, self.shared.clone(), self.clock.clone()),
         };
         self.experiments.configure(&config.experiments);
+        let organisation = Arc::new(Organisation::new(&config, self.organisation.stored()));
         Ok(App {
             config: Arc::new(config),
             router: Arc::new(router),
@@ -238,6 +244,7 @@ impl App {
             guards: self.guards.clone(),
             experiments: self.experiments.clone(),
             quotas: self.quotas.clone(),
+            organisation,
         })
     }
 
@@ -266,7 +273,9 @@ impl App {
             ),
             _ => None,
         };
+        let stored = store.list_policies().await.map_err(|e| format!("cannot read the stored policy rules: {e}"))?;
         let mut app = App::new(config, Some(store))?;
+        app.organisation = Arc::new(Organisation::new(&app.config, stored));
         if let Some(model) = app.config.cache.semantic.as_ref().map(|s| &s.embedding_model) {
             if !app.router.knows_model(model) {
                 tracing::warn!(model = %model, "cache.semantic.embedding_model is not a model any backend serves (yet): lookups miss until one does");

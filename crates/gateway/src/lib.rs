@@ -52,6 +52,7 @@ pub mod limit;
 pub mod mcp;
 pub mod memory;
 pub mod metrics;
+pub mod org_rules;
 pub mod policy;
 pub mod proxy;
 pub mod records;

@@ -21,14 +21,15 @@ pub fn any(app: &App, identity: &Identity) -> bool {
     let own = |k: &crate::records::KeyRecord| {
         !k.policies.is_empty() || k.owners.team.as_ref().is_some_and(|t| !t.policies.is_empty())
     };
-    !app.config.policies.is_empty() || identity.key().is_some_and(own)
+    !app.organisation.is_empty() || identity.key().is_some_and(own)
 }
 
-/// The rule sets that apply to `identity`'s requests, in order.
-pub fn levels<'a>(app: &'a App, identity: &'a Identity) -> Vec<&'a RuleSet> {
+/// The rule sets that apply to `identity`'s requests, in order: the organisation's (`organisation`,
+/// `App::organisation`'s now), the key's team's, the key's.
+pub fn levels<'a>(organisation: &'a RuleSet, identity: &'a Identity) -> Vec<&'a RuleSet> {
     let key = identity.key();
     let team = key.and_then(|k| k.owners.team.as_ref()).and_then(|t| t.policies.as_deref());
-    [Some(&*app.config.policies), team, key.and_then(|k| k.policies.as_deref())].into_iter().flatten().collect()
+    [Some(organisation), team, key.and_then(|k| k.policies.as_deref())].into_iter().flatten().collect()
 }
 
 /// Whether any of `levels` reads `attribute` (or, ending in `.`, any under it).
@@ -99,7 +100,8 @@ pub fn on_tool_calls(
     if !any(app, identity) {
         return None;
     }
-    let levels = levels(app, identity);
+    let organisation = app.organisation.rules();
+    let levels = levels(&organisation, identity);
     if !levels.iter().any(|l| l.any_in(Phase::Mcp)) {
         return None;
     }

@@ -168,10 +168,7 @@ pub async fn start_guarded(
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
     guarding.serve(&current);
     if let Some(store) = app.store.clone() {
-        crate::batch::runner::spawn(Arc::downgrade(&current));
-        let weak = Arc::downgrade(&current);
-        let config = move || weak.upgrade().map(|c| c.load_full()).map(|app| (app.config.clone(), app.clock.unix_ms()));
-        tokio::spawn(crate::experiments::refresh::run(app.experiments.clone(), store, config));
+        spawn_store_readers(&current, store);
     }
     if let Some(shared) = &app.shared {
         fleet.extend(spawn_health_sharing(current.clone(), shared.clone()));
@@ -246,6 +243,20 @@ fn spawn_sampler(current: Current) -> JoinHandle<()> {
 
 /// Memory that comes back (`memory.rs`): once start-up is over, the code pages only it ran are
 /// let go; then every `TRIM_EVERY`, malloc's free pages go back to the kernel.
+/// What reads the store for every instance of a fleet alike: batches to run, experiments' state,
+/// the organisation's stored policy rules.
+fn spawn_store_readers(current: &Current, store: crate::store::Store) {
+    crate::batch::runner::spawn(Arc::downgrade(current));
+    let weak = Arc::downgrade(current);
+    let config = move || weak.upgrade().map(|c| c.load_full()).map(|app| (app.config.clone(), app.clock.unix_ms()));
+    let experiments = current.load().experiments.clone();
+    tokio::spawn(crate::experiments::refresh::run(experiments, store.clone(), config));
+    let weak = Arc::downgrade(current);
+    let organisation =
+        move || weak.upgrade().map(|c| c.load_full()).map(|a| (a.organisation.clone(), a.config.clone()));
+    tokio::spawn(crate::org_rules::run(store, organisation));
+}
+
 fn spawn_memory_keeper() -> JoinHandle<()> {
     const SETTLE: Duration = Duration::from_secs(5);
     const TRIM_EVERY: Duration = Duration::from_secs(10);

@@ -41,6 +41,7 @@ mod experiments;
 mod keys;
 mod migrations;
 mod orgs;
+mod policies;
 mod report;
 mod requests;
 mod usage;
@@ -52,6 +53,7 @@ pub use audit::{verify_run, AuditRow, Break, NewAudit, GENESIS};
 pub use batches::{BatchRow, FileRow, LineRow};
 pub use error::StoreError;
 pub use experiments::{EventRow, PairRow, ScoreRow, StoredExperiment, Sums, UsageSums};
+pub use policies::StoredPolicy;
 pub use report::{Bucket, GroupBy, GroupScope, UsageBucket, UsageGroup, UsageQuery, UsageReport, UsageTotals};
 pub use requests::{RequestQuery, RequestRow, StatusFilter};
 

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["policy"],
     &["app"],
     &["http"],
-    &["experiments"],
+    &["experiments", "org_rules"],
     &["auth", "cache", "guard", "limit", "metrics", "store", "telemetry"],
     &["route", "usage", "error", "shared"],
     &["translate", "upstream"],

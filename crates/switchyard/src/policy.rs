@@ -3,7 +3,9 @@
 //! attributes without serving it, and print what they decide as JSON. The request file mirrors
 //! the attribute table: `{"request": {"model": "big", "headers": {"x-data-class": "restricted"}},
 //! "key": {"tags": ["intern"]}, "time": {"unix": 1780000000}, "team_policies": [...],
-//! "key_policies": [...]}`; with `"mcp": {...}` the tool-call rules are evaluated instead.
+//! "key_policies": [...]}`; with `"mcp": {...}` the tool-call rules are evaluated instead. With
+//! `--stored`, the organisation's rules written through `/admin/policies` (read from the
+//! configuration's storage) follow the configuration's, as the gateway evaluates them.
 
 use std::path::PathBuf;
 
@@ -27,24 +29,49 @@ enum PolicyAction {
         /// The request's attributes as JSON (`-` for stdin).
         #[arg(long)]
         request: PathBuf,
+        /// Also the organisation's rules written through `/admin/policies` (from the storage).
+        #[arg(long)]
+        stored: bool,
     },
 }
 
 pub async fn run(args: PolicyArgs) -> Result<(), String> {
-    let PolicyAction::Test { config, request } = args.action;
+    let PolicyAction::Test { config, request, stored } = args.action;
     let config = crate::cli::load(&config)?;
+    let organisation = match stored {
+        false => (*config.policies).clone(),
+        true => organisation(&config).await?,
+    };
     let text = match request.to_str() {
         Some("-") => std::io::read_to_string(std::io::stdin()).map_err(|e| format!("stdin: {e}"))?,
         _ => std::fs::read_to_string(&request).map_err(|e| format!("{}: {e}", request.display()))?,
     };
     let mut given: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", request.display()))?;
-    let decision = evaluate(&config, &mut given)?;
+    let decision = evaluate(&config, &organisation, &mut given)?;
     println!("{}", serde_json::to_string_pretty(&decision).unwrap_or_default());
     Ok(())
 }
 
-/// The decision the rules give `given` (its `team_policies` and `key_policies` taken out of it).
-fn evaluate(config: &switchyard_gateway::config::Config, given: &mut Value) -> Result<Value, String> {
+/// The configuration's rules and the stored ones, as the gateway combines them.
+async fn organisation(config: &switchyard_gateway::config::Config) -> Result<RuleSet, String> {
+    let store = switchyard_gateway::store::Store::connect(&config.storage.url)
+        .await
+        .map_err(|e| format!("cannot open the storage: {e}"))?;
+    let stored = store.list_policies().await.map_err(|e| format!("cannot read the stored rules: {e}"))?;
+    let (rules, skipped) = switchyard_gateway::org_rules::combined(config, &stored);
+    for (name, why) in skipped {
+        eprintln!("stored rule `{name}` left out: {why}");
+    }
+    Ok(rules)
+}
+
+/// The decision `organisation`'s rules and `given`'s own (its `team_policies` and
+/// `key_policies`, taken out of it) give `given`.
+fn evaluate(
+    config: &switchyard_gateway::config::Config,
+    organisation: &RuleSet,
+    given: &mut Value,
+) -> Result<Value, String> {
     let own = |given: &mut Value, field: &str| -> Result<RuleSet, String> {
         let raw: Vec<RawRule> = match given.as_object_mut().and_then(|o| o.remove(field)) {
             Some(v) => serde_json::from_value(v).map_err(|e| format!("`{field}`: {e}"))?,
@@ -62,7 +89,7 @@ fn evaluate(config: &switchyard_gateway::config::Config, given: &mut Value) -> R
         values.set_time(i64::try_from(now).unwrap_or(0));
     }
     let bound = values.bind();
-    let d = decide(&[&config.policies, &team, &key], phase, &bound);
+    let d = decide(&[organisation, &team, &key], phase, &bound);
     let unevaluated: Vec<String> =
         d.unevaluated.iter().map(|r| switchyard_policy::decide::explain(r, &bound)).collect();
     let (status, decision) = match (d.denied(), &d.decided) {

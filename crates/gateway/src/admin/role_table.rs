@@ -38,6 +38,7 @@ pub const ROLE_TABLE: &[(&str, &str, May)] = &[
     ("GET", "/admin/users", May::AnyTeamAdmin),
     ("GET", "/admin/users/{user}", May::SelfOrTeamAdmin),
     ("GET", "/admin/policies", May::Viewers),
+    ("GET", "/admin/policies/{name}", May::Viewers),
     ("GET", "/admin/experiments", May::Everyone),
     ("GET", "/admin/experiments/{name}", May::Everyone),
     ("GET", "/admin/experiments/{name}/pairs", May::Everyone),

@@ -40,7 +40,8 @@ pub(super) async fn apply(
     if inbound.guard_call.is_some() || inbound.experiment.is_some() || !crate::policy::any(app, identity) {
         return Ok(None);
     }
-    let levels = crate::policy::levels(app, identity);
+    let organisation = app.organisation.rules();
+    let levels = crate::policy::levels(&organisation, identity);
     if !levels.iter().any(|l| l.any_in(Phase::Request)) {
         return Ok(None);
     }

@@ -44,6 +44,7 @@ const SQLITE: Embedded = &[
     ),
     (19, "0019_experiments.sql", include_str!("../../../../migrations/sqlite/0019_experiments.sql")),
     (20, "0020_policies.sql", include_str!("../../../../migrations/sqlite/0020_policies.sql")),
+    (21, "0021_org_policies.sql", include_str!("../../../../migrations/sqlite/0021_org_policies.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -75,6 +76,7 @@ const POSTGRES: Embedded = &[
     ),
     (19, "0019_experiments.sql", include_str!("../../../../migrations/postgres/0019_experiments.sql")),
     (20, "0020_policies.sql", include_str!("../../../../migrations/postgres/0020_policies.sql")),
+    (21, "0021_org_policies.sql", include_str!("../../../../migrations/postgres/0021_org_policies.sql")),
 ];
 
 #[derive(Debug)]

@@ -352,3 +352,151 @@ async fn a_quota_is_exact_across_a_three_instance_fleet() {
     assert!(refused.iter().all(|r| r.header("x-switchyard-policy") == Some("tenth")));
     assert_eq!(backend.control().request_count(), 25, "a refused request never reaches a backend");
 }
+
+/// A gateway's configuration on the store at `db`, its usage journal in `journal`.
+fn shared_yaml(db: &str, journal: &std::path::Path, backends: &str, policies: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0\nauth: {{master_key: {MASTER}, secret: policies-secret-policies-secret-0123456789}}\n\
+         storage: {{url: '{db}', usage_journal_dir: '{}'}}\n{policies}\nbackends:\n{backends}",
+        journal.display()
+    )
+}
+
+/// Two gateways sharing one store (the same SQLite file, or PostgreSQL in the PostgreSQL run).
+async fn shared_pair(backends: &str, policies: &str) -> (Stack, RunningGateway) {
+    let dir = scratch_dir();
+    let db = db_url(&dir);
+    let first = gateway_yaml(&shared_yaml(&db, &dir.join("a"), backends, policies)).await;
+    let second = gateway_yaml(&shared_yaml(&db, &dir.join("b"), backends, policies)).await;
+    (Stack { gw: first, db, client: TestClient::new() }, second)
+}
+
+/// A chat request to `gw` with `key`: its status and the rule named.
+async fn decided(client: &TestClient, gw: &RunningGateway, key: &str, model: &str) -> (u16, String) {
+    let body = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]});
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let r = client.post_json(&url, body.to_string().as_bytes(), &[("authorization", &format!("Bearer {key}"))]).await;
+    let r = r.unwrap();
+    (r.status.as_u16(), policy(&r).to_owned())
+}
+
+/// Ask `gw` until it decides `want` (another instance takes a stored change within a second).
+async fn until_decided(client: &TestClient, gw: &RunningGateway, key: &str, model: &str, want: (u16, &str)) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = decided(client, gw, key, model).await;
+        if (got.0, got.1.as_str()) == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still {got:?}, not {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The organisation's rules written through `/admin/policies`: type-checked with where, refused
+/// where a team's rule would widen them (409 naming both), applied at once by the instance that
+/// took the change and within a second by another sharing the store, loaded by an instance
+/// started later before its first request, audited, listed after the configuration's (which are
+/// read-only there), replaced and removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn organisation_rules_written_through_the_api_apply_across_a_fleet() {
+    let m = mock(&["small", "big"]).await;
+    let backends = format!("  - {{name: b, url: '{}', models: [small, big]}}\n", m.url());
+    let config_rule =
+        "policies:\n  - {name: from-file, when: \"request.model == 'small'\", then: set, set: {tags: [file]}}\n";
+    let (s, other) = shared_pair(&backends, config_rule).await;
+    let intern = s.key(json!({"name": "intern", "metadata": {"tags": ["intern"]}})).await;
+    let lead = s.key(json!({"name": "lead"})).await;
+    let rule = json!({"name": "interns-no-big", "when": "'intern' in key.tags && request.model == 'big'",
+                      "then": "deny", "message": "big is for leads"});
+
+    // Checked as the configuration's rules are: a type error names the rule, field and where.
+    let typo = json!({"name": "typo", "when": "key.tags == 'x'", "then": "deny"});
+    let r = s.admin(Method::POST, "/admin/policies", &typo.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("typo") && r.text().contains("at characters"), "{}", r.text());
+    let r = s
+        .admin(Method::POST, "/admin/policies", r#"{"name": "q", "then": "cost", "cost": "1", "quota": "none"}"#)
+        .await;
+    assert_eq!(r.status, 400, "an unknown quota: {}", r.text());
+    let r = s.admin(Method::PUT, "/admin/policies/from-file", &json!({"then": "allow"}).to_string()).await;
+    assert_eq!(r.status, 409, "the configuration's rule is read-only here: {}", r.text());
+
+    // A team whose `allow` the new deny would make a widening: the organisation's change is refused.
+    let team = json!({"name": "t", "policies": [{"name": "t-allow", "when": "request.stream", "then": "allow"}]});
+    let r = s.admin(Method::POST, "/admin/teams", &team.to_string()).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let team = r.json()["id"].as_str().unwrap().to_owned();
+    let r = s.admin(Method::POST, "/admin/policies", &rule.to_string()).await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("t-allow") && r.text().contains("interns-no-big"), "{}", r.text());
+    let r = s.admin(Method::PATCH, &format!("/admin/teams/{team}"), r#"{"policies": []}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // Written: the instance that took it applies it at once, the other within a second.
+    let r = s.admin(Method::POST, "/admin/policies", &rule.to_string()).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["source"], "api");
+    assert_eq!(decided(&s.client, &s.gw, &intern, "big").await, (403, "interns-no-big".to_owned()));
+    assert_eq!(decided(&s.client, &s.gw, &lead, "big").await, (200, "-".to_owned()));
+    until_decided(&s.client, &other, &intern, "big", (403, "interns-no-big")).await;
+    let r = s.admin(Method::POST, "/admin/policies", &rule.to_string()).await;
+    assert_eq!(r.status, 409, "a second create of the same name: {}", r.text());
+    // Now a team may not allow under it either.
+    let widen = json!({"policies": [{"name": "t-allow", "then": "allow"}]});
+    let r = s.admin(Method::PATCH, &format!("/admin/teams/{team}"), &widen.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // An instance started later has the stored rules before its first request.
+    let dir = scratch_dir();
+    let yaml = shared_yaml(&s.db, &dir, &backends, config_rule);
+    let late = gateway_yaml(&yaml).await;
+    assert_eq!(decided(&s.client, &late, &intern, "big").await, (403, "interns-no-big".to_owned()));
+    // `switchyard policy test --stored` evaluates them as the gateway does.
+    std::fs::write(dir.join("gateway.yaml"), &yaml).unwrap();
+    std::fs::write(dir.join("request.json"), r#"{"request": {"model": "big"}, "key": {"tags": ["intern"]}}"#).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["policy", "test", "--stored", "--config"])
+        .arg(dir.join("gateway.yaml"))
+        .arg("--request")
+        .arg(dir.join("request.json"))
+        .env("SWITCHYARD_MASTER_KEY", MASTER)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decision: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(decision["x-switchyard-policy"], "interns-no-big", "{decision}");
+
+    // Listed after the configuration's; one shown alone.
+    let all = s.admin(Method::GET, "/admin/policies", "").await.json();
+    let names: Vec<(&str, &str)> = all["organisation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["source"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, [("from-file", "config"), ("interns-no-big", "api")]);
+    let one = s.admin(Method::GET, "/admin/policies/interns-no-big", "").await;
+    assert_eq!((one.status.as_u16(), one.json()["created_by"].is_string()), (200, true), "{}", one.text());
+
+    // Replaced (every model for interns), then removed: each seen by the other instance.
+    let wider = json!({"when": "'intern' in key.tags", "then": "deny", "message": "interns wait"});
+    let r = s.admin(Method::PUT, "/admin/policies/interns-no-big", &wider.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    until_decided(&s.client, &other, &intern, "small", (403, "interns-no-big")).await;
+    let r = s.admin(Method::DELETE, "/admin/policies/interns-no-big", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    until_decided(&s.client, &other, &intern, "big", (200, "-")).await;
+    assert_eq!(s.admin(Method::DELETE, "/admin/policies/interns-no-big", "").await.status, 404);
+
+    // Audited: who made, changed and removed it, with the rule before and after.
+    let audit = s.admin(Method::GET, "/admin/audit?limit=100", "").await.json();
+    let actions: Vec<&str> = audit["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["target"] == "interns-no-big")
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["policy.delete", "policy.update", "policy.create"], "{audit}");
+}
