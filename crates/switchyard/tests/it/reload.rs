@@ -174,15 +174,19 @@ async fn a_reload_applies_new_guardrails() {
 }
 
 /// Policies reload as one snapshot (issue 58): a stream in flight, decided under the old rules,
-/// finishes under them; every request after the reload is decided by the new rules; a file whose
+/// finishes under them, and a request held at its backend across the reload is answered as the
+/// old rules decided; every request after the reload is decided by the new rules; a file whose
 /// rule does not check is refused, naming the rule, and the running rules stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_swaps_policies_while_a_request_in_flight_keeps_its_own() {
     let chunk_delay = Duration::from_millis(20);
     let a = mock_with(&["m"], MockConfig { stream_chunks: 30, chunk_delay, ..MockConfig::default() }).await;
+    // A backend that holds each answer: a request decided before the reload is answered after it.
+    let latency = Duration::from_millis(1500);
+    let slow = mock_with(&["slow"], MockConfig { latency, ..MockConfig::default() }).await;
     let dir = scratch_dir();
     let file = dir.join("switchyard.yaml");
-    let with = |rules: &str| format!("{}policies:\n{rules}", config_text(&dir, &[("a", &a, 1)], ""));
+    let with = |rules: &str| format!("{}policies:\n{rules}", config_text(&dir, &[("a", &a, 1), ("s", &slow, 1)], ""));
     let v1 = "  - {name: v1-tags, when: \"request.model == 'm'\", then: set, set: {tags: [v1]}}\n  - {name: v1-allow, when: \"true\", then: allow}\n";
     std::fs::write(&file, with(v1)).unwrap();
     let gw = serve(&file);
@@ -194,8 +198,15 @@ async fn reload_swaps_policies_while_a_request_in_flight_keeps_its_own() {
     assert_eq!(resp.headers().get("x-switchyard-policy").unwrap(), "v1-allow");
     let mut stream = resp.into_body();
     stream.frame().await.unwrap().unwrap();
+    let held = tokio::spawn({
+        let url = format!("{}/v1/chat/completions", gw.base);
+        async move { TestClient::new().post_json(&url, chat_body("slow", false).as_bytes(), &[]).await.unwrap() }
+    });
+    while slow.control().in_flight.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
-    let v2 = "  - {name: v2-deny, when: \"request.model == 'm'\", then: deny, message: closed}\n";
+    let v2 = "  - {name: v2-deny, when: \"request.model in ['m', 'slow']\", then: deny, message: closed}\n";
     std::fs::write(&file, with(v2)).unwrap();
     assert_eq!(reload(&gw.base).await.status, 200);
     let client = TestClient::new();
@@ -206,6 +217,9 @@ async fn reload_swaps_policies_while_a_request_in_flight_keeps_its_own() {
     }
     let rest = stream.collect().await.expect("the request in flight is not cut").to_bytes();
     assert!(rest.ends_with(b"data: [DONE]\n\n"), "it finished under the rules it was decided by");
+    // The held request was at its backend during the reload: answered, named by the old rule.
+    let held = held.await.unwrap();
+    assert_eq!((held.status.as_u16(), held.header("x-switchyard-policy")), (200, Some("v1-allow")), "{}", held.text());
 
     // A rule that does not check: refused with its name and where; the running rules stay.
     std::fs::write(&file, with("  - {name: broken, when: \"request.modle == 'm'\", then: deny}\n")).unwrap();
