@@ -43,6 +43,8 @@ fn record(i: usize) -> UsageRecord {
         variant: None,
         policy: None,
         tags: Vec::new(),
+        task_id: None,
+        task_state: None,
     }
 }
 

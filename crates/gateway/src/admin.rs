@@ -65,6 +65,9 @@ pub struct KeyFields {
     passthrough: Option<Vec<String>>,
     /// The key's own policy rules (checked by `policies::check_key`).
     policies: Option<Vec<switchyard_policy::RawRule>>,
+    /// A2A agents the key may call (globs over `{agent}` or `{agent}/{Method}`); `null` = all.
+    #[serde(default, deserialize_with = "nullable")]
+    agents: Option<Option<Vec<String>>>,
 }
 
 /// A present field, `null` included (`Some(None)`), as opposed to an absent one (`None`).
@@ -98,7 +101,7 @@ fn key_json(k: &KeyRecord) -> Value {
         "revoked_at": ts(k.revoked_at), "created_at": rfc3339(k.created_at),
         "metadata": {"user": k.user, "team": k.team, "tags": k.tags},
         "mcp_servers": k.mcp_servers, "mcp_tools": k.mcp_tools, "team_id": k.team_id, "user_id": k.user_id,
-        "guardrails": k.guardrails, "passthrough": k.passthrough, "policies": k.policies.raw,
+        "guardrails": k.guardrails, "passthrough": k.passthrough, "policies": k.policies.raw, "agents": k.agents,
     })
 }
 
@@ -173,9 +176,11 @@ fn apply(k: &mut KeyRecord, f: KeyFields, now: i64) -> Result<(), GatewayError> 
             k.tags = tags;
         }
     }
-    for (name, v, slot) in
-        [("mcp_servers", f.mcp_servers, &mut k.mcp_servers), ("mcp_tools", f.mcp_tools, &mut k.mcp_tools)]
-    {
+    for (name, v, slot) in [
+        ("mcp_servers", f.mcp_servers, &mut k.mcp_servers),
+        ("mcp_tools", f.mcp_tools, &mut k.mcp_tools),
+        ("agents", f.agents, &mut k.agents),
+    ] {
         if let Some(v) = v {
             if v.as_ref().is_some_and(|globs| globs.iter().any(String::is_empty)) {
                 return Err(bad(format!("`{name}` entries must not be empty"), None));

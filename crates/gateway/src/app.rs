@@ -72,6 +72,8 @@ pub struct App {
     pub quotas: Arc<crate::limit::quotas::QuotaCounters>,
     /// The organisation's policy rules: the configuration's and the admin API's.
     pub organisation: Arc<Organisation>,
+    /// A2A agents' cards (`agents:`); they live across reloads.
+    pub agent_cards: Arc<crate::agents::AgentCards>,
 }
 
 /// Keys are looked up in the store.
@@ -183,6 +185,7 @@ impl App {
             experiments,
             quotas: Arc::default(),
             organisation,
+            agent_cards: Arc::default(),
         })
     }
 
@@ -245,6 +248,7 @@ impl App {
             experiments: self.experiments.clone(),
             quotas: self.quotas.clone(),
             organisation,
+            agent_cards: self.agent_cards.clone(),
         })
     }
 

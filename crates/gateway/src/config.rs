@@ -1,6 +1,7 @@
 //! Validated configuration: what the rest of the gateway reads. Built in two stages from YAML
 //! (`config/raw.rs` → here), with `${VAR}` interpolation (`config/interpolate.rs`).
 
+pub mod agents;
 mod backend;
 mod batches;
 mod cache;
@@ -438,6 +439,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Which origins and `Host` names reach `/mcp`, `/ui` and `/admin` (`security:`).
     pub security: SecurityConfig,
+    /// A2A agents served at `/a2a/{name}` (`agents:`), and where their calls may go.
+    pub agents: agents::AgentsConfig,
     /// Content checks and where they apply (`guardrails:`, `models.*.guardrails`).
     pub guardrails: guardrails::GuardrailsConfig,
     /// Per model (as routed), the directory of its tokenizer and chat template

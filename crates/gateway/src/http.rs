@@ -29,6 +29,13 @@ pub fn relayed(relay: RelayBody) -> GatewayBody {
     Either::Right(Either::Left(relay))
 }
 
+/// Where this gateway is, as its client reached it (`Host`; https when it serves TLS).
+pub fn base_url(tls: bool, headers: &http::HeaderMap) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    format!("{scheme}://{host}")
+}
+
 pub fn full(bytes: impl Into<Bytes>) -> GatewayBody {
     Either::Left(Full::new(bytes.into()))
 }

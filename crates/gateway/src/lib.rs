@@ -32,7 +32,9 @@
 // `server/routes.rs`), and this keeps new ones from creeping in (`future-size-threshold` in clippy.toml).
 #![warn(clippy::large_futures)]
 
+pub mod a2a;
 pub mod admin;
+pub mod agents;
 pub mod app;
 pub mod auth;
 pub mod batch;

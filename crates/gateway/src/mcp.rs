@@ -19,11 +19,8 @@ use crate::records::UsageRecord;
 static SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 static VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
-/// Where this gateway is, as its client reached it (`Host`; https when it serves TLS).
 fn base_url(app: &App, headers: &http::HeaderMap) -> String {
-    let scheme = if app.config.tls.is_some() { "https" } else { "http" };
-    let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    format!("{scheme}://{host}")
+    crate::http::base_url(app.config.tls.is_some(), headers)
 }
 
 /// An unauthenticated MCP request, when the gateway trusts identity providers: a 401 naming the

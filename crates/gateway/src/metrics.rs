@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+pub(crate) mod a2a;
 pub mod epp;
 pub(crate) mod mcp;
 pub mod series;
@@ -147,6 +148,7 @@ pub struct Metrics {
     /// The last minutes of the figures above, read every few seconds for the console.
     pub series: series::Series,
     mcp: mcp::McpMetrics,
+    a2a: a2a::A2aMetrics,
     /// The endpoint picker's picks and served endpoints (`epp.rs`), and followed picks.
     pub epp: epp::EppMetrics,
     /// Requests that fell back from one model to another: (from, to) → count. Labels come from
@@ -183,6 +185,7 @@ impl Default for Metrics {
             tokens: AtomicU64::new(0),
             series: series::Series::default(),
             mcp: mcp::McpMetrics::default(),
+            a2a: a2a::A2aMetrics::default(),
             epp: epp::EppMetrics::default(),
             fallbacks: std::sync::Mutex::default(),
             policies: std::sync::Mutex::default(),
@@ -246,6 +249,11 @@ impl Metrics {
     /// One MCP tool call and how it ended.
     pub fn count_mcp_call(&self, server: &str, tool: &str, status: &'static str, latency: Duration) {
         self.mcp.count(server, tool, status, latency);
+    }
+
+    /// One A2A call: its agent, method (1.0 name), status and the state it left its task in.
+    pub fn count_a2a_call(&self, agent: &str, method: &'static str, status: u16, state: Option<&str>) {
+        self.a2a.count(agent, method, status, state);
     }
 
     /// MCP tool calls so far: server → tool → outcome → calls.
@@ -426,6 +434,7 @@ impl Metrics {
         );
         render_backends(&mut out, backends);
         self.mcp.render(&mut out);
+        self.a2a.render(&mut out);
         out
     }
 }

@@ -51,6 +51,10 @@ pub struct KeyRecord {
     /// organisation's.
     #[serde(default, skip_serializing_if = "OwnRules::is_empty")]
     pub policies: OwnRules,
+    /// A2A agents this key may call (globs over `{agent}` for every method, or
+    /// `{agent}/{Method}` for one); None = every agent.
+    #[serde(default)]
+    pub agents: Option<Vec<String>>,
     /// The key's team and user as they were when the key was looked up (not stored with it).
     #[serde(skip)]
     pub owners: Owners,
@@ -207,12 +211,21 @@ impl KeyRecord {
             && self.owners.team.as_ref().is_none_or(|t| permits(&t.mcp_servers, &t.mcp_tools))
     }
 
+    /// Whether this key may call `method` (its 1.0 name) of `agent`. The extended agent card is
+    /// only for keys granted it by name (`{agent}/GetExtendedAgentCard`) or with no list at all.
+    pub fn agent_permits(&self, agent: &str, method: &str) -> bool {
+        let Some(globs) = &self.agents else { return true };
+        let named = format!("{agent}/{method}");
+        crate::glob::any(globs, &named) || (method != "GetExtendedAgentCard" && crate::glob::any(globs, agent))
+    }
+
     /// A key with no limits, no metadata and no expiry.
     pub fn new(id: String, secret_hash: Vec<u8>, created_at: i64) -> KeyRecord {
         KeyRecord {
             id,
             secret_hash,
             policies: OwnRules::default(),
+            agents: None,
             name: None,
             models: Vec::new(),
             rpm: None,
@@ -304,6 +317,11 @@ pub struct UsageRecord {
     /// Tags a policy's `set` gave the request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// An A2A call's task (`/a2a/{agent}`; its method is `tool`) and the task's last state seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_state: Option<String>,
 }
 
 impl UsageRecord {
@@ -342,6 +360,8 @@ impl UsageRecord {
             variant: None,
             policy: None,
             tags: Vec::new(),
+            task_id: None,
+            task_state: None,
         }
     }
 }

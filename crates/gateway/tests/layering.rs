@@ -13,11 +13,11 @@ const LAYERS: &[&[&str]] = &[
     &["console"],
     &["batch"],
     &["epp"],
-    &["admin", "catalog", "mcp", "proxy"],
+    &["a2a", "admin", "catalog", "mcp", "proxy"],
     &["policy"],
     &["app"],
     &["http"],
-    &["experiments", "org_rules"],
+    &["agents", "experiments", "org_rules"],
     &["auth", "cache", "guard", "limit", "metrics", "store", "telemetry"],
     &["route", "usage", "error", "shared"],
     &["translate", "upstream"],
@@ -53,7 +53,8 @@ fn imports(text: &str) -> BTreeSet<String> {
             None => rest,
         };
         for name in names.split(',') {
-            let name: String = name.trim().chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            let name: String =
+                name.trim().chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
             if !name.is_empty() {
                 found.insert(name);
             }

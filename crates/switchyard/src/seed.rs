@@ -60,6 +60,8 @@ pub async fn run(url: &str, records: u64, end_ms: i64) -> Result<(), String> {
             variant: None,
             policy: None,
             tags: Vec::new(),
+            task_id: None,
+            task_state: None,
         });
         if batch.len() == BATCH || i + 1 == records {
             store.write_usage_batch(&batch, i + 1).await.map_err(|e| format!("write: {e}"))?;

@@ -65,6 +65,8 @@ pub struct RawConfig {
     policies: super::policies::RawPolicies,
     #[serde(default)]
     quotas: super::policies::RawQuotas,
+    #[serde(default)]
+    agents: super::agents::RawAgents,
 }
 
 /// `realtime:` — how long a WebSocket session may sit idle, and last at most.
@@ -249,6 +251,7 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
     let experiments = super::experiments::validate(raw.experiments, &backends, &aliases)?;
     let quotas = super::policies::quotas(raw.quotas)?;
     let policies = super::policies::validate(raw.policies, &quotas, &backends, &aliases)?;
+    let security = super::security::validate(raw.security, listen)?;
 
     Ok(Config {
         auth,
@@ -287,7 +290,8 @@ pub fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
         exports,
         console: super::console::validate(raw.console)?,
         cache: super::cache::validate(raw.cache)?,
-        security: super::security::validate(raw.security, listen)?,
+        agents: super::agents::validate(raw.agents, &security.agent_hosts)?,
+        security,
         tokenizers: super::engines::tokenizers(&raw.models)?,
         guardrails: super::guardrails::validate(raw.guardrails, raw.models)?,
         realtime_idle: nonzero("realtime.idle_timeout", &raw.realtime.idle_timeout, Duration::from_secs(300))?,

@@ -14,6 +14,8 @@ pub struct RawSecurity {
     allowed_origins: Option<Vec<String>>,
     /// Host names (`gateway.internal`, `*.example.com`, `*`) a request may name in `Host`.
     allowed_hosts: Option<Vec<String>>,
+    /// Hosts (`agents.internal`) and `host:port`s A2A agents and their cards may name.
+    agent_hosts: Option<Vec<String>>,
 }
 
 /// The validated rules; see `server/origin.rs` for how they apply.
@@ -23,6 +25,8 @@ pub struct SecurityConfig {
     pub allowed_origins: Vec<String>,
     /// Host patterns (lower case, `*` globs); empty means any host.
     pub allowed_hosts: Vec<String>,
+    /// Where A2A agents may be called (`host` or `host:port`); empty: the configured agents' own.
+    pub agent_hosts: Vec<String>,
 }
 
 impl Default for SecurityConfig {
@@ -51,7 +55,7 @@ impl SecurityConfig {
             }
             _ => Vec::new(),
         };
-        SecurityConfig { allowed_origins: origins.unwrap_or_default(), allowed_hosts: hosts }
+        SecurityConfig { allowed_origins: origins.unwrap_or_default(), allowed_hosts: hosts, agent_hosts: Vec::new() }
     }
 }
 
@@ -69,6 +73,13 @@ pub fn validate(raw: Option<RawSecurity>, listen: SocketAddr) -> Result<Security
         origins.push(normalised);
     }
     let mut config = SecurityConfig::for_listen(Some(origins), Some(listen));
+    for (i, host) in raw.agent_hosts.iter().flatten().enumerate() {
+        if host.is_empty() || host.contains(['/', ' ', '*']) {
+            let message = format!("`{host}` is not a host or host:port like agents.internal or 10.0.0.5:8000");
+            return Err(ConfigError::at(format!("security.agent_hosts[{i}]"), message));
+        }
+    }
+    config.agent_hosts = raw.agent_hosts.unwrap_or_default();
     if let Some(hosts) = raw.allowed_hosts {
         for (i, host) in hosts.iter().enumerate() {
             if host.is_empty() || host.contains(['/', ' ']) {
@@ -114,7 +125,8 @@ mod tests {
         assert_eq!(normalise_origin("http://localhost:4100").as_deref(), Some("http://localhost:4100"));
         assert_eq!(normalise_origin("null"), None);
         assert_eq!(normalise_origin("https://a.example/path"), None);
-        let raw = RawSecurity { allowed_origins: Some(vec!["example.com".into()]), allowed_hosts: None };
+        let raw =
+            RawSecurity { allowed_origins: Some(vec!["example.com".into()]), allowed_hosts: None, agent_hosts: None };
         assert!(validate(Some(raw), "127.0.0.1:1".parse().unwrap()).is_err());
     }
 
@@ -126,7 +138,7 @@ mod tests {
         assert!(v6.allowed_hosts.contains(&"[::1]".to_owned()));
         let public = validate(None, "0.0.0.0:4100".parse().unwrap()).unwrap();
         assert!(public.allowed_hosts.is_empty());
-        let raw = RawSecurity { allowed_origins: None, allowed_hosts: Some(vec!["*".into()]) };
+        let raw = RawSecurity { allowed_origins: None, allowed_hosts: Some(vec!["*".into()]), agent_hosts: None };
         assert!(validate(Some(raw), "127.0.0.1:1".parse().unwrap()).unwrap().allowed_hosts.is_empty());
     }
 }

@@ -97,11 +97,12 @@ mod tests {
         let rules = SecurityConfig {
             allowed_origins: vec!["https://console.example.com".into()],
             allowed_hosts: vec!["*.example.com".into()],
+            agent_hosts: vec![],
         };
         assert!(check(&rules, &request("gw.example.com", Some("https://console.example.com"))).is_ok());
         assert!(check(&rules, &request("gw.example.com", Some("https://other.example.com"))).is_err());
         assert!(check(&rules, &request("gw.other.com", None)).is_err());
-        let any = SecurityConfig { allowed_origins: vec!["*".into()], allowed_hosts: vec![] };
+        let any = SecurityConfig { allowed_origins: vec!["*".into()], allowed_hosts: vec![], agent_hosts: vec![] };
         assert!(check(&any, &request("anything", Some("https://x.example"))).is_ok());
     }
 }

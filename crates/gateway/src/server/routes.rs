@@ -72,6 +72,10 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> 
         (Endpoint::Other, &Method::GET, p) if p.starts_with("/.well-known/oauth-protected-resource") => {
             mcp::protected_resource(&app, req.headers(), p)
         }
+        (Endpoint::Other, _, p) if p == "/a2a" || p.starts_with("/a2a/") => {
+            let path = p.to_owned();
+            Box::pin(crate::a2a::handle(&app, req, &path, &rid, &mut trace)).await
+        }
         (Endpoint::Other, &Method::GET, "/health") => Ok(catalog::health()),
         (Endpoint::Other, &Method::GET, "/ready") => Ok(catalog::ready(&app)),
         (Endpoint::Other, &Method::GET, "/metrics") => Ok(catalog::metrics(&app)),

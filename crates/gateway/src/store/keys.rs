@@ -5,7 +5,7 @@ use super::{to_i64, Store, StoreError};
 use crate::records::KeyRecord;
 
 const COLUMNS: &str = "id, secret_hash, name, models, rpm, tpm, max_parallel, budget_usd, budget_period, \
-                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id, guardrails, passthrough, policies";
+                       expires_at, revoked_at, user_name, team, tags, created_at, mcp, team_id, user_id, guardrails, passthrough, policies, agents";
 
 /// One `api_keys` row as both drivers decode it (columns in `COLUMNS` order; more than sqlx's
 /// tuples reach, hence by hand).
@@ -31,6 +31,7 @@ struct KeyRow {
     guardrails: Option<String>,
     passthrough: Option<String>,
     policies: Option<String>,
+    agents: Option<String>,
 }
 
 macro_rules! key_row_from {
@@ -60,6 +61,7 @@ macro_rules! key_row_from {
                     guardrails: r.try_get(18)?,
                     passthrough: r.try_get(19)?,
                     policies: r.try_get(20)?,
+                    agents: r.try_get(21)?,
                 })
             }
         }
@@ -80,6 +82,8 @@ struct KeyParams {
     guardrails: Option<String>,
     passthrough: Option<String>,
     policies: Option<String>,
+    /// The agents' globs as a JSON list; None: every agent.
+    agents: Option<String>,
 }
 
 impl KeyParams {
@@ -94,6 +98,7 @@ impl KeyParams {
             guardrails: guardrails_column(&k.guardrails)?,
             passthrough: guardrails_column(&k.passthrough)?,
             policies: policies_column(&k.policies)?,
+            agents: k.agents.as_ref().map(|a| json_list(a)).transpose()?,
         })
     }
 }
@@ -103,7 +108,7 @@ impl Store {
     pub async fn insert_key(&self, k: &KeyRecord) -> Result<(), StoreError> {
         let p = KeyParams::new(k)?;
         let sql = format!(
-            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
+            "INSERT INTO api_keys ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
         );
         with_pool!(self, |pool| {
             sqlx::query(&sql)
@@ -128,6 +133,7 @@ impl Store {
                 .bind(&p.guardrails)
                 .bind(&p.passthrough)
                 .bind(&p.policies)
+                .bind(&p.agents)
                 .execute(pool)
                 .await?;
         });
@@ -173,7 +179,7 @@ impl Store {
         let sql = "UPDATE api_keys SET secret_hash = $2, name = $3, models = $4, rpm = $5, tpm = $6, \
                    max_parallel = $7, budget_usd = $8, budget_period = $9, expires_at = $10, revoked_at = $11, \
                    user_name = $12, team = $13, tags = $14, created_at = $15, mcp = $16, team_id = $17, \
-                   user_id = $18, guardrails = $19, passthrough = $20, policies = $21 WHERE id = $1";
+                   user_id = $18, guardrails = $19, passthrough = $20, policies = $21, agents = $22 WHERE id = $1";
         let affected = with_pool!(self, |pool| {
             sqlx::query(sql)
                 .bind(&k.id)
@@ -197,6 +203,7 @@ impl Store {
                 .bind(&p.guardrails)
                 .bind(&p.passthrough)
                 .bind(&p.policies)
+                .bind(&p.agents)
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -261,6 +268,7 @@ fn from_row(row: KeyRow) -> Result<KeyRecord, StoreError> {
         guardrails: parse_guardrails(row.guardrails.as_deref())?,
         passthrough: row.passthrough.as_deref().map_or(Ok(Vec::new()), |t| parse_list(t, "passthrough"))?,
         policies: parse_policies(row.policies.as_deref())?,
+        agents: row.agents.as_deref().map(|t| parse_list(t, "agents")).transpose()?,
         owners: Default::default(),
     })
 }

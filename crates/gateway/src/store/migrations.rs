@@ -45,6 +45,7 @@ const SQLITE: Embedded = &[
     (19, "0019_experiments.sql", include_str!("../../../../migrations/sqlite/0019_experiments.sql")),
     (20, "0020_policies.sql", include_str!("../../../../migrations/sqlite/0020_policies.sql")),
     (21, "0021_org_policies.sql", include_str!("../../../../migrations/sqlite/0021_org_policies.sql")),
+    (22, "0022_agents.sql", include_str!("../../../../migrations/sqlite/0022_agents.sql")),
 ];
 
 const POSTGRES: Embedded = &[
@@ -77,6 +78,7 @@ const POSTGRES: Embedded = &[
     (19, "0019_experiments.sql", include_str!("../../../../migrations/postgres/0019_experiments.sql")),
     (20, "0020_policies.sql", include_str!("../../../../migrations/postgres/0020_policies.sql")),
     (21, "0021_org_policies.sql", include_str!("../../../../migrations/postgres/0021_org_policies.sql")),
+    (22, "0022_agents.sql", include_str!("../../../../migrations/postgres/0022_agents.sql")),
 ];
 
 #[derive(Debug)]

@@ -15,10 +15,10 @@ pub const HOUR_MS: i64 = 3_600_000;
 const RECORD_COLUMNS: &str = "id, ts_ms, key_id, user_name, team, model_requested, model_served, backend, status, \
                               prompt_tokens, completion_tokens, total_tokens, latency_ms, ttft_ms, cost_usd, estimated, tool, \
                               response_bytes, route_reason, guardrails, guard_call, units, batch_id, \
-                              cache_read_tokens, cache_write_tokens, backend_key, experiment, variant, policy, tags";
-const RECORD_COLS: usize = 30;
+                              cache_read_tokens, cache_write_tokens, backend_key, experiment, variant, policy, tags, task_id, task_state";
+const RECORD_COLS: usize = 32;
 const ROLLUP_COLS: usize = 10;
-/// Rows per multi-row statement at most: 30 columns x 512 = 15,360 parameters, well under SQLite's 32,766 and
+/// Rows per multi-row statement at most: 32 columns x 512 = 16,384 parameters, well under SQLite's 32,766 and
 /// Postgres's 65,535. Chunks are powers of two (`cached_chunks`), each a cached prepared statement.
 const CHUNK_ROWS: usize = 512;
 
@@ -217,6 +217,8 @@ where
         .bind(&r.variant)
         .bind(&r.policy)
         .bind(&row.tags)
+        .bind(&r.task_id)
+        .bind(&r.task_state)
 }
 
 /// Binds one rollup group's key and sums, in `upsert_rollup_sql`'s column order.

@@ -188,6 +188,8 @@ mod tests {
             variant: None,
             policy: None,
             tags: Vec::new(),
+            task_id: None,
+            task_state: None,
         }
     }
 

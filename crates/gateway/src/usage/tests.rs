@@ -65,6 +65,8 @@ pub(crate) fn record(id: &str) -> UsageRecord {
         variant: None,
         policy: None,
         tags: Vec::new(),
+        task_id: None,
+        task_state: None,
     }
 }
 

@@ -134,6 +134,7 @@ fn key(id: &str, created_at: i64) -> KeyRecord {
         guardrails: Vec::new(),
         passthrough: vec!["vllm-*".into()],
         policies: Default::default(),
+        agents: Some(vec!["echo".into(), "research/GetTask".into()]),
         owners: Default::default(),
     }
 }
@@ -171,6 +172,8 @@ fn usage(id: &str, ts_ms: i64, key: Option<&str>, user: Option<&str>, team: Opti
         variant: None,
         policy: None,
         tags: Vec::new(),
+        task_id: None,
+        task_state: None,
     }
 }
 
