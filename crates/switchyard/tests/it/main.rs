@@ -8,6 +8,7 @@
 
 mod common;
 
+mod a2a;
 mod admission;
 mod affinity;
 mod audio;
