@@ -199,6 +199,7 @@ pub fn metrics(app: &App) -> Response<GatewayBody> {
     app.exports.render(&mut text);
     if let Some(mcp) = &app.mcp {
         crate::metrics::mcp::render_server_requests(&mcp.server_requests(), &mut text);
+        crate::metrics::mcp::render_forwarded(&mcp.forwarded(), &mut text);
     }
     if let Some(cache) = &app.cache {
         cache.render(&mut text);

@@ -165,6 +165,7 @@ pub async fn start_guarded(
     }
     let probers = Arc::new(Mutex::new(spawn_probers(&app)));
     let mut fleet = spawn_fleet(&app);
+    fleet.extend(join_mcp_fleet(&app).await);
     let current: Current = Arc::new(ArcSwap::new(app.clone()));
     guarding.serve(&current);
     if let Some(store) = app.store.clone() {
@@ -291,6 +292,16 @@ fn spawn_fleet(app: &App) -> Vec<JoinHandle<()>> {
     });
     tasks.extend(crate::shared::revocation::spawn(shared.clone(), evict));
     tasks
+}
+
+/// The MCP gateway as one instance of the fleet: its tag, and a listener for what other
+/// instances forward to it (answers and retries its clients sent them).
+async fn join_mcp_fleet(app: &App) -> Option<JoinHandle<()>> {
+    let (front, shared) = (app.mcp.clone()?, app.shared.clone()?);
+    let fleet = crate::shared::mcp::RedisFleet::join(shared.clone()).await;
+    let tag = switchyard_mcp::fleet::Fleet::tag(&fleet);
+    front.join_fleet(Arc::new(fleet));
+    Some(crate::shared::mcp::spawn(shared, tag, front))
 }
 
 /// Backend health across a fleet: tell the others when this instance's view of a backend changes,

@@ -12,6 +12,7 @@
 pub mod affinity;
 pub mod health;
 pub mod keys;
+pub mod mcp;
 pub mod revocation;
 
 use std::fmt::Write;

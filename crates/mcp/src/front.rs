@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+mod forwarded;
 mod input_required;
 mod relayed;
 
@@ -144,6 +145,8 @@ pub struct Front {
     outbound: Arc<Outbound>,
     /// Stateless-revision calls waiting for their clients' input (`front/input_required.rs`).
     parked: Mutex<HashMap<String, input_required::Parked>>,
+    /// The other instances, when this one is in a fleet (`fleet.rs`).
+    fleet: crate::fleet::FleetState,
 }
 
 /// Who sent a request: its session (or flight key), era and what it offered at `initialize`.
@@ -178,7 +181,22 @@ impl Front {
             code_mode: None,
             outbound: Arc::new(Outbound::default()),
             parked: Mutex::new(HashMap::new()),
+            fleet: crate::fleet::FleetState::default(),
         })
+    }
+
+    /// Serve as one instance of a fleet: relayed requests' ids and `requestState`s carry this
+    /// instance's tag, and answers and retries for another instance are forwarded to it.
+    pub fn join_fleet(&self, fleet: Arc<dyn crate::fleet::Fleet>) {
+        let tag = fleet.tag();
+        if self.fleet.join(fleet) {
+            self.outbound.tag_ids(tag);
+        }
+    }
+
+    /// Answers and retries forwarded to and from other instances so far.
+    pub fn forwarded(&self) -> crate::fleet::ForwardCounts {
+        self.fleet.counts()
     }
 
     /// Serve Code Mode on `/mcp/code` with these limits.
@@ -333,7 +351,9 @@ impl Front {
             }
             // The client's answer to a server's request we relayed; anything else is dropped.
             Message::Response { id, outcome } => {
-                if !self.outbound.answer(session_id, &id, outcome) {
+                if let Some(tag) = self.fleet.foreign(crate::fleet::tag_of_id(&id)) {
+                    self.fleet.forward_answer(tag, session_id, &id, &outcome).await;
+                } else if !self.outbound.answer(session_id, &id, outcome) {
                     tracing::debug!(
                         "an MCP client answered a request that is not waiting (ended, or another instance's)"
                     );

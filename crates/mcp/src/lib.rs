@@ -7,6 +7,7 @@
 pub mod breaker;
 pub mod code_mode;
 pub mod declarations;
+pub mod fleet;
 pub mod front;
 pub mod http_upstream;
 pub mod hub;

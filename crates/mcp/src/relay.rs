@@ -82,7 +82,8 @@ pub struct Outbound {
 
 /// (server, method, outcome) → requests. Methods other than the four a client answers count as
 /// `other`, so labels stay bounded; outcomes are `relayed` (sent to the client), `answered` (its
-/// answer went back) and `refused` (answered for it at once).
+/// answer went back), `refused` (answered for it at once) and `unanswered` (the call ended first:
+/// it timed out, or its client went away).
 pub type RequestCounts = std::collections::BTreeMap<(String, &'static str, &'static str), u64>;
 
 fn method_label(method: &str) -> &'static str {
@@ -99,6 +100,11 @@ fn method_label(method: &str) -> &'static str {
 const MAX_WAITING: usize = 10_000;
 
 impl Outbound {
+    /// Ids from now on carry `tag` (a fleet's instance tag) above `fleet::TAG_SHIFT`.
+    pub(crate) fn tag_ids(&self, tag: u32) {
+        self.next.store(u64::from(tag) << crate::fleet::TAG_SHIFT, Relaxed);
+    }
+
     fn ask(
         &self,
         session: &str,
@@ -144,10 +150,13 @@ impl Outbound {
         asked.reply.send(outcome).is_ok()
     }
 
+    /// The relay is over: requests still waiting were never answered (counted `unanswered`).
     fn forget(&self, ids: &[u64]) {
         let mut waiting = crate::hub_lock(&self.waiting);
-        for id in ids {
-            waiting.remove(&id.to_string());
+        let unanswered: Vec<Asked> = ids.iter().filter_map(|id| waiting.remove(&id.to_string())).collect();
+        drop(waiting);
+        for asked in unanswered {
+            self.count(&asked.server, asked.method, "unanswered");
         }
     }
 }

@@ -90,6 +90,20 @@ pub fn render_server_requests(counts: &switchyard_mcp::relay::RequestCounts, out
     }
 }
 
+/// `switchyard_mcp_forwarded_total{kind,outcome}`: clients' answers and `input_required` retries
+/// that reached this instance for another of the fleet (`delivered`, `no_holder`, `unavailable`,
+/// `timeout`, `refused`), and those other instances forwarded here (`received`, `stale`).
+pub fn render_forwarded(counts: &switchyard_mcp::fleet::ForwardCounts, out: &mut String) {
+    if counts.is_empty() {
+        return;
+    }
+    out.push_str("# HELP switchyard_mcp_forwarded_total MCP answers and retries forwarded between a fleet's instances, by kind and outcome.\n");
+    out.push_str("# TYPE switchyard_mcp_forwarded_total counter\n");
+    for ((kind, outcome), n) in counts {
+        let _ = writeln!(out, "switchyard_mcp_forwarded_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} {n}");
+    }
+}
+
 /// A label value with `\`, `"` and newlines escaped, as the exposition format requires.
 pub(super) fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")

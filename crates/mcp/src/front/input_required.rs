@@ -5,8 +5,9 @@
 //! `requestState`. The upstream call stays parked here, waiting; the client retries the request
 //! with `inputResponses` and the `requestState`, its answers go to the server, and the parked call
 //! goes on to its answer (or to the next question). A parked call whose client never comes back
-//! is dropped after `PARKED_TTL`, which cancels it upstream. The state lives in this instance: a
-//! retry that reaches another one is refused (the client starts over).
+//! is dropped after `PARKED_TTL`, which cancels it upstream. The state lives in the instance that
+//! parked the call; in a fleet its `requestState` names that instance, and a retry that reaches
+//! another one is forwarded there (`fleet.rs`), its result coming back the same way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,7 +96,10 @@ impl Front {
             let e = RpcError::new(jsonrpc::INTERNAL_ERROR, "too many calls wait for their clients' input; retry later");
             return jsonrpc::error_bytes(Some(id), &e);
         }
-        let token = request_state();
+        let token = match self.fleet.own_tag() {
+            Some(tag) => format!("{tag:05x}.{}", request_state()),
+            None => request_state(),
+        };
         let question = json!({"method": ask["method"], "params": ask["params"]});
         parked.insert(token.clone(), Parked { answers, waiting, asked: vec![asked.clone()], at: Instant::now() });
         let result = json!({"resultType": "input_required", "inputRequests": {asked: question}, "requestState": token});
@@ -103,13 +107,25 @@ impl Front {
     }
 
     /// A retry carrying `requestState`: the client's `inputResponses` go to the server, and the
-    /// parked call goes on.
+    /// parked call goes on — here, or on the instance of the fleet that parked it.
     pub(super) async fn resume(self: &Arc<Self>, req: &Request<'_>, id: Id, params: &Value) -> Answer {
         let token = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
+        let here = crate::hub_lock(&self.parked).contains_key(token);
+        if let Some(tag) = self.fleet.foreign(crate::fleet::tag_of_state(token)).filter(|_| !here) {
+            return match self.fleet.forward_resume(tag, req.key, &id, params).await {
+                Some(answer) => Answer::json(200, serde_json::to_vec(&answer).unwrap_or_default()),
+                None => Answer::json(200, jsonrpc::error_bytes(Some(&id), &unknown_state())),
+            };
+        }
+        self.resume_here(req.key, req.accepts_sse, id, params).await
+    }
+
+    /// A retry of a call parked on this instance, by the caller with `key`.
+    pub(super) async fn resume_here(self: &Arc<Self>, key: Option<&str>, sse: bool, id: Id, params: &Value) -> Answer {
+        let token = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
         let parked = crate::hub_lock(&self.parked).remove(token);
-        let Some(parked) = parked.filter(|p| p.waiting.key.as_deref() == req.key && p.at.elapsed() < PARKED_TTL) else {
-            let e = RpcError::invalid_params("`requestState` is unknown or expired: send the request again without it");
-            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &e));
+        let Some(parked) = parked.filter(|p| p.waiting.key.as_deref() == key && p.at.elapsed() < PARKED_TTL) else {
+            return Answer::json(200, jsonrpc::error_bytes(Some(&id), &unknown_state()));
         };
         let responses = params.get("inputResponses").and_then(Value::as_object);
         for asked in &parked.asked {
@@ -121,9 +137,13 @@ impl Front {
             let gateway_id = Id::number(asked.parse().unwrap_or_default());
             self.outbound.answer(&parked.waiting.flight, &gateway_id, outcome);
         }
-        let stream = req.accepts_sse && params.pointer("/_meta/progressToken").is_some();
+        let stream = sse && params.pointer("/_meta/progressToken").is_some();
         self.stateless_answer(parked.answers, id, parked.waiting, stream, true).await
     }
+}
+
+fn unknown_state() -> RpcError {
+    RpcError::invalid_params("`requestState` is unknown or expired: send the request again without it")
 }
 
 /// The answer's bytes under the retry's id (the call was made under the first request's).

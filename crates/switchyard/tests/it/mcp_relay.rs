@@ -302,3 +302,96 @@ async fn a_call_waiting_on_its_clients_answer_outlives_the_servers_timeout() {
     let answer = events.next().await;
     assert!(answer["error"]["message"].as_str().unwrap_or_default().contains("timeout"), "{answer}");
 }
+
+/// Two instances on one Redis, sharing the secret that signs sessions: what one relayed, a client
+/// may answer through the other (issue 59).
+async fn fleet_pair(
+    docs: &McpMock,
+    redis: &crate::common::redis::RedisServer,
+) -> [switchyard_gateway::RunningGateway; 2] {
+    let extra =
+        format!("auth: {{secret: 'mcp-fleet-secret-mcp-fleet-secret-0123'}}\nredis: {{url: '{}'}}\n", redis.url());
+    let a = gateway(&[("docs", docs)], &extra).await;
+    let b = gateway(&[("docs", docs)], &extra).await;
+    // Tags come from one counter (the first instance's is 2); each listens on its own channel.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while redis.subscribers("switchyard:mcp:00002") + redis.subscribers("switchyard:mcp:00003") < 2 {
+        assert!(std::time::Instant::now() < deadline, "the instances never listened for forwarded MCP messages");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    [a, b]
+}
+
+/// A session-era client's answer to a server's request, sent to the instance that did not relay
+/// it, reaches the server through the one that did; the call completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_sent_to_another_instance_reaches_the_call_waiting_for_it() {
+    let redis = crate::common::redis::RedisServer::start();
+    let docs = mcp_mock().await;
+    let [a, b] = fleet_pair(&docs, &redis).await;
+    for (tool, reply, said) in [
+        (
+            "sample",
+            json!({"role": "assistant", "content": {"type": "text", "text": "Paris"}, "model": "m"}),
+            "sample: Paris",
+        ),
+        ("elicit", json!({"action": "accept", "content": {"name": "Ada"}}), r#"elicit: accept {"name":"Ada"}"#),
+    ] {
+        let (client, _) = Client::open(&a, "/mcp/docs", serde_json::from_str(EVERYTHING).unwrap()).await;
+        let mut events = client.call(9, tool, json!({"prompt": "Capital of France?", "message": "name?"})).await;
+        let asked = events.next().await;
+        assert!(asked["id"].as_u64().unwrap() >> 33 != 0, "the id names the instance that asked: {asked}");
+        let through_b =
+            Client { http: TestClient::new(), url: format!("{}/mcp/docs", b.url()), session: client.session.clone() };
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": reply});
+        assert_eq!(through_b.post(&answer).await.status(), 202);
+        let result = events.next().await;
+        assert_eq!(text_of(&result), said, "{tool}");
+    }
+    let metrics = |gw: &switchyard_gateway::RunningGateway| {
+        let url = format!("{}/metrics", gw.url());
+        async move { TestClient::new().get(&url).await.unwrap().text() }
+    };
+    assert!(metrics(&b).await.contains(r#"switchyard_mcp_forwarded_total{kind="answer",outcome="delivered"} 2"#));
+    assert!(metrics(&a).await.contains(r#"switchyard_mcp_forwarded_total{kind="answer",outcome="received"} 2"#));
+}
+
+/// A stateless-revision call whose server asks something answers `input_required`; the client's
+/// retry, sent to the other instance, is forwarded to the one holding the call and its result
+/// comes back; a retry naming an instance that is gone is refused at once, as a stale one is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_required_retry_sent_to_another_instance_completes_the_call() {
+    let redis = crate::common::redis::RedisServer::start();
+    let docs = mcp_mock().await;
+    let [a, b] = fleet_pair(&docs, &redis).await;
+    let http = TestClient::new();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}});
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "sample", "arguments": {"prompt": "Capital of Italy?"}, "_meta": meta}});
+    let headers = [("accept", "application/json, text/event-stream")];
+    let first = http.post_json(&format!("{}/mcp/docs", a.url()), call.to_string().as_bytes(), &headers).await.unwrap();
+    let first = first.json();
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    let (asked, _) = first["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let mut retry = call.clone();
+    retry["id"] = json!(2);
+    retry["params"]["requestState"] = json!(state);
+    retry["params"]["inputResponses"] = json!({asked.clone(): {"role": "assistant",
+        "content": {"type": "text", "text": "Rome"}, "model": "m"}});
+    let done = http.post_json(&format!("{}/mcp/docs", b.url()), retry.to_string().as_bytes(), &headers).await.unwrap();
+    let done = done.json();
+    assert_eq!(done["id"], 2, "{done}");
+    assert_eq!(text_of(&done), "sample: Rome", "{done}");
+    // A second retry of the same state: the call is over, refused (by its holder) at once.
+    let again = http.post_json(&format!("{}/mcp/docs", b.url()), retry.to_string().as_bytes(), &headers).await.unwrap();
+    assert!(again.json()["error"]["message"].as_str().unwrap_or_default().contains("requestState"), "{}", again.text());
+    // A state naming an instance no longer there (tag 7): refused at once.
+    retry["params"]["requestState"] = json!("00007.0123456789abcdef");
+    let gone = http.post_json(&format!("{}/mcp/docs", b.url()), retry.to_string().as_bytes(), &headers).await.unwrap();
+    assert!(gone.json()["error"]["message"].as_str().unwrap_or_default().contains("requestState"), "{}", gone.text());
+    let metrics = TestClient::new().get(&format!("{}/metrics", b.url())).await.unwrap().text();
+    assert!(metrics.contains(r#"switchyard_mcp_forwarded_total{kind="resume",outcome="delivered"} 2"#), "{metrics}");
+    assert!(metrics.contains(r#"switchyard_mcp_forwarded_total{kind="resume",outcome="no_holder"} 1"#), "{metrics}");
+}
