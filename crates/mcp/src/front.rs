@@ -125,8 +125,10 @@ pub type OnCall = Arc<dyn Fn(CallRecord) + Send + Sync>;
 struct InFlight {
     upstream: Arc<dyn Upstream>,
     upstream_id: u64,
-    /// What the client offered, as the upstream call was sent (its session).
+    /// What the client offered, as the upstream call was sent, and its session (the upstream
+    /// session it went in).
     offers: ClientCaps,
+    client: Option<Arc<str>>,
     cancel: oneshot::Sender<()>,
 }
 
@@ -155,6 +157,14 @@ struct Caller<'a> {
     /// A stateless-revision request, whose results must carry `resultType`.
     modern: bool,
     caps: ClientCaps,
+}
+
+impl Caller<'_> {
+    /// The client's session, when the upstream should speak to it in a session of its own (the
+    /// session era; a stateless request is a flight of its own).
+    fn client(&self) -> Option<Arc<str>> {
+        (!self.modern).then(|| Arc::from(self.session))
+    }
 }
 
 /// Ended sessions remembered before expired ones are swept.
@@ -481,6 +491,14 @@ impl Front {
             ended.retain(|_, issued| now_unix - *issued <= SESSION_TTL_SECS);
         }
         ended.insert(id.to_owned(), session.issued_unix);
+        drop(ended);
+        // What each upstream keeps for this client alone goes with it.
+        for name in self.hub.server_names() {
+            if let Some(upstream) = self.hub.upstream(name).cloned() {
+                let client = id.to_owned();
+                tokio::spawn(async move { upstream.forget_client(&client).await });
+            }
+        }
     }
 
     async fn initialize(&self, req: &Request<'_>, id: &Id, params: Option<&Value>) -> Answer {
@@ -540,7 +558,7 @@ impl Front {
             ("tools/call", Scope::Code) => self.code_call(req, caller, id, params).await,
             ("tools/call", scope) => self.call(req, caller, id, scope, params).await,
             ("logging/setLevel", Scope::All) => {
-                self.set_level_everywhere(params, caller.caps).await;
+                self.set_level_everywhere(params, caller.caps, caller.client()).await;
                 Answer::json(200, jsonrpc::result_bytes_for(&id, &empty_result(), modern))
             }
             (_, Scope::Server(server)) if passed_through(method) => {
@@ -621,11 +639,12 @@ impl Front {
         let upstream_id = upstream.next_id();
         // The session the call goes to: what the client offered, when it can be asked anything.
         let offers = if req.accepts_sse || caller.modern { caller.caps } else { ClientCaps::default() };
+        let client = caller.client();
         let (cancel_tx, cancel_rx) = oneshot::channel();
         let flight_key = (session.to_owned(), id.as_str().to_owned());
         crate::hub_lock(&self.in_flight).insert(
             flight_key.clone(),
-            InFlight { upstream: upstream.clone(), upstream_id, offers, cancel: cancel_tx },
+            InFlight { upstream: upstream.clone(), upstream_id, offers, client, cancel: cancel_tx },
         );
         let wants_progress = params.pointer("/_meta/progressToken").is_some();
         let (relayed_for, aggregated) = (server.clone(), matches!(scope, Scope::All));
@@ -653,13 +672,13 @@ impl Front {
 
     /// `logging/setLevel` on the aggregated endpoint: every server is told (those without
     /// logging refuse, which changes nothing), in the sessions this client's calls go to.
-    async fn set_level_everywhere(&self, params: Value, caps: ClientCaps) {
+    async fn set_level_everywhere(&self, params: Value, caps: ClientCaps, client: Option<Arc<str>>) {
         let mut asked = tokio::task::JoinSet::new();
         for name in self.hub.server_names() {
             if let Some(upstream) = self.hub.upstream(name).cloned() {
                 let params = params.clone();
                 // A relay nobody reads: it only names the session; the server asks nothing here.
-                let relay = Relay::new(mpsc::channel(1).0, caps);
+                let relay = Relay::new(mpsc::channel(1).0, caps).for_client(client.clone());
                 asked.spawn(async move {
                     let _ = upstream.request(upstream.next_id(), "logging/setLevel", params, Some(relay)).await;
                 });
@@ -741,7 +760,12 @@ impl Front {
             let reason = params.and_then(|p| p.get("reason")).cloned().unwrap_or(json!("cancelled by the client"));
             if let Err(e) = f
                 .upstream
-                .notify("notifications/cancelled", json!({"requestId": f.upstream_id, "reason": reason}), f.offers)
+                .notify(
+                    "notifications/cancelled",
+                    json!({"requestId": f.upstream_id, "reason": reason}),
+                    f.offers,
+                    f.client,
+                )
                 .await
             {
                 tracing::debug!(error = %e, "could not forward a cancellation upstream");
@@ -861,6 +885,7 @@ impl Call {
             key: self.flight_key.clone(),
             upstream_id: self.upstream_id,
             offers: relay.as_ref().map_or_else(ClientCaps::default, |r| r.offers),
+            client: relay.as_ref().and_then(|r| r.client.clone()),
             server: self.server.clone(),
             done: false,
         };
@@ -906,6 +931,7 @@ struct FlightGuard {
     key: (String, String),
     upstream_id: u64,
     offers: ClientCaps,
+    client: Option<Arc<str>>,
     server: String,
     done: bool,
 }
@@ -917,10 +943,10 @@ impl Drop for FlightGuard {
             // No runtime (it is shutting down): the upstream is going away with it anyway.
             let runtime = tokio::runtime::Handle::try_current();
             if let (Some(upstream), Ok(runtime)) = (self.front.hub.upstream(&self.server).cloned(), runtime) {
-                let (id, offers) = (self.upstream_id, self.offers);
+                let (id, offers, client) = (self.upstream_id, self.offers, self.client.take());
                 runtime.spawn(async move {
                     let params = json!({"requestId": id, "reason": "the client went away"});
-                    let _ = upstream.notify("notifications/cancelled", params, offers).await;
+                    let _ = upstream.notify("notifications/cancelled", params, offers, client).await;
                 });
             }
         }

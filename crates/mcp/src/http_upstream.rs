@@ -2,6 +2,13 @@
 //! once, reuse its `Mcp-Session-Id`, open a new session when the server forgets ours (404), and
 //! read answers given as JSON or as an SSE stream — every event of it, relaying notifications
 //! (progress) until the response with our id arrives. Credentials come from config only.
+//!
+//! Sessions: each session-era client that offered the server anything to ask (sampling,
+//! elicitation, roots) gets an upstream session of its own (up to
+//! `MAX_CLIENT_SESSIONS`; idle ones end after `CLIENT_SESSION_IDLE`, and with their client), so
+//! what the server sends on that session's GET stream — a sampling request naming no call — is
+//! that client's even while other clients' calls are in flight. Calls without a client session
+//! (stateless flights, Code Mode) share one session per set of capabilities.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -42,19 +49,48 @@ struct UpstreamSession {
     version: HeaderValue,
     /// The server's `initialize` result.
     init: Value,
-    /// Set once the server forgot this session: its GET stream stops reconnecting.
+    /// Set once the server forgot this session, or it ended: its GET stream stops.
     ended: std::sync::atomic::AtomicBool,
+    /// The client session this one serves alone; None: shared by every client offering the same.
+    client: Option<Arc<str>>,
+    /// Its calls in flight that have a client behind them.
+    waiting: Waiting,
+    last_used: std::sync::Mutex<std::time::Instant>,
+    /// Ends its GET stream's task at once.
+    stop: tokio::sync::watch::Sender<()>,
 }
 
+impl UpstreamSession {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+    }
+
+    fn end(&self) {
+        self.ended.store(true, Relaxed);
+        self.stop.send_replace(());
+    }
+}
+
+/// Client sessions an upstream keeps a session of its own for; past this, clients share.
+const MAX_CLIENT_SESSIONS: usize = 256;
+/// A client's upstream session with no call for this long ends.
+const CLIENT_SESSION_IDLE: Duration = Duration::from_secs(600);
+
 /// Calls in flight that have a client behind them, by our request id: where a server's request
-/// or log message that names no request goes when there is exactly one (`sole`).
+/// or log message that names no request goes (`owner`).
 type Waiting = Arc<std::sync::Mutex<std::collections::HashMap<u64, Relay>>>;
 
-fn sole(waiting: &Waiting) -> Option<Relay> {
+/// Who a message on a session's GET stream is for: in a client's own session, that client (any of
+/// its calls' relays reaches it); in a shared one, the only call in flight, if there is one.
+fn owner(waiting: &Waiting, own: bool) -> Option<Relay> {
     let waiting = waiting.lock().unwrap_or_else(|p| p.into_inner());
     let mut relays = waiting.values();
     let first = relays.next().cloned();
-    first.filter(|_| relays.next().is_none())
+    first.filter(|_| own || relays.next().is_none())
 }
 
 /// Removes a call from `Waiting` however it ends.
@@ -88,7 +124,6 @@ pub struct HttpUpstream {
 
     list_changed: ListChangedHook,
     notes: NoteHook,
-    waiting: Waiting,
     /// Dropped with the upstream: its GET stream's task ends.
     alive: tokio::sync::watch::Sender<()>,
 }
@@ -103,17 +138,33 @@ impl HttpUpstream {
 
             list_changed: ListChangedHook::default(),
             notes: NoteHook::default(),
-            waiting: Arc::default(),
             alive: tokio::sync::watch::channel(()).0,
         }
     }
 
-    async fn session(&self, caps: ClientCaps) -> Result<Arc<UpstreamSession>, UpstreamError> {
+    async fn session(
+        &self,
+        caps: ClientCaps,
+        client: Option<&Arc<str>>,
+    ) -> Result<Arc<UpstreamSession>, UpstreamError> {
         let flags = caps.flags();
         let mut sessions = self.sessions.lock().await;
-        if let Some(s) = sessions.get(&flags) {
+        self.sweep(&mut sessions);
+        // A client that offered nothing cannot be asked anything: it shares.
+        let client = client.filter(|_| caps.sampling || caps.elicitation || caps.roots);
+        let own = client.filter(|_| sessions.values().filter(|s| s.client.is_some()).count() < MAX_CLIENT_SESSIONS);
+        let key = match client {
+            Some(c) => format!("{flags}@{c}"),
+            None => flags.clone(),
+        };
+        if let Some(s) = sessions.get(&key).or_else(|| sessions.get(&flags).filter(|_| own.is_none())) {
+            s.touch();
             return Ok(s.clone());
         }
+        let (key, client) = match own {
+            Some(c) => (key, Some(c.clone())),
+            None => (flags, None),
+        };
         let id = self.next_id();
         let params = json!({
             "protocolVersion": version::SESSION[0],
@@ -135,6 +186,10 @@ impl HttpUpstream {
             version: HeaderValue::from_str(&agreed).map_err(|e| UpstreamError::Protocol(e.to_string()))?,
             init,
             ended: std::sync::atomic::AtomicBool::new(false),
+            client,
+            waiting: Waiting::default(),
+            last_used: std::sync::Mutex::new(std::time::Instant::now()),
+            stop: tokio::sync::watch::channel(()).0,
         });
         let initialized = jsonrpc::notification_bytes("notifications/initialized", &json!({}));
         let resp = self.post(initialized, Some(&session)).await?;
@@ -147,14 +202,35 @@ impl HttpUpstream {
             let listener = Listener {
                 poster: self.poster.clone(),
                 session: session.clone(),
-                waiting: self.waiting.clone(),
                 list_changed: self.list_changed.clone(),
                 notes: self.notes.clone(),
             };
-            tokio::spawn(listener.run(stream, self.alive.subscribe()));
+            tokio::spawn(listener.run(stream, self.alive.subscribe(), session.stop.subscribe()));
         }
-        sessions.insert(flags, session.clone());
+        sessions.insert(key, session.clone());
         Ok(session)
+    }
+
+    /// End clients' sessions idle past `CLIENT_SESSION_IDLE` (none of their calls in flight).
+    fn sweep(&self, sessions: &mut std::collections::HashMap<String, Arc<UpstreamSession>>) {
+        let idle = |s: &UpstreamSession| {
+            s.client.is_some()
+                && s.idle_for() > CLIENT_SESSION_IDLE
+                && s.waiting.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+        };
+        let gone: Vec<String> = sessions.iter().filter(|(_, s)| idle(s)).map(|(k, _)| k.clone()).collect();
+        for key in gone {
+            if let Some(session) = sessions.remove(&key) {
+                self.end_session(session);
+            }
+        }
+    }
+
+    /// Stop a session's GET stream and tell the server it is over.
+    fn end_session(&self, session: Arc<UpstreamSession>) {
+        session.end();
+        let poster = self.poster.clone();
+        tokio::spawn(async move { poster.delete(&session).await });
     }
 
     /// Forget `stale` (the server answered 404 for it) unless another caller already did.
@@ -182,20 +258,28 @@ impl HttpUpstream {
         relay: Option<Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let caps = relay.as_ref().map_or_else(ClientCaps::default, |r| r.offers);
-        let mut session = self.session(caps).await?;
-        let _registered = relay.clone().map(|relay| {
-            self.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(id, relay);
-            Registered(self.waiting.clone(), id)
-        });
+        let client = relay.as_ref().and_then(|r| r.client.clone());
+        let mut session = self.session(caps, client.as_ref()).await?;
+        let register = |session: &UpstreamSession| {
+            relay.clone().map(|relay| {
+                session.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(id, relay);
+                Registered(session.waiting.clone(), id)
+            })
+        };
+        let mut registered = register(&session);
         let body = jsonrpc::request_bytes(id, method, params);
         let mut resp = self.post(body.clone(), Some(&session)).await?;
         if resp.status() == StatusCode::NOT_FOUND && session.id.is_some() {
             // The server ended or forgot our session: open a new one and try once more.
             self.forget(&session).await;
-            session = self.session(caps).await?;
+            session = self.session(caps, client.as_ref()).await?;
+            registered = register(&session);
             resp = self.post(body, Some(&session)).await?;
         }
-        self.read_answer(resp, id, relay, Some(&session)).await
+        let answer = self.read_answer(resp, id, relay, Some(&session)).await;
+        drop(registered);
+        session.touch();
+        answer
     }
 
     /// The result of request `id` from an answer given as JSON or as an SSE stream. On a
@@ -274,13 +358,17 @@ impl HttpUpstream {
 struct Listener {
     poster: Poster,
     session: Arc<UpstreamSession>,
-    waiting: Waiting,
     list_changed: ListChangedHook,
     notes: NoteHook,
 }
 
 impl Listener {
-    async fn run(self, mut stream: Incoming, mut alive: tokio::sync::watch::Receiver<()>) {
+    async fn run(
+        self,
+        mut stream: Incoming,
+        mut alive: tokio::sync::watch::Receiver<()>,
+        mut stop: tokio::sync::watch::Receiver<()>,
+    ) {
         let mut pause = RELISTEN_MIN;
         loop {
             let mut parser = SseParser::default();
@@ -288,6 +376,7 @@ impl Listener {
                 let frame = tokio::select! {
                     frame = stream.frame() => frame,
                     _ = alive.changed() => return,
+                    _ = stop.changed() => return,
                 };
                 let Some(Ok(frame)) = frame else { break };
                 let Ok(data) = frame.into_data() else { continue };
@@ -301,6 +390,7 @@ impl Listener {
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
                     _ = alive.changed() => return,
+                    _ = stop.changed() => return,
                 }
                 if self.session.ended.load(Relaxed) {
                     return;
@@ -323,12 +413,12 @@ impl Listener {
                 self.list_changed.fire();
             }
             Ok(Message::Notification { method, params }) => {
-                let sole = sole(&self.waiting);
-                route_unrelated(&method, params, data, sole.as_ref(), &self.notes);
+                let owner = owner(&self.session.waiting, self.session.client.is_some());
+                route_unrelated(&method, params, data, owner.as_ref(), &self.notes);
             }
             Ok(Message::Request { id, method, params }) => {
-                let sole = sole(&self.waiting);
-                if let Some(answer) = route_unrelated(&method, params, data, sole.as_ref(), &self.notes) {
+                let owner = owner(&self.session.waiting, self.session.client.is_some());
+                if let Some(answer) = route_unrelated(&method, params, data, owner.as_ref(), &self.notes) {
                     self.poster.answer_later(id, answer, Some(self.session.clone()));
                 }
             }
@@ -355,6 +445,19 @@ impl Poster {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         (resp.status().is_success() && sse).then(|| resp.into_body())
+    }
+
+    /// End a session on the server (`DELETE`, as a client that is done does).
+    async fn delete(&self, session: &UpstreamSession) {
+        let Some(id) = &session.id else { return };
+        let Ok(mut req) = Request::delete(self.url.clone()).body(Full::new(Bytes::new())) else { return };
+        let h = req.headers_mut();
+        h.extend(self.headers.clone());
+        h.insert(SESSION_HEADER.clone(), id.clone());
+        h.insert(VERSION_HEADER.clone(), session.version.clone());
+        if let Ok(Err(e)) = tokio::time::timeout(RELISTEN_MAX, self.http.send(req)).await {
+            tracing::debug!(error = %e, "could not end an upstream MCP session");
+        }
     }
 
     /// Post the client's answer to a server's request `id` once it comes.
@@ -459,7 +562,7 @@ impl Upstream for HttpUpstream {
     }
 
     fn init_result(&self) -> BoxFuture<'_, Option<Value>> {
-        Box::pin(async move { self.session(ClientCaps::default()).await.ok().map(|s| s.init.clone()) })
+        Box::pin(async move { self.session(ClientCaps::default(), None).await.ok().map(|s| s.init.clone()) })
     }
 
     fn list_changed(&self) -> Option<&ListChangedHook> {
@@ -475,13 +578,27 @@ impl Upstream for HttpUpstream {
         method: &'a str,
         params: Value,
         offers: ClientCaps,
+        client: Option<Arc<str>>,
     ) -> BoxFuture<'a, Result<(), UpstreamError>> {
         Box::pin(async move {
-            let session = self.session(offers).await?;
+            let session = self.session(offers, client.as_ref()).await?;
             let resp = self.post(jsonrpc::notification_bytes(method, &params), Some(&session)).await?;
             match resp.status().is_success() {
                 true => Ok(()),
                 false => Err(UpstreamError::Status(resp.status().as_u16())),
+            }
+        })
+    }
+
+    fn forget_client<'a>(&'a self, client: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut sessions = self.sessions.lock().await;
+            let gone: Vec<String> =
+                sessions.iter().filter(|(_, s)| s.client.as_deref() == Some(client)).map(|(k, _)| k.clone()).collect();
+            for key in gone {
+                if let Some(session) = sessions.remove(&key) {
+                    self.end_session(session);
+                }
             }
         })
     }

@@ -206,6 +206,7 @@ impl Upstream for StdioUpstream {
         method: &'a str,
         params: Value,
         _offers: crate::relay::ClientCaps,
+        _client: Option<std::sync::Arc<str>>,
     ) -> BoxFuture<'a, Result<(), UpstreamError>> {
         Box::pin(async move {
             let running = self.current().await?;

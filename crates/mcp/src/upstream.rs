@@ -111,6 +111,9 @@ pub enum Inbound {
 pub struct Relay {
     tx: mpsc::Sender<Inbound>,
     pub offers: crate::relay::ClientCaps,
+    /// The client's session (session era): an HTTP upstream speaks to each client in an upstream
+    /// session of its own, so what the server sends on that session's GET stream is the client's.
+    pub client: Option<Arc<str>>,
     /// The server's requests handed to this call's client and not answered yet: while there are
     /// any, the call's timeout waits (a person may be answering), up to `CLIENT_ANSWER_MAX`.
     asking: Arc<AtomicUsize>,
@@ -118,7 +121,13 @@ pub struct Relay {
 
 impl Relay {
     pub fn new(tx: mpsc::Sender<Inbound>, offers: crate::relay::ClientCaps) -> Relay {
-        Relay { tx, offers, asking: Arc::default() }
+        Relay { tx, offers, client: None, asking: Arc::default() }
+    }
+
+    /// The same, for the client of session `client`.
+    pub fn for_client(mut self, client: Option<Arc<str>>) -> Relay {
+        self.client = client;
+        self
     }
 
     pub fn try_send(&self, inbound: Inbound) -> Result<(), mpsc::error::TrySendError<Inbound>> {
@@ -308,14 +317,22 @@ pub trait Upstream: Send + Sync {
         Box::pin(async { None })
     }
 
-    /// Send a notification; nothing comes back. `offers`: what the client of the request it is
-    /// about offered (its `Relay::offers`), so it goes to the session that request went to.
+    /// Send a notification; nothing comes back. `offers` and `client`: what the client of the
+    /// request it is about offered and its session (its `Relay`'s), so it goes to the session that
+    /// request went to.
     fn notify<'a>(
         &'a self,
         method: &'a str,
         params: Value,
         offers: crate::relay::ClientCaps,
+        client: Option<Arc<str>>,
     ) -> BoxFuture<'a, Result<(), UpstreamError>>;
+
+    /// A client session ended: what this upstream keeps for it alone (its own upstream session)
+    /// can go.
+    fn forget_client<'a>(&'a self, _client: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 
     /// How long a request to this server may take (its configured `timeout`); None where the
     /// server has no such bound. Guards on its tool calls share the same bound (`Hub::call`).

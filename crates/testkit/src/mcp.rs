@@ -58,6 +58,8 @@ pub struct McpStats {
     pub client_capabilities: Vec<serde_json::Value>,
     /// The level of the last `logging/setLevel`.
     pub log_level: Option<String>,
+    /// Sessions its clients ended (`DELETE`).
+    pub sessions_ended: u64,
 }
 
 #[derive(Default)]

@@ -34,7 +34,7 @@ impl Front {
             return Answer::json(200, work(None).await.unwrap_or_default());
         }
         let (relay, relayed) = mpsc::channel(NOTIFICATION_BACKLOG);
-        let relay = Relay::new(relay, caller.caps);
+        let relay = Relay::new(relay, caller.caps).for_client(caller.client());
         let (server, aggregated) = server;
         let mut to_client = ToClient::new(self.outbound.clone(), caller.session, server, caller.caps);
         to_client.aggregated = aggregated;

@@ -395,3 +395,37 @@ async fn an_input_required_retry_sent_to_another_instance_completes_the_call() {
     assert!(metrics.contains(r#"switchyard_mcp_forwarded_total{kind="resume",outcome="delivered"} 2"#), "{metrics}");
     assert!(metrics.contains(r#"switchyard_mcp_forwarded_total{kind="resume",outcome="no_holder"} 1"#), "{metrics}");
 }
+
+/// Each session-era client is spoken to in an upstream session of its own (issue 59): a sampling
+/// request the server sends on that session's GET stream reaches its client even while another
+/// client's call is in flight (one shared session could not tell whose it was and refused it);
+/// a client's DELETE ends its upstream session too.
+#[tokio::test]
+async fn a_get_stream_request_reaches_its_client_with_other_clients_calls_in_flight() {
+    let docs = mcp_mock().await;
+    let gw = gateway(&[("docs", &docs)], "").await;
+    let (first, _) = Client::open(&gw, "/mcp/docs", serde_json::from_str(EVERYTHING).unwrap()).await;
+    let (second, _) = Client::open(&gw, "/mcp/docs", serde_json::from_str(EVERYTHING).unwrap()).await;
+    let mut one = first.call(1, "sample_on_get", json!({"prompt": "first's"})).await;
+    let mut two = second.call(1, "sample_on_get", json!({"prompt": "second's"})).await;
+    for (client, events, prompt) in [(&first, &mut one, "first's"), (&second, &mut two, "second's")] {
+        let asked = events.next().await;
+        assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+        assert_eq!(asked["params"]["messages"][0]["content"]["text"], prompt, "each client gets its own question");
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"role": "assistant",
+            "content": {"type": "text", "text": format!("{prompt} answer")}, "model": "m"}});
+        assert_eq!(client.post(&answer).await.status(), 202);
+    }
+    assert_eq!(text_of(&one.next().await), "sample_on_get: first's answer");
+    assert_eq!(text_of(&two.next().await), "sample_on_get: second's answer");
+    // The client ends its session: its upstream session ends with it.
+    let sessions = docs.stats().sessions_ended;
+    let headers = [("mcp-session-id", first.session.as_str())];
+    let ended = first.http.send(Method::DELETE, &first.url, Bytes::new(), &headers).await.unwrap();
+    assert_eq!(ended.status(), 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while docs.stats().sessions_ended == sessions {
+        assert!(std::time::Instant::now() < deadline, "the client's upstream session never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -53,8 +53,21 @@ pub(crate) fn answered(shared: &Shared, msg: &Value) -> bool {
 }
 
 /// Run one of this file's tools; None when `name` is not one.
-pub(crate) async fn call(shared: &Shared, name: &str, args: &Value, notes: &mpsc::Sender<Value>) -> Option<Value> {
-    let on_get: Option<mpsc::Sender<Value>> = lock(&shared.streams).values().next().cloned();
+pub(crate) async fn call(
+    shared: &Shared,
+    name: &str,
+    args: &Value,
+    notes: &mpsc::Sender<Value>,
+    session: Option<&str>,
+) -> Option<Value> {
+    // The calling session's GET stream (any, for a call without a session).
+    let on_get: Option<mpsc::Sender<Value>> = {
+        let streams = lock(&shared.streams);
+        match session {
+            Some(session) => streams.get(session).cloned(),
+            None => streams.values().next().cloned(),
+        }
+    };
     let (method, params) = match name {
         "touch_resource" => {
             let uri = args.get("uri").and_then(Value::as_str).unwrap_or("mock://readme");

@@ -112,6 +112,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     if req.method() == Method::GET {
         return get_stream(&state, &req);
     }
+    if req.method() == Method::DELETE {
+        // The client is done with its session: forgotten, its GET stream closed.
+        let session = req.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let Some(session) = session.filter(|s| lock(&state.shared.sessions).remove(s)) else {
+            return reply(StatusCode::NOT_FOUND, None);
+        };
+        lock(&state.shared.streams).remove(&session);
+        lock(&state.shared.stats).sessions_ended += 1;
+        return reply(StatusCode::OK, None);
+    }
     if req.method() != Method::POST {
         return reply(StatusCode::METHOD_NOT_ALLOWED, None);
     }
@@ -171,7 +181,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Value>(64);
     let state2 = state.clone();
     let id2 = id.clone();
-    let work = tokio::spawn(async move { answer(&state2, &method, params, &id2, tx).await });
+    let caller = session.clone();
+    let work = tokio::spawn(async move { answer(&state2, &method, params, &id2, tx, caller.as_deref()).await });
     if state.cfg.sse || wants_progress(&msg) || super::ask::needs_stream(&msg) {
         return sse(rx, work, id);
     }
@@ -282,6 +293,7 @@ pub(super) async fn answer(
     params: Value,
     id: &Value,
     notes: mpsc::Sender<Value>,
+    session: Option<&str>,
 ) -> Result<Value, (i64, String)> {
     match method {
         "ping" => Ok(json!({})),
@@ -319,7 +331,7 @@ pub(super) async fn answer(
                 tokio::time::sleep(Duration::from_millis(state.cfg.call_delay_ms)).await;
             }
             let args = params.get("arguments").cloned().unwrap_or(json!({}));
-            if let Some(result) = super::ask::call(&state.shared, &name, &args, &notes).await {
+            if let Some(result) = super::ask::call(&state.shared, &name, &args, &notes, session).await {
                 return Ok(result);
             }
             match name.as_str() {

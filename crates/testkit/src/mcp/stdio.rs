@@ -56,7 +56,7 @@ pub async fn run_stdio(mut cfg: McpMockConfig) -> std::io::Result<()> {
                         }
                     })
                 };
-                let result = answer(&state, &method, params, &id, tx).await;
+                let result = answer(&state, &method, params, &id, tx, None).await;
                 let _ = writer.await;
                 result
             };
