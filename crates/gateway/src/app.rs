@@ -277,7 +277,12 @@ impl App {
             ),
             _ => None,
         };
-        let stored = store.list_policies().await.map_err(|e| format!("cannot read the stored policy rules: {e}"))?;
+        // A database down at start-up does not stop the gateway: the stored rules are read again
+        // each second (`org_rules::run`) until it answers.
+        let stored = store.list_policies().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the stored policy rules cannot be read yet: only the configuration's apply until they can");
+            Vec::new()
+        });
         let mut app = App::new(config, Some(store))?;
         app.organisation = Arc::new(Organisation::new(&app.config, stored));
         if let Some(model) = app.config.cache.semantic.as_ref().map(|s| &s.embedding_model) {

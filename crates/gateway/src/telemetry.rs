@@ -53,6 +53,20 @@ pub struct Outcome {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub key_id: Option<String>,
+    /// An A2A call's agent, method and task (`/a2a`), reported on its server span.
+    pub a2a: Option<Box<AgentCall>>,
+}
+
+/// What an A2A call's server span reports (`a2a.*` attributes).
+#[derive(Debug, Default)]
+pub struct AgentCall {
+    pub agent: String,
+    pub method: &'static str,
+    pub task_id: Option<String>,
+    /// The task's last state seen.
+    pub task_state: Option<String>,
+    /// Stream events relayed (0 for an answer read whole).
+    pub events: u32,
 }
 
 struct Finished {

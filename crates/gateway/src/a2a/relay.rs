@@ -20,7 +20,7 @@ use crate::error::GatewayError;
 use crate::http::{full, GatewayBody, SseEvents};
 use crate::metrics::Metrics;
 use crate::records::{KeyRecord, UsageRecord};
-use crate::telemetry::Tracing;
+use crate::telemetry::{AgentCall, Outcome, Telemetry, Trace, Tracing};
 use crate::usage::Journal;
 
 /// An answer read whole may be this large at most.
@@ -37,10 +37,13 @@ pub(crate) struct Target<'a> {
     pub gateway: &'a str,
 }
 
-/// What writes a call's record once it is over (owned: a stream's ends on its own task).
+/// What writes a call's record, and ends its trace, once it is over (owned: a stream's ends on
+/// its own task, so its span covers the whole stream).
 pub(crate) struct Recorder {
     journal: Option<Arc<Journal>>,
     metrics: Arc<Metrics>,
+    /// The call's trace, when it is recorded: its server span reports the call.
+    traced: Option<(Arc<Telemetry>, Box<Trace>)>,
     agent: String,
     method: &'static str,
     key: Option<Arc<KeyRecord>>,
@@ -54,6 +57,7 @@ impl Call<'_> {
         Recorder {
             journal: self.app.journal.clone(),
             metrics: self.app.metrics.clone(),
+            traced: None,
             agent: self.agent.name.clone(),
             method: self.method_name(),
             key: self.key.clone(),
@@ -70,8 +74,25 @@ pub(crate) fn record(call: &Call<'_>, status: u16, seen: &TaskSeen, bytes: u64) 
 }
 
 impl Recorder {
-    fn record(&self, status: u16, seen: &TaskSeen, bytes: u64) {
+    fn record(mut self, status: u16, seen: &TaskSeen, bytes: u64) {
         self.metrics.count_a2a_call(&self.agent, self.method, status, seen.state.as_deref());
+        if let Some((telemetry, trace)) = self.traced.take() {
+            let call = AgentCall {
+                agent: self.agent.clone(),
+                method: self.method,
+                task_id: seen.id.clone(),
+                task_state: seen.state.clone(),
+                events: seen.events,
+            };
+            let outcome = Outcome {
+                status,
+                model_requested: format!("a2a:{}", self.agent),
+                key_id: self.key.as_ref().map(|k| k.id.clone()),
+                a2a: Some(Box::new(call)),
+                ..Outcome::default()
+            };
+            telemetry.finish(trace, outcome);
+        }
         let Some(journal) = &self.journal else { return };
         let model = format!("a2a:{}", self.agent);
         let record = UsageRecord {
@@ -90,36 +111,42 @@ impl Recorder {
     }
 }
 
-/// Send the call to its agent and relay the answer.
+/// Send the call to its agent and relay the answer. A recorded trace is taken over here: the
+/// call's record ends it (a stream's when the stream ends), its span reporting the call.
 pub(crate) async fn forward(
     call: &Call<'_>,
     target: Target<'_>,
     (client, body): (&HeaderMap, Bytes),
-    trace: &Option<Tracing>,
+    trace: &mut Option<Tracing>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
-    let request = upstream_request(call, &target, client, body, trace)?;
-    let timeout = call.agent.timeout;
-    let sent = tokio::time::timeout(timeout, call.app.client.request(request)).await;
+    let mut recorder = call.recorder();
+    if let (Some(Tracing::Recorded(_)), Some(telemetry)) = (&*trace, &call.app.telemetry) {
+        if let Some(Tracing::Recorded(t)) = trace.take() {
+            recorder.traced = Some((telemetry.clone(), t));
+        }
+    }
+    let context = trace_context(client, trace, recorder.traced.as_ref().map(|(_, t)| &**t));
+    let request = upstream_request(call, &target, client, body, context)?;
+    let sent = tokio::time::timeout(call.agent.timeout, call.app.client.request(request)).await;
     let answer = match sent {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => {
             tracing::warn!(agent = %call.agent.name, error = %e, "an A2A call could not reach its agent");
-            record(call, 502, &TaskSeen::default(), 0);
-            return Err(GatewayError::BadGateway {
-                message: format!("agent `{}` could not be reached", call.agent.name),
-            });
+            recorder.record(502, &TaskSeen::default(), 0);
+            let message = format!("agent `{}` could not be reached", call.agent.name);
+            return Err(GatewayError::BadGateway { message });
         }
         Err(_) => {
-            record(call, 504, &TaskSeen::default(), 0);
+            recorder.record(504, &TaskSeen::default(), 0);
             return Err(GatewayError::UpstreamTimeout);
         }
     };
     let sse =
         answer.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     if sse {
-        return Ok(stream(call, answer));
+        return Ok(stream(call, answer, recorder));
     }
-    whole(call, &target, answer).await
+    whole(call, &target, answer, recorder).await
 }
 
 fn upstream_request(
@@ -127,7 +154,7 @@ fn upstream_request(
     target: &Target<'_>,
     client: &HeaderMap,
     body: Bytes,
-    trace: &Option<Tracing>,
+    context: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<Request<Full<Bytes>>, GatewayError> {
     let (verb, url) = match &target.route {
         Route::JsonRpc => (http::Method::POST, target.card.jsonrpc().to_string()),
@@ -147,10 +174,7 @@ fn upstream_request(
             req = req.header(name, value);
         }
     }
-    for (name, value) in &call.agent.headers {
-        req = req.header(name, value);
-    }
-    for (name, value) in trace_context(client, trace) {
+    for (name, value) in call.agent.headers.iter().cloned().chain(context) {
         req = req.header(name, value);
     }
     req.body(Full::new(body)).map_err(|e| {
@@ -159,22 +183,25 @@ fn upstream_request(
     })
 }
 
-/// The trace context the agent gets: the gateway's span as the parent when the call is traced,
-/// else the caller's context as it came.
-fn trace_context(client: &HeaderMap, trace: &Option<Tracing>) -> Vec<(HeaderName, HeaderValue)> {
-    let (parent, state) = match trace {
-        Some(Tracing::Recorded(t)) => (Some(t.traceparent(t.span_id)), t.tracestate.clone()),
-        Some(Tracing::PassedOn((parent, state))) => (Some(parent.clone()), state.clone()),
-        None => (client.get("traceparent").cloned(), client.get("tracestate").cloned()),
+/// The trace context the agent gets: the gateway's span as the parent when the call is traced
+/// (`traced`), else the context the gateway passes on, else the caller's as it came.
+fn trace_context(
+    client: &HeaderMap,
+    trace: &Option<Tracing>,
+    traced: Option<&Trace>,
+) -> Vec<(HeaderName, HeaderValue)> {
+    let traced = traced.or(match trace {
+        Some(Tracing::Recorded(t)) => Some(&**t),
+        _ => None,
+    });
+    let (parent, state) = match (traced, trace) {
+        (Some(t), _) => (Some(t.traceparent(t.span_id)), t.tracestate.clone()),
+        (None, Some(Tracing::PassedOn((parent, state)))) => (Some(parent.clone()), state.clone()),
+        (None, _) => (client.get("traceparent").cloned(), client.get("tracestate").cloned()),
     };
-    let mut out = Vec::with_capacity(2);
-    if let Some(parent) = parent {
-        out.push((HeaderName::from_static("traceparent"), parent));
-    }
-    if let Some(state) = state {
-        out.push((HeaderName::from_static("tracestate"), state));
-    }
-    out
+    let parent = parent.map(|p| (HeaderName::from_static("traceparent"), p));
+    let state = state.map(|s| (HeaderName::from_static("tracestate"), s));
+    parent.into_iter().chain(state).collect()
 }
 
 /// The answer's status and the headers a client reads from it.
@@ -188,13 +215,12 @@ fn answer_head(answer: &Response<Incoming>) -> http::response::Builder {
     resp
 }
 
-/// A stream relayed event by event on a task of its own, which records the call when the stream
-/// ends (or the client leaves).
-fn stream(call: &Call<'_>, answer: Response<Incoming>) -> Response<GatewayBody> {
+/// A stream relayed event by event on a task of its own, which records the call (and ends its
+/// trace) when the stream ends or the client leaves.
+fn stream(call: &Call<'_>, answer: Response<Incoming>, recorder: Recorder) -> Response<GatewayBody> {
     let head = answer_head(&answer);
     let status = answer.status().as_u16();
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
-    let recorder = call.recorder();
     let idle = call.app.config.timeouts.stream_idle;
     let mut body = answer.into_body();
     tokio::spawn(async move {
@@ -225,37 +251,40 @@ async fn whole(
     call: &Call<'_>,
     target: &Target<'_>,
     answer: Response<Incoming>,
+    recorder: Recorder,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let head = answer_head(&answer);
     let status = answer.status();
     let read = tokio::time::timeout(call.agent.timeout, Limited::new(answer.into_body(), MAX_ANSWER_BYTES).collect());
-    let bytes = match read.await {
+    let mut bytes = match read.await {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(_)) | Err(_) => {
-            record(call, 502, &TaskSeen::default(), 0);
-            return Err(GatewayError::BadGateway {
-                message: format!("agent `{}` broke off its answer", call.agent.name),
-            });
+            recorder.record(502, &TaskSeen::default(), 0);
+            let message = format!("agent `{}` broke off its answer", call.agent.name);
+            return Err(GatewayError::BadGateway { message });
         }
     };
     let mut seen = TaskSeen::default();
-    let mut bytes = bytes;
     if let Ok(mut value) = serde_json::from_slice::<Value>(&bytes) {
         seen.observe(&value);
         if call.method == Some(Method::GetExtendedAgentCard) && status == StatusCode::OK {
-            bytes = extended_card(call, target, &mut value)?;
+            match extended_card(call, target, &mut value) {
+                Ok(rewritten) => bytes = rewritten,
+                Err(e) => {
+                    recorder.record(502, &TaskSeen::default(), 0);
+                    return Err(e);
+                }
+            }
         }
     }
-    record(call, status.as_u16(), &seen, bytes.len() as u64);
+    recorder.record(status.as_u16(), &seen, bytes.len() as u64);
     head.body(full(bytes)).map_err(|_| GatewayError::Internal)
 }
 
 /// An extended card (a JSON-RPC result, or a REST answer) checked and rewritten like the public one.
 fn extended_card(call: &Call<'_>, target: &Target<'_>, value: &mut Value) -> Result<Bytes, GatewayError> {
     let card = if value.get("result").is_some() { &mut value["result"] } else { &mut *value };
-    if let Err(e) = rewrite_card(card, target.gateway, &call.app.config.agents.allowed) {
-        record(call, 502, &TaskSeen::default(), 0);
-        return Err(GatewayError::BadGateway { message: e.to_string() });
-    }
+    rewrite_card(card, target.gateway, &call.app.config.agents.allowed)
+        .map_err(|e| GatewayError::BadGateway { message: e.to_string() })?;
     serde_json::to_vec(value).map(Bytes::from).map_err(|_| GatewayError::Internal)
 }

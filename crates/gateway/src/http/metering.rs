@@ -546,6 +546,7 @@ impl Meter {
                 input_tokens: answered.then_some(r.prompt_tokens),
                 output_tokens: answered.then_some(r.completion_tokens),
                 key_id: r.key_id.clone(),
+                a2a: None,
             };
             telemetry.finish(trace, outcome);
         }

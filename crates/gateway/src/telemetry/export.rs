@@ -201,6 +201,21 @@ impl Exporter {
     }
 }
 
+/// An A2A call's attributes on its server span.
+fn agent_call(call: &crate::telemetry::AgentCall, w: &mut SpanWriter) {
+    w.attribute("a2a.agent.name", Value::Str(&call.agent));
+    w.attribute("a2a.method", Value::Str(call.method));
+    if let Some(task) = &call.task_id {
+        w.attribute("a2a.task.id", Value::Str(task));
+    }
+    if let Some(state) = &call.task_state {
+        w.attribute("a2a.task.state", Value::Str(state));
+    }
+    if call.events > 0 {
+        w.attribute("a2a.stream.events", Value::Int(i64::from(call.events)));
+    }
+}
+
 /// The request's spans: the server span, then one client span per upstream attempt.
 fn spans(f: &Finished, w: &mut SpanWriter) {
     let Finished { trace, outcome, end } = f;
@@ -244,6 +259,9 @@ fn spans(f: &Finished, w: &mut SpanWriter) {
     }
     if let Some(key) = &outcome.key_id {
         w.attribute("switchyard.key_id", Value::Str(key));
+    }
+    if let Some(call) = &outcome.a2a {
+        agent_call(call, w);
     }
     let server_error = (outcome.status >= 500).then(|| outcome.status.to_string());
     if let Some(error) = &server_error {

@@ -20,16 +20,16 @@ use crate::common::*;
 const MASTER: &str = "a2a-master";
 
 /// One request as the agent received it: its head (request line and headers, lower-cased) and body.
-type Received = Arc<Mutex<Vec<(String, Value)>>>;
+pub(crate) type Received = Arc<Mutex<Vec<(String, Value)>>>;
 
 /// A raw A2A agent: its card names `interface` (itself by default), JSON-RPC calls are answered
-/// by method. One request per connection.
-struct MockAgent {
-    url: String,
-    received: Received,
+/// by method (a message `task` is answered with a completed task). One request per connection.
+pub(crate) struct MockAgent {
+    pub url: String,
+    pub received: Received,
 }
 
-async fn mock_agent(interface: Option<&str>) -> MockAgent {
+pub(crate) async fn mock_agent(interface: Option<&str>) -> MockAgent {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let interface = interface.map_or_else(|| format!("{url}/"), str::to_owned);
@@ -64,6 +64,9 @@ fn answer(asked: &Value, card: &Value) -> Value {
             let mut extended = card.clone();
             extended["skills"] = json!([{"id": "secret", "name": "secret"}]);
             json!({"jsonrpc": "2.0", "id": id, "result": extended})
+        }
+        Some("SendMessage") if asked.pointer("/params/message/parts/0/text") == Some(&json!("task")) => {
+            json!({"jsonrpc": "2.0", "id": id, "result": {"task": {"id": "t-1", "status": {"state": "TASK_STATE_COMPLETED"}}}})
         }
         Some("SendMessage") => {
             let text = asked.pointer("/params/message/parts/0/text").cloned().unwrap_or_default();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use switchyard_testkit::{MockConfig, TestClient};
 
 use crate::common::*;
@@ -400,4 +400,48 @@ async fn usage_records_reach_an_otlp_logs_sink_once_each_across_a_collector_outa
         assert!(Instant::now() < deadline, "{} of 15 log records arrived after the outage", got.len());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// An A2A call's trace (issue 59): its server span continues the caller's trace and reports the
+/// agent, the method, the task and its state; the agent gets the gateway's span as its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_calls_span_reports_the_agent_method_and_task() {
+    let dir = scratch_dir();
+    let collector = Collector::start(&dir, 0);
+    let agent = crate::a2a::mock_agent(None).await;
+    let yaml = format!(
+        "listen: 127.0.0.1:0\ntelemetry: {{endpoint: '{}', batch_delay: 50ms}}\nagents:\n  a: {{url: '{}'}}\n",
+        collector.url(),
+        agent.url
+    );
+    let gw = gateway_yaml(&yaml).await;
+    let (trace_id, caller_span) = ("5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b7");
+    let traceparent = format!("00-{trace_id}-{caller_span}-01");
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                      "params": {"message": {"messageId": "u", "role": "ROLE_USER", "parts": [{"text": "task"}]}}});
+    let r = TestClient::new()
+        .post_json(
+            &format!("{}/a2a/a/", gw.url()),
+            call.to_string().as_bytes(),
+            &[("traceparent", traceparent.as_str())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let spans = collector.trace(trace_id, 1).await;
+    let server = spans.iter().find(|s| kind(s) == SERVER).expect("a server span");
+    assert_eq!(server["parentSpanId"], caller_span, "the caller's span is the parent");
+    assert_eq!(attr(server, "a2a.agent.name").as_deref(), Some("a"));
+    assert_eq!(attr(server, "a2a.method").as_deref(), Some("SendMessage"));
+    assert_eq!(attr(server, "a2a.task.id").as_deref(), Some("t-1"));
+    assert_eq!(attr(server, "a2a.task.state").as_deref(), Some("completed"));
+    assert_eq!(attr(server, "http.response.status_code").as_deref(), Some("200"));
+    let received = agent.received.lock().unwrap().clone();
+    let (head, _) = received.iter().find(|(h, _)| h.starts_with("post ")).unwrap();
+    let sent = head.lines().find_map(|l| l.strip_prefix("traceparent: ")).unwrap();
+    assert_eq!(
+        sent,
+        format!("00-{trace_id}-{}-01", server["spanId"].as_str().unwrap()),
+        "the agent's parent is the gateway's span"
+    );
 }
