@@ -17,7 +17,7 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | failover-fallback | abuse | soak | fleet | cache | shadow | policy | guardrails | batch | telemetry | usage-query |
+    /// overhead | throughput | stream | large-payload | burst | sustained | endurance | failover | failover-fallback | abuse | soak | fleet | cache | shadow | policy | a2a | guardrails | batch | telemetry | usage-query |
     /// mcp | code-mode | mixed | affinity | shared-prefix | affinity-quick | quick | all
     #[arg(default_value = "quick")]
     pub scenario: String,

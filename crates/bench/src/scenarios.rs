@@ -2,6 +2,7 @@
 //! gateway, run phases direct and through the gateway, and turn the stats into rows, findings
 //! and charts. Failover, which needs two backends it can kill, lives in `scenarios/failover.rs`.
 
+mod a2a;
 mod abuse;
 mod affinity;
 mod batch;
@@ -478,6 +479,8 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         "shadow" => shadow::run(args, pin, &mut report).await?,
         // Gateways with no, five and twenty policy rules, side by side.
         "policy" => policy::run(args, pin, &mut report).await?,
+        // An A2A call beside a model request through the same gateway, side by side.
+        "a2a" => a2a::run(args, pin, &mut report).await?,
         // The same gateway with guardrails off and on.
         "guardrails" => guardrails::run(args, pin, &mut report).await?,
         // A batch beside interactive traffic.
@@ -504,7 +507,7 @@ async fn run_standalone(scenario: &str, args: &BenchArgs, pin: &Pinning) -> Resu
         }
         other => {
             return Err(format!(
-                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, shadow, policy, floor, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
+                "unknown scenario `{other}` ({}, endurance, failover-fallback, soak, fleet, cache, shadow, policy, a2a, floor, telemetry, usage-query, mcp, code-mode, mixed, affinity, shared-prefix, affinity-quick, quick, all)",
                 ALL.join(", ")
             ))
         }
