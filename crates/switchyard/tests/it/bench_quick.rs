@@ -109,3 +109,18 @@ fn affinity_scenarios_run_at_tiny_sizes() {
     assert!(prefill(cache_aware) < prefill(hash), "cache-aware {cache_aware} vs the hash {hash}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `switchyard bench a2a` at tiny durations: both paths answer every request, and the findings
+/// it reports are there (an A2A call beside a model request).
+#[test]
+fn the_a2a_scenario_runs_without_errors() {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["bench", "a2a", "--duration", "0.2", "--warmup", "0"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for finding in ["gateway CPU per request, model request", "gateway CPU per request, A2A call"] {
+        assert!(stdout.contains(finding), "missing `{finding}` in\n{stdout}");
+    }
+}
