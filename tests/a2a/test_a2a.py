@@ -9,7 +9,10 @@ base URL and a key, so the same code can be run straight at agent.py (`check_dir
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import json
+from pathlib import Path
 from typing import Optional
 
 import httpx
@@ -426,3 +429,32 @@ def test_list_names_only_the_keys_agents(gateway: Gateway, key: Key):
     [echo] = [a for a in r.json()["data"] if a["name"] == "echo"]
     assert echo["url"] == gateway.jsonrpc_url("echo"), echo
     assert echo["card"] == gateway.agent_base("echo") + "/.well-known/agent-card.json", echo
+
+
+# ------------------------------------------------------------------ the JavaScript SDK
+
+
+def test_the_js_sdk_client_through_the_gateway(gateway: Gateway, agent: Agent):
+    """The official A2A JavaScript SDK (@a2a-js/sdk, installed with the other Node SDKs in
+    tests/conformance/node) resolves the card from the gateway, sends a message and follows a
+    streamed task to completion; each call is recorded."""
+    node_bin = os.environ.get("SWITCHYARD_TEST_NODE")
+    if not node_bin:
+        pytest.skip("SWITCHYARD_TEST_NODE is not set (scripts/test sets it)")
+    node_dir = Path(__file__).resolve().parents[1] / "conformance" / "node"
+    k = gateway.create_key(["echo"])
+    done = subprocess.run(
+        [str(Path(node_bin) / "node"), str(node_dir / "a2a_client.mjs"), gateway.jsonrpc_url("echo"), k.key],
+        cwd=node_dir, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, f"a2a_client.mjs failed:\n{done.stdout}\n{done.stderr}"
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert gateway.jsonrpc_url("echo") in out["interfaces"] and agent.hostport not in json.dumps(out), out
+    assert out["hello"] == "echo: hello from js", out
+    # TaskState as the SDK numbers it: 1 submitted, 2 working, 3 completed.
+    assert out["events"][0] == ["task", 1] and out["events"][-1] == ["statusUpdate", 3], out
+    assert out["events"].count(["artifactUpdate", "count"]) == 3, out
+    want = lambda rows: rows_with(rows, tool="SendMessage") and rows_with(rows, tool="SendStreamingMessage")
+    rows = gateway.wait_usage(k.id, want, "the JS SDK's calls' usage records")
+    [stream] = rows_with(rows, tool="SendStreamingMessage")
+    assert stream["task_id"] == out["task"] and stream["task_state"] == "completed", stream
