@@ -21,7 +21,6 @@ use hyper::body::Incoming;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use switchyard_protocol::frames::SseParser;
-use tokio::sync::Mutex;
 
 use crate::jsonrpc::{self, Message};
 use crate::relay::ClientCaps;
@@ -75,6 +74,13 @@ impl UpstreamSession {
     }
 }
 
+/// Sessions by key (capability flags, and `@client` for a client's own), each made once on first use.
+type Sessions = std::collections::HashMap<String, Arc<tokio::sync::OnceCell<Arc<UpstreamSession>>>>;
+
+fn lock(sessions: &std::sync::Mutex<Sessions>) -> std::sync::MutexGuard<'_, Sessions> {
+    sessions.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Client sessions an upstream keeps a session of its own for; past this, clients share.
 const MAX_CLIENT_SESSIONS: usize = 256;
 /// A client's upstream session with no call for this long ends.
@@ -120,7 +126,7 @@ pub struct HttpUpstream {
     next_id: AtomicU64,
     /// One session per set of client capabilities (`ClientCaps::flags`): each declares exactly
     /// what the clients whose calls it carries offered, so a server asks only what they can answer.
-    sessions: Mutex<std::collections::HashMap<String, Arc<UpstreamSession>>>,
+    sessions: std::sync::Mutex<Sessions>,
 
     list_changed: ListChangedHook,
     notes: NoteHook,
@@ -134,7 +140,7 @@ impl HttpUpstream {
             poster: Poster { url, headers, http },
             timeout,
             next_id: AtomicU64::new(1),
-            sessions: Mutex::new(std::collections::HashMap::new()),
+            sessions: std::sync::Mutex::new(Sessions::default()),
 
             list_changed: ListChangedHook::default(),
             notes: NoteHook::default(),
@@ -142,29 +148,39 @@ impl HttpUpstream {
         }
     }
 
+    /// The session for a client offering `caps` (its own, for `client`, when it offered anything
+    /// and there is room): made on first use. The map is locked only to find or add its slot; the
+    /// `initialize` round trips run outside it, so one client's new session never holds up another's
+    /// calls.
     async fn session(
         &self,
         caps: ClientCaps,
         client: Option<&Arc<str>>,
     ) -> Result<Arc<UpstreamSession>, UpstreamError> {
         let flags = caps.flags();
-        let mut sessions = self.sessions.lock().await;
-        self.sweep(&mut sessions);
         // A client that offered nothing cannot be asked anything: it shares.
         let client = client.filter(|_| caps.sampling || caps.elicitation || caps.roots);
-        let own = client.filter(|_| sessions.values().filter(|s| s.client.is_some()).count() < MAX_CLIENT_SESSIONS);
-        let key = match client {
-            Some(c) => format!("{flags}@{c}"),
-            None => flags.clone(),
+        let (slot, client) = {
+            let mut sessions = lock(&self.sessions);
+            self.sweep(&mut sessions);
+            let own = client.filter(|_| sessions.keys().filter(|k| k.contains('@')).count() < MAX_CLIENT_SESSIONS);
+            let (key, client) = match own {
+                Some(c) => (format!("{flags}@{c}"), Some(c.clone())),
+                None => (flags, None),
+            };
+            (sessions.entry(key).or_default().clone(), client)
         };
-        if let Some(s) = sessions.get(&key).or_else(|| sessions.get(&flags).filter(|_| own.is_none())) {
-            s.touch();
-            return Ok(s.clone());
-        }
-        let (key, client) = match own {
-            Some(c) => (key, Some(c.clone())),
-            None => (flags, None),
-        };
+        let session = slot.get_or_try_init(|| self.open_session(caps, client)).await?.clone();
+        session.touch();
+        Ok(session)
+    }
+
+    /// `initialize` a new session (and its `initialized`), and open its GET stream.
+    async fn open_session(
+        &self,
+        caps: ClientCaps,
+        client: Option<Arc<str>>,
+    ) -> Result<Arc<UpstreamSession>, UpstreamError> {
         let id = self.next_id();
         let params = json!({
             "protocolVersion": version::SESSION[0],
@@ -207,20 +223,25 @@ impl HttpUpstream {
             };
             tokio::spawn(listener.run(stream, self.alive.subscribe(), session.stop.subscribe()));
         }
-        sessions.insert(key, session.clone());
         Ok(session)
     }
 
     /// End clients' sessions idle past `CLIENT_SESSION_IDLE` (none of their calls in flight).
-    fn sweep(&self, sessions: &mut std::collections::HashMap<String, Arc<UpstreamSession>>) {
+    fn sweep(&self, sessions: &mut Sessions) {
         let idle = |s: &UpstreamSession| {
             s.client.is_some()
                 && s.idle_for() > CLIENT_SESSION_IDLE
                 && s.waiting.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
         };
-        let gone: Vec<String> = sessions.iter().filter(|(_, s)| idle(s)).map(|(k, _)| k.clone()).collect();
-        for key in gone {
-            if let Some(session) = sessions.remove(&key) {
+        self.end_where(sessions, idle);
+    }
+
+    /// Take the sessions `gone` picks out of `sessions`, and end each.
+    fn end_where(&self, sessions: &mut Sessions, gone: impl Fn(&UpstreamSession) -> bool) {
+        let keys: Vec<String> =
+            sessions.iter().filter(|(_, slot)| slot.get().is_some_and(|s| gone(s))).map(|(k, _)| k.clone()).collect();
+        for key in keys {
+            if let Some(session) = sessions.remove(&key).and_then(|slot| slot.get().cloned()) {
                 self.end_session(session);
             }
         }
@@ -234,11 +255,13 @@ impl HttpUpstream {
     }
 
     /// Forget `stale` (the server answered 404 for it) unless another caller already did.
-    async fn forget(&self, stale: &Arc<UpstreamSession>) {
-        let mut sessions = self.sessions.lock().await;
-        if let Some(flags) = sessions.iter().find(|(_, s)| Arc::ptr_eq(s, stale)).map(|(f, _)| f.clone()) {
+    fn forget(&self, stale: &Arc<UpstreamSession>) {
+        let mut sessions = lock(&self.sessions);
+        let key = sessions.iter().find(|(_, slot)| slot.get().is_some_and(|s| Arc::ptr_eq(s, stale)));
+        if let Some(key) = key.map(|(k, _)| k.clone()) {
             stale.ended.store(true, Relaxed);
-            sessions.remove(&flags);
+            stale.stop.send_replace(());
+            sessions.remove(&key);
         }
     }
 
@@ -271,7 +294,7 @@ impl HttpUpstream {
         let mut resp = self.post(body.clone(), Some(&session)).await?;
         if resp.status() == StatusCode::NOT_FOUND && session.id.is_some() {
             // The server ended or forgot our session: open a new one and try once more.
-            self.forget(&session).await;
+            self.forget(&session);
             session = self.session(caps, client.as_ref()).await?;
             registered = register(&session);
             resp = self.post(body, Some(&session)).await?;
@@ -592,14 +615,8 @@ impl Upstream for HttpUpstream {
 
     fn forget_client<'a>(&'a self, client: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let mut sessions = self.sessions.lock().await;
-            let gone: Vec<String> =
-                sessions.iter().filter(|(_, s)| s.client.as_deref() == Some(client)).map(|(k, _)| k.clone()).collect();
-            for key in gone {
-                if let Some(session) = sessions.remove(&key) {
-                    self.end_session(session);
-                }
-            }
+            let mut sessions = lock(&self.sessions);
+            self.end_where(&mut sessions, |s| s.client.as_deref() == Some(client));
         })
     }
 }
