@@ -363,7 +363,18 @@ async fn a_pool_follows_its_picker_and_fails_closed_or_open_without_it() {
         *went.entry(backend_of(&r)).or_default() += 1;
     }
     // Every request went where the picker picked: its served counts are the members' requests.
-    let metrics = client.get(&format!("{}/metrics", picker_gw.url())).await.unwrap().text();
+    // The follower reports what it served after each answer, so the last report may still be on
+    // its way: wait (bounded) until all six are in.
+    let served_line = |e: &str| format!("switchyard_epp_served_total{{pool=\"pool\",endpoint=\"{e}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = client.get(&format!("{}/metrics", picker_gw.url())).await.unwrap().text();
+        let reported: u64 = endpoints.iter().map(|e| metric(&metrics, &served_line(e)).unwrap_or(0)).sum();
+        if reported >= 6 || Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let mut total = 0;
     for endpoint in &endpoints {
         let line = format!("switchyard_epp_served_total{{pool=\"pool\",endpoint=\"{endpoint}\"}}");
