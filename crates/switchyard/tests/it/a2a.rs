@@ -13,7 +13,7 @@ use http::Method;
 use serde_json::{json, Value};
 use switchyard_gateway::{Config, RunningGateway};
 use switchyard_testkit::TestClient;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::common::*;
 
@@ -41,7 +41,7 @@ pub(crate) async fn mock_agent(interface: Option<&str>) -> MockAgent {
         while let Ok((mut socket, _)) = listener.accept().await {
             let (kept, card) = (kept.clone(), card.clone());
             tokio::spawn(async move {
-                let Some((head, body)) = read_request(&mut socket).await else { return };
+                let Some((head, body)) = crate::common::json_service::read_request(&mut socket).await else { return };
                 let asked: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 kept.lock().unwrap().push((head.clone(), asked.clone()));
                 let answer = if head.starts_with("get ") { card } else { answer(&asked, &card) };
@@ -73,28 +73,6 @@ fn answer(asked: &Value, card: &Value) -> Value {
             json!({"jsonrpc": "2.0", "id": id, "result": {"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": text}]}}})
         }
         _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "method not found"}}),
-    }
-}
-
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut chunk).await.unwrap_or(0);
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        if buf.len() >= end + 4 + length {
-            return Some((head, buf[end + 4..end + 4 + length].to_vec()));
-        }
     }
 }
 

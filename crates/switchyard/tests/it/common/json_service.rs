@@ -48,6 +48,12 @@ pub async fn json_service(
 
 /// One request's body (by its content-length); None when the peer went away first.
 async fn read_body(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    read_request(socket).await.map(|(_, body)| body)
+}
+
+/// One request: its head (request line and headers, lower-cased) and its body (by its
+/// content-length); None when the peer went away first.
+pub async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -64,7 +70,7 @@ async fn read_body(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
         if buf.len() >= end + 4 + length {
-            return Some(buf[end + 4..end + 4 + length].to_vec());
+            return Some((head, buf[end + 4..end + 4 + length].to_vec()));
         }
     }
 }
